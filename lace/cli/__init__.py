@@ -1,0 +1,51 @@
+"""The `lace` command line: argument parsing here, each command's work in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from lace import __version__
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit 2, never a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree; imports nothing heavy so `lace --help` is instant."""
+    from lace.cli.commands import register_commands
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
+                        help="database file or SQLAlchemy URL (default: $LACE_DB, else "
+                             "$LACE_HOME/lace.db, else ~/.lace/lace.db)")
+    parser = OneLineParser(
+        prog="lace", parents=[common],
+        description="A task board for LLM agents: tasks, threads and spawned helpers in one "
+                    "SQLite file.")
+    parser.add_argument("--version", action="version", version=f"lace {__version__}")
+    register_commands(parser.add_subparsers(dest="command", metavar="COMMAND",
+                                            parser_class=OneLineParser), common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, run the command, turn known errors into one line and exit 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 0
+    from lace.cli.errors import run_reporting_errors
+
+    return run_reporting_errors(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

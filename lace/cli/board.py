@@ -1,0 +1,210 @@
+"""Commands that read and change the board: tasks, threads, show, task add/note/complete, db."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from lace.core.assignee import HUMAN
+from lace.core.errors import LaceError, NotFoundError
+from lace.core.records import Agent, Thread
+from lace.store import Store, Tx, open_database, resolve_db_url
+from lace.store.db import upgrade
+from lace.tools.base import ToolContext
+from lace.tools.registry import ToolRegistry
+from lace.tools.task_tools import task_line
+
+NO_SESSION = "No session yet: start one with lace run \"...\" or lace task add \"...\"."
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    """The store named by `--db` (or the environment), migrated to head."""
+    return Store(open_database(getattr(args, "db", None)))
+
+
+def pick_session(tx: Tx, session_id: str | None) -> Thread:
+    """The named session, else the latest; NotFoundError when there is none."""
+    if session_id:
+        return tx.get_session(session_id)
+    latest = tx.latest_session()
+    if latest is None:
+        raise NotFoundError(NO_SESSION)
+    return latest
+
+
+def print_json(value: Any) -> None:
+    """Print a value as indented JSON."""
+    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+def tasks_command(args: argparse.Namespace) -> int:
+    """`lace tasks`."""
+    with open_store(args).reading() as tx:
+        session = pick_session(tx, args.session)
+        tasks, total = tx.query_tasks(session.id, include_closed=args.all, limit=args.limit)
+    if args.json:
+        print_json({"session": session.id, "total": total,
+                    "tasks": [asdict(task) for task in tasks]})
+        return 0
+    print(f"Session {session.id}" + (f": {session.title}" if session.title else ""))
+    if not tasks:
+        print("  (no open tasks)" if not args.all else "  (no tasks)")
+    for task in tasks:
+        notes = f"  ({task.note_count} note{'s' if task.note_count != 1 else ''})"
+        print(f"  {task_line(task)}{notes if task.note_count else ''}")
+    if total > len(tasks):
+        print(f"  … {total - len(tasks)} more")
+    return 0
+
+
+def _agent_line(thread: Thread, agent: Agent | None, task_titles: dict[str, str]) -> str:
+    depth = thread.id.count(".")
+    label = f"{'  ' * depth}{thread.id}"
+    if agent is None:
+        return f"{label}  (no agent)"
+    task = task_titles.get(agent.current_task or "", "")
+    return (f"{label}  {agent.name}  {agent.model_name}  [{agent.status}]"
+            f"{'  ' + repr(task) if task else ''}  "
+            f"{agent.tokens_in}+{agent.tokens_out} tok  ${agent.cost_usd:.4f}")
+
+
+def threads_command(args: argparse.Namespace) -> int:
+    """`lace threads`."""
+    with open_store(args).reading() as tx:
+        session = pick_session(tx, args.session)
+        threads = tx.session_threads(session.id)
+        agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
+        tasks, _ = tx.query_tasks(session.id, include_closed=True)
+    if args.json:
+        print_json({"session": session.id, "threads": [
+            {**asdict(thread), "agent": asdict(agents[thread.id]) if thread.id in agents else None}
+            for thread in threads]})
+        return 0
+    titles = {task.id: task.title for task in tasks}
+    for thread in sorted(threads, key=lambda t: [int(p) if p.isdigit() else 0
+                                                 for p in t.id.split(".")[1:]]):
+        print(_agent_line(thread, agents.get(thread.id), titles))
+    return 0
+
+
+def _event_text(data: dict[str, Any]) -> str:
+    message = data.get("message") or {}
+    if data.get("tool_name"):
+        return f"{data['tool_name']}({data.get('arguments', '')})"
+    content = message.get("content") if isinstance(message, dict) else None
+    return str(content if content is not None else data.get("text", json.dumps(data)))
+
+
+def show_command(args: argparse.Namespace) -> int:
+    """`lace show THREAD_ID`."""
+    with open_store(args).reading() as tx:
+        thread = tx.get_thread(args.thread_id)
+        agent = tx.find_agent(thread.id)
+        events = tx.thread_events(thread.id)
+    if args.json:
+        print_json({"thread": asdict(thread), "agent": asdict(agent) if agent else None,
+                    "events": [asdict(event) for event in events]})
+        return 0
+    who = f"  {agent.name}  {agent.model_name}  [{agent.status}]" if agent else ""
+    print(f"Thread {thread.id}{who}")
+    for event in events:
+        print(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.data)}")
+    if not events:
+        print("  (no events yet)")
+    return 0
+
+
+def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
+                  session_id: str | None = None) -> int:
+    from lace.llm.checks import check_provider
+
+    store = open_store(args)
+    with store.reading() as tx:
+        if session_id is None and "task_id" in arguments:
+            session_id = tx.get_task(arguments["task_id"]).thread_id
+        session = pick_session(tx, session_id).id
+    context = ToolContext(store=store, thread_id=HUMAN, session_id=session,
+                          check_model=check_provider)
+    result = ToolRegistry().execute(tool, arguments, context)
+    if result.is_error:
+        raise LaceError(result.text)
+    print(result.text)
+    return 0
+
+
+def task_add_command(args: argparse.Namespace) -> int:
+    """`lace task add TITLE`: creates a session first when there is none."""
+    store = open_store(args)
+    session_id = args.session
+    item = {"title": args.title, "prompt": args.prompt or args.title, "priority": args.priority,
+            "description": args.description, "assigned_to": args.assigned_to}
+    arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
+    if session_id is None:
+        with store.reading() as tx:
+            latest = tx.latest_session()
+        if latest is None:
+            _check_before_new_session(store, arguments)
+            from lace.config import default_model
+            from lace.core.assignee import parse_model
+
+            provider, model = parse_model(default_model())
+            with store.transaction() as tx:
+                session_id = tx.create_session(provider=provider, model=model,
+                                               title=args.title).id
+            print(f"Started session {session_id}", file=sys.stderr)
+    return _run_as_human(args, "task_create", arguments, session_id)
+
+
+def _check_before_new_session(store: Store, arguments: dict[str, Any]) -> None:
+    """Refuse bad input before a session is created for it, so nothing is written."""
+    from lace.llm.checks import check_provider
+    from lace.tools.base import ToolError
+    from lace.tools.task_tools import check_assignee_callable
+
+    parsed = ToolRegistry().parse("task_create", arguments)
+    for item in getattr(parsed, "tasks", []):
+        if item.assigned_to and not item.assigned_to.startswith("new:") and item.assigned_to != HUMAN:
+            raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
+        if item.assigned_to:
+            check_assignee_callable(item.assigned_to, ToolContext(
+                store=store, thread_id=HUMAN, session_id="", check_model=check_provider))
+
+
+def task_note_command(args: argparse.Namespace) -> int:
+    """`lace task note TASK_ID NOTE`."""
+    return _run_as_human(args, "task_add_note", {"task_id": args.task_id, "note": args.note})
+
+
+def task_complete_command(args: argparse.Namespace) -> int:
+    """`lace task complete TASK_ID MESSAGE`."""
+    return _run_as_human(args, "task_complete",
+                         {"task_id": args.task_id, "message": args.message})
+
+
+def task_help_command(_args: argparse.Namespace) -> int:
+    """`lace task` with no action."""
+    raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
+
+
+def db_help_command(_args: argparse.Namespace) -> int:
+    """`lace db` with no action."""
+    raise LaceError("choose an action: lace db upgrade | path (see lace db --help)")
+
+
+def db_upgrade(args: argparse.Namespace) -> int:
+    """`lace db upgrade`: checks the file, then migrates it to head."""
+    database = open_database(getattr(args, "db", None))
+    database.close()
+    upgrade(database.url)
+    print(f"{database.url}: schema up to date")
+    return 0
+
+
+def db_path(args: argparse.Namespace) -> int:
+    """`lace db path`."""
+    url = resolve_db_url(getattr(args, "db", None))
+    print(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
+    return 0

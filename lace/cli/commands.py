@@ -1,0 +1,95 @@
+"""The subcommands and their flags; handlers are imported only when their command runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def lazy(target: str) -> Handler:
+    """A handler that imports `module:function` when called, keeping `--help` fast."""
+    module_name, _, function_name = target.partition(":")
+
+    def handler(args: argparse.Namespace) -> int:
+        function: Handler = getattr(importlib.import_module(module_name), function_name)
+        return function(args)
+
+    return handler
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add every subcommand to `subparsers`."""
+
+    def add(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = subparsers.add_parser(
+            name, help=help_text, description=help_text, parents=[common])
+        parser.set_defaults(handler=lazy(target))
+        return parser
+
+    tasks = add("tasks", "Print the task board of a session (open tasks unless --all).",
+                "lace.cli.board:tasks_command")
+    tasks.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
+    tasks.add_argument("--all", action="store_true", help="include completed and archived tasks")
+    tasks.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                       help="print at most N tasks")
+    tasks.add_argument("--json", action="store_true", help="print JSON")
+
+    threads = add("threads", "Print the thread tree of a session with status, task and usage.",
+                  "lace.cli.board:threads_command")
+    threads.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
+    threads.add_argument("--json", action="store_true", help="print JSON")
+
+    show = add("show", "Print one thread's conversation.", "lace.cli.board:show_command")
+    show.add_argument("thread_id", metavar="THREAD_ID")
+    show.add_argument("--json", action="store_true", help="print JSON")
+
+    task = add("task", "Act on the board as the person (actor 'human').",
+               "lace.cli.board:task_help_command")
+    task_actions = task.add_subparsers(dest="task_command", metavar="ACTION",
+                                       parser_class=type(task))
+
+    def add_task_action(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = task_actions.add_parser(
+            name, help=help_text, description=help_text, parents=[common])
+        parser.set_defaults(handler=lazy(target))
+        return parser
+
+    task_add = add_task_action("add", "Create a task (in the latest session unless --session).",
+                               "lace.cli.board:task_add_command")
+    task_add.add_argument("title")
+    task_add.add_argument("--prompt", help="instructions for whoever does it (default: the title)")
+    task_add.add_argument("--description", help="context for people reading the board")
+    task_add.add_argument("--priority", choices=("high", "medium", "low"), default="medium")
+    task_add.add_argument("--assign", dest="assigned_to", metavar="WHO",
+                          help="new:provider/model, a thread id of the session, or human")
+    task_add.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
+
+    task_note = add_task_action("note", "Add a note to a task.", "lace.cli.board:task_note_command")
+    task_note.add_argument("task_id")
+    task_note.add_argument("note")
+
+    task_complete = add_task_action("complete", "Complete a task with a result message.",
+                                    "lace.cli.board:task_complete_command")
+    task_complete.add_argument("task_id")
+    task_complete.add_argument("message")
+
+    database = add("db", "Database maintenance.", "lace.cli.board:db_help_command")
+    db_actions = database.add_subparsers(dest="db_command", metavar="ACTION",
+                                         parser_class=type(database))
+    for name, help_text, target in (
+        ("upgrade", "Migrate the database to the newest schema.", "lace.cli.board:db_upgrade"),
+        ("path", "Print which database lace uses.", "lace.cli.board:db_path"),
+    ):
+        db_actions.add_parser(name, help=help_text, description=help_text,
+                              parents=[common]).set_defaults(handler=lazy(target))

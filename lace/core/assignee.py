@@ -1,0 +1,88 @@
+"""The `assigned_to` grammar: `new:` agent specs, existing thread ids and `human`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lace.core.errors import InvalidAssigneeError
+from lace.core.ids import is_thread_id
+
+HUMAN = "human"
+NEW_PREFIX = "new:"
+EXPECTED_FORMS = (
+    "Expected new:provider/model (e.g. new:openai/gpt-4o), new:<profile>:<provider>/<model>, "
+    "new:<profile>, an existing thread id of this session, or 'human'"
+)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class NewAgentSpec:
+    """A request to spawn a new agent; `provider`/`model` are None for a bare profile."""
+
+    text: str
+    profile: str | None
+    provider: str | None
+    model: str | None
+
+    @property
+    def model_name(self) -> str | None:
+        """The `provider/model` string a model call uses, if the spec names one."""
+        return f"{self.provider}/{self.model}" if self.provider else None
+
+
+@dataclass(frozen=True)
+class ThreadAssignee:
+    """An existing agent thread."""
+
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class HumanAssignee:
+    """The person at the keyboard."""
+
+
+Assignee = NewAgentSpec | ThreadAssignee | HumanAssignee
+
+
+def parse_model(text: str) -> tuple[str, str]:
+    """Split `provider/model` (the model may hold more `/` and `:`), or raise."""
+    provider, slash, model = text.partition("/")
+    if not slash or not _NAME_RE.match(provider) or not model.strip() or model != model.strip():
+        raise InvalidAssigneeError(f"Expected provider/model (e.g. openai/gpt-4o), got {text!r}")
+    return provider, model
+
+
+def parse_new_spec(text: str) -> NewAgentSpec:
+    """Parse the part of a `new:` assignee after the prefix."""
+    rest = text[len(NEW_PREFIX) :]
+    first_slash = rest.find("/")
+    head = rest if first_slash < 0 else rest[:first_slash]
+    profile: str | None = None
+    if ":" in head:
+        profile, _, _ = head.partition(":")
+        rest = rest[len(profile) + 1 :]
+        if not _NAME_RE.match(profile):
+            raise InvalidAssigneeError(f"Bad profile name {profile!r} in {text!r}. {EXPECTED_FORMS}.")
+    if first_slash < 0 and profile is None:
+        if not _NAME_RE.match(rest):
+            raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.")
+        return NewAgentSpec(text=text, profile=rest, provider=None, model=None)
+    try:
+        provider, model = parse_model(rest)
+    except InvalidAssigneeError:
+        raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.") from None
+    return NewAgentSpec(text=text, profile=profile, provider=provider, model=model)
+
+
+def parse_assignee(text: str) -> Assignee:
+    """Parse an `assigned_to` value; the caller checks that providers, profiles and threads exist."""
+    if text == HUMAN:
+        return HumanAssignee()
+    if text.startswith(NEW_PREFIX):
+        return parse_new_spec(text)
+    if is_thread_id(text):
+        return ThreadAssignee(text)
+    raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.")

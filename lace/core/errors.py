@@ -1,0 +1,27 @@
+"""Errors that carry a message meant for whoever made the mistake (a model or a person)."""
+
+from __future__ import annotations
+
+
+class LaceError(Exception):
+    """A domain error: its message says what was wrong and how to fix it."""
+
+
+class NotFoundError(LaceError):
+    """A task, thread or session that does not exist (or is not visible to the caller)."""
+
+
+class PermissionDeniedError(LaceError):
+    """The caller may not change this task."""
+
+
+class InvalidTransitionError(LaceError):
+    """A status change that the transition table forbids."""
+
+
+class InvalidAssigneeError(LaceError):
+    """An `assigned_to` value that does not parse or names nothing callable."""
+
+
+class DatabaseRefusedError(LaceError):
+    """A file that is not a lace database, or one written by a newer lace."""

@@ -1,0 +1,101 @@
+"""Plain values the store returns: never ORM rows, so callers cannot touch the session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thread:
+    """One conversation; a root thread is a session."""
+
+    id: str
+    parent_id: str | None
+    root_id: str
+    title: str | None
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class Agent:
+    """The `agent_metadata` row of a thread: who runs it, with what, for which task."""
+
+    thread_id: str
+    name: str
+    provider: str
+    model: str
+    profile: str | None
+    type: str
+    status: str
+    created_for_task: str | None
+    parent_thread_id: str | None
+    current_task: str | None
+    tools: list[str] | None
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    created_at: str
+    updated_at: str
+
+    @property
+    def model_name(self) -> str:
+        """`provider/model`, as litellm takes it."""
+        return f"{self.provider}/{self.model}"
+
+
+@dataclass(frozen=True)
+class Note:
+    """One note on a task."""
+
+    id: int
+    task_id: str
+    author: str
+    content: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task on the board."""
+
+    id: str
+    title: str
+    description: str | None
+    prompt: str
+    status: str
+    priority: str
+    assigned_to: str | None
+    created_by: str
+    thread_id: str
+    created_at: str
+    updated_at: str
+    note_count: int = 0
+    notes: tuple[Note, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Event:
+    """One row of a conversation."""
+
+    id: int
+    thread_id: str
+    type: str
+    data: dict[str, Any]
+    created_at: str
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """A message waiting for an agent."""
+
+    id: int
+    thread_id: str
+    sender: str
+    task_id: str | None
+    kind: str
+    text: str
+    priority: str
+    created_at: str
+    consumed_at: str | None

@@ -1,0 +1,48 @@
+"""Task statuses, priorities and the transition table that governs status changes."""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+from lace.core.errors import InvalidTransitionError
+
+Status = Literal["pending", "in_progress", "blocked", "completed", "archived"]
+Priority = Literal["high", "medium", "low"]
+STATUSES: Final[tuple[str, ...]] = get_args(Status)
+PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
+OPEN_STATUSES: Final = ("pending", "in_progress", "blocked")
+PRIORITY_RANK: Final = {"high": 0, "medium": 1, "low": 2}
+STATUS_SYMBOL: Final = {
+    "pending": "○",
+    "in_progress": "◐",
+    "blocked": "⊘",
+    "completed": "●",
+    "archived": "⌫",
+}
+
+TRANSITIONS: Final[dict[str, tuple[str, ...]]] = {
+    "pending": ("in_progress", "blocked", "completed", "archived"),
+    "in_progress": ("pending", "blocked", "completed"),
+    "blocked": ("pending", "in_progress", "completed"),
+    "completed": ("archived",),
+    "archived": (),
+}
+
+
+def check_transition(task_id: str, current: str, wanted: str) -> None:
+    """Raise an error naming the allowed moves unless `current -> wanted` is allowed."""
+    if wanted == current:
+        raise InvalidTransitionError(f"Task {task_id} is already {current}.")
+    allowed = TRANSITIONS[current]
+    if wanted in allowed:
+        return
+    if not allowed:
+        raise InvalidTransitionError(
+            f"Task {task_id} is {current}; an archived task cannot change status. "
+            "Create a follow-up task instead."
+        )
+    hint = " A finished task is not reopened: create a follow-up task." if current == "completed" else ""
+    raise InvalidTransitionError(
+        f"Task {task_id} cannot move from {current} to {wanted}; "
+        f"allowed: {', '.join(allowed)}.{hint}"
+    )

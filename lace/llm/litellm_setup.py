@@ -1,0 +1,20 @@
+"""Imports litellm once, offline-safe: the local price table, no debug banner, quiet logs."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any
+
+
+@functools.cache
+def litellm() -> Any:
+    """The litellm module, configured for lace (imported on first use: it takes ~2 s)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
+    import litellm as module
+
+    module.suppress_debug_info = True
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    return module

@@ -1,0 +1,247 @@
+"""Row-level verbs over one open connection: insert, fetch and update, with no board rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core import ids
+from lace.core.clock import now_iso
+from lace.core.errors import NotFoundError
+from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
+from lace.core.tasks import OPEN_STATUSES
+from lace.store import schema
+
+_TASK_ID_ATTEMPTS = 20
+
+
+def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
+    mapping = row._mapping if isinstance(row, sa.Row) else row
+    return cls(**{key: mapping[key] for key in cls.__dataclass_fields__ if key in mapping})
+
+
+class RowVerbs:
+    """Verbs bound to one open transaction; the `Store` commits or rolls back around it."""
+
+    def __init__(self, connection: sa.Connection) -> None:
+        self.connection = connection
+
+    def _execute(self, statement: sa.Executable) -> sa.CursorResult[Any]:
+        return self.connection.execute(statement)
+
+    # threads and agents
+
+    def create_session(
+        self, *, provider: str, model: str, title: str | None = None, name: str = "root",
+        tools: list[str] | None = None,
+    ) -> Thread:
+        """A new root thread with its agent row (created by `human`)."""
+        now = now_iso()
+        thread_id = ids.new_root_thread_id()
+        self._execute(schema.threads.insert().values(
+            id=thread_id, parent_id=None, root_id=thread_id, title=title,
+            created_at=now, updated_at=now))
+        self.create_agent(thread_id=thread_id, name=name, provider=provider, model=model,
+                          parent_thread_id=None, tools=tools)
+        return self.get_thread(thread_id)
+
+    def create_child_thread(self, parent_id: str, title: str | None = None) -> Thread:
+        """Thread `<parent>.N`, N one more than the highest existing child of the parent."""
+        parent = self.get_thread(parent_id)
+        children = self._execute(
+            sa.select(schema.threads.c.id).where(schema.threads.c.parent_id == parent_id)
+        ).scalars()
+        highest = max((ids.child_index(child) or 0 for child in children), default=0)
+        now = now_iso()
+        thread_id = ids.child_thread_id(parent_id, highest + 1)
+        self._execute(schema.threads.insert().values(
+            id=thread_id, parent_id=parent_id, root_id=parent.root_id, title=title,
+            created_at=now, updated_at=now))
+        return self.get_thread(thread_id)
+
+    def create_agent(
+        self, *, thread_id: str, name: str, provider: str, model: str,
+        parent_thread_id: str | None, profile: str | None = None, type: str = "persistent",
+        status: str = "idle", created_for_task: str | None = None,
+        current_task: str | None = None, tools: list[str] | None = None,
+    ) -> Agent:
+        """Write the `agent_metadata` row of a thread."""
+        now = now_iso()
+        self._execute(schema.agent_metadata.insert().values(
+            thread_id=thread_id, name=name, provider=provider, model=model, profile=profile,
+            type=type, status=status, created_for_task=created_for_task,
+            parent_thread_id=parent_thread_id, current_task=current_task, tools=tools,
+            tokens_in=0, tokens_out=0, cost_usd=0.0, created_at=now, updated_at=now))
+        return self.get_agent(thread_id)
+
+    def get_thread(self, thread_id: str) -> Thread:
+        """One thread, or NotFoundError."""
+        row = self._execute(
+            sa.select(schema.threads).where(schema.threads.c.id == thread_id)).first()
+        if row is None:
+            raise NotFoundError(f"Unknown thread {thread_id!r}.")
+        return _record(Thread, row)  # type: ignore[no-any-return]
+
+    def find_agent(self, thread_id: str) -> Agent | None:
+        """The agent row of a thread, if it has one."""
+        row = self._execute(sa.select(schema.agent_metadata).where(
+            schema.agent_metadata.c.thread_id == thread_id)).first()
+        return _record(Agent, row) if row else None
+
+    def get_agent(self, thread_id: str) -> Agent:
+        """The agent row of a thread, or NotFoundError."""
+        agent = self.find_agent(thread_id)
+        if agent is None:
+            raise NotFoundError(f"Thread {thread_id!r} has no agent.")
+        return agent
+
+    def update_agent(self, thread_id: str, **values: Any) -> None:
+        """Change columns of an agent row."""
+        self._execute(schema.agent_metadata.update()
+                      .where(schema.agent_metadata.c.thread_id == thread_id)
+                      .values(**values, updated_at=now_iso()))
+
+    def session_threads(self, root_id: str) -> list[Thread]:
+        """Every thread of a session, root first, in creation order."""
+        rows = self._execute(sa.select(schema.threads)
+                             .where(schema.threads.c.root_id == root_id)
+                             .order_by(schema.threads.c.created_at, schema.threads.c.id))
+        return [_record(Thread, row) for row in rows]
+
+    def session_agents(self, root_id: str) -> list[Agent]:
+        """Every agent row of a session."""
+        rows = self._execute(
+            sa.select(schema.agent_metadata)
+            .join(schema.threads, schema.threads.c.id == schema.agent_metadata.c.thread_id)
+            .where(schema.threads.c.root_id == root_id)
+            .order_by(schema.threads.c.created_at))
+        return [_record(Agent, row) for row in rows]
+
+    def latest_session(self) -> Thread | None:
+        """The most recently created root thread."""
+        row = self._execute(
+            sa.select(schema.threads).where(schema.threads.c.parent_id.is_(None))
+            .order_by(schema.threads.c.created_at.desc(), schema.threads.c.id.desc())).first()
+        return _record(Thread, row) if row else None
+
+    def get_session(self, root_id: str) -> Thread:
+        """A root thread, or NotFoundError naming it."""
+        thread = self.get_thread(root_id)
+        if thread.parent_id is not None:
+            raise NotFoundError(f"{root_id!r} is not a session (root thread); "
+                                f"its session is {thread.root_id}.")
+        return thread
+
+    # events and inbox
+
+    def append_event(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
+        """Append one conversation row; returns its id."""
+        now = now_iso()
+        result = self._execute(schema.events.insert().values(
+            thread_id=thread_id, type=type, data=data, created_at=now))
+        self._execute(schema.threads.update().where(schema.threads.c.id == thread_id)
+                      .values(updated_at=now))
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def thread_events(self, thread_id: str, after_id: int = 0) -> list[Event]:
+        """A thread's conversation in order."""
+        rows = self._execute(sa.select(schema.events)
+                             .where(schema.events.c.thread_id == thread_id,
+                                    schema.events.c.id > after_id)
+                             .order_by(schema.events.c.id))
+        return [_record(Event, row) for row in rows]
+
+    def post_inbox(
+        self, thread_id: str, *, sender: str, kind: str, text: str,
+        task_id: str | None = None, priority: str = "normal",
+    ) -> int:
+        """Put a message in a thread's inbox."""
+        result = self._execute(schema.inbox.insert().values(
+            thread_id=thread_id, sender=sender, task_id=task_id, kind=kind, text=text,
+            priority=priority, created_at=now_iso(), consumed_at=None))
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def pending_inbox(self, thread_id: str) -> list[InboxItem]:
+        """Unconsumed messages for a thread, high priority first, then oldest."""
+        rows = self._execute(
+            sa.select(schema.inbox)
+            .where(schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))
+            .order_by(sa.case((schema.inbox.c.priority == "high", 0), else_=1), schema.inbox.c.id))
+        return [_record(InboxItem, row) for row in rows]
+
+    # tasks
+
+    def _new_task_id(self) -> str:
+        for _ in range(_TASK_ID_ATTEMPTS):
+            task_id = ids.new_task_id()
+            exists = self._execute(
+                sa.select(schema.tasks.c.id).where(schema.tasks.c.id == task_id)).first()
+            if exists is None:
+                return task_id
+        raise RuntimeError("could not allocate a unique task id")
+
+    def insert_task(
+        self, *, session_id: str, created_by: str, title: str, prompt: str,
+        description: str | None = None, priority: str = "medium",
+        assigned_to: str | None = None, status: str = "pending",
+    ) -> Task:
+        """Insert one task row as given (rules live in `create_task`)."""
+        now = now_iso()
+        task_id = self._new_task_id()
+        self._execute(schema.tasks.insert().values(
+            id=task_id, title=title, description=description, prompt=prompt, status=status,
+            priority=priority, assigned_to=assigned_to, created_by=created_by,
+            thread_id=session_id, created_at=now, updated_at=now))
+        return self.get_task(task_id)
+
+    def get_task(self, task_id: str, *, session_id: str | None = None,
+                 with_notes: bool = False) -> Task:
+        """One task; NotFoundError if unknown or of another session than `session_id`."""
+        row = self._execute(sa.select(schema.tasks).where(schema.tasks.c.id == task_id)).first()
+        if row is None or (session_id is not None and row.thread_id != session_id):
+            raise NotFoundError(
+                f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
+        notes = tuple(self.task_notes(task_id)) if with_notes else ()
+        return _record(Task, {**row._mapping, "note_count": len(notes), "notes": notes})  # type: ignore[no-any-return]
+
+    def set_task_fields(self, task_id: str, **values: Any) -> None:
+        """Change columns of a task row."""
+        self._execute(schema.tasks.update().where(schema.tasks.c.id == task_id)
+                      .values(**values, updated_at=now_iso()))
+
+    def insert_note(self, task_id: str, author: str, content: str) -> Note:
+        """Insert one note row."""
+        now = now_iso()
+        result = self._execute(schema.task_notes.insert().values(
+            task_id=task_id, author=author, content=content, created_at=now))
+        note_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+        return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
+
+    def task_notes(self, task_id: str) -> list[Note]:
+        """A task's notes, oldest first."""
+        rows = self._execute(sa.select(schema.task_notes)
+                             .where(schema.task_notes.c.task_id == task_id)
+                             .order_by(schema.task_notes.c.id))
+        return [_record(Note, row) for row in rows]
+
+    def query_tasks(
+        self, session_id: str, *, where: sa.ColumnElement[bool] | None = None,
+        include_closed: bool = False, limit: int | None = None,
+    ) -> tuple[list[Task], int]:
+        """Tasks of a session sorted by priority then newest, with the total before `limit`."""
+        tasks, notes = schema.tasks, schema.task_notes
+        conditions = [tasks.c.thread_id == session_id]
+        if where is not None:
+            conditions.append(where)
+        if not include_closed:
+            conditions.append(tasks.c.status.in_(OPEN_STATUSES))
+        total = self._execute(sa.select(sa.func.count()).select_from(tasks)
+                              .where(*conditions)).scalar_one()
+        note_count = (sa.select(sa.func.count()).where(notes.c.task_id == tasks.c.id)
+                      .scalar_subquery().label("note_count"))
+        rank = sa.case({"high": 0, "medium": 1, "low": 2}, value=tasks.c.priority)
+        statement = (sa.select(tasks, note_count).where(*conditions)
+                     .order_by(rank, tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit))
+        return [_record(Task, row) for row in self._execute(statement)], int(total)

@@ -1,0 +1,169 @@
+"""The tables, named so a person can query them by hand; alembic migrations must match them."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from lace.core.tasks import PRIORITIES, STATUSES
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+EVENT_TYPES = (
+    "system_prompt",
+    "user_message",
+    "agent_message",
+    "tool_call",
+    "tool_result",
+    "notification",
+    "error",
+)
+AGENT_TYPES = ("persistent", "ephemeral")
+AGENT_STATUSES = ("idle", "running", "waiting", "interrupted", "error", "stopped")
+INBOX_KINDS = (
+    "assignment",
+    "unassigned",
+    "completion",
+    "status",
+    "note",
+    "message",
+    "topic",
+    "reminder",
+    "resume",
+)
+INBOX_PRIORITIES = ("high", "normal")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _created() -> sa.Column[str]:
+    return sa.Column("created_at", sa.Text, nullable=False)
+
+
+def _updated() -> sa.Column[str]:
+    return sa.Column("updated_at", sa.Text, nullable=False)
+
+
+threads = sa.Table(
+    "threads",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("parent_id", sa.Text, sa.ForeignKey("threads.id"), nullable=True),
+    sa.Column("root_id", sa.Text, nullable=False),
+    sa.Column("title", sa.Text, nullable=True),
+    _created(),
+    _updated(),
+    sa.Index(None, "root_id"),
+    sa.Index(None, "parent_id"),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    _created(),
+    sa.CheckConstraint(_one_of("type", EVENT_TYPES), name="type"),
+    sa.Index(None, "thread_id", "id"),
+)
+
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=True),
+    sa.Column("prompt", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("priority", sa.Text, nullable=False),
+    sa.Column("assigned_to", sa.Text, nullable=True),
+    sa.Column("created_by", sa.Text, nullable=False),
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
+    _created(),
+    _updated(),
+    sa.CheckConstraint(_one_of("status", STATUSES), name="status"),
+    sa.CheckConstraint(_one_of("priority", PRIORITIES), name="priority"),
+    sa.Index(None, "thread_id", "status"),
+    sa.Index(None, "assigned_to"),
+    sa.Index(None, "created_by"),
+)
+
+task_notes = sa.Table(
+    "task_notes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "task_id", sa.Text, sa.ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("author", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    _created(),
+    sa.Index(None, "task_id"),
+)
+
+agent_metadata = sa.Table(
+    "agent_metadata",
+    metadata,
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("provider", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("profile", sa.Text, nullable=True),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("created_for_task", sa.Text, sa.ForeignKey("tasks.id"), nullable=True),
+    sa.Column("parent_thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=True),
+    sa.Column("current_task", sa.Text, sa.ForeignKey("tasks.id"), nullable=True),
+    sa.Column("tools", sa.JSON, nullable=True),
+    sa.Column("tokens_in", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("tokens_out", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
+    _created(),
+    _updated(),
+    sa.CheckConstraint(_one_of("type", AGENT_TYPES), name="type"),
+    sa.CheckConstraint(_one_of("status", AGENT_STATUSES), name="status"),
+    sa.Index(None, "parent_thread_id"),
+)
+
+inbox = sa.Table(
+    "inbox",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("sender", sa.Text, nullable=False),
+    sa.Column("task_id", sa.Text, sa.ForeignKey("tasks.id"), nullable=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("priority", sa.Text, nullable=False, server_default="normal"),
+    _created(),
+    sa.Column("consumed_at", sa.Text, nullable=True),
+    sa.CheckConstraint(_one_of("kind", INBOX_KINDS), name="kind"),
+    sa.CheckConstraint(_one_of("priority", INBOX_PRIORITIES), name="priority"),
+    sa.Index(None, "thread_id", "consumed_at"),
+)
+
+llm_calls = sa.Table(
+    "llm_calls",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("prompt_tokens", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("completion_tokens", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
+    sa.Column("latency_ms", sa.Float, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    _created(),
+    sa.Index(None, "thread_id"),
+)

@@ -1,0 +1,154 @@
+"""Board rules as verbs: who may change a task, which moves are allowed, and who is told."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from lace.core import notifications
+from lace.core.assignee import HUMAN, NewAgentSpec, ThreadAssignee, parse_assignee
+from lace.core.errors import InvalidTransitionError, NotFoundError, PermissionDeniedError
+from lace.core.ids import is_thread_id
+from lace.core.records import Task
+from lace.core.tasks import check_transition
+from lace.store import schema
+from lace.store.rows import RowVerbs
+
+TaskFilter = Literal["mine", "created", "thread", "all"]
+UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt")
+
+
+class Tx(RowVerbs):
+    """All verbs of one transaction: rows plus the task board's rules."""
+
+    def check_assignee(self, session_id: str, assigned_to: str) -> str:
+        """Validate an assignee against this session; returns it unchanged."""
+        parsed = parse_assignee(assigned_to)
+        if isinstance(parsed, ThreadAssignee):
+            agent = self.find_agent(parsed.thread_id)
+            thread = self.get_thread(parsed.thread_id) if agent else None
+            if thread is None or thread.root_id != session_id:
+                raise NotFoundError(
+                    f"Unknown agent thread {parsed.thread_id!r} in this session. Assign to "
+                    "new:provider/model to spawn an agent, or to an existing agent's thread id.")
+        return assigned_to
+
+    def _notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
+                task_id: str) -> None:
+        """Put a notice in an agent's inbox; people and the sender themselves get none."""
+        if not recipient or recipient in (sender, HUMAN) or not is_thread_id(recipient):
+            return
+        if self.find_agent(recipient) is not None:
+            self.post_inbox(recipient, sender=sender, kind=kind, text=text, task_id=task_id)
+
+    @staticmethod
+    def _check_may_change(task: Task, actor: str) -> None:
+        if actor not in (task.created_by, task.assigned_to):
+            raise PermissionDeniedError(
+                f"Only the creator ({task.created_by}) or the assignee "
+                f"({task.assigned_to or 'nobody'}) of task {task.id} may change it; "
+                f"you are {actor}.")
+
+    def create_task(
+        self, *, session_id: str, actor: str, title: str, prompt: str,
+        description: str | None = None, priority: str = "medium",
+        assigned_to: str | None = None, status: str = "pending",
+    ) -> Task:
+        """Create a task; an agent assignee gets the assignment notification."""
+        self.get_session(session_id)
+        if assigned_to is not None:
+            self.check_assignee(session_id, assigned_to)
+        task = self.insert_task(session_id=session_id, created_by=actor, title=title,
+                                prompt=prompt, description=description, priority=priority,
+                                assigned_to=assigned_to, status=status)
+        self._notify(assigned_to, sender=actor, kind="assignment",
+                     text=notifications.assignment(task), task_id=task.id)
+        return task
+
+    def update_task(self, task_id: str, *, session_id: str, actor: str,
+                    changes: dict[str, Any]) -> Task:
+        """Apply field changes under the transition table; the other party is told."""
+        changes = {key: value for key, value in changes.items() if value is not None}
+        if not changes:
+            raise InvalidTransitionError(
+                f"Nothing to update: give at least one of {', '.join(UPDATABLE_FIELDS)}.")
+        before = self.get_task(task_id, session_id=session_id)
+        self._check_may_change(before, actor)
+        if "status" in changes:
+            check_transition(task_id, before.status, changes["status"])
+        new_assignee = changes.get("assigned_to")
+        if new_assignee is not None:
+            self.check_assignee(session_id, new_assignee)
+        self.set_task_fields(task_id, **changes)
+        after = self.get_task(task_id)
+        self._tell_about_update(before, after, actor)
+        return after
+
+    def _tell_about_update(self, before: Task, after: Task, actor: str) -> None:
+        reassigned = after.assigned_to != before.assigned_to
+        if reassigned:
+            self._notify(before.assigned_to, sender=actor, kind="unassigned",
+                         text=notifications.unassigned(after, actor), task_id=after.id)
+            self._notify(after.assigned_to, sender=actor, kind="assignment",
+                         text=notifications.assignment(after), task_id=after.id)
+        elif after.prompt != before.prompt:
+            self._notify(after.assigned_to, sender=actor, kind="assignment",
+                         text=notifications.prompt_changed(after, actor), task_id=after.id)
+        if after.status == before.status:
+            return
+        text = notifications.status_changed(after, actor)
+        if after.status == "completed":
+            self._notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
+                         text=notifications.completion(after, actor, "(no message)"))
+        else:
+            self._notify(after.created_by, sender=actor, kind="status", text=text,
+                         task_id=after.id)
+        if not reassigned and after.assigned_to != after.created_by:
+            self._notify(after.assigned_to, sender=actor, kind="status", text=text,
+                         task_id=after.id)
+
+    def add_note(self, task_id: str, *, session_id: str, actor: str, content: str) -> Task:
+        """Add a note; the creator and the assignee hear of it unless they wrote it."""
+        task = self.get_task(task_id, session_id=session_id)
+        self._check_may_change(task, actor)
+        self.insert_note(task_id, actor, content)
+        text = notifications.note_added(task, actor, content)
+        for recipient in dict.fromkeys((task.created_by, task.assigned_to)):
+            self._notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
+        return self.get_task(task_id, with_notes=True)
+
+    def complete_task(self, task_id: str, *, session_id: str, actor: str, message: str) -> Task:
+        """Record `message` as a note and mark the task completed; the creator gets the result."""
+        task = self.get_task(task_id, session_id=session_id)
+        self._check_may_change(task, actor)
+        if task.status == "completed":
+            raise InvalidTransitionError(f"Task {task_id} is already completed.")
+        check_transition(task_id, task.status, "completed")
+        self.insert_note(task_id, actor, message)
+        self.set_task_fields(task_id, status="completed")
+        done = self.get_task(task_id, with_notes=True)
+        self._notify(task.created_by, sender=actor, kind="completion", task_id=task_id,
+                     text=notifications.completion(done, actor, message))
+        return done
+
+    def list_tasks(self, session_id: str, *, actor: str, filter: TaskFilter = "thread",
+                   include_completed: bool = False, limit: int | None = None,
+                   ) -> tuple[list[Task], int]:
+        """Tasks of a session as the actor sees them through `filter`."""
+        self.get_session(session_id)
+        columns = schema.tasks.c
+        where: sa.ColumnElement[bool] | None = {
+            "mine": columns.assigned_to == actor,
+            "created": columns.created_by == actor,
+            "thread": sa.or_(columns.assigned_to.is_(None), columns.assigned_to == actor,
+                             columns.created_by == actor),
+            "all": None,
+        }[filter]
+        return self.query_tasks(session_id, where=where, include_closed=include_completed,
+                                limit=limit)
+
+
+def is_new_agent(assigned_to: str | None) -> bool:
+    """Whether an assignee asks for a new agent to be spawned."""
+    return assigned_to is not None and isinstance(parse_assignee(assigned_to), NewAgentSpec)

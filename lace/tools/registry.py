@@ -1,0 +1,101 @@
+"""Finds a tool by name, validates its arguments, runs it in one transaction, reports errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from lace.core.errors import LaceError
+from lace.store import Tx
+from lace.tools.base import Tool, ToolContext, ToolError, ToolResult
+from lace.tools.schema import function_definition
+from lace.tools.task_tools import TASK_TOOLS
+
+KEY_SUGGESTIONS = {
+    "assignTo": "assigned_to",
+    "assignedTo": "assigned_to",
+    "assign_to": "assigned_to",
+    "assignee": "assigned_to",
+    "taskId": "task_id",
+    "includeCompleted": "include_completed",
+}
+Recorder = Callable[[Tx, ToolResult], None]
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe_validation_error(tool_name: str, error: ValidationError) -> str:
+    """Validation problems as lines a model can act on: where, what, and what it sent."""
+    lines = [f"Invalid arguments for {tool_name}:"]
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "(arguments)"
+        message = problem["msg"]
+        if problem["type"] == "extra_forbidden":
+            key = str(problem["loc"][-1])
+            hint = KEY_SUGGESTIONS.get(key)
+            message = f"unknown key {key!r}" + (f"; did you mean {hint!r}?" if hint else "")
+        elif problem["type"] != "missing":
+            message += f" (got {_shown(problem.get('input'))})"
+        lines.append(f"- {where}: {message}")
+    return "\n".join(lines)
+
+
+class ToolRegistry:
+    """The tools lace offers, each by name."""
+
+    def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS) -> None:
+        self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
+
+    def names(self) -> list[str]:
+        """Every tool name, in registration order."""
+        return list(self.tools)
+
+    def definitions(self, allowed: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Function definitions for the tools an agent may call (all when `allowed` is None)."""
+        return [function_definition(tool) for name, tool in self.tools.items()
+                if allowed is None or name in allowed]
+
+    def parse(self, name: str, arguments: str | dict[str, Any] | None,
+              allowed: Sequence[str] | None = None) -> Tool:
+        """Validate a call's arguments into the tool's model, or raise ToolError."""
+        tool = self.tools.get(name)
+        if tool is None or (allowed is not None and name not in allowed):
+            available = ", ".join(n for n in self.tools if allowed is None or n in allowed)
+            raise ToolError(f"Unknown tool {name!r}. Available tools: {available}.")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as error:
+                raise ToolError(f"Invalid JSON arguments for {name}: {error.msg} at position "
+                                f"{error.pos}. Send one JSON object.") from None
+        if not isinstance(arguments, dict):
+            raise ToolError(f"Arguments for {name} must be a JSON object, "
+                            f"got {type(arguments).__name__}.")
+        try:
+            return tool.model_validate(arguments)
+        except ValidationError as error:
+            raise ToolError(describe_validation_error(name, error)) from None
+
+    def execute(self, name: str, arguments: str | dict[str, Any] | None, context: ToolContext,
+                *, allowed: Sequence[str] | None = None,
+                record: Recorder | None = None) -> ToolResult:
+        """Run one call: its effect and `record` commit together; an error writes only `record`."""
+        try:
+            tool = self.parse(name, arguments, allowed)
+            with context.store.transaction() as tx:
+                result = ToolResult(tool.run(tx, context))
+                if record is not None:
+                    record(tx, result)
+            return result
+        except LaceError as error:
+            failure = ToolResult(str(error), is_error=True)
+            if record is not None:
+                with context.store.transaction() as tx:
+                    record(tx, failure)
+            return failure
