@@ -166,7 +166,7 @@ def _check_before_new_session(store: Store, arguments: dict[str, Any]) -> None:
 
     parsed = ToolRegistry().parse("task_create", arguments)
     for item in getattr(parsed, "tasks", []):
-        if item.assigned_to and not item.assigned_to.startswith("new:") and item.assigned_to != HUMAN:
+        if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
         if item.assigned_to:
             check_assignee_callable(item.assigned_to, ToolContext(

@@ -18,7 +18,7 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     except LaceError as error:
         message = str(error)
     except SQLAlchemyError as error:
-        message = f"database error: {str(error.orig if hasattr(error, 'orig') else error)}"
+        message = f"database error: {error.orig if hasattr(error, 'orig') else error!s}"
     except OSError as error:
         message = str(error)
     except KeyboardInterrupt:

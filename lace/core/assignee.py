@@ -50,7 +50,7 @@ Assignee = NewAgentSpec | ThreadAssignee | HumanAssignee
 def parse_model(text: str) -> tuple[str, str]:
     """Split `provider/model` (the model may hold more `/` and `:`), or raise."""
     provider, slash, model = text.partition("/")
-    if not slash or not _NAME_RE.match(provider) or not model.strip() or model != model.strip():
+    if not slash or not _NAME_RE.match(provider) or not model or model != model.strip():
         raise InvalidAssigneeError(f"Expected provider/model (e.g. openai/gpt-4o), got {text!r}")
     return provider, model
 
@@ -65,7 +65,8 @@ def parse_new_spec(text: str) -> NewAgentSpec:
         profile, _, _ = head.partition(":")
         rest = rest[len(profile) + 1 :]
         if not _NAME_RE.match(profile):
-            raise InvalidAssigneeError(f"Bad profile name {profile!r} in {text!r}. {EXPECTED_FORMS}.")
+            raise InvalidAssigneeError(
+                f"Bad profile name {profile!r} in {text!r}. {EXPECTED_FORMS}.")
     if first_slash < 0 and profile is None:
         if not _NAME_RE.match(rest):
             raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.")
@@ -78,7 +79,7 @@ def parse_new_spec(text: str) -> NewAgentSpec:
 
 
 def parse_assignee(text: str) -> Assignee:
-    """Parse an `assigned_to` value; the caller checks that providers, profiles and threads exist."""
+    """Parse an `assigned_to` value; callers check that providers, profiles and threads exist."""
     if text == HUMAN:
         return HumanAssignee()
     if text.startswith(NEW_PREFIX):

@@ -1,4 +1,4 @@
-"""Thread and task ids: `lace_YYYYMMDD_xxxxxx` roots, `<parent>.N` children, `task_YYYYMMDD_xxxxxx`."""
+"""Thread ids (`lace_YYYYMMDD_xxxxxx` roots, `<parent>.N` children) and task ids."""
 
 from __future__ import annotations
 

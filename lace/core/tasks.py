@@ -31,17 +31,20 @@ TRANSITIONS: Final[dict[str, tuple[str, ...]]] = {
 
 def check_transition(task_id: str, current: str, wanted: str) -> None:
     """Raise an error naming the allowed moves unless `current -> wanted` is allowed."""
-    if wanted == current:
-        raise InvalidTransitionError(f"Task {task_id} is already {current}.")
     allowed = TRANSITIONS[current]
     if wanted in allowed:
         return
+    if wanted == current and allowed:
+        raise InvalidTransitionError(
+            f"Task {task_id} is already {current}; allowed: {', '.join(allowed)}.")
     if not allowed:
         raise InvalidTransitionError(
             f"Task {task_id} is {current}; an archived task cannot change status. "
             "Create a follow-up task instead."
         )
-    hint = " A finished task is not reopened: create a follow-up task." if current == "completed" else ""
+    hint = ""
+    if current == "completed":
+        hint = " A finished task is not reopened: create a follow-up task."
     raise InvalidTransitionError(
         f"Task {task_id} cannot move from {current} to {wanted}; "
         f"allowed: {', '.join(allowed)}.{hint}"

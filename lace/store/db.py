@@ -77,25 +77,30 @@ def create_engine(url: str, *, for_migrations: bool = False) -> Engine:
     return engine
 
 
+def _revision_number(revision: str) -> int:
+    return int(revision.removeprefix(REVISION_PREFIX))
+
+
 def check_existing_file(path: Path) -> str | None:
-    """Refuse a file that is not a lace database or is newer; return its revision (None if empty)."""
+    """Refuse a non-lace or newer file; return its revision (None when empty)."""
     if not path.exists() or path.stat().st_size == 0:
         return None
     try:
         with sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True) as connection:
-            tables = {row[0] for row in connection.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+            tables = {row[0] for row in connection.execute(query)}
             if not tables:
                 return None
             if "alembic_version" not in tables:
-                raise DatabaseRefusedError(f"{path} is not a lace database (it holds other tables).")
+                raise DatabaseRefusedError(
+                    f"{path} is not a lace database (it holds other tables).")
             row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
     except sqlite3.DatabaseError as error:
         raise DatabaseRefusedError(f"{path} is not a lace database ({error}).") from None
     revision = row[0] if row else None
     if revision is None or not revision.startswith(REVISION_PREFIX):
         raise DatabaseRefusedError(f"{path} is not a lace database (alembic revision {revision}).")
-    if int(revision.removeprefix(REVISION_PREFIX)) > int(HEAD_REVISION.removeprefix(REVISION_PREFIX)):
+    if _revision_number(revision) > _revision_number(HEAD_REVISION):
         raise DatabaseRefusedError(
             f"{path} was written by a newer lace (schema {revision}, this lace knows up to "
             f"{HEAD_REVISION}); upgrade lace to open it."

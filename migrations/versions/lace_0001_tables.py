@@ -1,7 +1,7 @@
 """The tables: threads, events, tasks, task_notes, agent_metadata, inbox, llm_calls.
 
 Revision ID: lace_0001
-Revises: 
+Revises: (none)
 Create Date: 2026-11-22 04:22:53.197149
 """
 

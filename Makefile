@@ -1,0 +1,24 @@
+# Two commands do all the set-up: `make demo` and `make test` (each creates .venv if missing).
+VENV ?= .venv
+PYTHON ?= python3
+BIN = $(VENV)/bin
+PROMPT ?= Plan a small launch: write the announcement and list the risks.
+
+.PHONY: demo test lint
+
+$(BIN)/lace: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/lace
+	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace task add "Try lace" --prompt "$(PROMPT)" --assign human
+	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace tasks
+
+lint: $(BIN)/lace
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest

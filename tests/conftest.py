@@ -1,0 +1,98 @@
+"""Shared fixtures: a real migrated SQLite file per test, sessions, and a tool caller."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.core.records import Thread
+from lace.llm.checks import check_provider
+from lace.store import Store, open_database
+from lace.tools.base import ToolContext, ToolResult
+from lace.tools.registry import ToolRegistry
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test touches ~/.lace or a real provider key."""
+    home = tmp_path / "lace-home"
+    monkeypatch.setenv("LACE_HOME", str(home))
+    for name in ("LACE_DB", "LACE_MODEL", "LACE_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "lace.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    opened = Store(open_database(str(db_path)))
+    yield opened
+    opened.close()
+
+
+def new_session(store: Store, title: str = "test session") -> Thread:
+    """A root thread with its agent row."""
+    with store.transaction() as tx:
+        return tx.create_session(provider="demo", model="coordinator", title=title)
+
+
+def spawn_child(store: Store, parent_id: str, model: str = "worker") -> str:
+    """A child thread with an agent row, as the runtime would create it."""
+    with store.transaction() as tx:
+        child = tx.create_child_thread(parent_id)
+        tx.create_agent(thread_id=child.id, name=f"agent {child.id}", provider="demo",
+                        model=model, parent_thread_id=parent_id)
+    return child.id
+
+
+@pytest.fixture
+def session(store: Store) -> Thread:
+    return new_session(store)
+
+
+Caller = Callable[..., ToolResult]
+
+
+@pytest.fixture
+def call(store: Store, session: Thread) -> Caller:
+    """Call a tool as `actor` (the root by default) through the real registry and store."""
+    registry = ToolRegistry()
+
+    def run(tool: str, arguments: str | dict[str, Any], actor: str | None = None,
+            session_id: str | None = None) -> ToolResult:
+        context = ToolContext(store=store, thread_id=actor or session.id,
+                              session_id=session_id or session.id, check_model=check_provider)
+        return registry.execute(tool, arguments, context)
+
+    return run
+
+
+def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, to prove that a failed call wrote nothing."""
+    with sqlite3.connect(path) as connection:
+        tables = [row[0] for row in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {table: connection.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+                for table in tables}
+
+
+@pytest.fixture
+def unchanged(db_path: Path) -> Callable[[], Any]:
+    """`with unchanged():` asserts the database holds the same rows afterwards."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def guard() -> Iterator[None]:
+        before = snapshot(db_path)
+        yield
+        assert snapshot(db_path) == before
+
+    return guard

@@ -1,0 +1,117 @@
+"""The command line as a person uses it: board commands, one-line errors, help everywhere."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lace.cli import build_parser, main
+from tests.conftest import snapshot
+
+CaptureFixture = pytest.CaptureFixture[str]
+
+
+def lace(capsys: CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_person_runs_the_board_by_hand(capsys: CaptureFixture, db_path: Path) -> None:
+    db = str(db_path)
+    code, out, err = lace(capsys, "tasks", "--db", db)
+    assert code == 2 and err.startswith("lace: error: No session yet") and err.count("\n") == 1
+    code, out, err = lace(capsys, "--db", db, "task", "add", "Review the plan", "--assign",
+                          "human", "--priority", "high")
+    assert code == 0 and out.startswith("Created task task_") and "(assigned to human)" in out
+    assert err.startswith("Started session lace_")
+    task_id = out.split()[2].rstrip(":")
+    code, out, _ = lace(capsys, "task", "note", task_id, "looks fine", "--db", db)
+    assert code == 0 and out == f"Added note 1 to task {task_id}.\n"
+    code, out, _ = lace(capsys, "task", "complete", task_id, "approved", "--db", db)
+    assert code == 0 and out == f"Completed task {task_id}: Review the plan\n"
+    code, out, _ = lace(capsys, "tasks", "--db", db)
+    assert "(no open tasks)" in out
+    code, out, _ = lace(capsys, "tasks", "--all", "--json", "--db", db)
+    board = json.loads(out)
+    assert [(t["id"], t["status"], t["note_count"]) for t in board["tasks"]] == [
+        (task_id, "completed", 2)]
+    code, out, _ = lace(capsys, "threads", "--db", db)
+    assert out.startswith(board["session"]) and "demo/coordinator" in out and "[idle]" in out
+    code, out, _ = lace(capsys, "show", board["session"], "--db", db)
+    assert out.startswith(f"Thread {board['session']}")
+
+
+def test_bad_board_commands_write_nothing(capsys: CaptureFixture, db_path: Path) -> None:
+    db = str(db_path)
+    lace(capsys, "task", "add", "first", "--db", db)
+    before = snapshot(db_path)
+    for argv in (["task", "add", "x", "--assign", "new:foo/bar"],
+                 ["task", "add", "x", "--assign", "nobody"],
+                 ["task", "complete", "task_20990101_000000", "m"],
+                 ["task", "add", "x" * 201],
+                 ["tasks", "--session", "lace_20990101_zzzzzz"]):
+        code, out, err = lace(capsys, *argv, "--db", db)
+        assert code == 2 and out == "" and err.startswith("lace: error:"), (argv, err)
+        assert err.count("\n") == 1, err
+    assert snapshot(db_path) == before
+
+
+def test_a_bad_first_task_creates_no_session(capsys: CaptureFixture, db_path: Path) -> None:
+    code, _, err = lace(capsys, "task", "add", "x", "--assign", "new:foo/bar", "--db",
+                        str(db_path))
+    assert code == 2 and "Unknown provider 'foo'" in err
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT COUNT(*) FROM threads").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("argv", [["frobnicate"], ["tasks", "--limit", "zero"],
+                                  ["tasks", "--limit", "0"], ["task", "add"], ["show"]])
+def test_bad_command_lines_get_one_line(capsys: CaptureFixture, argv: list[str]) -> None:
+    code, out, err = lace(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "error:" in err and "--help" in err
+
+
+def test_a_database_of_another_app_is_one_line(capsys: CaptureFixture, tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE t (x)")
+    code, _, err = lace(capsys, "tasks", "--db", str(other))
+    assert code == 2 and err == f"lace: error: {other} is not a lace database (it holds other " \
+                                "tables).\n"
+
+
+def test_db_path_and_upgrade(capsys: CaptureFixture, isolated_home: Path, db_path: Path) -> None:
+    assert lace(capsys, "db", "path")[1] == f"{isolated_home / 'lace.db'}\n"
+    code, out, _ = lace(capsys, "db", "upgrade", "--db", str(db_path))
+    assert code == 0 and "up to date" in out and db_path.exists()
+
+
+def test_every_command_has_help_text() -> None:
+    parser = build_parser()
+    pending = [parser]
+    seen = 0
+    while pending:
+        current = pending.pop()
+        for action in current._actions:
+            if action.choices and isinstance(action.choices, dict):
+                for name, sub in action.choices.items():
+                    assert sub.description, f"{name} has no help text"
+                    pending.append(sub)
+                    seen += 1
+    assert seen >= 9
+
+
+def test_python_dash_m_lace_answers_help() -> None:
+    result = subprocess.run([sys.executable, "-m", "lace", "--help"], capture_output=True,
+                            text=True, check=True)
+    assert "task board for LLM agents" in result.stdout and "tasks" in result.stdout

@@ -1,0 +1,111 @@
+"""The pure core: assignee grammar, transitions, ids; and that it imports nothing heavy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lace.core import ids
+from lace.core.assignee import HumanAssignee, NewAgentSpec, ThreadAssignee, parse_assignee
+from lace.core.errors import InvalidAssigneeError, InvalidTransitionError
+from lace.core.tasks import STATUSES, TRANSITIONS, check_transition
+
+
+@pytest.mark.parametrize(("text", "profile", "provider", "model"), [
+    ("new:openai/gpt-4o", None, "openai", "gpt-4o"),
+    ("new:openrouter/anthropic/claude-3.5-sonnet", None, "openrouter",
+     "anthropic/claude-3.5-sonnet"),
+    ("new:ollama/llama3:8b", None, "ollama", "llama3:8b"),
+    ("new:coder:openai/gpt-4o", "coder", "openai", "gpt-4o"),
+    ("new:coder:ollama/llama3:8b", "coder", "ollama", "llama3:8b"),
+    ("new:coder", "coder", None, None),
+])
+def test_new_specs_parse(text: str, profile: str | None, provider: str | None,
+                         model: str | None) -> None:
+    assert parse_assignee(text) == NewAgentSpec(text, profile, provider, model)
+
+
+def test_human_and_thread_ids_parse() -> None:
+    assert parse_assignee("human") == HumanAssignee()
+    assert parse_assignee("lace_20261122_ab12cd.2.1") == ThreadAssignee("lace_20261122_ab12cd.2.1")
+
+
+@pytest.mark.parametrize("text", [
+    "new:", "new:/gpt-4o", "new:openai/", "new:a:b:c/d", "new:coder:", "bob", "Human",
+    "lace_20261122_ab12cd.0", "new:open ai/gpt", "new:openai/ gpt",
+])
+def test_malformed_assignees_name_the_expected_forms(text: str) -> None:
+    with pytest.raises(InvalidAssigneeError, match="Expected new:provider/model"):
+        parse_assignee(text)
+
+
+@pytest.mark.parametrize("current", STATUSES)
+@pytest.mark.parametrize("wanted", STATUSES)
+def test_transition_table(current: str, wanted: str) -> None:
+    if wanted in TRANSITIONS[current]:
+        check_transition("t", current, wanted)
+        return
+    with pytest.raises(InvalidTransitionError) as caught:
+        check_transition("t", current, wanted)
+    allowed = TRANSITIONS[current]
+    assert all(move in str(caught.value) for move in allowed)
+
+
+def test_the_transition_table_is_the_documented_one() -> None:
+    assert TRANSITIONS == {
+        "pending": ("in_progress", "blocked", "completed", "archived"),
+        "in_progress": ("pending", "blocked", "completed"),
+        "blocked": ("pending", "in_progress", "completed"),
+        "completed": ("archived",),
+        "archived": (),
+    }
+
+
+def test_completed_task_suggests_a_follow_up() -> None:
+    with pytest.raises(InvalidTransitionError, match="follow-up"):
+        check_transition("t", "completed", "in_progress")
+
+
+def test_id_shapes() -> None:
+    root = ids.new_root_thread_id()
+    assert ids.is_thread_id(root)
+    assert ids.ROOT_THREAD_PATTERN and root.startswith("lace_")
+    child = ids.child_thread_id(ids.child_thread_id(root, 2), 11)
+    assert child == f"{root}.2.11" and ids.is_thread_id(child)
+    assert ids.child_index(child) == 11 and ids.child_index(root) is None
+    assert ids.root_of(child) == root and ids.depth_of(child) == 2
+    assert ids.TASK_ID_RE.match(ids.new_task_id())
+
+
+def _modules_after_import(*modules: str) -> set[str]:
+    code = ("import json, sys\n" + "".join(f"import {m}\n" for m in modules)
+            + "print(json.dumps(sorted(sys.modules)))")
+    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True).stdout
+    return set(json.loads(output))
+
+
+def _heavy(loaded: set[str], names: tuple[str, ...]) -> set[str]:
+    return {module for module in loaded if module.split(".")[0] in names}
+
+
+def test_core_imports_neither_sqlalchemy_litellm_nor_textual() -> None:
+    loaded = _modules_after_import("lace.core.assignee", "lace.core.tasks", "lace.core.ids",
+                                   "lace.core.notifications", "lace.core.records")
+    assert _heavy(loaded, ("sqlalchemy", "litellm", "textual", "pydantic", "alembic")) == set()
+
+
+def test_store_and_tools_import_neither_litellm_nor_textual() -> None:
+    loaded = _modules_after_import("lace.store", "lace.tools.registry")
+    assert "sqlalchemy" in loaded  # the probe can see imports at all
+    assert _heavy(loaded, ("litellm", "textual")) == set()
+
+
+def test_the_command_line_parser_imports_nothing_heavy() -> None:
+    loaded = _modules_after_import("lace.cli", "lace.cli.commands")
+    code = "import lace.cli; lace.cli.build_parser()"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert _heavy(loaded, ("sqlalchemy", "litellm", "textual", "alembic", "pydantic")) == set()

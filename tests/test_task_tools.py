@@ -1,0 +1,356 @@
+"""The six task tools end to end against a real SQLite file, including every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.core.records import Thread
+from lace.store import Store
+from tests.conftest import Caller, new_session, spawn_child
+
+TASK = {"title": "Write docs", "prompt": "Write the user guide."}
+
+
+def created_ids(text: str) -> list[str]:
+    return [line.split()[2].rstrip(":") for line in text.splitlines()]
+
+
+def make_task(call: Caller, actor: str | None = None, session_id: str | None = None,
+              **fields: Any) -> str:
+    result = call("task_create", {"tasks": [{**TASK, **fields}]}, actor=actor,
+                  session_id=session_id)
+    assert not result.is_error, result.text
+    return created_ids(result.text)[0]
+
+
+def rows(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db_path) as connection:
+        return connection.execute(sql, params).fetchall()
+
+
+def test_task_create_writes_every_task_and_reports_each(call: Caller, db_path: Path,
+                                                        session: Thread) -> None:
+    result = call("task_create", {"tasks": [
+        {"title": "One", "prompt": "do one", "priority": "high"},
+        {"title": "Two", "prompt": "do two", "description": "ctx", "assigned_to": "human"},
+    ]})
+    assert not result.is_error
+    one, two = result.text.splitlines()
+    assert one.startswith("Created task task_") and one.endswith(": One")
+    assert two.endswith(": Two (assigned to human)")
+    stored = rows(db_path, "SELECT title, prompt, status, priority, assigned_to, created_by, "
+                           "thread_id, description FROM tasks ORDER BY title")
+    assert stored == [
+        ("One", "do one", "pending", "high", None, session.id, session.id, None),
+        ("Two", "do two", "pending", "medium", "human", session.id, session.id, "ctx"),
+    ]
+    created_at = rows(db_path, "SELECT created_at FROM tasks")[0][0]
+    assert created_at.endswith("Z") and created_at[10] == "T"
+
+
+def test_assignee_forms_are_stored(call: Caller, db_path: Path, store: Store,
+                                   session: Thread) -> None:
+    child = spawn_child(store, session.id)
+    for assignee in ("new:openai/gpt-4o", "new:openrouter/anthropic/claude-3.5-sonnet",
+                     "new:ollama/llama3:8b", child, "human"):
+        make_task(call, assigned_to=assignee)
+    stored = {row[0] for row in rows(db_path, "SELECT assigned_to FROM tasks")}
+    assert stored == {"new:openai/gpt-4o", "new:openrouter/anthropic/claude-3.5-sonnet",
+                      "new:ollama/llama3:8b", child, "human"}
+
+
+def test_assigning_an_existing_agent_puts_the_notification_in_its_inbox(
+        call: Caller, db_path: Path, store: Store, session: Thread) -> None:
+    child = spawn_child(store, session.id)
+    task_id = make_task(call, assigned_to=child, priority="high")
+    (kind, sender, text), = rows(db_path, "SELECT kind, sender, text FROM inbox WHERE thread_id=?",
+                                 child)
+    assert (kind, sender) == ("assignment", session.id)
+    assert text == (
+        f"[LACE TASK SYSTEM] You have been assigned task '{task_id}':\n"
+        'Title: "Write docs"\n'
+        f"Created by: {session.id}\nPriority: high\nStatus: pending\n\n"
+        "--- TASK DETAILS ---\nWrite the user guide.\n--- END TASK DETAILS ---\n\n"
+        "Use your task_add_note tool to record progress and task_complete tool when you are done."
+    )
+
+
+def test_task_list_filters_and_sorts(call: Caller, store: Store, session: Thread) -> None:
+    child = spawn_child(store, session.id)
+    low = make_task(call, title="low", priority="low")
+    high = make_task(call, title="high", priority="high")
+    mine_for_child = make_task(call, title="for child", assigned_to=child)
+    by_child = make_task(call, actor=child, title="by child")
+    other = make_task(call, title="other's", assigned_to="human")
+
+    def listed(actor: str, **arguments: Any) -> list[str]:
+        result = call("task_list", arguments, actor=actor)
+        assert not result.is_error
+        return [line.split()[1] for line in result.text.splitlines()]
+
+    assert listed(session.id, filter="all")[0] == high
+    assert set(listed(session.id, filter="all")) == {low, high, mine_for_child, by_child, other}
+    assert listed(child, filter="mine") == [mine_for_child]
+    assert listed(child, filter="created") == [by_child]
+    assert set(listed(child)) == {low, high, mine_for_child, by_child}
+    medium = [i for i in listed(session.id, filter="all") if i not in (low, high)]
+    assert medium == [other, by_child, mine_for_child]  # same priority: newest first
+    assert listed(session.id, filter="all")[-1] == low
+
+
+def test_task_list_line_format_and_completed(call: Caller) -> None:
+    task_id = make_task(call, assigned_to="human")
+    line = call("task_list", {}).text
+    assert line == f"○ {task_id} [medium] Write docs → human [pending]"
+    call("task_complete", {"task_id": task_id, "message": "done"})
+    assert call("task_list", {}).text == "No tasks (filter: thread)."
+    assert "[completed]" in call("task_list", {"include_completed": True}).text
+
+
+def test_task_list_caps_at_fifty_lines(call: Caller) -> None:
+    for batch in range(3):
+        call("task_create", {"tasks": [{"title": f"t{batch}-{i}", "prompt": "p"}
+                                       for i in range(20)]})
+    lines = call("task_list", {"filter": "all"}).text.splitlines()
+    assert len(lines) == 51 and lines[-1] == "… 10 more"
+
+
+def test_task_view_shows_header_prompt_and_numbered_notes(call: Caller, session: Thread) -> None:
+    task_id = make_task(call, assigned_to="human", description="why")
+    call("task_add_note", {"task_id": task_id, "note": "first"})
+    call("task_add_note", {"task_id": task_id, "note": "second"})
+    text = call("task_view", {"task_id": task_id}).text
+    assert text.splitlines()[0] == f"○ {task_id}: Write docs"
+    assert "Assigned to: human" in text and f"Created by: {session.id}" in text
+    assert "Prompt:\nWrite the user guide." in text and "Description: why" in text
+    assert "1. [" in text and f"] {session.id}: first" in text and "2. [" in text
+    assert text.index("first") < text.index("second")
+
+
+def test_task_update_moves_and_reassigns(call: Caller, db_path: Path, store: Store,
+                                         session: Thread) -> None:
+    first, second = spawn_child(store, session.id), spawn_child(store, session.id)
+    task_id = make_task(call, assigned_to=first)
+    result = call("task_update", {"task_id": task_id, "status": "in_progress",
+                                  "assigned_to": second, "priority": "low", "title": "New"})
+    assert not result.is_error, result.text
+    assert "status: pending → in_progress" in result.text
+    assert f"assigned_to: {first} → {second}" in result.text
+    assert rows(db_path, "SELECT status, assigned_to, priority, title FROM tasks") == [
+        ("in_progress", second, "low", "New")]
+    kinds = rows(db_path, "SELECT thread_id, kind FROM inbox ORDER BY id")
+    assert kinds == [(first, "assignment"), (first, "unassigned"), (second, "assignment")]
+
+
+def test_assignee_may_update_and_creator_is_told(call: Caller, db_path: Path, store: Store,
+                                                 session: Thread) -> None:
+    child = spawn_child(store, session.id)
+    task_id = make_task(call, assigned_to=child)
+    assert not call("task_update", {"task_id": task_id, "status": "blocked"}, actor=child).is_error
+    (kind, text), = rows(db_path, "SELECT kind, text FROM inbox WHERE thread_id = ?", session.id)
+    assert kind == "status" and "is now blocked" in text and child in text
+
+
+def test_task_complete_records_note_and_notifies_creator(call: Caller, db_path: Path,
+                                                         store: Store, session: Thread) -> None:
+    child = spawn_child(store, session.id)
+    task_id = make_task(call, assigned_to=child)
+    result = call("task_complete", {"task_id": task_id, "message": "All written."}, actor=child)
+    assert result.text == f"Completed task {task_id}: Write docs"
+    assert rows(db_path, "SELECT status FROM tasks") == [("completed",)]
+    assert rows(db_path, "SELECT author, content FROM task_notes") == [(child, "All written.")]
+    (text,), = rows(db_path, "SELECT text FROM inbox WHERE thread_id = ? AND kind = 'completion'",
+                    session.id)
+    assert text == (f"[LACE TASK SYSTEM] Task '{task_id}' that you created has been completed by "
+                    f"{child}:\nTitle: \"Write docs\"\nStatus: completed\n\nResult:\nAll written.")
+
+
+def test_nobody_is_notified_of_their_own_action(call: Caller, db_path: Path) -> None:
+    task_id = make_task(call)
+    call("task_add_note", {"task_id": task_id, "note": "self"})
+    call("task_complete", {"task_id": task_id, "message": "done"})
+    assert rows(db_path, "SELECT COUNT(*) FROM inbox") == [(0,)]
+
+
+def test_notes_by_others_reach_the_creator(call: Caller, db_path: Path, store: Store,
+                                           session: Thread) -> None:
+    child = spawn_child(store, session.id)
+    task_id = make_task(call, assigned_to=child)
+    call("task_add_note", {"task_id": task_id, "note": "halfway"}, actor=child)
+    (kind, text), = rows(db_path, "SELECT kind, text FROM inbox WHERE thread_id = ?", session.id)
+    assert kind == "note" and text.endswith("halfway")
+
+
+# bad input: each returns a tool error the model can act on, and writes nothing
+
+Unchanged = Callable[[], Any]
+
+
+def assert_error(result: Any, *fragments: str) -> None:
+    assert result.is_error, result.text
+    for fragment in fragments:
+        assert fragment in result.text, result.text
+
+
+@pytest.mark.parametrize(("arguments", "fragments"), [
+    ({}, ["tasks: Field required"]),
+    ({"tasks": []}, ["tasks: List should have at least 1 item"]),
+    ({"tasks": [TASK] * 21}, ["tasks: List should have at most 20 items"]),
+    ({"tasks": [{"title": "x"}]}, ["tasks.0.prompt: Field required"]),
+    ({"tasks": [{**TASK, "title": ""}]}, ["tasks.0.title: String should have at least 1"]),
+    ({"tasks": [{**TASK, "title": "x" * 201}]}, ["tasks.0.title", "at most 200"]),
+    ({"tasks": [{**TASK, "description": "x" * 1001}]}, ["tasks.0.description", "1000"]),
+    ({"tasks": [{**TASK, "prompt": ""}]}, ["tasks.0.prompt"]),
+    ({"tasks": [{**TASK, "priority": "urgent"}]}, ["tasks.0.priority", "'high'", '"urgent"']),
+    ({"tasks": [{**TASK, "assignTo": "human"}]}, ["unknown key 'assignTo'",
+                                                  "did you mean 'assigned_to'?"]),
+    ({"tasks": [{**TASK, "assignedTo": "human"}]}, ["did you mean 'assigned_to'?"]),
+    ({"tasks": [{**TASK, "color": "red"}]}, ["tasks.0.color: unknown key 'color'"]),
+    ({"tasks": [{**TASK, "title": 5}]}, ["tasks.0.title: Input should be a valid string"]),
+    ({"tasks": "one task"}, ["tasks: Input should be a valid list"]),
+    ({"tasks": [TASK], "extra": 1}, ["extra: unknown key 'extra'"]),
+    ({"tasks": [TASK, {**TASK, "assigned_to": "new:foo/bar"}]},
+     ["Unknown provider 'foo' in 'new:foo/bar'"]),
+    ({"tasks": [{**TASK, "assigned_to": "new:gpt-4o"}]}, ["Unknown profile 'gpt-4o'"]),
+    ({"tasks": [{**TASK, "assigned_to": "openai/gpt-4o"}]}, ["Expected new:provider/model"]),
+    ({"tasks": [{**TASK, "assigned_to": "new:openai/"}]}, ["Expected new:provider/model"]),
+    ({"tasks": [{**TASK, "assigned_to": "lace_20261122_zzzzzz.4"}]},
+     ["Unknown agent thread 'lace_20261122_zzzzzz.4'"]),
+])
+def test_task_create_rejects_bad_input(call: Caller, unchanged: Unchanged,
+                                       arguments: dict[str, Any], fragments: list[str]) -> None:
+    with unchanged():
+        assert_error(call("task_create", arguments), *fragments)
+
+
+def test_invalid_json_and_unknown_tool(call: Caller, unchanged: Unchanged) -> None:
+    with unchanged():
+        assert_error(call("task_create", '{"tasks": [}'), "Invalid JSON arguments for task_create")
+        assert_error(call("task_create", "[1, 2]"), "must be a JSON object")
+        assert_error(call("task_explode", {}), "Unknown tool 'task_explode'", "task_create")
+
+
+def test_a_task_of_another_session_is_unknown(call: Caller, store: Store,
+                                              unchanged: Unchanged) -> None:
+    other = new_session(store, "other")
+    foreign = make_task(call, actor=other.id, session_id=other.id, assigned_to="human")
+    with unchanged():
+        for tool, extra in (("task_view", {}), ("task_add_note", {"note": "n"}),
+                            ("task_complete", {"message": "m"}), ("task_update",
+                                                                   {"priority": "low"})):
+            assert_error(call(tool, {"task_id": foreign, **extra}), f"Unknown task '{foreign}'")
+
+
+def test_an_agent_of_another_session_cannot_be_assigned(call: Caller, store: Store,
+                                                        unchanged: Unchanged) -> None:
+    other = new_session(store, "other")
+    stranger = spawn_child(store, other.id)
+    with unchanged():
+        assert_error(call("task_create", {"tasks": [{**TASK, "assigned_to": stranger}]}),
+                     f"Unknown agent thread '{stranger}' in this session")
+
+
+def test_only_creator_or_assignee_may_change(call: Caller, store: Store, session: Thread,
+                                             unchanged: Unchanged) -> None:
+    bystander = spawn_child(store, session.id)
+    task_id = make_task(call, assigned_to="human")
+    with unchanged():
+        for tool, extra in (("task_add_note", {"note": "n"}), ("task_complete", {"message": "m"}),
+                            ("task_update", {"status": "blocked"})):
+            assert_error(call(tool, {"task_id": task_id, **extra}, actor=bystander),
+                         f"Only the creator ({session.id}) or the assignee (human)",
+                         f"you are {bystander}")
+    assert not call("task_view", {"task_id": task_id}, actor=bystander).is_error
+
+
+def test_forbidden_moves_name_the_allowed_ones(call: Caller, unchanged: Unchanged) -> None:
+    task_id = make_task(call)
+    call("task_complete", {"task_id": task_id, "message": "done"})
+    with unchanged():
+        assert_error(call("task_update", {"task_id": task_id, "status": "in_progress"}),
+                     "cannot move from completed to in_progress", "allowed: archived",
+                     "follow-up")
+        assert_error(call("task_complete", {"task_id": task_id, "message": "again"}),
+                     "already completed")
+    call("task_update", {"task_id": task_id, "status": "archived"})
+    with unchanged():
+        assert_error(call("task_update", {"task_id": task_id, "status": "pending"}),
+                     "archived task cannot change status")
+
+
+@pytest.mark.parametrize(("arguments", "fragments"), [
+    ({"task_id": "T"}, ["at least one of status"]),
+    ({"task_id": "T", "status": "done"}, ["status: Input should be", "'completed'"]),
+    ({"task_id": "T", "taskId": "x"}, ["did you mean 'task_id'?"]),
+    ({"status": "blocked"}, ["task_id: Field required"]),
+    ({"task_id": "T", "assigned_to": "new:foo/bar"}, ["Unknown provider 'foo' in 'new:foo/bar'"]),
+    ({"task_id": "T", "assigned_to": "somebody"}, ["Malformed assignee 'somebody'"]),
+    ({"task_id": "T", "title": ""}, ["title"]),
+])
+def test_task_update_rejects_bad_input(call: Caller, unchanged: Unchanged,
+                                       arguments: dict[str, Any], fragments: list[str]) -> None:
+    task_id = make_task(call)
+    arguments = {key: task_id if value == "T" else value for key, value in arguments.items()}
+    with unchanged():
+        assert_error(call("task_update", arguments), *fragments)
+
+
+def test_unknown_task_ids(call: Caller, unchanged: Unchanged) -> None:
+    with unchanged():
+        for tool, extra in (("task_view", {}), ("task_add_note", {"note": "n"}),
+                            ("task_complete", {"message": "m"}),
+                            ("task_update", {"status": "blocked"})):
+            assert_error(call(tool, {"task_id": "task_20990101_000000", **extra}),
+                         "Unknown task 'task_20990101_000000'")
+
+
+def test_missing_and_empty_fields_of_other_tools(call: Caller, unchanged: Unchanged) -> None:
+    task_id = make_task(call)
+    with unchanged():
+        assert_error(call("task_add_note", {"task_id": task_id}), "note: Field required")
+        assert_error(call("task_add_note", {"task_id": task_id, "note": ""}), "note")
+        assert_error(call("task_complete", {"task_id": task_id}), "message: Field required")
+        assert_error(call("task_list", {"filter": "everything"}), "filter: Input should be")
+        assert_error(call("task_view", {"task_id": 12}), "task_id: Input should be a valid string")
+
+
+def test_one_bad_task_in_a_batch_writes_none(call: Caller, db_path: Path,
+                                             unchanged: Unchanged) -> None:
+    with unchanged():
+        assert_error(call("task_create", {"tasks": [TASK, {**TASK, "assigned_to": "lace_20261122"
+                                                                                 "_zzzzzz.9"}]}),
+                     "Unknown agent thread")
+    assert rows(db_path, "SELECT COUNT(*) FROM tasks") == [(0,)]
+
+
+def test_schemas_are_pinned() -> None:
+    from lace.tools.registry import ToolRegistry
+
+    pinned = Path(__file__).with_name("tool_schemas.json")
+    current = json.dumps(ToolRegistry().definitions(), indent=2, ensure_ascii=False) + "\n"
+    if not pinned.exists():
+        pinned.write_text(current)
+        pytest.fail("tests/tool_schemas.json was missing and has been written; review and commit")
+    assert current == pinned.read_text(), (
+        "The tool schemas the LLM sees changed; if intended, delete tests/tool_schemas.json, "
+        "rerun, and commit the new file.")
+
+
+def test_schemas_inline_enums_and_forbid_extra_keys() -> None:
+    from lace.tools.registry import ToolRegistry
+
+    definitions = {d["function"]["name"]: d["function"] for d in ToolRegistry().definitions()}
+    assert list(definitions) == ["task_create", "task_list", "task_view", "task_update",
+                                 "task_add_note", "task_complete"]
+    text = json.dumps(definitions)
+    assert "$ref" not in text and "$defs" not in text
+    items = definitions["task_create"]["parameters"]["properties"]["tasks"]["items"]
+    assert items["additionalProperties"] is False
+    assert items["properties"]["priority"]["enum"] == ["high", "medium", "low"]
+    assert definitions["task_update"]["parameters"]["required"] == ["task_id"]
