@@ -54,15 +54,24 @@ def test_task_create_writes_every_task_and_reports_each(call: Caller, db_path: P
     assert created_at.endswith("Z") and created_at[10] == "T"
 
 
-def test_assignee_forms_are_stored(call: Caller, db_path: Path, store: Store,
-                                   session: Thread) -> None:
+def test_new_specs_spawn_agents_with_the_parsed_model(call: Caller, db_path: Path,
+                                                     store: Store, session: Thread) -> None:
     child = spawn_child(store, session.id)
     for assignee in ("new:openai/gpt-4o", "new:openrouter/anthropic/claude-3.5-sonnet",
                      "new:ollama/llama3:8b", child, "human"):
         make_task(call, assigned_to=assignee)
-    stored = {row[0] for row in rows(db_path, "SELECT assigned_to FROM tasks")}
-    assert stored == {"new:openai/gpt-4o", "new:openrouter/anthropic/claude-3.5-sonnet",
-                      "new:ollama/llama3:8b", child, "human"}
+    stored = rows(db_path, "SELECT t.assigned_to, t.status, a.provider, a.model, a.type, "
+                           "a.parent_thread_id, a.created_for_task = t.id FROM tasks t "
+                           "LEFT JOIN agent_metadata a ON a.thread_id = t.assigned_to "
+                           "ORDER BY t.assigned_to")
+    assert stored == [
+        ("human", "pending", None, None, None, None, None),
+        (child, "pending", "demo", "worker", "persistent", session.id, None),
+        (f"{session.id}.2", "in_progress", "openai", "gpt-4o", "persistent", session.id, 1),
+        (f"{session.id}.3", "in_progress", "openrouter", "anthropic/claude-3.5-sonnet",
+         "persistent", session.id, 1),
+        (f"{session.id}.4", "in_progress", "ollama", "llama3:8b", "persistent", session.id, 1),
+    ]
 
 
 def test_assigning_an_existing_agent_puts_the_notification_in_its_inbox(

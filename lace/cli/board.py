@@ -119,7 +119,7 @@ def show_command(args: argparse.Namespace) -> int:
 
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
                   session_id: str | None = None) -> int:
-    from lace.llm.checks import check_provider
+    from lace.llm.checks import check_model
 
     store = open_store(args)
     with store.reading() as tx:
@@ -127,7 +127,7 @@ def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any]
             session_id = tx.get_task(arguments["task_id"]).thread_id
         session = pick_session(tx, session_id).id
     context = ToolContext(store=store, thread_id=HUMAN, session_id=session,
-                          check_model=check_provider)
+                          check_model=check_model)
     result = ToolRegistry().execute(tool, arguments, context)
     if result.is_error:
         raise LaceError(result.text)
@@ -160,7 +160,7 @@ def task_add_command(args: argparse.Namespace) -> int:
 
 def _check_before_new_session(store: Store, arguments: dict[str, Any]) -> None:
     """Refuse bad input before a session is created for it, so nothing is written."""
-    from lace.llm.checks import check_provider
+    from lace.llm.checks import check_model
     from lace.tools.base import ToolError
     from lace.tools.task_tools import check_assignee_callable
 
@@ -170,7 +170,7 @@ def _check_before_new_session(store: Store, arguments: dict[str, Any]) -> None:
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
         if item.assigned_to:
             check_assignee_callable(item.assigned_to, ToolContext(
-                store=store, thread_id=HUMAN, session_id="", check_model=check_provider))
+                store=store, thread_id=HUMAN, session_id="", check_model=check_model))
 
 
 def task_note_command(args: argparse.Namespace) -> int:

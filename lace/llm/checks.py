@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from lace.llm.litellm_setup import litellm
 
 LOCAL_PROVIDERS = frozenset({"demo", "scripted"})
@@ -14,8 +16,26 @@ def known_provider(provider: str) -> bool:
     return provider in {str(getattr(item, "value", item)) for item in litellm().provider_list}
 
 
+def has_custom_base_url(provider: str) -> bool:
+    """A local or self-hosted endpoint (e.g. `OPENAI_BASE_URL`) needs no real key."""
+    prefix = provider.upper().replace("-", "_")
+    return any(os.environ.get(f"{prefix}_{suffix}")
+               for suffix in ("BASE_URL", "API_BASE", "API_BASE_URL"))
+
+
 def check_provider(provider: str, _model: str) -> str | None:
     """Why a provider cannot be used, or None if it exists."""
-    if known_provider(provider):
-        return None
-    return f"Unknown provider {provider!r}"
+    return None if known_provider(provider) else f"Unknown provider {provider!r}"
+
+
+def check_model(provider: str, model: str) -> str | None:
+    """Why `provider/model` cannot be called (unknown provider, missing key), or None."""
+    problem = check_provider(provider, model)
+    if problem or provider in LOCAL_PROVIDERS or has_custom_base_url(provider):
+        return problem
+    report = litellm().validate_environment(f"{provider}/{model}")
+    missing = [key for key in report.get("missing_keys") or [] if key]
+    if missing:
+        return (f"Cannot call {provider}/{model}: set {', '.join(missing)} in the environment "
+                "(or pick another model)")
+    return None

@@ -27,6 +27,8 @@ class RowVerbs:
 
     def __init__(self, connection: sa.Connection) -> None:
         self.connection = connection
+        self.woken: set[str] = set()
+        self.spawned: list[str] = []
 
     def _execute(self, statement: sa.Executable) -> sa.CursorResult[Any]:
         return self.connection.execute(statement)
@@ -161,7 +163,43 @@ class RowVerbs:
         result = self._execute(schema.inbox.insert().values(
             thread_id=thread_id, sender=sender, task_id=task_id, kind=kind, text=text,
             priority=priority, created_at=now_iso(), consumed_at=None))
+        self.woken.add(thread_id)
         return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def take_inbox(self, thread_id: str) -> list[InboxItem]:
+        """The pending messages of a thread, marked consumed in this transaction."""
+        items = self.pending_inbox(thread_id)
+        if items:
+            self._execute(schema.inbox.update()
+                          .where(schema.inbox.c.id.in_([item.id for item in items]))
+                          .values(consumed_at=now_iso()))
+        return items
+
+    def runnable_threads(self, root_id: str | None = None) -> list[str]:
+        """Threads with pending inbox rows whose agent may run (not stopped, not failed)."""
+        inbox, agents, threads = schema.inbox, schema.agent_metadata, schema.threads
+        statement = (sa.select(inbox.c.thread_id).distinct()
+                     .join(agents, agents.c.thread_id == inbox.c.thread_id)
+                     .where(inbox.c.consumed_at.is_(None),
+                            agents.c.status.not_in(("stopped", "error"))))
+        if root_id is not None:
+            statement = statement.join(threads, threads.c.id == inbox.c.thread_id).where(
+                threads.c.root_id == root_id)
+        return list(self._execute(statement).scalars())
+
+    def record_llm_call(self, thread_id: str, *, model: str, prompt_tokens: int,
+                        completion_tokens: int, cost_usd: float, latency_ms: float,
+                        error: str | None = None) -> None:
+        """One `llm_calls` row, added to the agent's totals."""
+        self._execute(schema.llm_calls.insert().values(
+            thread_id=thread_id, model=model, prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, cost_usd=cost_usd, latency_ms=latency_ms,
+            error=error, created_at=now_iso()))
+        columns = schema.agent_metadata.c
+        self._execute(schema.agent_metadata.update().where(columns.thread_id == thread_id).values(
+            tokens_in=columns.tokens_in + prompt_tokens,
+            tokens_out=columns.tokens_out + completion_tokens,
+            cost_usd=columns.cost_usd + cost_usd, updated_at=now_iso()))
 
     def pending_inbox(self, thread_id: str) -> list[InboxItem]:
         """Unconsumed messages for a thread, high priority first, then oldest."""

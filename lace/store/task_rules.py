@@ -50,6 +50,31 @@ class Tx(RowVerbs):
                 f"({task.assigned_to or 'nobody'}) of task {task.id} may change it; "
                 f"you are {actor}.")
 
+    def spawn_for_task(self, task_id: str, *, actor: str, spec: NewAgentSpec) -> str:
+        """Create agent `<creator>.N` for a task, assign the task to it, set it in progress,
+        and put the assignment in the new agent's inbox."""
+        before = self.get_task(task_id)
+        parent = actor if is_thread_id(actor) else before.thread_id
+        creator = self.find_agent(parent)
+        provider, model = spec.provider, spec.model
+        if provider is None or model is None:
+            if creator is None:
+                raise NotFoundError(f"{spec.text!r} names no model and there is no creator's "
+                                    "model to take; use new:<profile>:<provider>/<model>.")
+            provider, model = creator.provider, creator.model
+        child = self.create_child_thread(parent, title=before.title)
+        self.create_agent(thread_id=child.id, name=spec.profile or model.rsplit("/", 1)[-1],
+                          provider=provider, model=model, profile=spec.profile,
+                          parent_thread_id=parent, created_for_task=task_id,
+                          current_task=task_id, tools=creator.tools if creator else None)
+        status = before.status if before.status == "in_progress" else "in_progress"
+        if status != before.status:
+            check_transition(task_id, before.status, status)
+        self.set_task_fields(task_id, assigned_to=child.id, status=status)
+        self.spawned.append(child.id)
+        self._tell_about_update(before, self.get_task(task_id), actor)
+        return child.id
+
     def create_task(
         self, *, session_id: str, actor: str, title: str, prompt: str,
         description: str | None = None, priority: str = "medium",
@@ -57,14 +82,25 @@ class Tx(RowVerbs):
     ) -> Task:
         """Create a task; an agent assignee gets the assignment notification."""
         self.get_session(session_id)
+        spec = parse_assignee(assigned_to) if assigned_to is not None else None
         if assigned_to is not None:
             self.check_assignee(session_id, assigned_to)
         task = self.insert_task(session_id=session_id, created_by=actor, title=title,
                                 prompt=prompt, description=description, priority=priority,
-                                assigned_to=assigned_to, status=status)
-        self._notify(assigned_to, sender=actor, kind="assignment",
-                     text=notifications.assignment(task), task_id=task.id)
+                                assigned_to=None if isinstance(spec, NewAgentSpec) else assigned_to,
+                                status=status)
+        if isinstance(spec, NewAgentSpec):
+            self.spawn_for_task(task.id, actor=actor, spec=spec)
+            return self.get_task(task.id)
+        self._assign_to_agent(task, actor)
         return task
+
+    def _assign_to_agent(self, task: Task, actor: str) -> None:
+        """Tell an agent assignee about its task and make it the agent's current task."""
+        if task.assigned_to and self.find_agent(task.assigned_to) is not None:
+            self.update_agent(task.assigned_to, current_task=task.id)
+        self._notify(task.assigned_to, sender=actor, kind="assignment",
+                     text=notifications.assignment(task), task_id=task.id)
 
     def update_task(self, task_id: str, *, session_id: str, actor: str,
                     changes: dict[str, Any]) -> Task:
@@ -80,18 +116,22 @@ class Tx(RowVerbs):
         new_assignee = changes.get("assigned_to")
         if new_assignee is not None:
             self.check_assignee(session_id, new_assignee)
-        self.set_task_fields(task_id, **changes)
-        after = self.get_task(task_id)
-        self._tell_about_update(before, after, actor)
-        return after
+        spec = parse_assignee(new_assignee) if new_assignee is not None else None
+        if isinstance(spec, NewAgentSpec):
+            del changes["assigned_to"]
+        if changes:
+            self.set_task_fields(task_id, **changes)
+            self._tell_about_update(before, self.get_task(task_id), actor)
+        if isinstance(spec, NewAgentSpec):
+            self.spawn_for_task(task_id, actor=actor, spec=spec)
+        return self.get_task(task_id)
 
     def _tell_about_update(self, before: Task, after: Task, actor: str) -> None:
         reassigned = after.assigned_to != before.assigned_to
         if reassigned:
             self._notify(before.assigned_to, sender=actor, kind="unassigned",
                          text=notifications.unassigned(after, actor), task_id=after.id)
-            self._notify(after.assigned_to, sender=actor, kind="assignment",
-                         text=notifications.assignment(after), task_id=after.id)
+            self._assign_to_agent(after, actor)
         elif after.prompt != before.prompt:
             self._notify(after.assigned_to, sender=actor, kind="assignment",
                          text=notifications.prompt_changed(after, actor), task_id=after.id)
@@ -148,7 +188,3 @@ class Tx(RowVerbs):
         return self.query_tasks(session_id, where=where, include_closed=include_completed,
                                 limit=limit)
 
-
-def is_new_agent(assigned_to: str | None) -> bool:
-    """Whether an assignee asks for a new agent to be spawned."""
-    return assigned_to is not None and isinstance(parse_assignee(assigned_to), NewAgentSpec)

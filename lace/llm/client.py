@@ -1,0 +1,94 @@
+"""The litellm client: one `acompletion` call, streamed when watched, errors sorted by kind."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from typing import Any
+
+from lace.llm.litellm_setup import litellm
+from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
+
+log = logging.getLogger("lace.llm")
+_KEYLIKE = re.compile(r"(sk|key|token|api)[-_A-Za-z0-9]{12,}|[A-Za-z0-9_\-]{32,}", re.IGNORECASE)
+_TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "ServiceUnavailableError",
+              "InternalServerError", "BadGatewayError")
+
+
+def redact(text: str) -> str:
+    """Hide anything that looks like a key in a provider's error text."""
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+def classify(error: Exception) -> ModelError:
+    """Transient (rate limits, timeouts, 5xx) or permanent (keys, bad requests, unknown models)."""
+    name = type(error).__name__
+    message = redact(str(error))
+    missing_key = "credentials" in message.lower() or "api key" in message.lower()
+    transient = name in _TRANSIENT and not missing_key
+    return ModelError(f"{name}: {message[:500]}", transient=transient)
+
+
+class LiteLLMClient:
+    """Calls models through `litellm.acompletion`; the only code that talks to providers."""
+
+    def __init__(self) -> None:
+        self._unpriced: set[str] = set()
+        from lace.llm.scripted import register_local_providers
+
+        register_local_providers()
+
+    async def complete(self, model: str, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]], *,
+                       on_delta: DeltaCallback | None = None) -> ModelReply:
+        """One model call; raises ModelError."""
+        module = litellm()
+        arguments: dict[str, Any] = {"model": model, "messages": messages}
+        if tools:
+            arguments["tools"] = tools
+        try:
+            if on_delta is None:
+                response = await module.acompletion(**arguments)
+            else:
+                response = await self._streamed(module, arguments, on_delta)
+        except Exception as error:
+            raise classify(error) from error
+        return self._reply(model, response)
+
+    @staticmethod
+    async def _streamed(module: Any, arguments: dict[str, Any],
+                        on_delta: DeltaCallback) -> Any:
+        stream = await module.acompletion(**arguments, stream=True,
+                                          stream_options={"include_usage": True})
+        chunks = []
+        async for chunk in stream:
+            chunks.append(chunk)
+            delta = chunk.choices[0].delta.content if chunk.choices else None
+            if delta:
+                outcome = on_delta(delta)
+                if inspect.isawaitable(outcome):
+                    await outcome
+        return module.stream_chunk_builder(chunks, messages=arguments["messages"])
+
+    def _reply(self, model: str, response: Any) -> ModelReply:
+        message = response.choices[0].message
+        calls = tuple(
+            ToolCallRequest(id=call.id, name=call.function.name or "",
+                            arguments=call.function.arguments or "{}")
+            for call in (message.tool_calls or []))
+        usage = getattr(response, "usage", None)
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if cost is None:
+            try:
+                cost = litellm().completion_cost(completion_response=response)
+            except Exception:
+                cost = None
+        if cost is None and model not in self._unpriced:
+            self._unpriced.add(model)
+            log.info("no known price for %s; its calls count as $0 (tokens still add up)", model)
+        return ModelReply(
+            content=message.content or None, tool_calls=calls,
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            cost_usd=float(cost or 0.0), priced=cost is not None)

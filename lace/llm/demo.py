@@ -1,0 +1,80 @@
+"""The offline demo model: a coordinator that splits a request into tasks for `new:demo/worker`
+agents and sums up their results, and a worker that notes progress and completes its task."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lace.llm.types import ScriptedReply
+
+NOTICE = "[LACE TASK SYSTEM]"
+WORKER_MODEL = "new:demo/worker"
+_ASSIGNED = re.compile(r"You have been assigned task '(?P<id>[^']+)':\nTitle: \"(?P<title>.*)\"")
+_COMPLETED = re.compile(r"Task '(?P<id>[^']+)' that you created has been completed by (?P<by>\S+):"
+                        r"\nTitle: \"(?P<title>.*)\"\nStatus: completed\n\nResult:\n(?P<result>.*)",
+                        re.DOTALL)
+_CREATED = re.compile(r"^Created task (\S+): ", re.MULTILINE)
+
+
+def split_request(request: str) -> list[str]:
+    """Two or three parts of a request, one per task."""
+    parts = [part.strip(" .") for part in re.split(r"[.;:\n]|,| and ", request)]
+    parts = [part for part in parts if len(part) > 2][:3]
+    if len(parts) < 2:
+        topic = request.strip(" .")[:150] or "the request"
+        parts = [f"Research {topic}", f"Draft an answer to {topic}"]
+    return parts
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root demo agent."""
+    last = messages[-1]
+    created = [task for message in messages if message.get("role") == "tool"
+               for task in _CREATED.findall(_text(message))]
+    if last.get("role") == "tool":
+        if not created:
+            return ScriptedReply(text=f"I could not create the tasks: {_text(last)}")
+        return ScriptedReply(text=f"I split the request into {len(created)} tasks, each for a new "
+                                  "demo worker. I will sum up when they report back.")
+    request = _text(last)
+    if not request.startswith(NOTICE):
+        tasks = [{"title": part[:200], "prompt": f"{part}. Report the result when done.",
+                  "assigned_to": WORKER_MODEL} for part in split_request(request)]
+        return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
+    results = {match["id"]: (match["title"], match["result"].strip())
+               for message in messages if message.get("role") == "user"
+               for match in _COMPLETED.finditer(_text(message))}
+    if created and all(task in results for task in created):
+        lines = [f"- {results[task][0]}: {results[task][1]}" for task in created]
+        return ScriptedReply(text=f"All {len(created)} tasks are done.\n" + "\n".join(lines))
+    return ScriptedReply(text=f"{len(results)} of {len(created)} tasks done; waiting for the rest.")
+
+
+def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
+    """A demo helper: one note, then completion."""
+    assignment = next((match for message in reversed(messages)
+                       if (match := _ASSIGNED.search(_text(message)))), None)
+    if assignment is None:
+        return ScriptedReply(text="I have no task to work on.")
+    task_id, title = assignment["id"], assignment["title"]
+    called = [call["function"]["name"] for message in messages
+              for call in message.get("tool_calls") or []]
+    if "task_add_note" not in called:
+        return ScriptedReply(tool_calls=[("task_add_note", {
+            "task_id": task_id, "note": f"Started on '{title}': gathering the main points."})])
+    if "task_complete" not in called or messages[-1].get("role") == "user":
+        result = f"Done: a short, checked answer for '{title}' (demo worker output)."
+        return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
+                                                            "message": result})])
+    return ScriptedReply(text=f"Task {task_id} is complete.")
+
+
+def demo_reply(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """Answer as `demo/<model>`: `worker` works tasks, anything else coordinates."""
+    return worker(messages) if model.endswith("worker") else coordinator(messages)

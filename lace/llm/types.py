@@ -1,0 +1,67 @@
+"""What the runtime and the LLM seam exchange; importing this never imports litellm."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One tool call the model asked for."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One model answer with its usage."""
+
+    content: str | None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    priced: bool = True
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message as it goes back to the model in the next call."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}
+                for call in self.tool_calls]
+        return message
+
+
+class ModelError(Exception):
+    """A model call that failed; `transient` ones are worth retrying."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+DeltaCallback = Callable[[str], Awaitable[None] | None]
+
+
+class ModelClient(Protocol):
+    """The seam: send a conversation and tools, get a reply (streamed when `on_delta` is given)."""
+
+    async def complete(self, model: str, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]], *,
+                       on_delta: DeltaCallback | None = None) -> ModelReply: ...
+
+
+@dataclass
+class ScriptedReply:
+    """What a scripted or demo model answers: text, tool calls (name, arguments), usage."""
+
+    text: str | None = None
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
