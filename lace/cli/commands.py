@@ -28,6 +28,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return value
+
+
 def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add every subcommand to `subparsers`."""
 
@@ -36,6 +46,18 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
             name, help=help_text, description=help_text, parents=[common])
         parser.set_defaults(handler=lazy(target))
         return parser
+
+    run = add("run", "Start a session with PROMPT (or continue one) and run its agents until "
+                     "they are quiet.", "lace.cli.run:run_command")
+    run.add_argument("prompt", nargs="?", help="what the root agent should do")
+    run.add_argument("--model", metavar="PROVIDER/MODEL",
+                     help="the root's model (default: $LACE_MODEL, else the offline demo model)")
+    run.add_argument("--continue", dest="continue_thread", metavar="THREAD_ID",
+                     help="continue this thread's session: resume interrupted turns, deliver "
+                          "pending messages, and send PROMPT (if given) to this thread")
+    run.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                     help="stop after S seconds (running turns are marked interrupted)")
+    run.add_argument("--json", action="store_true", help="print a JSON summary")
 
     tasks = add("tasks", "Print the task board of a session (open tasks unless --all).",
                 "lace.cli.board:tasks_command")

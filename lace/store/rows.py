@@ -187,6 +187,15 @@ class RowVerbs:
                 threads.c.root_id == root_id)
         return list(self._execute(statement).scalars())
 
+    def runnable_threads_of(self, thread_id: str) -> list[str]:
+        """`[thread_id]` if it has pending inbox rows and may run, else `[]`."""
+        agent = self.find_agent(thread_id)
+        if agent is None or agent.status in ("stopped", "error"):
+            return []
+        row = self._execute(sa.select(schema.inbox.c.id).where(
+            schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))).first()
+        return [thread_id] if row else []
+
     def record_llm_call(self, thread_id: str, *, model: str, prompt_tokens: int,
                         completion_tokens: int, cost_usd: float, latency_ms: float,
                         error: str | None = None) -> None:

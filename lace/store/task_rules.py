@@ -103,7 +103,7 @@ class Tx(RowVerbs):
                      text=notifications.assignment(task), task_id=task.id)
 
     def update_task(self, task_id: str, *, session_id: str, actor: str,
-                    changes: dict[str, Any]) -> Task:
+                    changes: dict[str, Any], reason: str | None = None) -> Task:
         """Apply field changes under the transition table; the other party is told."""
         changes = {key: value for key, value in changes.items() if value is not None}
         if not changes:
@@ -121,12 +121,13 @@ class Tx(RowVerbs):
             del changes["assigned_to"]
         if changes:
             self.set_task_fields(task_id, **changes)
-            self._tell_about_update(before, self.get_task(task_id), actor)
+            self._tell_about_update(before, self.get_task(task_id), actor, reason)
         if isinstance(spec, NewAgentSpec):
             self.spawn_for_task(task_id, actor=actor, spec=spec)
         return self.get_task(task_id)
 
-    def _tell_about_update(self, before: Task, after: Task, actor: str) -> None:
+    def _tell_about_update(self, before: Task, after: Task, actor: str,
+                           reason: str | None = None) -> None:
         reassigned = after.assigned_to != before.assigned_to
         if reassigned:
             self._notify(before.assigned_to, sender=actor, kind="unassigned",
@@ -137,7 +138,7 @@ class Tx(RowVerbs):
                          text=notifications.prompt_changed(after, actor), task_id=after.id)
         if after.status == before.status:
             return
-        text = notifications.status_changed(after, actor)
+        text = notifications.status_changed(after, actor, reason)
         if after.status == "completed":
             self._notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
                          text=notifications.completion(after, actor, "(no message)"))

@@ -1,0 +1,33 @@
+"""Headless progress: one stderr line per spawn, tool call, tool error, completion or failure."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from lace.runtime.events import EventAppended, RuntimeEvent, ThreadSpawned, TurnFailed
+from lace.runtime.turns import describe_call
+
+
+def progress_printer(stream: TextIO = sys.stderr) -> object:
+    """A bus subscriber that narrates the run."""
+
+    def show(event: RuntimeEvent) -> None:
+        line = None
+        if isinstance(event, ThreadSpawned):
+            line = f"+ {event.thread_id} spawned ({event.model}) for {event.task_id}"
+        elif isinstance(event, TurnFailed):
+            line = f"! {event.thread_id} failed: {event.error}"
+        elif isinstance(event, EventAppended):
+            data = event.data
+            if event.type == "tool_call":
+                line = f"  {event.thread_id} → {describe_call(data)}"
+            elif event.type == "tool_result" and data.get("is_error"):
+                first = str(data["message"]["content"]).splitlines()[0]
+                line = f"  {event.thread_id} ✗ {data.get('tool_name')}: {first}"
+            elif event.type == "notification" and data.get("kind") == "completion":
+                line = f"  {event.thread_id} ← {data.get('task_id')} completed"
+        if line:
+            print(line, file=stream, flush=True)
+
+    return show

@@ -1,0 +1,67 @@
+"""Turning inbox rows and events into the conversation a model sees (runs on the writer thread)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lace.core.assignee import HUMAN
+from lace.core.records import Agent, Event
+from lace.runtime.prompt import system_prompt
+from lace.store import Tx
+
+INTERRUPTED_RESULT = ("Interrupted: this tool call did not finish (lace stopped mid-turn). "
+                      "Check the board (task_list, task_view) before trying it again.")
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """What a turn begins with: the agent, its whole conversation, and the rows just added."""
+
+    agent: Agent
+    messages: list[dict[str, Any]]
+    appended: list[Event]
+
+
+def dangling_calls(events: list[Event]) -> list[tuple[str, str]]:
+    """Tool calls (id, name) that have no result: the turn was cut off between the two."""
+    answered = {event.data.get("call_id") for event in events if event.type == "tool_result"}
+    return [(call["id"], call["function"]["name"])
+            for event in events if event.type == "agent_message"
+            for call in event.data["message"].get("tool_calls") or []
+            if call["id"] not in answered]
+
+
+def tool_result_data(call_id: str, tool_name: str, text: str, is_error: bool) -> dict[str, Any]:
+    """A `tool_result` event: the message for the model plus what a reader needs."""
+    return {"message": {"role": "tool", "tool_call_id": call_id, "content": text},
+            "call_id": call_id, "tool_name": tool_name, "is_error": is_error}
+
+
+def begin_turn(tx: Tx, thread_id: str) -> TurnStart:
+    """Mark the agent running, seed its system prompt, close dangling calls, and move its
+    pending inbox rows into `events`, all in the caller's one transaction."""
+    agent = tx.get_agent(thread_id)
+    tx.update_agent(thread_id, status="running")
+    events = tx.thread_events(thread_id)
+    appended: list[Event] = []
+
+    def append(type: str, data: dict[str, Any]) -> None:
+        event_id = tx.append_event(thread_id, type, data)
+        appended.append(Event(id=event_id, thread_id=thread_id, type=type, data=data,
+                              created_at=""))
+
+    if not events:
+        task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
+        append("system_prompt", {"message": {"role": "system",
+                                             "content": system_prompt(agent, task)}})
+    for call_id, name in dangling_calls(events):
+        append("tool_result", tool_result_data(call_id, name, INTERRUPTED_RESULT, True))
+    for item in tx.take_inbox(thread_id):
+        from_person = item.sender == HUMAN and item.kind == "message"
+        append("user_message" if from_person else "notification", {
+            "message": {"role": "user", "content": item.text}, "sender": item.sender,
+            "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id})
+    messages = [event.data["message"] for event in [*events, *appended]
+                if event.type != "error" and "message" in event.data]
+    return TurnStart(agent=agent, messages=messages, appended=appended)

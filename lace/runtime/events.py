@@ -1,0 +1,79 @@
+"""Past-tense events the runtime publishes; the CLI and the TUI subscribe, the runtime never
+knows who listens."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("lace.runtime")
+
+
+@dataclass(frozen=True)
+class ThreadSpawned:
+    thread_id: str
+    parent_id: str
+    model: str
+    task_id: str | None
+
+
+@dataclass(frozen=True)
+class EventAppended:
+    thread_id: str
+    event_id: int
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TextStreamed:
+    thread_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    thread_id: str
+    text: str | None
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    thread_id: str
+    error: str
+
+
+@dataclass(frozen=True)
+class TasksChanged:
+    thread_id: str
+
+
+RuntimeEvent = (ThreadSpawned | EventAppended | TextStreamed | TurnStarted | TurnEnded
+                | TurnFailed | TasksChanged)
+Subscriber = Callable[[RuntimeEvent], None]
+
+
+class EventBus:
+    """Delivers each event to every subscriber; a failing subscriber never stops the runtime."""
+
+    def __init__(self) -> None:
+        self.subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Receive every event from now on."""
+        self.subscribers.append(subscriber)
+
+    def publish(self, event: RuntimeEvent) -> None:
+        """Hand `event` to every subscriber."""
+        for subscriber in self.subscribers:
+            try:
+                subscriber(event)
+            except Exception:
+                log.exception("event subscriber failed on %r", event)

@@ -1,0 +1,149 @@
+"""The supervisor: runs a turn for every thread with pending inbox rows, concurrently, in one
+asyncio process; idle agents hold no coroutine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from lace.config import Settings
+from lace.core.assignee import HUMAN, parse_model
+from lace.core.records import Thread
+from lace.llm.types import ModelClient, ModelError
+from lace.runtime.database import AsyncStore
+from lace.runtime.events import EventBus, TurnFailed
+from lace.runtime.turn_end import LACE_SENDER, fail_turn
+from lace.runtime.turns import TurnRunner
+from lace.store import Store, Tx
+from lace.tools.base import ModelCheck, no_model_check
+
+log = logging.getLogger("lace.runtime")
+RESUME_TEXT = ("[LACE TASK SYSTEM] Your previous turn was interrupted before it finished. "
+               "Continue where you left off; check the board before repeating any action.")
+
+
+def _resume_interrupted(tx: Tx, root_id: str) -> list[str]:
+    """Agents left `running` or `interrupted` get a `resume` inbox row and become idle."""
+    resumed = []
+    for agent in tx.session_agents(root_id):
+        if agent.status in ("running", "interrupted"):
+            tx.update_agent(agent.thread_id, status="idle")
+            tx.post_inbox(agent.thread_id, sender=LACE_SENDER, kind="resume", text=RESUME_TEXT,
+                          priority="high")
+            resumed.append(agent.thread_id)
+    return resumed
+
+
+@dataclass
+class Supervisor:
+    """Owns the running turns of one process."""
+
+    store: Store
+    client: ModelClient
+    settings: Settings
+    check_model: ModelCheck = no_model_check
+    bus: EventBus = field(default_factory=EventBus)
+    db: AsyncStore = field(init=False)
+    runner: TurnRunner = field(init=False)
+    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _wake_again: set[str] = field(default_factory=set)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.db = AsyncStore(self.store)
+        self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
+                                 bus=self.bus, wake=self.wake, check_model=self.check_model)
+
+    # sessions
+
+    async def start_session(self, prompt: str, model: str) -> Thread:
+        """A new root thread whose inbox holds the person's prompt."""
+        provider, name = parse_model(model)
+
+        def create(tx: Tx) -> Thread:
+            root = tx.create_session(provider=provider, model=name, title=prompt[:80])
+            tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+            return root
+
+        root = await self.db.write(create)
+        self.wake(root.id)
+        return root
+
+    async def send(self, thread_id: str, text: str) -> None:
+        """A person's message to any thread (through its inbox, so it works mid-turn)."""
+        await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
+                                                     text=text))
+        self.wake(thread_id)
+
+    async def resume(self, root_id: str) -> list[str]:
+        """Queue a resume for every agent of the session whose turn was cut off."""
+        resumed = await self.db.write(lambda tx: _resume_interrupted(tx, root_id))
+        for thread_id in resumed:
+            self.wake(thread_id)
+        return resumed
+
+    # scheduling
+
+    def wake(self, thread_id: str) -> None:
+        """Make sure `thread_id` runs its pending inbox rows soon."""
+        if thread_id in self.running:
+            self._wake_again.add(thread_id)
+            return
+        self.running[thread_id] = asyncio.create_task(self._drive(thread_id),
+                                                      name=f"lace-turns-{thread_id}")
+
+    async def _drive(self, thread_id: str) -> None:
+        try:
+            while await self.db.read(lambda tx: thread_id in tx.runnable_threads_of(thread_id)):
+                self._wake_again.discard(thread_id)
+                try:
+                    await self.runner.run(thread_id)
+                except ModelError as error:
+                    await self._fail(thread_id, str(error))
+                    return
+                except Exception as error:  # a bug must not take the session down
+                    log.exception("turn of %s failed", thread_id)
+                    await self._fail(thread_id, f"internal error: {error!r}")
+                    return
+        finally:
+            self.running.pop(thread_id, None)
+            self._changed.set()
+            if thread_id in self._wake_again:
+                self._wake_again.discard(thread_id)
+                self.wake(thread_id)
+
+    async def _fail(self, thread_id: str, error: str) -> None:
+        woken = await self.db.write(lambda tx: fail_turn(tx, thread_id, error))
+        self.bus.publish(TurnFailed(thread_id, error))
+        for waiting in woken:
+            self.wake(waiting)
+
+    async def run_until_quiet(self, root_id: str) -> None:
+        """Run every agent of the session until none is running and no runnable row waits."""
+        while True:
+            for thread_id in await self.db.read(lambda tx: tx.runnable_threads(root_id)):
+                self.wake(thread_id)
+            if not self.running:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def stop(self) -> list[str]:
+        """Cancel running turns and mark their agents `interrupted` (resumable)."""
+        cut = list(self.running)
+        for task in list(self.running.values()):
+            task.cancel()
+        await asyncio.gather(*self.running.values(), return_exceptions=True)
+
+        def mark(tx: Tx) -> None:
+            for thread_id in cut:
+                if tx.get_agent(thread_id).status == "running":
+                    tx.update_agent(thread_id, status="interrupted")
+
+        await self.db.write(mark)
+        return cut
+
+    def close(self) -> None:
+        """Stop the writer thread."""
+        self.db.close()

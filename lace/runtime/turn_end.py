@@ -1,0 +1,70 @@
+"""What happens to a task when its agent's turn ends or fails (runs on the writer thread)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from lace.core.records import Agent, Task
+from lace.store import Tx, schema
+
+LACE_SENDER = "lace"
+REMINDER = ("[LACE TASK SYSTEM] Your turn ended but task '{task_id}' (\"{title}\") is still "
+            "{status}. Complete it with task_complete (the message is your result), or mark it "
+            "blocked with task_update and add a note saying why. If your turn ends again without "
+            "either, lace marks it blocked with your last answer as the reason.")
+
+
+def open_task_of(tx: Tx, agent: Agent) -> Task | None:
+    """The agent's current task if it is still its own and not yet done or blocked."""
+    if not agent.current_task:
+        return None
+    task = tx.get_task(agent.current_task)
+    if task.assigned_to != agent.thread_id or task.status not in ("pending", "in_progress"):
+        return None
+    return task
+
+
+def _was_reminded(tx: Tx, thread_id: str, task_id: str) -> bool:
+    inbox = schema.inbox.c
+    row = tx.connection.execute(sa.select(inbox.id).where(
+        inbox.thread_id == thread_id, inbox.task_id == task_id, inbox.kind == "reminder")).first()
+    return row is not None
+
+
+def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> set[str]:
+    """Mark the agent idle; a `new:` agent that left its task open is reminded once, then the
+    task is blocked with its last answer as the reason and the creator is told."""
+    agent = tx.get_agent(thread_id)
+    tx.update_agent(thread_id, status="idle")
+    task = open_task_of(tx, agent) if agent.type == "persistent" and agent.created_for_task else None
+    if task is not None:
+        _remind_or_block(tx, thread_id, task, final_text)
+    return {thread_id, *tx.woken}
+
+
+def _remind_or_block(tx: Tx, thread_id: str, task: Task, final_text: str | None) -> None:
+    text = (final_text or "").strip() or "(no answer)"
+    if not _was_reminded(tx, thread_id, task.id):
+        tx.insert_note(task.id, thread_id, f"Turn ended without completing the task: {text}")
+        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="reminder", task_id=task.id,
+                      text=REMINDER.format(task_id=task.id, title=task.title, status=task.status),
+                      priority="high")
+        return
+    reason = f"ended its turn twice without completing the task; last answer: {text}"
+    tx.insert_note(task.id, thread_id, f"Blocked: {reason}")
+    tx.update_task(task.id, session_id=task.thread_id, actor=thread_id,
+                   changes={"status": "blocked"}, reason=reason)
+
+
+def fail_turn(tx: Tx, thread_id: str, error: str) -> set[str]:
+    """Mark the agent `error`; its open task is blocked with a note and the creator is told."""
+    tx.update_agent(thread_id, status="error")
+    tx.append_event(thread_id, "error", {"error": error})
+    agent = tx.get_agent(thread_id)
+    task = open_task_of(tx, agent)
+    if task is not None:
+        reason = f"the agent's model failed: {error}"
+        tx.insert_note(task.id, thread_id, f"Blocked: {reason}")
+        tx.update_task(task.id, session_id=task.thread_id, actor=thread_id,
+                       changes={"status": "blocked"}, reason=reason)
+    return set(tx.woken)

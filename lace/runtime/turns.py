@@ -1,0 +1,179 @@
+"""One agent turn: take the inbox, call the model, run its tool calls, repeat until it answers."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import random
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from lace.config import Limits
+from lace.core.records import Agent
+from lace.llm.types import ModelClient, ModelError, ModelReply, ToolCallRequest
+from lace.runtime.conversation import begin_turn, tool_result_data
+from lace.runtime.database import AsyncStore
+from lace.runtime.events import (
+    EventAppended,
+    EventBus,
+    TasksChanged,
+    TextStreamed,
+    ThreadSpawned,
+    TurnEnded,
+    TurnStarted,
+)
+from lace.runtime.turn_end import end_turn
+from lace.store import Tx
+from lace.tools.base import ModelCheck, ToolContext, ToolResult
+from lace.tools.registry import ToolRegistry
+
+
+@dataclass
+class Slots:
+    """Limits on model calls in flight: one for the process, one per configured provider."""
+
+    limits: Limits
+    overall: asyncio.Semaphore = field(init=False)
+    per_provider: dict[str, asyncio.Semaphore] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.overall = asyncio.Semaphore(self.limits.max_running)
+        self.per_provider = {name: asyncio.Semaphore(count)
+                             for name, count in self.limits.per_provider.items()}
+
+    async def hold(self, stack: AsyncExitStack, provider: str) -> None:
+        """Enter the provider's slot, then the overall one, until `stack` closes."""
+        if provider in self.per_provider:
+            await stack.enter_async_context(self.per_provider[provider])
+        await stack.enter_async_context(self.overall)
+
+
+@dataclass
+class TurnRunner:
+    """Everything a turn needs; one per runtime, shared by every agent."""
+
+    db: AsyncStore
+    client: ModelClient
+    limits: Limits
+    bus: EventBus
+    wake: Callable[[str], None]
+    check_model: ModelCheck
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    watched: set[str] = field(default_factory=set)
+    slots: Slots = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slots = Slots(self.limits)
+
+    async def run(self, thread_id: str) -> str | None:
+        """One whole turn; returns the final answer. ModelError escapes after retries."""
+        start = await self.db.write(lambda tx: begin_turn(tx, thread_id))
+        self.bus.publish(TurnStarted(thread_id))
+        for event in start.appended:
+            self._published(thread_id, event.id, event.type, event.data)
+        agent, messages = start.agent, start.messages
+        tools = self.registry.definitions(agent.tools)
+        while True:
+            reply = await self._call_model(agent, messages, tools)
+            message = reply.message()
+            messages.append(message)
+            await self.db.write(functools.partial(self._record_reply, thread_id=thread_id,
+                                                  message=message))
+            if not reply.tool_calls:
+                break
+            results = await asyncio.gather(*(self._run_tool(agent, call)
+                                             for call in reply.tool_calls))
+            messages.extend(results)
+        for woken in await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content)):
+            self.wake(woken)
+        self.bus.publish(TurnEnded(thread_id, reply.content))
+        return reply.content
+
+    def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any]) -> None:
+        event_id = tx.append_event(thread_id, "agent_message", {"message": message})
+        self._published(thread_id, event_id, "agent_message", {"message": message})
+        for call in message.get("tool_calls") or []:
+            data = {"call_id": call["id"], "tool_name": call["function"]["name"],
+                    "arguments": call["function"]["arguments"]}
+            self._published(thread_id, tx.append_event(thread_id, "tool_call", data),
+                            "tool_call", data)
+
+    def _published(self, thread_id: str, event_id: int, type: str, data: dict[str, Any]) -> None:
+        self.bus.publish(EventAppended(thread_id, event_id, type, data))
+
+    async def _call_model(self, agent: Agent, messages: list[dict[str, Any]],
+                          tools: list[dict[str, Any]]) -> ModelReply:
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            try:
+                async with AsyncExitStack() as stack:
+                    await self.slots.hold(stack, agent.provider)
+                    reply = await self.client.complete(
+                        agent.model_name, messages, tools, on_delta=self._streamer(agent))
+            except ModelError as error:
+                await self.db.write(functools.partial(
+                    Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
+                    prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+                    latency_ms=(time.monotonic() - started) * 1000, error=str(error)))
+                if not error.transient or attempt >= self.limits.model_retries:
+                    raise
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+                continue
+            latency = (time.monotonic() - started) * 1000
+            await self.db.write(lambda tx: tx.record_llm_call(
+                agent.thread_id, model=agent.model_name, prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
+                latency_ms=latency))
+            return reply
+
+    def _backoff(self, attempt: int) -> float:
+        ceiling = min(self.limits.retry_max_s, self.limits.retry_base_s * 2 ** attempt)
+        return random.uniform(ceiling / 2, ceiling)
+
+    def _streamer(self, agent: Agent) -> Callable[[str], None] | None:
+        if agent.thread_id not in self.watched:
+            return None
+        return lambda delta: self.bus.publish(TextStreamed(agent.thread_id, delta))
+
+    async def _run_tool(self, agent: Agent, call: ToolCallRequest) -> dict[str, Any]:
+        context = ToolContext(store=self.db.store, thread_id=agent.thread_id,
+                              session_id=agent.thread_id.split(".", 1)[0],
+                              check_model=self.check_model)
+        woken: set[str] = set()
+        spawned: list[tuple[str, str, str | None]] = []
+        recorded: list[tuple[int, dict[str, Any]]] = []
+
+        def record(tx: Tx, result: ToolResult) -> None:
+            data = tool_result_data(call.id, call.name, result.text, result.is_error)
+            recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
+            woken.update(tx.woken)
+            for child in tx.spawned:
+                child_agent = tx.get_agent(child)
+                spawned.append((child, child_agent.model_name, child_agent.current_task))
+
+        result = await self.db.call(lambda: self.registry.execute(
+            call.name, call.arguments, context, allowed=agent.tools, record=record))
+        for event_id, data in recorded:
+            self._published(agent.thread_id, event_id, "tool_result", data)
+        for child, model, task_id in spawned:
+            self.bus.publish(ThreadSpawned(child, agent.thread_id, model, task_id))
+        if woken or call.name.startswith("task_"):
+            self.bus.publish(TasksChanged(agent.thread_id))
+        for thread_id in woken - {agent.thread_id}:
+            self.wake(thread_id)
+        return {"role": "tool", "tool_call_id": call.id, "content": result.text}
+
+
+def describe_call(call: dict[str, Any]) -> str:
+    """A tool call in one short line, for progress output."""
+    try:
+        arguments = json.dumps(json.loads(call.get("arguments") or "{}"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        arguments = str(call.get("arguments"))
+    return f"{call.get('tool_name')}({arguments[:100]}{'…' if len(arguments) > 100 else ''})"
