@@ -96,3 +96,27 @@ def unchanged(db_path: Path) -> Callable[[], Any]:
         assert snapshot(db_path) == before
 
     return guard
+
+
+@pytest.fixture
+def models() -> Any:
+    """Scripted models reached through real litellm calls (`scripted/<role>`)."""
+    from tests.scripted import ScriptedModels
+
+    return ScriptedModels()
+
+
+@pytest.fixture
+async def runtime(store: Store, models: Any) -> Any:
+    """A supervisor over the test database with the real litellm client and quick retries."""
+    from lace.config import Limits, Settings
+    from lace.llm.checks import check_model
+    from lace.llm.client import LiteLLMClient
+    from lace.runtime.supervisor import Supervisor
+
+    settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
+    supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
+                            check_model=check_model)
+    yield supervisor
+    await supervisor.stop()
+    supervisor.close()

@@ -5,11 +5,17 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from lace.runtime.events import EventAppended, RuntimeEvent, ThreadSpawned, TurnFailed
+from lace.runtime.events import (
+    EventAppended,
+    RuntimeEvent,
+    Subscriber,
+    ThreadSpawned,
+    TurnFailed,
+)
 from lace.runtime.turns import describe_call
 
 
-def progress_printer(stream: TextIO = sys.stderr) -> object:
+def progress_printer(stream: TextIO | None = None) -> Subscriber:
     """A bus subscriber that narrates the run."""
 
     def show(event: RuntimeEvent) -> None:
@@ -28,6 +34,6 @@ def progress_printer(stream: TextIO = sys.stderr) -> object:
             elif event.type == "notification" and data.get("kind") == "completion":
                 line = f"  {event.thread_id} ← {data.get('task_id')} completed"
         if line:
-            print(line, file=stream, flush=True)
+            print(line, file=stream or sys.stderr, flush=True)
 
     return show

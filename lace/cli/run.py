@@ -48,7 +48,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
 
     supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
                             check_model=check_model)
-    supervisor.bus.subscribe(progress_printer())  # type: ignore[arg-type]
+    supervisor.bus.subscribe(progress_printer())
     try:
         if args.continue_thread:
             root_id = args.continue_thread.split(".", 1)[0]

@@ -11,7 +11,8 @@ from lace.llm.litellm_setup import litellm
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
 
 log = logging.getLogger("lace.llm")
-_KEYLIKE = re.compile(r"(sk|key|token|api)[-_A-Za-z0-9]{12,}|[A-Za-z0-9_\-]{32,}", re.IGNORECASE)
+_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|token)-[A-Za-z0-9_\-]{8,}"
+                      r"|\b(?=[A-Za-z_\-]*\d)(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}")
 _TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "ServiceUnavailableError",
               "InternalServerError", "BadGatewayError")
 
@@ -27,7 +28,8 @@ def classify(error: Exception) -> ModelError:
     message = redact(str(error))
     missing_key = "credentials" in message.lower() or "api key" in message.lower()
     transient = name in _TRANSIENT and not missing_key
-    return ModelError(f"{name}: {message[:500]}", transient=transient)
+    first_line = message.strip().splitlines()[0] if message.strip() else name
+    return ModelError(f"{name}: {first_line[:300]}", transient=transient)
 
 
 class LiteLLMClient:

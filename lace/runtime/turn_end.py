@@ -36,7 +36,8 @@ def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> set[str]:
     task is blocked with its last answer as the reason and the creator is told."""
     agent = tx.get_agent(thread_id)
     tx.update_agent(thread_id, status="idle")
-    task = open_task_of(tx, agent) if agent.type == "persistent" and agent.created_for_task else None
+    spawned = agent.type == "persistent" and agent.created_for_task is not None
+    task = open_task_of(tx, agent) if spawned else None
     if task is not None:
         _remind_or_block(tx, thread_id, task, final_text)
     return {thread_id, *tx.woken}

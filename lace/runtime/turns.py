@@ -125,11 +125,10 @@ class TurnRunner:
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1
                 continue
-            latency = (time.monotonic() - started) * 1000
-            await self.db.write(lambda tx: tx.record_llm_call(
-                agent.thread_id, model=agent.model_name, prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
-                latency_ms=latency))
+            await self.db.write(functools.partial(
+                Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
+                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                cost_usd=reply.cost_usd, latency_ms=(time.monotonic() - started) * 1000))
             return reply
 
     def _backoff(self, attempt: int) -> float:

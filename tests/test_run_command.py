@@ -1,0 +1,117 @@
+"""`lace run` as a person uses it: the offline demo, JSON, exit codes, timeouts and --continue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.cli import main
+from lace.llm.types import ScriptedReply
+from tests.scripted import ScriptedModels, reply
+
+CaptureFixture = pytest.CaptureFixture[str]
+
+
+def lace(capsys: CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_offline_demo_runs_in_a_fresh_process(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items()
+           if not key.endswith("_API_KEY") and not key.startswith("LACE_")}
+    env["LACE_HOME"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "lace", "run",
+                             "Write the announcement and list the risks."],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("All 2 tasks are done.")
+    assert "Write the announcement" in result.stdout and "list the risks" in result.stdout
+    assert result.stderr.count("spawned (demo/worker)") == 2
+    with sqlite3.connect(tmp_path / "lace.db") as connection:
+        statuses = connection.execute("SELECT status FROM tasks").fetchall()
+        children = connection.execute(
+            "SELECT COUNT(*) FROM threads WHERE parent_id IS NOT NULL").fetchone()
+    assert statuses == [("completed",), ("completed",)] and children == (2,)
+
+
+def test_json_summary(capsys: CaptureFixture, db_path: Path) -> None:
+    code, out, _ = lace(capsys, "run", "Research and write", "--json", "--db", str(db_path))
+    summary = json.loads(out)
+    assert code == 0 and summary["root_status"] == "idle"
+    assert summary["answer"].startswith("All 2 tasks are done.")
+    assert len(summary["threads"]) == 3 and {t["status"] for t in summary["tasks"]} == {
+        "completed"}
+    assert summary["usage"]["tokens_in"] == sum(t["tokens_in"] for t in summary["threads"]) > 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run"], "give a prompt"),
+    (["run", "hi", "--model", "gpt-4o"], "Expected provider/model"),
+    (["run", "hi", "--model", "foo/bar"], "Unknown provider 'foo'"),
+    (["run", "hi", "--model", "openai/gpt-4o"], "OPENAI_API_KEY"),
+    (["run", "--continue", "lace_20990101_zzzzzz"], "Unknown thread"),
+    (["run", "hi", "--timeout", "-1"], "must be more than 0"),
+])
+def test_bad_usage_exits_2_and_writes_nothing(capsys: CaptureFixture, db_path: Path,
+                                              argv: list[str], message: str) -> None:
+    code, out, err = lace(capsys, *argv, "--db", str(db_path))
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+    if db_path.exists():
+        with sqlite3.connect(db_path) as connection:
+            assert connection.execute("SELECT COUNT(*) FROM threads").fetchone() == (0,)
+
+
+def test_a_failing_root_model_exits_1(capsys: CaptureFixture, db_path: Path,
+                                      models: ScriptedModels) -> None:
+    from lace.llm.litellm_setup import litellm
+
+    def broken(messages: list[dict[str, Any]]) -> ScriptedReply:
+        raise litellm().BadRequestError("no such model", llm_provider="scripted", model="x")
+
+    models.on("broken", broken)
+    code, _, err = lace(capsys, "run", "hi", "--model", "scripted/broken", "--db", str(db_path))
+    assert code == 1 and "failed: BadRequestError" in err
+
+
+def test_timeout_marks_turns_interrupted_and_continue_resumes(
+        capsys: CaptureFixture, db_path: Path, models: ScriptedModels) -> None:
+    slow = [True]
+
+    async def sleepy(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if slow[0]:
+            await asyncio.sleep(30)
+        resumed = any("interrupted" in (m.get("content") or "") for m in messages)
+        return reply("resumed and done" if resumed else "done")
+
+    models.on("sleepy", sleepy)
+    code, _, err = lace(capsys, "run", "hi", "--model", "scripted/sleepy", "--timeout", "0.5",
+                        "--db", str(db_path))
+    assert code == 3 and "timed out" in err
+    with sqlite3.connect(db_path) as connection:
+        (root, status), = connection.execute("SELECT thread_id, status FROM agent_metadata")
+    assert status == "interrupted"
+    slow[0] = False
+    code, out, err = lace(capsys, "run", "--continue", root, "--model", "scripted/sleepy",
+                          "--db", str(db_path))
+    assert code == 0 and out == "resumed and done\n" and "Resuming 1 interrupted" in err
+    code, out, _ = lace(capsys, "run", "--continue", root, "and more?", "--model",
+                        "scripted/sleepy", "--db", str(db_path))
+    assert code == 0
+    with sqlite3.connect(db_path) as connection:
+        kinds = connection.execute("SELECT kind, sender FROM inbox ORDER BY id").fetchall()
+        status = connection.execute("SELECT status FROM agent_metadata").fetchone()
+    assert kinds == [("message", "human"), ("resume", "lace"), ("message", "human")]
+    assert status == ("idle",)
