@@ -13,8 +13,8 @@ $(BIN)/lace: pyproject.toml
 	touch $@
 
 demo: $(BIN)/lace
-	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace task add "Try lace" --prompt "$(PROMPT)" --assign human
-	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace tasks
+	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace run "$(PROMPT)"
+	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace threads
 
 lint: $(BIN)/lace
 	$(BIN)/ruff check .

@@ -17,6 +17,14 @@ from lace.tools.registry import ToolRegistry
 
 
 @pytest.fixture(autouse=True)
+def no_remote_model_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the local demo and scripted providers can be called from a test."""
+    from lace.llm.client import LiteLLMClient
+
+    monkeypatch.setattr(LiteLLMClient, "allow_remote_calls", False)
+
+
+@pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test touches ~/.lace or a real provider key."""
     home = tmp_path / "lace-home"

@@ -349,3 +349,93 @@ async def test_model_calls_respect_max_running(store: Any, models: ScriptedModel
     await asyncio.wait_for(supervisor.run_until_quiet(root.id), 60)
     supervisor.close()
     assert peak[0] == 2
+
+
+async def test_per_provider_limit(store: Any, models: ScriptedModels) -> None:
+    from lace.config import Limits, Settings
+    from lace.llm.client import LiteLLMClient
+
+    in_flight, peak = [0], [0]
+
+    async def counted(messages: list[dict[str, Any]]) -> ScriptedReply:
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.02)
+        in_flight[0] -= 1
+        return dutiful_worker()(messages)
+
+    models.on("root", coordinator(*["new:scripted/worker"] * 3, titles=("a", "b", "c")))
+    models.on("worker", counted)
+    settings = Settings(limits=Limits(max_running=8, per_provider={"scripted": 1}))
+    supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings)
+    root = await supervisor.start_session("go", "scripted/root")
+    await asyncio.wait_for(supervisor.run_until_quiet(root.id), 60)
+    supervisor.close()
+    assert peak[0] == 1
+
+
+async def test_a_watched_thread_streams_its_text(runtime: Supervisor,
+                                                 models: ScriptedModels) -> None:
+    from lace.runtime.events import TextStreamed
+
+    models.on("root", lambda messages: reply("one two three") if messages[-1]["role"] == "tool"
+              else reply("listing", ("task_list", {})))
+    deltas: list[str] = []
+    runtime.bus.subscribe(lambda event: deltas.append(event.delta)
+                          if isinstance(event, TextStreamed) else None)
+    root = await runtime.start_session("go", "scripted/root")
+    runtime.runner.watched.add(root.id)
+    assert await runtime.runner.run(root.id) == "one two three"
+    assert "".join(deltas) == "listingone two three" and len(deltas) == 4
+
+
+async def test_prices_are_counted_and_unknown_prices_logged_once(
+        runtime: Supervisor, models: ScriptedModels, db_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from lace.llm.litellm_setup import litellm
+
+    litellm().register_model({"scripted/priced": {
+        "input_cost_per_token": 1e-3, "output_cost_per_token": 2e-3, "litellm_provider": "scripted",
+        "mode": "chat", "cache_creation_input_token_cost": 0.0,
+        "cache_read_input_token_cost": 0.0}})
+    models.on("priced", lambda messages: reply("ok"))
+    models.on("free", lambda messages: reply("ok"))
+    caplog.set_level(logging.INFO, logger="lace.llm")
+    for model in ("scripted/priced", "scripted/free", "scripted/free"):
+        root = await runtime.start_session("hi", model)
+        await runtime.run_until_quiet(root.id)
+    costs = query(db_path, "SELECT model, prompt_tokens, completion_tokens, cost_usd FROM "
+                           "llm_calls ORDER BY id")
+    assert costs[0] == ("scripted/priced", 10, 5, pytest.approx(10 * 1e-3 + 5 * 2e-3))
+    assert costs[1:] == [("scripted/free", 10, 5, 0.0)] * 2
+    assert query(db_path, "SELECT SUM(cost_usd) FROM agent_metadata") == [
+        (pytest.approx(0.02),)]
+    logged = [r.getMessage() for r in caplog.records if "no known price" in r.getMessage()]
+    assert logged == ["no known price for scripted/free; its calls count as $0 (tokens still "
+                      "add up)"]
+
+
+async def test_provider_keys_are_never_written(runtime: Supervisor, models: ScriptedModels,
+                                               db_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-0123456789abcdefSECRET"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    models.on("root", coordinator("new:openai/gpt-4o", titles=("Keyed",)))
+    root = await runtime.start_session("go", "scripted/root")
+    await runtime.runner.run(root.id)
+    await runtime.stop()
+    for path in db_path.parent.glob("lace.db*"):
+        assert secret.encode() not in path.read_bytes()
+    assert query(db_path, "SELECT provider, model FROM agent_metadata WHERE thread_id = ?",
+                 f"{root.id}.1") == [("openai", "gpt-4o")]
+
+
+async def test_tests_cannot_reach_a_real_provider(runtime: Supervisor, db_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    root = await runtime.start_session("hi", "openai/gpt-4o")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 10)
+    assert query(db_path, "SELECT error FROM llm_calls") == [
+        ("remote model calls are disabled here (openai/gpt-4o)",)]

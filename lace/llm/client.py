@@ -7,6 +7,7 @@ import logging
 import re
 from typing import Any
 
+from lace.llm.checks import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
 
@@ -35,6 +36,9 @@ def classify(error: Exception) -> ModelError:
 class LiteLLMClient:
     """Calls models through `litellm.acompletion`; the only code that talks to providers."""
 
+    allow_remote_calls = True
+    """Tests set this False, so no test can ever reach a real provider."""
+
     def __init__(self) -> None:
         self._unpriced: set[str] = set()
         from lace.llm.scripted import register_local_providers
@@ -45,6 +49,8 @@ class LiteLLMClient:
                        tools: list[dict[str, Any]], *,
                        on_delta: DeltaCallback | None = None) -> ModelReply:
         """One model call; raises ModelError."""
+        if not self.allow_remote_calls and model.split("/", 1)[0] not in LOCAL_PROVIDERS:
+            raise ModelError(f"remote model calls are disabled here ({model})", transient=False)
         module = litellm()
         arguments: dict[str, Any] = {"model": model, "messages": messages}
         if tools:
