@@ -115,3 +115,31 @@ def test_timeout_marks_turns_interrupted_and_continue_resumes(
         status = connection.execute("SELECT status FROM agent_metadata").fetchone()
     assert kinds == [("message", "human"), ("resume", "lace"), ("message", "human")]
     assert status == ("idle",)
+
+
+def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LACE_")}
+    env.update(LACE_HOME=str(tmp_path), LACE_DEMO_DELAY="0.4")
+    process = subprocess.Popen([sys.executable, "-m", "lace", "run", "one and two"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    database = tmp_path / "lace.db"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if database.exists():
+            with sqlite3.connect(database) as connection:
+                running = connection.execute(
+                    "SELECT COUNT(*) FROM agent_metadata WHERE status = 'running' AND "
+                    "parent_thread_id IS NOT NULL").fetchone()[0]
+            if running:
+                break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "resume with lace run --continue" in err and "Traceback" not in err
+    with sqlite3.connect(database) as connection:
+        statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}
+    assert "running" not in statuses and "interrupted" in statuses

@@ -63,6 +63,9 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
             print(f"Session {root_id}", file=sys.stderr)
         try:
             await asyncio.wait_for(supervisor.run_until_quiet(root_id), args.timeout)
+        except asyncio.CancelledError:  # Ctrl+C: stop cleanly, resumable with --continue
+            await supervisor.stop()
+            raise
         except TimeoutError:
             cut = await supervisor.stop()
             print(f"lace: timed out after {args.timeout}s; {len(cut)} turn(s) marked interrupted; "

@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import itertools
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,14 @@ _call_ids = itertools.count(1)
 
 def _plain(message: Any) -> dict[str, Any]:
     return message if isinstance(message, dict) else dict(message.model_dump())
+
+
+async def _demo(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The demo model, optionally slowed by `$LACE_DEMO_DELAY` seconds per call (to watch it)."""
+    delay = float(os.environ.get("LACE_DEMO_DELAY") or 0)
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return demo_reply(model, messages)
 
 
 def _unavailable(_model: str, _messages: list[dict[str, Any]]) -> ScriptedReply:
@@ -92,7 +101,7 @@ def register_local_providers() -> None:
     if _providers:
         return
     provider_class = make_provider_class()
-    _providers["demo"] = provider_class("demo", demo_reply)
+    _providers["demo"] = provider_class("demo", _demo)
     _providers["scripted"] = provider_class("scripted", _unavailable)
     module = litellm()
     module.custom_provider_map = [
