@@ -38,10 +38,12 @@ def tool_result_data(call_id: str, tool_name: str, text: str, is_error: bool) ->
             "call_id": call_id, "tool_name": tool_name, "is_error": is_error}
 
 
-def begin_turn(tx: Tx, thread_id: str) -> TurnStart:
-    """Mark the agent running, seed its system prompt, close dangling calls, and move its
-    pending inbox rows into `events`, all in the caller's one transaction."""
+def begin_turn(tx: Tx, thread_id: str) -> TurnStart | None:
+    """Claim the agent (None if another process is running it), seed its system prompt, close
+    dangling calls, and move its pending inbox rows into `events`, in one transaction."""
     agent = tx.get_agent(thread_id)
+    if agent.status == "running":
+        return None
     tx.update_agent(thread_id, status="running")
     events = tx.thread_events(thread_id)
     appended: list[Event] = []

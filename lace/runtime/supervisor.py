@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from lace.config import Settings
 from lace.core.assignee import HUMAN, parse_model
@@ -14,20 +15,20 @@ from lace.llm.types import ModelClient, ModelError
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, TurnFailed
 from lace.runtime.turn_end import LACE_SENDER, fail_turn
-from lace.runtime.turns import TurnRunner
+from lace.runtime.turns import AlreadyRunningError, TurnRunner
 from lace.store import Store, Tx
-from lace.tools.base import ModelCheck, no_model_check
+from lace.tools.base import ModelCheck, ToolContext, ToolResult, no_model_check
 
 log = logging.getLogger("lace.runtime")
 RESUME_TEXT = ("[LACE TASK SYSTEM] Your previous turn was interrupted before it finished. "
                "Continue where you left off; check the board before repeating any action.")
 
 
-def _resume_interrupted(tx: Tx, root_id: str) -> list[str]:
-    """Agents left `running` or `interrupted` get a `resume` inbox row and become idle."""
+def _resume_interrupted(tx: Tx, root_id: str, statuses: tuple[str, ...]) -> list[str]:
+    """Agents left in one of `statuses` get a `resume` inbox row and become idle."""
     resumed = []
     for agent in tx.session_agents(root_id):
-        if agent.status in ("running", "interrupted"):
+        if agent.status in statuses:
             tx.update_agent(agent.thread_id, status="idle")
             tx.post_inbox(agent.thread_id, sender=LACE_SENDER, kind="resume", text=RESUME_TEXT,
                           priority="high")
@@ -76,9 +77,27 @@ class Supervisor:
                                                      text=text))
         self.wake(thread_id)
 
-    async def resume(self, root_id: str) -> list[str]:
-        """Queue a resume for every agent of the session whose turn was cut off."""
-        resumed = await self.db.write(lambda tx: _resume_interrupted(tx, root_id))
+    async def act_as_human(self, root_id: str, tool: str,
+                           arguments: dict[str, Any]) -> ToolResult:
+        """Call a board tool as the person (`human`); agents it notifies are woken."""
+        woken: set[str] = set()
+
+        def collect(tx: Tx, _result: ToolResult) -> None:
+            woken.update(tx.woken)
+
+        context = ToolContext(store=self.store, thread_id=HUMAN, session_id=root_id,
+                              check_model=self.check_model)
+        result = await self.db.call(lambda: self.runner.registry.execute(
+            tool, arguments, context, record=collect))
+        for thread_id in woken:
+            self.wake(thread_id)
+        return result
+
+    async def resume(self, root_id: str,
+                     statuses: tuple[str, ...] = ("running", "interrupted")) -> list[str]:
+        """Queue a resume for every agent of the session whose turn was cut off; a status of
+        `running` counts only when no other process can be running it (after a crash)."""
+        resumed = await self.db.write(lambda tx: _resume_interrupted(tx, root_id, statuses))
         for thread_id in resumed:
             self.wake(thread_id)
         return resumed
@@ -99,6 +118,8 @@ class Supervisor:
                 self._wake_again.discard(thread_id)
                 try:
                     await self.runner.run(thread_id)
+                except AlreadyRunningError:
+                    return
                 except ModelError as error:
                     await self._fail(thread_id, str(error))
                     return

@@ -32,6 +32,10 @@ from lace.tools.base import ModelCheck, ToolContext, ToolResult
 from lace.tools.registry import ToolRegistry
 
 
+class AlreadyRunningError(Exception):
+    """Another process is running this agent's turn."""
+
+
 @dataclass
 class Slots:
     """Limits on model calls in flight: one for the process, one per configured provider."""
@@ -72,6 +76,8 @@ class TurnRunner:
     async def run(self, thread_id: str) -> str | None:
         """One whole turn; returns the final answer. ModelError escapes after retries."""
         start = await self.db.write(lambda tx: begin_turn(tx, thread_id))
+        if start is None:
+            raise AlreadyRunningError(thread_id)
         self.bus.publish(TurnStarted(thread_id))
         for event in start.appended:
             self._published(thread_id, event.id, event.type, event.data)

@@ -15,6 +15,7 @@ from lace.core.tasks import OPEN_STATUSES
 from lace.store import schema
 
 _TASK_ID_ATTEMPTS = 20
+NOT_RUNNABLE = ("stopped", "error", "running")
 
 
 def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
@@ -176,12 +177,13 @@ class RowVerbs:
         return items
 
     def runnable_threads(self, root_id: str | None = None) -> list[str]:
-        """Threads with pending inbox rows whose agent may run (not stopped, not failed)."""
+        """Threads with pending inbox rows whose agent may start a turn: not stopped, not
+        failed, and not already running (here or in another process)."""
         inbox, agents, threads = schema.inbox, schema.agent_metadata, schema.threads
         statement = (sa.select(inbox.c.thread_id).distinct()
                      .join(agents, agents.c.thread_id == inbox.c.thread_id)
                      .where(inbox.c.consumed_at.is_(None),
-                            agents.c.status.not_in(("stopped", "error"))))
+                            agents.c.status.not_in(NOT_RUNNABLE)))
         if root_id is not None:
             statement = statement.join(threads, threads.c.id == inbox.c.thread_id).where(
                 threads.c.root_id == root_id)
@@ -190,7 +192,7 @@ class RowVerbs:
     def runnable_threads_of(self, thread_id: str) -> list[str]:
         """`[thread_id]` if it has pending inbox rows and may run, else `[]`."""
         agent = self.find_agent(thread_id)
-        if agent is None or agent.status in ("stopped", "error"):
+        if agent is None or agent.status in NOT_RUNNABLE:
             return []
         row = self._execute(sa.select(schema.inbox.c.id).where(
             schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))).first()

@@ -1,0 +1,1 @@
+"""The Textual app: switch between agent threads, watch them work, talk to them, see the board."""

@@ -1,0 +1,99 @@
+"""A plain snapshot of one session for the screen: threads, agents, tasks and each thread's mark.
+Loaded on the store's thread; no Textual here, so it can be tested on its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lace.core.records import Agent, Task, Thread
+from lace.store import Tx
+
+MARKS = {
+    "idle": "○", "running": "◐", "waiting": "⧗", "blocked": "⊘", "error": "✗",
+    "stopped": "■", "done": "✓", "interrupted": "↯",
+}
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """One line of the thread tree."""
+
+    thread: Thread
+    agent: Agent | None
+    state: str
+    task_title: str | None
+
+    @property
+    def label(self) -> str:
+        """`◐ .1 worker · Write the announcement · 45 tok $0.0012`."""
+        agent = self.agent
+        short = self.thread.id if self.thread.parent_id is None else \
+            "." + self.thread.id.split(".", 1)[1]
+        name = f"{agent.name} ({agent.model_name})" if agent else "(no agent)"
+        parts = [f"{MARKS[self.state]} {short} {name}"]
+        if self.task_title:
+            parts.append(self.task_title[:40])
+        if agent:
+            parts.append(f"{agent.tokens_in + agent.tokens_out} tok ${agent.cost_usd:.4f}")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """Everything the main screen shows about one session."""
+
+    root: Thread
+    rows: list[ThreadRow]
+    tasks: list[Task]
+    running: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    children: dict[str, list[str]] = field(default_factory=dict)
+
+    def row(self, thread_id: str) -> ThreadRow | None:
+        """The row of a thread, if it belongs to this session."""
+        return next((row for row in self.rows if row.thread.id == thread_id), None)
+
+
+def thread_state(agent: Agent | None, task: Task | None, open_created: int) -> str:
+    """The status mark of a thread: the agent's own status, refined by its task's."""
+    if agent is None:
+        return "idle"
+    if agent.status in ("running", "error", "stopped", "interrupted"):
+        return agent.status
+    if task is not None and task.assigned_to == agent.thread_id:
+        if task.status == "blocked":
+            return "blocked"
+        if task.status == "completed" and not open_created:
+            return "done"
+    return "waiting" if open_created else "idle"
+
+
+def _order(thread: Thread) -> list[int]:
+    return [int(part) for part in thread.id.split(".")[1:]]
+
+
+def load_session_view(tx: Tx, root_id: str) -> SessionView:
+    """Read one consistent snapshot of a session."""
+    root = tx.get_session(root_id)
+    threads = sorted(tx.session_threads(root_id), key=_order)
+    agents = {agent.thread_id: agent for agent in tx.session_agents(root_id)}
+    tasks, _ = tx.query_tasks(root_id, include_closed=True)
+    by_id = {task.id: task for task in tasks}
+    open_created: dict[str, int] = {}
+    for task in tasks:
+        if task.status in ("pending", "in_progress") and task.assigned_to != task.created_by:
+            open_created[task.created_by] = open_created.get(task.created_by, 0) + 1
+    rows, children = [], {}
+    for thread in threads:
+        agent = agents.get(thread.id)
+        task = by_id.get(agent.current_task or "") if agent else None
+        state = thread_state(agent, task, open_created.get(thread.id, 0))
+        rows.append(ThreadRow(thread, agent, state, task.title if task else None))
+        if thread.parent_id:
+            children.setdefault(thread.parent_id, []).append(thread.id)
+    return SessionView(
+        root=root, rows=rows, tasks=tasks, children=children,
+        running=sum(1 for a in agents.values() if a.status == "running"),
+        tokens=sum(a.tokens_in + a.tokens_out for a in agents.values()),
+        cost_usd=sum(a.cost_usd for a in agents.values()))

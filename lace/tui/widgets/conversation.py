@@ -1,0 +1,118 @@
+"""The selected thread's conversation: messages, collapsed tool calls, styled notifications, and
+the answer being streamed; only the latest events are mounted, so switching stays instant."""
+
+from __future__ import annotations
+
+import json
+
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Collapsible, Markdown, Static
+
+from lace.core.records import Event
+
+SHOWN_EVENTS = 120
+
+
+def _short(text: str, width: int = 90) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _arguments(raw: str) -> str:
+    try:
+        return json.dumps(json.loads(raw or "{}"), ensure_ascii=False, indent=2)
+    except json.JSONDecodeError:
+        return raw
+
+
+class ToolCallView(Collapsible):
+    """One tool call, one line until expanded; its result fills in when it arrives."""
+
+    def __init__(self, name: str, arguments: str) -> None:
+        self.call_name, self.arguments = name, arguments
+        self.body = Static(_arguments(arguments), classes="tool-body", markup=False)
+        super().__init__(self.body, title=f"→ {name}({_short(arguments, 70)})", collapsed=True,
+                         classes="tool-call")
+
+    def show_result(self, text: str, is_error: bool) -> None:
+        """Fill in the result and mark the line ✓ or ✗."""
+        mark = "✗" if is_error else "✓"
+        self.title = f"{mark} {self.call_name}({_short(self.arguments, 50)}) → {_short(text, 50)}"
+        self.body.update(f"{_arguments(self.arguments)}\n\n{text}")
+        self.set_class(is_error, "tool-error")
+
+
+class Conversation(VerticalScroll):
+    """Renders events; `append` adds new ones, `stream` shows the answer in progress."""
+
+    def __init__(self) -> None:
+        super().__init__(id="conversation")
+        self.thread_id: str | None = None
+        self.last_event_id = 0
+        self.calls: dict[str, ToolCallView] = {}
+        self.live: Markdown | None = None
+
+    def show(self, thread_id: str, events: list[Event], hidden: int = 0) -> None:
+        """Replace the view with `thread_id`'s latest events."""
+        self.thread_id, self.last_event_id, self.live = thread_id, 0, None
+        self.calls.clear()
+        self.remove_children()
+        if hidden:
+            self.mount(Static(f"… {hidden} earlier events (lace show {thread_id})",
+                              classes="hidden-count"))
+        self.append(events)
+
+    def append(self, events: list[Event]) -> None:
+        """Add events newer than the last one shown."""
+        fresh = [event for event in events if event.id > self.last_event_id]
+        if not fresh:
+            return
+        at_bottom = self.scroll_y >= self.max_scroll_y - 1
+        widgets = [widget for event in fresh if (widget := self._widget(event)) is not None]
+        if self.live is not None and any(e.type == "agent_message" for e in fresh):
+            self.live.remove()
+            self.live = None
+        if widgets:
+            self.mount_all(widgets, before=self.live)
+        self.last_event_id = fresh[-1].id
+        if at_bottom:
+            self.scroll_end(animate=False)
+
+    def stream(self, text: str) -> None:
+        """Show the answer being written, below everything else."""
+        if self.live is None:
+            self.live = Markdown(text, classes="agent streaming")
+            self.mount(self.live)
+        else:
+            self.live.update(text)
+        self.scroll_end(animate=False)
+
+    def _widget(self, event: Event) -> Widget | None:
+        data = event.data
+        message = data.get("message") or {}
+        content = str(message.get("content") or "")
+        if event.type == "system_prompt":
+            return Collapsible(Static(content, markup=False), title="system prompt",
+                               collapsed=True, classes="system")
+        if event.type == "user_message":
+            return Static(f"you: {content}", classes="user", markup=False)
+        if event.type == "notification":
+            sender = data.get("sender", "")
+            return Static(f"[{data.get('kind')} from {sender}]\n{content}",
+                          classes="notification", markup=False)
+        if event.type == "agent_message":
+            return Markdown(content, classes="agent") if content else None
+        if event.type == "tool_call":
+            view = ToolCallView(str(data.get("tool_name")), str(data.get("arguments") or ""))
+            self.calls[str(data.get("call_id"))] = view
+            return view
+        if event.type == "tool_result":
+            view = self.calls.get(str(data.get("call_id")))
+            if view is not None:
+                view.show_result(content, bool(data.get("is_error")))
+                return None
+            return Static(f"result: {_short(content)}", classes="tool-call", markup=False)
+        if event.type == "error":
+            return Static(f"error: {data.get('error')}", classes="error", markup=False)
+        return None
