@@ -30,18 +30,26 @@ def build_parser() -> argparse.ArgumentParser:
         description="A task board for LLM agents: tasks, threads and spawned helpers in one "
                     "SQLite file.")
     parser.add_argument("--version", action="version", version=f"lace {__version__}")
+    parser.add_argument("--continue", dest="continue_thread", nargs="?", const="latest",
+                        metavar="THREAD_ID",
+                        help="with no command: reopen the last session (or THREAD_ID's)")
+    parser.add_argument("--model", metavar="PROVIDER/MODEL",
+                        help="with no command: the root's model for a new session "
+                             "(default: $LACE_MODEL, else the offline demo model)")
     register_commands(parser.add_subparsers(dest="command", metavar="COMMAND",
                                             parser_class=OneLineParser), common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line, run the command, turn known errors into one line and exit 2."""
+    """Parse the command line and run the command (the TUI when none is given); known errors
+    become one line and exit code 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:
-        parser.print_help()
-        return 0
+        from lace.cli.commands import lazy
+
+        args.handler = lazy("lace.cli.tui:tui_command")
     from lace.cli.errors import run_reporting_errors
 
     return run_reporting_errors(args)

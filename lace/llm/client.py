@@ -41,6 +41,11 @@ class LiteLLMClient:
 
     def __init__(self) -> None:
         self._unpriced: set[str] = set()
+
+    @staticmethod
+    def warm_up() -> None:
+        """Import litellm and register lace's local providers (about 2 s, once; call it from a
+        thread to keep a UI responsive)."""
         from lace.llm.scripted import register_local_providers
 
         register_local_providers()
@@ -51,6 +56,7 @@ class LiteLLMClient:
         """One model call; raises ModelError."""
         if not self.allow_remote_calls and model.split("/", 1)[0] not in LOCAL_PROVIDERS:
             raise ModelError(f"remote model calls are disabled here ({model})", transient=False)
+        self.warm_up()
         module = litellm()
         arguments: dict[str, Any] = {"model": model, "messages": messages}
         if tools:

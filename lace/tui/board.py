@@ -3,10 +3,11 @@ add a note, complete a task assigned to `human`, or jump to the assignee's threa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
@@ -30,7 +31,7 @@ def board_order(tasks: list[Task]) -> list[Task]:
 class BoardScreen(Screen[str | None]):
     """Dismissed with a thread id to jump to, or None."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,b", "close", "Threads"),
         Binding("enter", "jump", "Go to assignee"),
         Binding("a", "add_task", "Add task"),
@@ -59,7 +60,7 @@ class BoardScreen(Screen[str | None]):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         table.add_columns("", "status", "priority", "title", "assignee", "notes", "id")
-        self.show_tasks(self.lace.view.tasks if self.lace.view else [])
+        self.show_tasks(self.lace.session_view.tasks if self.lace.session_view else [])
 
     def show_tasks(self, tasks: list[Task]) -> None:
         """Redraw the table, keeping the cursor on the same task."""
@@ -99,7 +100,8 @@ class BoardScreen(Screen[str | None]):
         if task is None:
             detail.update("No tasks yet: press a to add one.")
             return
-        self.run_worker(self._describe(task.id), exclusive=True, group="detail")
+        self.run_worker(functools.partial(self._describe, task.id), exclusive=True,
+                        group="detail")
 
     async def _describe(self, task_id: str) -> None:
         task = await self.lace.runtime.db.read(lambda tx: tx.get_task(task_id, with_notes=True))
@@ -108,6 +110,9 @@ class BoardScreen(Screen[str | None]):
         self.query_one("#task-detail", Static).update(
             f"{task.id} · {task.status} · {task.priority} · created by {task.created_by} · "
             f"assigned to {task.assigned_to or 'nobody'}\n\n{task.prompt}\n\nNotes:\n{notes}")
+
+    def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_jump()
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -130,16 +135,23 @@ class BoardScreen(Screen[str | None]):
 
     def action_add_note(self) -> None:
         task = self.selected()
-        if task is not None:
-            self.app.push_screen(PromptModal(f"Note on {task.title}:"),
-                                 lambda note: note and self.lace.human_tool(
-                                     "task_add_note", {"task_id": task.id, "note": note}))
+        if task is None:
+            return
+
+        def add(note: str | None) -> None:
+            if note:
+                self.lace.human_tool("task_add_note", {"task_id": task.id, "note": note})
+
+        self.app.push_screen(PromptModal(f"Note on {task.title}:"), add)
 
     def action_complete(self) -> None:
         task = self.selected()
         if task is None or task.assigned_to != "human":
             self.notify("Only a task assigned to human can be completed here.", severity="warning")
             return
-        self.app.push_screen(PromptModal(f"Result of {task.title}:"),
-                             lambda message: message and self.lace.human_tool(
-                                 "task_complete", {"task_id": task.id, "message": message}))
+
+        def complete(message: str | None) -> None:
+            if message:
+                self.lace.human_tool("task_complete", {"task_id": task.id, "message": message})
+
+        self.app.push_screen(PromptModal(f"Result of {task.title}:"), complete)

@@ -25,16 +25,16 @@ class ThreadRow:
 
     @property
     def label(self) -> str:
-        """`◐ .1 worker · Write the announcement · 45 tok $0.0012`."""
+        """`◐ .1 worker · Write the announcement · 45 tok $0.01`."""
         agent = self.agent
-        short = self.thread.id if self.thread.parent_id is None else \
+        short = "root" if self.thread.parent_id is None else \
             "." + self.thread.id.split(".", 1)[1]
-        name = f"{agent.name} ({agent.model_name})" if agent else "(no agent)"
+        name = "(no agent)" if agent is None else agent.model if short == "root" else agent.name
         parts = [f"{MARKS[self.state]} {short} {name}"]
         if self.task_title:
-            parts.append(self.task_title[:40])
+            parts.append(self.task_title[:24])
         if agent:
-            parts.append(f"{agent.tokens_in + agent.tokens_out} tok ${agent.cost_usd:.4f}")
+            parts.append(f"{agent.tokens_in + agent.tokens_out} tok ${agent.cost_usd:.2f}")
         return " · ".join(parts)
 
 
@@ -84,12 +84,13 @@ def load_session_view(tx: Tx, root_id: str) -> SessionView:
     for task in tasks:
         if task.status in ("pending", "in_progress") and task.assigned_to != task.created_by:
             open_created[task.created_by] = open_created.get(task.created_by, 0) + 1
-    rows, children = [], {}
+    rows: list[ThreadRow] = []
+    children: dict[str, list[str]] = {}
     for thread in threads:
         agent = agents.get(thread.id)
-        task = by_id.get(agent.current_task or "") if agent else None
-        state = thread_state(agent, task, open_created.get(thread.id, 0))
-        rows.append(ThreadRow(thread, agent, state, task.title if task else None))
+        current = by_id.get(agent.current_task or "") if agent else None
+        state = thread_state(agent, current, open_created.get(thread.id, 0))
+        rows.append(ThreadRow(thread, agent, state, current.title if current else None))
         if thread.parent_id:
             children.setdefault(thread.parent_id, []).append(thread.id)
     return SessionView(

@@ -108,9 +108,9 @@ class Conversation(VerticalScroll):
             self.calls[str(data.get("call_id"))] = view
             return view
         if event.type == "tool_result":
-            view = self.calls.get(str(data.get("call_id")))
-            if view is not None:
-                view.show_result(content, bool(data.get("is_error")))
+            pending = self.calls.get(str(data.get("call_id")))
+            if pending is not None:
+                pending.show_result(content, bool(data.get("is_error")))
                 return None
             return Static(f"result: {_short(content)}", classes="tool-call", markup=False)
         if event.type == "error":

@@ -31,7 +31,8 @@ class ThreadTree(Tree[str]):
             node = self.nodes_by_thread.get(thread_id)
             if node is None:
                 parent = self.nodes_by_thread.get(row.thread.parent_id or "", self.root)
-                node = parent.add(row.label, data=thread_id, expand=True)
+                node = parent.add(row.label, data=thread_id, expand=True, allow_expand=False)
+                parent.allow_expand = True
                 parent.expand()
                 self.nodes_by_thread[thread_id] = node
                 self.labels[thread_id] = row.label

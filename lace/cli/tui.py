@@ -1,0 +1,18 @@
+"""`lace` with no command: the Textual app on the chosen database."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def tui_command(args: argparse.Namespace) -> int:
+    """Open the app; bad options fail before the screen takes over the terminal."""
+    from lace.tui.factory import create_app
+
+    app = create_app(db=getattr(args, "db", None), model=args.model,
+                     continue_thread=args.continue_thread)
+    logging.getLogger("LiteLLM").handlers.clear()
+    logging.getLogger("LiteLLM").propagate = False
+    app.run()
+    return 0

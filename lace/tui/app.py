@@ -1,0 +1,240 @@
+"""The main screen: the thread tree, the selected conversation, an input line and a status bar.
+The runtime runs agents in this event loop; the app listens to its events and polls the store
+(on the store's thread), so it also shows sessions that another process is running."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Input, Static, Tree
+
+from lace.runtime.events import RuntimeEvent, TextStreamed
+from lace.runtime.supervisor import Supervisor
+from lace.tui.board import BoardScreen
+from lace.tui.session_view import SessionView, load_session_view
+from lace.tui.widgets.conversation import SHOWN_EVENTS, Conversation
+from lace.tui.widgets.thread_tree import ThreadTree
+
+REFRESH_S = 0.5
+MAIN_SCREEN_ACTIONS = frozenset({"next_thread", "previous_thread", "parent_thread", "board",
+                                 "new_session", "focus_input", "leave_input"})
+STREAM_FLUSH_S = 0.1
+
+
+class LaceApp(App[None]):
+    """Lives with one session of many agents."""
+
+    CSS_PATH = "lace.tcss"
+    TITLE = "lace"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "next_thread", "Next"),
+        Binding("p", "previous_thread", "Prev"),
+        Binding("u", "parent_thread", "Parent"),
+        Binding("b", "board", "Board"),
+        Binding("N", "new_session", "New session"),
+        Binding("i", "focus_input", "Type"),
+        Binding("escape", "leave_input", "Leave input"),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, runtime: Supervisor, *, model: str, session_id: str | None = None) -> None:
+        super().__init__()
+        self.runtime, self.model, self.session_id = runtime, model, session_id
+        self.session_view: SessionView | None = None
+        self.selected: str | None = session_id
+        self.streamed: dict[str, str] = {}
+        self.pending_refresh = True
+        self.refresh_running = False
+        self.shown_thread: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield ThreadTree()
+            with Vertical(id="main"):
+                yield Conversation()
+                yield Input(placeholder="Type a request for the selected agent and press Enter",
+                            id="message")
+        yield Static("", id="status")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.runtime.bus.subscribe(self._on_runtime_event)
+        self.set_interval(STREAM_FLUSH_S, self.flush_updates)
+        self.set_interval(REFRESH_S, self.request_refresh)
+        if self.session_id is not None:
+            await self.runtime.resume(self.session_id, statuses=("interrupted",))
+            for thread_id in await self.runtime.db.read(
+                    lambda tx: tx.runnable_threads(self.session_id)):
+                self.runtime.wake(thread_id)
+        self.query_one(Input).focus()
+        warm_up = getattr(self.runtime.client, "warm_up", None)
+        if warm_up is not None:
+            self.run_worker(warm_up, thread=True, group="warm-up")
+        await self.refresh_view()
+
+    # runtime events arrive on this loop; they only mark work for the next flush
+
+    def _on_runtime_event(self, event: RuntimeEvent) -> None:
+        if isinstance(event, TextStreamed):
+            self.streamed[event.thread_id] = self.streamed.get(event.thread_id, "") + event.delta
+        else:
+            self.pending_refresh = True
+
+    def request_refresh(self) -> None:
+        self.pending_refresh = True
+
+    async def flush_updates(self) -> None:
+        if self.selected in self.streamed:
+            self.query_one(Conversation).stream(self.streamed[self.selected])
+        if self.pending_refresh:
+            await self.refresh_view()
+
+    async def refresh_view(self) -> None:
+        """Read the session and update the tree, conversation, status bar and board."""
+        if self.refresh_running or self.session_id is None:
+            self._update_status()
+            return
+        self.refresh_running, self.pending_refresh = True, False
+        try:
+            session_id = self.session_id
+            self.session_view = await self.runtime.db.read(
+                lambda tx: load_session_view(tx, session_id))
+            tree = self.query_one(ThreadTree)
+            tree.sync(self.session_view)
+            if self.selected is None or self.session_view.row(self.selected) is None:
+                self.selected = session_id
+            await self._show_selected()
+            self._update_status()
+            if isinstance(self.screen, BoardScreen):
+                self.screen.show_tasks(self.session_view.tasks)
+        finally:
+            self.refresh_running = False
+
+    async def _show_selected(self) -> None:
+        thread_id = self.selected
+        if thread_id is None:
+            return
+        conversation = self.query_one(Conversation)
+        self.runtime.runner.watched = {thread_id}
+        if self.shown_thread != thread_id:
+            events, hidden = await self.runtime.db.read(
+                lambda tx: _latest_events(tx, thread_id, SHOWN_EVENTS))
+            conversation.show(thread_id, events, hidden)
+            self.shown_thread = thread_id
+            self.query_one(ThreadTree).select_thread(thread_id)
+        else:
+            after = conversation.last_event_id
+            events = await self.runtime.db.read(lambda tx: tx.thread_events(thread_id, after))
+            if any(event.type == "agent_message" for event in events):
+                self.streamed.pop(thread_id, None)
+            conversation.append(events)
+
+    def _update_status(self) -> None:
+        view = self.session_view
+        if view is None:
+            text = f"new session · model {self.model} · type a request and press Enter"
+        else:
+            text = (f"session {view.root.id} · {len(view.rows)} agents · {view.running} running · "
+                    f"{view.tokens:,} tokens · ${view.cost_usd:.4f}")
+        self.query_one("#status", Static).update(text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Thread keys apply on the main screen only."""
+        if isinstance(self.screen, BoardScreen) and action in MAIN_SCREEN_ACTIONS:
+            return False
+        return True
+
+    # input
+
+    @on(Input.Submitted, "#message")
+    async def send_message(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        event.input.clear()
+        if not text:
+            return
+        if self.session_id is None:
+            root = await self.runtime.start_session(text, self.model)
+            self.session_id = self.selected = root.id
+        else:
+            assert self.selected is not None
+            await self.runtime.send(self.selected, text)
+        await self.refresh_view()
+
+    def human_tool(self, tool: str, arguments: dict[str, Any]) -> None:
+        """Act on the board as the person; errors are shown, not raised."""
+        if self.session_id is None:
+            self.notify("Start a session first: type a request.", severity="warning")
+            return
+        session_id = self.session_id
+
+        async def act() -> None:
+            result = await self.runtime.act_as_human(session_id, tool, arguments)
+            self.notify(result.text, severity="error" if result.is_error else "information")
+            await self.refresh_view()
+
+        self.run_worker(act(), group="human")
+
+    # switching
+
+    @on(Tree.NodeSelected, "#threads")
+    @on(Tree.NodeHighlighted, "#threads")
+    async def pick_thread(self, event: Tree.NodeSelected[str]) -> None:
+        if event.node.data and event.node.data != self.selected:
+            await self.switch_to(event.node.data)
+
+    async def switch_to(self, thread_id: str) -> None:
+        """Show another thread of the session."""
+        self.selected = thread_id
+        await self._show_selected()
+
+    async def _step(self, offset: int) -> None:
+        order = self.query_one(ThreadTree).ordered_threads()
+        if order and self.selected in order:
+            await self.switch_to(order[(order.index(self.selected) + offset) % len(order)])
+
+    async def action_next_thread(self) -> None:
+        await self._step(1)
+
+    async def action_previous_thread(self) -> None:
+        await self._step(-1)
+
+    async def action_parent_thread(self) -> None:
+        if self.selected and "." in self.selected:
+            await self.switch_to(self.selected.rsplit(".", 1)[0])
+
+    def action_board(self) -> None:
+        def jump(thread_id: str | None) -> None:
+            if thread_id:
+                self.run_worker(self.switch_to(thread_id), group="switch")
+
+        self.push_screen(BoardScreen(), jump)
+
+    def action_new_session(self) -> None:
+        self.session_id = self.selected = self.shown_thread = None
+        self.session_view = None
+        self.query_one(ThreadTree).clear()
+        self.query_one(ThreadTree).session_id = None
+        self.query_one(Conversation).remove_children()
+        self._update_status()
+        self.query_one(Input).focus()
+
+    def action_focus_input(self) -> None:
+        self.query_one(Input).focus()
+
+    def action_leave_input(self) -> None:
+        self.query_one(ThreadTree).focus()
+
+    async def action_quit(self) -> None:
+        """Stop running turns (marked interrupted, resumable) and leave."""
+        await self.runtime.stop()
+        self.exit()
+
+
+def _latest_events(tx: Any, thread_id: str, count: int) -> tuple[list[Any], int]:
+    events = tx.thread_events(thread_id)
+    return events[-count:], max(0, len(events) - count)
