@@ -145,9 +145,7 @@ class LaceApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Thread keys apply on the main screen only."""
-        if isinstance(self.screen, BoardScreen) and action in MAIN_SCREEN_ACTIONS:
-            return False
-        return True
+        return not (isinstance(self.screen, BoardScreen) and action in MAIN_SCREEN_ACTIONS)
 
     # input
 

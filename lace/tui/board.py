@@ -3,7 +3,6 @@ add a note, complete a task assigned to `human`, or jump to the assignee's threa
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
@@ -100,8 +99,12 @@ class BoardScreen(Screen[str | None]):
         if task is None:
             detail.update("No tasks yet: press a to add one.")
             return
-        self.run_worker(functools.partial(self._describe, task.id), exclusive=True,
-                        group="detail")
+        task_id = task.id
+
+        async def describe_task() -> None:
+            await self._describe(task_id)
+
+        self.run_worker(describe_task, exclusive=True, group="detail")
 
     async def _describe(self, task_id: str) -> None:
         task = await self.lace.runtime.db.read(lambda tx: tx.get_task(task_id, with_notes=True))
