@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -99,13 +100,9 @@ class BoardScreen(Screen[str | None]):
         if task is None:
             detail.update("No tasks yet: press a to add one.")
             return
-        task_id = task.id
+        self._describe(task.id)
 
-        async def describe_task() -> None:
-            await self._describe(task_id)
-
-        self.run_worker(describe_task, exclusive=True, group="detail")
-
+    @work(exclusive=True, group="detail")
     async def _describe(self, task_id: str) -> None:
         task = await self.lace.runtime.db.read(lambda tx: tx.get_task(task_id, with_notes=True))
         notes = "\n".join(f"{n}. {note.author}: {note.content}"
