@@ -176,3 +176,29 @@ async def test_another_process_session_shows_live_without_running_it(
         assert any("written by the other process" in t for t in conversation_texts(app))
     assert models.calls == []
     store.close()
+
+
+def test_continue_reopens_the_latest_or_named_session(db_path: Path,
+                                                      models: ScriptedModels) -> None:
+    from lace.store import Store, open_database
+
+    store = Store(open_database(str(db_path)))
+    with store.transaction() as tx:
+        first = tx.create_session(provider="scripted", model="root")
+        child = tx.create_child_thread(first.id)
+        second = tx.create_session(provider="scripted", model="root")
+    store.close()
+    latest = create_app(db=str(db_path), continue_thread="latest", model="scripted/root")
+    assert latest.session_id == second.id
+    named = create_app(db=str(db_path), continue_thread=child.id, model="scripted/root")
+    assert (named.session_id, named.selected) == (first.id, child.id)
+
+
+def test_bad_tui_options_are_one_line_before_the_screen_opens(
+        db_path: Path, capsys: Any) -> None:
+    from lace.cli import main
+
+    assert main(["--db", str(db_path), "--model", "foo/bar"]) == 2
+    assert capsys.readouterr().err == "lace: error: Unknown provider 'foo'\n"
+    assert main(["--db", str(db_path), "--continue"]) == 2
+    assert "No session to continue yet" in capsys.readouterr().err
