@@ -30,6 +30,32 @@ class Limits(BaseModel):
     model_retries: int = Field(default=4, ge=0, description="retries of a transient failure")
     retry_base_s: float = Field(default=1.0, ge=0, description="first backoff delay")
     retry_max_s: float = Field(default=30.0, ge=0, description="longest backoff delay")
+    max_depth: int = Field(default=3, ge=0, description="agent levels below the root")
+    max_children: int = Field(default=20, ge=0, description="live children per agent")
+    spawns_per_minute: int = Field(default=30, ge=0, description="spawns per agent per minute")
+    delegate_timeout_s: float = Field(default=600.0, gt=0, description="longest delegate wait")
+
+
+class Profile(BaseModel):
+    """A named kind of helper: `new:<profile>` or `spawn {profile}` uses it."""
+
+    model_config = ConfigDict(extra="forbid")
+    description: str | None = None
+    system_prompt: str | None = None
+    system_prompt_file: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    model: str | None = None
+
+    def prompt_text(self, config_file: Path | None) -> str | None:
+        """The inline prompt, else the file's text (relative to the config file)."""
+        if self.system_prompt or not self.system_prompt_file:
+            return self.system_prompt
+        base = config_file.parent if config_file else Path.cwd()
+        path = (base / self.system_prompt_file).expanduser()
+        try:
+            return path.read_text()
+        except OSError as error:
+            raise LaceError(f"Cannot read system_prompt_file {path}: {error.strerror}") from None
 
 
 class Settings(BaseSettings):
@@ -39,6 +65,7 @@ class Settings(BaseSettings):
                                       extra="forbid")
     model: str = DEMO_MODEL
     limits: Limits = Field(default_factory=Limits)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -69,9 +96,18 @@ def config_path() -> Path | None:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """The settings, or one clear error naming the bad key and the file it came from."""
+    """The settings, or one clear error naming the bad key and the file it came from; profile
+    prompt files are read here, so a missing one fails at start, not mid-session."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
+        source = config_path()
+        for name, profile in settings.profiles.items():
+            if profile.model is not None and "/" not in profile.model:
+                raise LaceError(f"Bad setting profiles.{name}.model in {source}: expected "
+                                f"provider/model, got {profile.model!r}")
+            settings.profiles[name] = profile.model_copy(update={
+                "system_prompt": profile.prompt_text(source), "system_prompt_file": None})
+        return settings
     except ValidationError as error:
         problem = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in problem["loc"])

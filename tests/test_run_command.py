@@ -128,13 +128,15 @@ def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
     database = tmp_path / "lace.db"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if database.exists():
-            with sqlite3.connect(database) as connection:
+        try:
+            with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
                 running = connection.execute(
                     "SELECT COUNT(*) FROM agent_metadata WHERE status = 'running' AND "
                     "parent_thread_id IS NOT NULL").fetchone()[0]
-            if running:
-                break
+        except sqlite3.OperationalError:  # not created or not migrated yet
+            running = 0
+        if running:
+            break
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)

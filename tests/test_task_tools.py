@@ -356,7 +356,8 @@ def test_schemas_inline_enums_and_forbid_extra_keys() -> None:
 
     definitions = {d["function"]["name"]: d["function"] for d in ToolRegistry().definitions()}
     assert list(definitions) == ["task_create", "task_list", "task_view", "task_update",
-                                 "task_add_note", "task_complete"]
+                                 "task_add_note", "task_complete", "delegate", "spawn",
+                                 "spawn_await"]
     text = json.dumps(definitions)
     assert "$ref" not in text and "$defs" not in text
     items = definitions["task_create"]["parameters"]["properties"]["tasks"]["items"]

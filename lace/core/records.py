@@ -33,6 +33,7 @@ class Agent:
     parent_thread_id: str | None
     current_task: str | None
     tools: list[str] | None
+    instructions: str | None
     tokens_in: int
     tokens_out: int
     cost_usd: float
@@ -99,3 +100,15 @@ class InboxItem:
     priority: str
     created_at: str
     consumed_at: str | None
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """Everything needed to create an agent: its model, profile, tools and type."""
+
+    provider: str
+    model: str
+    profile: str | None = None
+    tools: tuple[str, ...] | None = None
+    type: str = "persistent"
+    instructions: str | None = None

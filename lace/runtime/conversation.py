@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lace.config import Profile
 from lace.core.assignee import HUMAN
 from lace.core.records import Agent, Event
 from lace.runtime.prompt import system_prompt
@@ -15,12 +17,24 @@ INTERRUPTED_RESULT = ("Interrupted: this tool call did not finish (lace stopped 
 
 
 @dataclass(frozen=True)
+class PendingWait:
+    """A waiting tool call cut off mid-wait: the resumed turn waits for the same tasks."""
+
+    call_id: str
+    tool_name: str
+    arguments: str
+    task_ids: list[str]
+
+
+@dataclass(frozen=True)
 class TurnStart:
-    """What a turn begins with: the agent, its whole conversation, and the rows just added."""
+    """What a turn begins with: the agent, its whole conversation, the rows just added, and
+    any waits to finish before the model is called again."""
 
     agent: Agent
     messages: list[dict[str, Any]]
     appended: list[Event]
+    waits: list[PendingWait]
 
 
 def dangling_calls(events: list[Event]) -> list[tuple[str, str]]:
@@ -32,17 +46,28 @@ def dangling_calls(events: list[Event]) -> list[tuple[str, str]]:
             if call["id"] not in answered]
 
 
+def persisted_waits(events: list[Event]) -> dict[str, PendingWait]:
+    """Waiting tool calls by call id, from their `tool_call` events."""
+    return {str(event.data["call_id"]): PendingWait(
+                str(event.data["call_id"]), str(event.data["tool_name"]),
+                str(event.data.get("arguments") or "{}"), list(event.data["waiting_for"]))
+            for event in events
+            if event.type == "tool_call" and event.data.get("waiting_for") is not None}
+
+
 def tool_result_data(call_id: str, tool_name: str, text: str, is_error: bool) -> dict[str, Any]:
     """A `tool_result` event: the message for the model plus what a reader needs."""
     return {"message": {"role": "tool", "tool_call_id": call_id, "content": text},
             "call_id": call_id, "tool_name": tool_name, "is_error": is_error}
 
 
-def begin_turn(tx: Tx, thread_id: str) -> TurnStart | None:
+def begin_turn(tx: Tx, thread_id: str, tools: list[str],
+               profiles: Mapping[str, Profile]) -> TurnStart | None:
     """Claim the agent (None if another process is running it), seed its system prompt, close
-    dangling calls, and move its pending inbox rows into `events`, in one transaction."""
+    dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
+    cut off mid-wait resumes the wait first, and leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
-    if agent.status == "running":
+    if agent.status in ("running", "waiting"):
         return None
     tx.update_agent(thread_id, status="running")
     events = tx.thread_events(thread_id)
@@ -55,15 +80,20 @@ def begin_turn(tx: Tx, thread_id: str) -> TurnStart | None:
 
     if not events:
         task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
-        append("system_prompt", {"message": {"role": "system",
-                                             "content": system_prompt(agent, task)}})
+        prompt = system_prompt(agent, task, tools, profiles)
+        append("system_prompt", {"message": {"role": "system", "content": prompt}})
+    waits = persisted_waits(events)
+    resumed = []
     for call_id, name in dangling_calls(events):
-        append("tool_result", tool_result_data(call_id, name, INTERRUPTED_RESULT, True))
-    for item in tx.take_inbox(thread_id):
+        if call_id in waits:
+            resumed.append(waits[call_id])
+        else:
+            append("tool_result", tool_result_data(call_id, name, INTERRUPTED_RESULT, True))
+    for item in [] if resumed else tx.take_inbox(thread_id):
         from_person = item.sender == HUMAN and item.kind == "message"
         append("user_message" if from_person else "notification", {
             "message": {"role": "user", "content": item.text}, "sender": item.sender,
             "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id})
     messages = [event.data["message"] for event in [*events, *appended]
                 if event.type != "error" and "message" in event.data]
-    return TurnStart(agent=agent, messages=messages, appended=appended)
+    return TurnStart(agent=agent, messages=messages, appended=appended, waits=resumed)

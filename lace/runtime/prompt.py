@@ -1,13 +1,17 @@
-"""The system prompt: who the agent is, who created it, its task, and how the board works."""
+"""The system prompt: who the agent is, who created it, its task, how the board works, and
+which helpers it can spawn."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from lace.config import Profile
 from lace.core.records import Agent, Task
 
 BOARD_GUIDE = """\
 How lace works:
-- Work is organised as tasks on a board shared by every agent of this session. Your tools:
-  task_create, task_list, task_view, task_update, task_add_note, task_complete.
+- Work is organised as tasks on a board shared by every agent of this session (task_create,
+  task_list, task_view, task_update, task_add_note, task_complete).
 - To delegate, create a task with assigned_to "new:<provider>/<model>" (for example
   "new:{model}", your own model): lace spawns a helper agent in a child thread of yours
   (<your thread id>.N) and the tool result names it. You can also assign a task to an existing
@@ -20,8 +24,24 @@ How lace works:
   blocked with task_update and say why in a note.
 - Messages that start with [LACE TASK SYSTEM] come from lace, not from a person."""
 
+DELEGATION_GUIDE = """\
+- delegate hands out several tasks at once and waits for all the answers within this turn;
+  spawn starts a helper and returns a job id at once, spawn_await collects the results."""
 
-def system_prompt(agent: Agent, task: Task | None) -> str:
+
+def profiles_block(profiles: Mapping[str, Profile]) -> str:
+    """`<available_profiles>`: one line per profile, with its tools."""
+    lines = ["<available_profiles>"]
+    for name, profile in sorted(profiles.items()):
+        summary = (profile.description or profile.system_prompt or "").strip().splitlines()
+        tools = ", ".join(profile.tools) if profile.tools else "all of yours"
+        lines.append(f"- {name}: {summary[0][:100] if summary else ''} (tools: {tools})")
+    lines.append("</available_profiles>")
+    return "\n".join(lines)
+
+
+def system_prompt(agent: Agent, task: Task | None, tools: list[str],
+                  profiles: Mapping[str, Profile]) -> str:
     """The first message of every agent's conversation."""
     creator = agent.parent_thread_id or "human (the person using lace)"
     lines = [
@@ -32,5 +52,16 @@ def system_prompt(agent: Agent, task: Task | None) -> str:
     if task is not None:
         lines.append(f"You were created to work on task {task.id}: \"{task.title}\". Its details "
                      "arrive as your first message.")
-    lines += ["", BOARD_GUIDE.format(model=agent.model_name)]
+    if agent.type == "ephemeral":
+        lines.append("When you are done, answer with your result: your final answer is returned "
+                     "to your creator.")
+    guide = BOARD_GUIDE.format(model=agent.model_name)
+    if "delegate" in tools or "spawn" in tools:
+        guide += "\n" + DELEGATION_GUIDE
+    lines += ["", guide]
+    if profiles and ("spawn" in tools or "task_create" in tools):
+        lines += ["", "Profiles for new helpers (new:<profile>, or spawn with profile):",
+                  profiles_block(profiles)]
+    if agent.instructions:
+        lines += ["", agent.instructions]
     return "\n".join(lines)

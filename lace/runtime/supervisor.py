@@ -14,10 +14,12 @@ from lace.core.records import Thread
 from lace.llm.types import ModelClient, ModelError
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, TurnFailed
+from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import LACE_SENDER, fail_turn
 from lace.runtime.turns import AlreadyRunningError, TurnRunner
 from lace.store import Store, Tx
 from lace.tools.base import ModelCheck, ToolContext, ToolResult, no_model_check
+from lace.tools.names import ALL_TOOL_NAMES
 
 log = logging.getLogger("lace.runtime")
 RESUME_TEXT = ("[LACE TASK SYSTEM] Your previous turn was interrupted before it finished. "
@@ -53,8 +55,11 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         self.db = AsyncStore(self.store)
+        tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake,
+                           check_model=self.check_model, limits=self.settings.limits,
+                           profiles=self.settings.profiles)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
-                                 bus=self.bus, wake=self.wake, check_model=self.check_model)
+                                 bus=self.bus, wake=self.wake, tools=tools)
 
     # sessions
 
@@ -63,7 +68,8 @@ class Supervisor:
         provider, name = parse_model(model)
 
         def create(tx: Tx) -> Thread:
-            root = tx.create_session(provider=provider, model=name, title=prompt[:80])
+            root = tx.create_session(provider=provider, model=name, title=prompt[:80],
+                                     tools=list(ALL_TOOL_NAMES))
             tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
             return root
 
@@ -86,15 +92,17 @@ class Supervisor:
             woken.update(tx.woken)
 
         context = ToolContext(store=self.store, thread_id=HUMAN, session_id=root_id,
-                              check_model=self.check_model)
-        result = await self.db.call(lambda: self.runner.registry.execute(
+                              check_model=self.check_model, limits=self.settings.limits,
+                              profiles=self.settings.profiles)
+        result = await self.db.call(lambda: self.runner.tools.registry.execute(
             tool, arguments, context, record=collect))
         for thread_id in woken:
             self.wake(thread_id)
         return result
 
     async def resume(self, root_id: str,
-                     statuses: tuple[str, ...] = ("running", "interrupted")) -> list[str]:
+                     statuses: tuple[str, ...] = ("running", "waiting", "interrupted"),
+                     ) -> list[str]:
         """Queue a resume for every agent of the session whose turn was cut off; a status of
         `running` counts only when no other process can be running it (after a crash)."""
         resumed = await self.db.write(lambda tx: _resume_interrupted(tx, root_id, statuses))

@@ -32,13 +32,16 @@ def _was_reminded(tx: Tx, thread_id: str, task_id: str) -> bool:
 
 
 def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> set[str]:
-    """Mark the agent idle; a `new:` agent that left its task open is reminded once, then the
-    task is blocked with its last answer as the reason and the creator is told."""
+    """Mark the agent idle. A spawned (ephemeral) agent's final answer completes its open task;
+    a `new:` (persistent) agent that left its task open is reminded once, then the task is
+    blocked with its last answer as the reason and the creator is told."""
     agent = tx.get_agent(thread_id)
     tx.update_agent(thread_id, status="idle")
-    spawned = agent.type == "persistent" and agent.created_for_task is not None
-    task = open_task_of(tx, agent) if spawned else None
-    if task is not None:
+    task = open_task_of(tx, agent) if agent.created_for_task is not None else None
+    if task is not None and agent.type == "ephemeral":
+        tx.complete_task(task.id, session_id=task.thread_id, actor=thread_id,
+                         message=(final_text or "").strip() or "(no answer)")
+    elif task is not None:
         _remind_or_block(tx, thread_id, task, final_text)
     return {thread_id, *tx.woken}
 

@@ -13,23 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lace.config import Limits
+from lace.core.ids import depth_of
 from lace.core.records import Agent
-from lace.llm.types import ModelClient, ModelError, ModelReply, ToolCallRequest
-from lace.runtime.conversation import begin_turn, tool_result_data
+from lace.llm.types import ModelClient, ModelError, ModelReply
+from lace.runtime.conversation import begin_turn
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import (
-    EventAppended,
-    EventBus,
-    TasksChanged,
-    TextStreamed,
-    ThreadSpawned,
-    TurnEnded,
-    TurnStarted,
-)
+from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
+from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
-from lace.tools.base import ModelCheck, ToolContext, ToolResult
-from lace.tools.registry import ToolRegistry
+from lace.tools.names import ALL_TOOL_NAMES
 
 
 class AlreadyRunningError(Exception):
@@ -65,8 +58,7 @@ class TurnRunner:
     limits: Limits
     bus: EventBus
     wake: Callable[[str], None]
-    check_model: ModelCheck
-    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    tools: ToolRunner
     watched: set[str] = field(default_factory=set)
     slots: Slots = field(init=False)
 
@@ -75,14 +67,22 @@ class TurnRunner:
 
     async def run(self, thread_id: str) -> str | None:
         """One whole turn; returns the final answer. ModelError escapes after retries."""
-        start = await self.db.write(lambda tx: begin_turn(tx, thread_id))
+        agent = await self.db.read(lambda tx: tx.get_agent(thread_id))
+        own_tools = list(agent.tools) if agent.tools is not None else list(ALL_TOOL_NAMES)
+        profiles = self.tools.profiles
+        start = await self.db.write(lambda tx: begin_turn(tx, thread_id, own_tools, profiles))
         if start is None:
             raise AlreadyRunningError(thread_id)
         self.bus.publish(TurnStarted(thread_id))
         for event in start.appended:
             self._published(thread_id, event.id, event.type, event.data)
         agent, messages = start.agent, start.messages
-        tools = self.registry.definitions(agent.tools)
+        for wait in start.waits:
+            text = await self.tools.resume(agent, wait)
+            messages.append({"role": "tool", "tool_call_id": wait.call_id, "content": text})
+        tools = self.tools.registry.definitions(
+            own_tools, profiles=list(profiles),
+            can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
             reply = await self._call_model(agent, messages, tools)
             message = reply.message()
@@ -91,11 +91,13 @@ class TurnRunner:
                                                   message=message))
             if not reply.tool_calls:
                 break
-            results = await asyncio.gather(*(self._run_tool(agent, call)
-                                             for call in reply.tool_calls))
+            results = await asyncio.gather(*(
+                self.tools.run(agent, call.id, call.name, call.arguments)
+                for call in reply.tool_calls))
             messages.extend(results)
         for woken in await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content)):
             self.wake(woken)
+        self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
 
@@ -145,34 +147,6 @@ class TurnRunner:
         if agent.thread_id not in self.watched:
             return None
         return lambda delta: self.bus.publish(TextStreamed(agent.thread_id, delta))
-
-    async def _run_tool(self, agent: Agent, call: ToolCallRequest) -> dict[str, Any]:
-        context = ToolContext(store=self.db.store, thread_id=agent.thread_id,
-                              session_id=agent.thread_id.split(".", 1)[0],
-                              check_model=self.check_model)
-        woken: set[str] = set()
-        spawned: list[tuple[str, str, str | None]] = []
-        recorded: list[tuple[int, dict[str, Any]]] = []
-
-        def record(tx: Tx, result: ToolResult) -> None:
-            data = tool_result_data(call.id, call.name, result.text, result.is_error)
-            recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
-            woken.update(tx.woken)
-            for child in tx.spawned:
-                child_agent = tx.get_agent(child)
-                spawned.append((child, child_agent.model_name, child_agent.current_task))
-
-        result = await self.db.call(lambda: self.registry.execute(
-            call.name, call.arguments, context, allowed=agent.tools, record=record))
-        for event_id, data in recorded:
-            self._published(agent.thread_id, event_id, "tool_result", data)
-        for child, model, task_id in spawned:
-            self.bus.publish(ThreadSpawned(child, agent.thread_id, model, task_id))
-        if woken or call.name.startswith("task_"):
-            self.bus.publish(TasksChanged(agent.thread_id))
-        for thread_id in woken - {agent.thread_id}:
-            self.wake(thread_id)
-        return {"role": "tool", "tool_call_id": call.id, "content": result.text}
 
 
 def describe_call(call: dict[str, Any]) -> str:

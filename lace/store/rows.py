@@ -15,7 +15,7 @@ from lace.core.tasks import OPEN_STATUSES
 from lace.store import schema
 
 _TASK_ID_ATTEMPTS = 20
-NOT_RUNNABLE = ("stopped", "error", "running")
+NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
 
 
 def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
@@ -69,6 +69,7 @@ class RowVerbs:
         parent_thread_id: str | None, profile: str | None = None, type: str = "persistent",
         status: str = "idle", created_for_task: str | None = None,
         current_task: str | None = None, tools: list[str] | None = None,
+        instructions: str | None = None,
     ) -> Agent:
         """Write the `agent_metadata` row of a thread."""
         now = now_iso()
@@ -76,6 +77,7 @@ class RowVerbs:
             thread_id=thread_id, name=name, provider=provider, model=model, profile=profile,
             type=type, status=status, created_for_task=created_for_task,
             parent_thread_id=parent_thread_id, current_task=current_task, tools=tools,
+            instructions=instructions,
             tokens_in=0, tokens_out=0, cost_usd=0.0, created_at=now, updated_at=now))
         return self.get_agent(thread_id)
 
@@ -197,6 +199,60 @@ class RowVerbs:
         row = self._execute(sa.select(schema.inbox.c.id).where(
             schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))).first()
         return [thread_id] if row else []
+
+    def tasks_by_id(self, task_ids: list[str]) -> list[Task]:
+        """The tasks among `task_ids` that exist, in no particular order."""
+        rows = self._execute(sa.select(schema.tasks).where(schema.tasks.c.id.in_(task_ids)))
+        return [_record(Task, row) for row in rows]
+
+    def unawaited_jobs(self, thread_id: str) -> list[str]:
+        """Tasks this agent gave to `spawn`ed helpers that no spawn_await returned yet."""
+        agents, tasks = schema.agent_metadata, schema.tasks
+        jobs = list(self._execute(
+            sa.select(tasks.c.id).join(agents, agents.c.created_for_task == tasks.c.id)
+            .where(agents.c.parent_thread_id == thread_id, agents.c.type == "ephemeral")
+            .order_by(tasks.c.created_at, tasks.c.id)).scalars())
+        awaited = {task_id for event in self.thread_events(thread_id)
+                   if event.type == "tool_result" and event.data.get("tool_name") == "spawn_await"
+                   for task_id in event.data.get("waited_for") or []}
+        return [job for job in jobs if job not in awaited]
+
+    def consume_notices(self, thread_id: str, task_ids: list[str]) -> None:
+        """Mark a thread's pending completion notices for these tasks delivered: the result
+        already reached it as a tool result, so it must not wake it a second time."""
+        inbox = schema.inbox.c
+        self._execute(schema.inbox.update().where(
+            inbox.thread_id == thread_id, inbox.task_id.in_(task_ids),
+            inbox.kind == "completion", inbox.consumed_at.is_(None)).values(consumed_at=now_iso()))
+
+    def mark_waiting(self, thread_id: str, call_id: str, task_ids: list[str]) -> None:
+        """Persist what a tool call waits for (in its `tool_call` event), so a turn resumed
+        after a crash waits for the same tasks instead of creating them again."""
+        events = schema.events.c
+        row = self._execute(sa.select(events.id, events.data).where(
+            events.thread_id == thread_id, events.type == "tool_call",
+            sa.func.json_extract(events.data, "$.call_id") == call_id)).first()
+        if row is not None:
+            self._execute(schema.events.update().where(events.id == row.id)
+                          .values(data={**row.data, "waiting_for": task_ids}))
+
+    def live_children(self, parent_id: str) -> int:
+        """Children of an agent that still count against `max_children`: not stopped, and
+        their task neither completed nor archived."""
+        agents, tasks = schema.agent_metadata, schema.tasks
+        statement = (sa.select(sa.func.count()).select_from(agents)
+                     .outerjoin(tasks, tasks.c.id == agents.c.created_for_task)
+                     .where(agents.c.parent_thread_id == parent_id,
+                            agents.c.status != "stopped",
+                            sa.or_(tasks.c.status.is_(None),
+                                   tasks.c.status.not_in(("completed", "archived")))))
+        return int(self._execute(statement).scalar_one())
+
+    def children_created_since(self, parent_id: str, since: str) -> int:
+        """How many agents `parent_id` spawned at or after `since` (ISO time)."""
+        agents = schema.agent_metadata
+        return int(self._execute(sa.select(sa.func.count()).select_from(agents).where(
+            agents.c.parent_thread_id == parent_id, agents.c.created_at >= since)).scalar_one())
 
     def record_llm_call(self, thread_id: str, *, model: str, prompt_tokens: int,
                         completion_tokens: int, cost_usd: float, latency_ms: float,

@@ -126,6 +126,7 @@ agent_metadata = sa.Table(
     sa.Column("parent_thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=True),
     sa.Column("current_task", sa.Text, sa.ForeignKey("tasks.id"), nullable=True),
     sa.Column("tools", sa.JSON, nullable=True),
+    sa.Column("instructions", sa.Text, nullable=True),
     sa.Column("tokens_in", sa.Integer, nullable=False, server_default="0"),
     sa.Column("tokens_out", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),

@@ -10,7 +10,7 @@ from lace.core import notifications
 from lace.core.assignee import HUMAN, NewAgentSpec, ThreadAssignee, parse_assignee
 from lace.core.errors import InvalidTransitionError, NotFoundError, PermissionDeniedError
 from lace.core.ids import is_thread_id
-from lace.core.records import Task
+from lace.core.records import AgentPlan, Task
 from lace.core.tasks import check_transition
 from lace.store import schema
 from lace.store.rows import RowVerbs
@@ -50,23 +50,33 @@ class Tx(RowVerbs):
                 f"({task.assigned_to or 'nobody'}) of task {task.id} may change it; "
                 f"you are {actor}.")
 
-    def spawn_for_task(self, task_id: str, *, actor: str, spec: NewAgentSpec) -> str:
+    def default_plan(self, spec: NewAgentSpec, parent: str) -> AgentPlan:
+        """The plan for a `new:` spec with no profile settings: the spec's model, else the
+        creator's; the creator's tools."""
+        creator = self.find_agent(parent)
+        if spec.provider and spec.model:
+            provider, model = spec.provider, spec.model
+        elif creator is not None:
+            provider, model = creator.provider, creator.model
+        else:
+            raise NotFoundError(f"{spec.text!r} names no model and there is no creator's "
+                                "model to take; use new:<profile>:<provider>/<model>.")
+        tools = tuple(creator.tools) if creator and creator.tools is not None else None
+        return AgentPlan(provider=provider, model=model, profile=spec.profile, tools=tools)
+
+    def spawn_for_task(self, task_id: str, *, actor: str, spec: NewAgentSpec,
+                       plan: AgentPlan | None = None) -> str:
         """Create agent `<creator>.N` for a task, assign the task to it, set it in progress,
         and put the assignment in the new agent's inbox."""
         before = self.get_task(task_id)
         parent = actor if is_thread_id(actor) else before.thread_id
-        creator = self.find_agent(parent)
-        provider, model = spec.provider, spec.model
-        if provider is None or model is None:
-            if creator is None:
-                raise NotFoundError(f"{spec.text!r} names no model and there is no creator's "
-                                    "model to take; use new:<profile>:<provider>/<model>.")
-            provider, model = creator.provider, creator.model
+        plan = plan or self.default_plan(spec, parent)
         child = self.create_child_thread(parent, title=before.title)
-        self.create_agent(thread_id=child.id, name=spec.profile or model.rsplit("/", 1)[-1],
-                          provider=provider, model=model, profile=spec.profile,
-                          parent_thread_id=parent, created_for_task=task_id,
-                          current_task=task_id, tools=creator.tools if creator else None)
+        self.create_agent(thread_id=child.id, name=plan.profile or plan.model.rsplit("/", 1)[-1],
+                          provider=plan.provider, model=plan.model, profile=plan.profile,
+                          type=plan.type, parent_thread_id=parent, created_for_task=task_id,
+                          current_task=task_id, instructions=plan.instructions,
+                          tools=list(plan.tools) if plan.tools is not None else None)
         status = before.status if before.status == "in_progress" else "in_progress"
         if status != before.status:
             check_transition(task_id, before.status, status)
@@ -78,9 +88,10 @@ class Tx(RowVerbs):
     def create_task(
         self, *, session_id: str, actor: str, title: str, prompt: str,
         description: str | None = None, priority: str = "medium",
-        assigned_to: str | None = None, status: str = "pending",
+        assigned_to: str | None = None, status: str = "pending", plan: AgentPlan | None = None,
     ) -> Task:
-        """Create a task; an agent assignee gets the assignment notification."""
+        """Create a task; an agent assignee gets the assignment notification, and a `new:`
+        assignee is spawned (by `plan` when given)."""
         self.get_session(session_id)
         spec = parse_assignee(assigned_to) if assigned_to is not None else None
         if assigned_to is not None:
@@ -90,7 +101,7 @@ class Tx(RowVerbs):
                                 assigned_to=None if isinstance(spec, NewAgentSpec) else assigned_to,
                                 status=status)
         if isinstance(spec, NewAgentSpec):
-            self.spawn_for_task(task.id, actor=actor, spec=spec)
+            self.spawn_for_task(task.id, actor=actor, spec=spec, plan=plan)
             return self.get_task(task.id)
         self._assign_to_agent(task, actor)
         return task
@@ -103,7 +114,8 @@ class Tx(RowVerbs):
                      text=notifications.assignment(task), task_id=task.id)
 
     def update_task(self, task_id: str, *, session_id: str, actor: str,
-                    changes: dict[str, Any], reason: str | None = None) -> Task:
+                    changes: dict[str, Any], reason: str | None = None,
+                    plan: AgentPlan | None = None) -> Task:
         """Apply field changes under the transition table; the other party is told."""
         changes = {key: value for key, value in changes.items() if value is not None}
         if not changes:
@@ -123,7 +135,7 @@ class Tx(RowVerbs):
             self.set_task_fields(task_id, **changes)
             self._tell_about_update(before, self.get_task(task_id), actor, reason)
         if isinstance(spec, NewAgentSpec):
-            self.spawn_for_task(task_id, actor=actor, spec=spec)
+            self.spawn_for_task(task_id, actor=actor, spec=spec, plan=plan)
         return self.get_task(task_id)
 
     def _tell_about_update(self, before: Task, after: Task, actor: str,

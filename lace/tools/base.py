@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from lace.config import Limits, Profile
 from lace.core.errors import LaceError
 from lace.store import Store, Tx
 
@@ -26,13 +27,45 @@ def no_model_check(_provider: str, _model: str) -> str | None:
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool may use: the store, who is calling, and ports to the rest of lace."""
+    """What a tool may use: the store, who is calling with which tools, the limits and
+    profiles in force, and ports to the rest of lace."""
 
     store: Store
     thread_id: str
     session_id: str
     check_model: ModelCheck = no_model_check
-    profiles: Mapping[str, Any] = field(default_factory=dict)
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
+    tools: tuple[str, ...] | None = None
+    """The caller's own tools; None for the person, who may hand out any tool."""
+    limits: Limits = field(default_factory=Limits)
+    waits: WaitGraph = field(default_factory=lambda: WaitGraph())
+
+
+class WaitGraph:
+    """Who waits on whom right now, so a wait that would close a loop is refused."""
+
+    def __init__(self) -> None:
+        self.edges: dict[str, set[str]] = {}
+
+    def reaches(self, start: str, goal: str) -> bool:
+        """Whether `start` waits, at any distance, on `goal`."""
+        seen, frontier = set(), [start]
+        while frontier:
+            current = frontier.pop()
+            if current == goal:
+                return True
+            if current not in seen:
+                seen.add(current)
+                frontier.extend(self.edges.get(current, ()))
+        return False
+
+    def add(self, waiter: str, on: set[str]) -> None:
+        """Record that `waiter` now waits on `on`."""
+        self.edges.setdefault(waiter, set()).update(on)
+
+    def remove(self, waiter: str) -> None:
+        """`waiter` waits on nobody any more."""
+        self.edges.pop(waiter, None)
 
 
 @dataclass(frozen=True)
@@ -52,3 +85,29 @@ class Tool(BaseModel):
     def run(self, tx: Tx, context: ToolContext) -> str:
         """Do the work inside the caller's transaction and return the text for the model."""
         raise NotImplementedError
+
+
+class WaitingTool(Tool):
+    """A tool whose answer waits for tasks to settle: the runtime calls `start` (in the
+    caller's transaction), waits without holding a model slot, then calls `finish`."""
+
+    def start(self, tx: Tx, context: ToolContext) -> list[str]:
+        """Create or pick the tasks to wait for; returns their ids."""
+        raise NotImplementedError
+
+    def finish(self, tx: Tx, context: ToolContext, task_ids: list[str]) -> str:
+        """The answer, once the tasks settled or the wait timed out."""
+        raise NotImplementedError
+
+    def run(self, tx: Tx, context: ToolContext) -> str:
+        raise ToolError(f"{self.name} waits for other agents and runs only inside an agent's turn.")
+
+
+def refuse_deadlock(context: ToolContext, assignees: set[str]) -> None:
+    """Refuse a wait on agents that (at any distance) wait on the caller; else record it."""
+    caller = context.thread_id
+    for assignee in sorted(assignees):
+        if assignee == caller or context.waits.reaches(assignee, caller):
+            raise ToolError(f"Refused: {assignee} is waiting (directly or through others) on "
+                            f"you, so waiting on it would deadlock. Do that part yourself.")
+    context.waits.add(caller, assignees)

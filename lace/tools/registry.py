@@ -11,7 +11,9 @@ from pydantic import ValidationError
 from lace.core.errors import LaceError
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, ToolResult
+from lace.tools.delegation import DELEGATION_TOOLS, Spawn
 from lace.tools.schema import function_definition
+from lace.tools.spawning import SPAWNING_TOOLS
 from lace.tools.task_tools import TASK_TOOLS
 
 KEY_SUGGESTIONS = {
@@ -49,17 +51,29 @@ def describe_validation_error(tool_name: str, error: ValidationError) -> str:
 class ToolRegistry:
     """The tools lace offers, each by name."""
 
-    def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS) -> None:
+    def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS + DELEGATION_TOOLS) -> None:
         self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
 
     def names(self) -> list[str]:
         """Every tool name, in registration order."""
         return list(self.tools)
 
-    def definitions(self, allowed: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Function definitions for the tools an agent may call (all when `allowed` is None)."""
-        return [function_definition(tool) for name, tool in self.tools.items()
-                if allowed is None or name in allowed]
+    def definitions(self, allowed: Sequence[str] | None = None, *,
+                    profiles: Sequence[str] = (), can_spawn: bool = True,
+                    ) -> list[dict[str, Any]]:
+        """Function definitions for the tools an agent may call (all when `allowed` is None):
+        `spawn` lists only the agent's own tools and the profile names as enums, and an agent
+        at the depth limit does not see the spawning tools at all."""
+        own = tuple(name for name in self.tools if allowed is None or name in allowed)
+        definitions = []
+        for name in own:
+            if not can_spawn and name in SPAWNING_TOOLS:
+                continue
+            definition = function_definition(self.tools[name])
+            if self.tools[name] is Spawn:
+                definition["function"]["parameters"] = Spawn.schema_for(own, sorted(profiles))
+            definitions.append(definition)
+        return definitions
 
     def parse(self, name: str, arguments: str | dict[str, Any] | None,
               allowed: Sequence[str] | None = None) -> Tool:

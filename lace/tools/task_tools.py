@@ -7,11 +7,13 @@ from typing import Annotated, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from lace.core.assignee import EXPECTED_FORMS, NewAgentSpec, parse_assignee
-from lace.core.records import Task
+from lace.core.records import AgentPlan, Task
 from lace.core.tasks import STATUS_SYMBOL, Priority, Status
 from lace.store import Tx
 from lace.store.task_rules import TaskFilter
 from lace.tools.base import Tool, ToolContext, ToolError
+from lace.tools.names import ALL_TOOL_NAMES
+from lace.tools.spawning import plan_for_assignee
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
@@ -41,6 +43,14 @@ def check_assignee_callable(assigned_to: str, context: ToolContext) -> None:
         problem = context.check_model(spec.provider, spec.model)
         if problem:
             raise ToolError(f"{problem} in {assigned_to!r}. {EXPECTED_FORMS}.")
+
+
+def plan_if_new(tx: Tx, context: ToolContext, assigned_to: str | None) -> AgentPlan | None:
+    """The plan for a `new:` assignee (limits, profile, model, tools), else None."""
+    spec = parse_assignee(assigned_to) if assigned_to else None
+    if not isinstance(spec, NewAgentSpec):
+        return None
+    return plan_for_assignee(tx, context, ALL_TOOL_NAMES, spec)
 
 
 def task_line(task: Task) -> str:
@@ -94,7 +104,7 @@ class TaskCreate(Tool):
             task = tx.create_task(
                 session_id=context.session_id, actor=context.thread_id, title=item.title,
                 prompt=item.prompt, description=item.description, priority=item.priority,
-                assigned_to=item.assigned_to)
+                assigned_to=item.assigned_to, plan=plan_if_new(tx, context, item.assigned_to))
             suffix = f" (assigned to {task.assigned_to})" if task.assigned_to else ""
             lines.append(f"Created task {task.id}: {task.title}{suffix}")
         return "\n".join(lines)
@@ -154,7 +164,8 @@ class TaskUpdate(Tool):
             check_assignee_callable(self.assigned_to, context)
         before = tx.get_task(self.task_id, session_id=context.session_id)
         after = tx.update_task(self.task_id, session_id=context.session_id,
-                               actor=context.thread_id, changes=changes)
+                               actor=context.thread_id, changes=changes,
+                               plan=plan_if_new(tx, context, self.assigned_to))
         moves = [f"{key}: {getattr(before, key)} → {getattr(after, key)}"
                  if key in ("status", "assigned_to", "priority") else f"{key} changed"
                  for key in changes]

@@ -1,0 +1,162 @@
+"""Running an agent's tool calls: a tool's effect and its `tool_result` event commit together;
+a waiting tool (delegate, spawn_await) waits for its tasks without holding a model slot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lace.config import Limits, Profile
+from lace.core.errors import LaceError
+from lace.core.records import Agent
+from lace.runtime.conversation import PendingWait, tool_result_data
+from lace.runtime.database import AsyncStore
+from lace.runtime.events import EventAppended, EventBus, TasksChanged, ThreadSpawned
+from lace.store import Tx
+from lace.tools.base import ModelCheck, ToolContext, ToolResult, WaitGraph, WaitingTool
+from lace.tools.delegation import settled
+from lace.tools.names import ALL_TOOL_NAMES
+from lace.tools.registry import ToolRegistry
+
+POLL_S = 0.5
+
+
+@dataclass
+class Effects:
+    """What a committed transaction did that the runtime must act on."""
+
+    woken: set[str] = field(default_factory=set)
+    spawned: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def collect(self, tx: Tx) -> None:
+        """Remember who was notified and who was spawned in `tx`."""
+        self.woken.update(tx.woken)
+        for child in tx.spawned:
+            agent = tx.get_agent(child)
+            self.spawned.append((child, agent.model_name, agent.current_task))
+
+
+@dataclass
+class ToolRunner:
+    """Runs tool calls for every agent of the process."""
+
+    db: AsyncStore
+    bus: EventBus
+    wake: Callable[[str], None]
+    check_model: ModelCheck
+    limits: Limits
+    profiles: Mapping[str, Profile]
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    waits: WaitGraph = field(default_factory=WaitGraph)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def context(self, agent: Agent) -> ToolContext:
+        """The tool context of an agent: its identity, its own tools, limits and profiles."""
+        return ToolContext(
+            store=self.db.store, thread_id=agent.thread_id,
+            session_id=agent.thread_id.split(".", 1)[0], check_model=self.check_model,
+            profiles=self.profiles, limits=self.limits, waits=self.waits,
+            tools=tuple(agent.tools) if agent.tools is not None else ALL_TOOL_NAMES)
+
+    def changed(self) -> None:
+        """Something on the board changed: let every waiting tool look again."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def run(self, agent: Agent, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+        """Run one call and return the tool message for the model."""
+        tool_class = self.registry.tools.get(name)
+        if tool_class is not None and issubclass(tool_class, WaitingTool):
+            text = await self._run_waiting(agent, call_id, name, arguments)
+        else:
+            text = await self._run_plain(agent, call_id, name, arguments)
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    async def _run_plain(self, agent: Agent, call_id: str, name: str, arguments: str) -> str:
+        effects = Effects()
+        recorded: list[tuple[int, dict[str, Any]]] = []
+
+        def record(tx: Tx, result: ToolResult) -> None:
+            data = tool_result_data(call_id, name, result.text, result.is_error)
+            recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
+            effects.collect(tx)
+
+        result = await self.db.call(lambda: self.registry.execute(
+            name, arguments, self.context(agent), allowed=agent.tools, record=record))
+        self._after(agent, recorded, effects, board_changed=name.startswith("task_"))
+        return result.text
+
+    async def _run_waiting(self, agent: Agent, call_id: str, name: str, arguments: str) -> str:
+        context, effects = self.context(agent), Effects()
+        try:
+            tool = self.registry.parse(name, arguments, agent.tools)
+            assert isinstance(tool, WaitingTool)
+
+            def start(tx: Tx) -> list[str]:
+                task_ids = tool.start(tx, context)
+                tx.mark_waiting(agent.thread_id, call_id, task_ids)
+                tx.update_agent(agent.thread_id, status="waiting")
+                effects.collect(tx)
+                return task_ids
+
+            task_ids = await self.db.write(start)
+        except LaceError as error:
+            message = str(error)
+            self.waits.remove(agent.thread_id)
+            return await self._finish(agent, call_id, name, lambda tx: (message, True))
+        self._after(agent, [], effects, board_changed=True)
+        return await self.resume(agent, PendingWait(call_id, name, arguments, task_ids))
+
+    async def resume(self, agent: Agent, wait: PendingWait) -> str:
+        """Wait for the tasks of a waiting call (new, or persisted before a crash), then finish."""
+        context = self.context(agent)
+        tool = self.registry.parse(wait.tool_name, wait.arguments, agent.tools)
+        assert isinstance(tool, WaitingTool)
+        deadline = time.monotonic() + self.limits.delegate_timeout_s
+        while not await self.db.read(lambda tx: settled(tx, wait.task_ids)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
+        self.waits.remove(agent.thread_id)
+
+        def finish(tx: Tx) -> tuple[str, bool]:
+            tx.consume_notices(agent.thread_id, wait.task_ids)
+            return tool.finish(tx, context, wait.task_ids), False
+
+        return await self._finish(agent, wait.call_id, wait.tool_name, finish,
+                                  waited_for=wait.task_ids)
+
+    async def _finish(self, agent: Agent, call_id: str, name: str,
+                      outcome: Callable[[Tx], tuple[str, bool]],
+                      waited_for: list[str] | None = None) -> str:
+        recorded: list[tuple[int, dict[str, Any]]] = []
+
+        def write(tx: Tx) -> str:
+            text, is_error = outcome(tx)
+            data = {**tool_result_data(call_id, name, text, is_error),
+                    "waited_for": waited_for or []}
+            recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
+            tx.update_agent(agent.thread_id, status="running")
+            return text
+
+        text = await self.db.write(write)
+        self._after(agent, recorded, Effects(), board_changed=False)
+        return text
+
+    def _after(self, agent: Agent, recorded: list[tuple[int, dict[str, Any]]], effects: Effects,
+               *, board_changed: bool) -> None:
+        for event_id, data in recorded:
+            self.bus.publish(EventAppended(agent.thread_id, event_id, "tool_result", data))
+        for child, model, task_id in effects.spawned:
+            self.bus.publish(ThreadSpawned(child, agent.thread_id, model, task_id))
+        if effects.woken or board_changed:
+            self.bus.publish(TasksChanged(agent.thread_id))
+            self.changed()
+        for thread_id in effects.woken - {agent.thread_id}:
+            self.wake(thread_id)

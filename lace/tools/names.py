@@ -1,0 +1,8 @@
+"""Every tool lace offers, by name: what `new:` agents get unless their tools are narrowed."""
+
+from __future__ import annotations
+
+TASK_TOOL_NAMES = ("task_create", "task_list", "task_view", "task_update", "task_add_note",
+                   "task_complete")
+DELEGATION_TOOL_NAMES = ("delegate", "spawn", "spawn_await")
+ALL_TOOL_NAMES = TASK_TOOL_NAMES + DELEGATION_TOOL_NAMES
