@@ -167,7 +167,7 @@ class Supervisor:
 
         def mark(tx: Tx) -> None:
             for thread_id in cut:
-                if tx.get_agent(thread_id).status == "running":
+                if tx.get_agent(thread_id).status in ("running", "waiting"):
                     tx.update_agent(thread_id, status="interrupted")
 
         await self.db.write(mark)

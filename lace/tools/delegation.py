@@ -7,7 +7,6 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lace.core.assignee import ThreadAssignee, parse_assignee
 from lace.core.errors import NotFoundError
 from lace.core.records import Task
 from lace.store import Tx
@@ -65,19 +64,15 @@ class Delegate(WaitingTool):
     tasks: list[DelegatedTask] = Field(min_length=1, max_length=10)
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
-        existing = {parsed.thread_id for item in self.tasks
-                    if isinstance(parsed := parse_assignee(item.assigned_to), ThreadAssignee)}
         for item in self.tasks:
             check_assignee_callable(item.assigned_to, context)
-        created = []
-        for item in self.tasks:
-            created.append(tx.create_task(
-                session_id=context.session_id, actor=context.thread_id, title=item.title,
-                prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
-                priority="high", assigned_to=item.assigned_to,
-                plan=plan_if_new(tx, context, item.assigned_to)).id)
-        refuse_deadlock(context, existing)
-        return created
+        created = [tx.create_task(
+            session_id=context.session_id, actor=context.thread_id, title=item.title,
+            prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
+            priority="high", assigned_to=item.assigned_to,
+            plan=plan_if_new(tx, context, item.assigned_to)) for item in self.tasks]
+        refuse_deadlock(context, {task.assigned_to for task in created if task.assigned_to})
+        return [task.id for task in created]
 
     def finish(self, tx: Tx, context: ToolContext, task_ids: list[str]) -> str:
         return "\n\n".join(job_block(tx, task_id, context.session_id, blocked_label="BLOCKED")
