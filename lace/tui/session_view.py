@@ -59,7 +59,7 @@ def thread_state(agent: Agent | None, task: Task | None, open_created: int) -> s
     """The status mark of a thread: the agent's own status, refined by its task's."""
     if agent is None:
         return "idle"
-    if agent.status in ("running", "error", "stopped", "interrupted"):
+    if agent.status in ("running", "waiting", "error", "stopped", "interrupted"):
         return agent.status
     if task is not None and task.assigned_to == agent.thread_id:
         if task.status == "blocked":
