@@ -128,3 +128,15 @@ async def runtime(store: Store, models: Any) -> Any:
     yield supervisor
     await supervisor.stop()
     supervisor.close()
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `lace ARGV` in this process: (exit code, stdout, stderr)."""
+    from lace.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from lace.cli import build_parser, main
+from lace.cli import build_parser
+from tests.conftest import run_cli as lace
 from tests.conftest import snapshot
 
 CaptureFixture = pytest.CaptureFixture[str]
 
-
-def lace(capsys: CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_a_person_runs_the_board_by_hand(capsys: CaptureFixture, db_path: Path) -> None:

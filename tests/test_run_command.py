@@ -13,20 +13,12 @@ from typing import Any
 
 import pytest
 
-from lace.cli import main
 from lace.llm.types import ScriptedReply
+from tests.conftest import run_cli as lace
 from tests.scripted import ScriptedModels, reply
 
 CaptureFixture = pytest.CaptureFixture[str]
 
-
-def lace(capsys: CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_the_offline_demo_runs_in_a_fresh_process(tmp_path: Path) -> None:

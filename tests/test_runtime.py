@@ -328,7 +328,12 @@ async def test_a_child_that_never_completes_is_reminded_then_blocked(
         ("idle",)]
 
 
-async def test_model_calls_respect_max_running(store: Any, models: ScriptedModels) -> None:
+@pytest.mark.parametrize(("limits", "peak_wanted"), [
+    ({"max_running": 2}, 2),
+    ({"max_running": 8, "per_provider": {"scripted": 1}}, 1),
+])
+async def test_model_calls_respect_the_limits(store: Any, models: ScriptedModels,
+                                              limits: dict[str, Any], peak_wanted: int) -> None:
     from lace.config import Limits, Settings
     from lace.llm.client import LiteLLMClient
 
@@ -344,34 +349,11 @@ async def test_model_calls_respect_max_running(store: Any, models: ScriptedModel
     models.on("root", coordinator(*["new:scripted/worker"] * 4, titles=("a", "b", "c", "d")))
     models.on("worker", counted)
     supervisor = Supervisor(store=store, client=LiteLLMClient(),
-                            settings=Settings(limits=Limits(max_running=2)))
+                            settings=Settings(limits=Limits(**limits)))
     root = await supervisor.start_session("go", "scripted/root")
     await asyncio.wait_for(supervisor.run_until_quiet(root.id), 60)
     supervisor.close()
-    assert peak[0] == 2
-
-
-async def test_per_provider_limit(store: Any, models: ScriptedModels) -> None:
-    from lace.config import Limits, Settings
-    from lace.llm.client import LiteLLMClient
-
-    in_flight, peak = [0], [0]
-
-    async def counted(messages: list[dict[str, Any]]) -> ScriptedReply:
-        in_flight[0] += 1
-        peak[0] = max(peak[0], in_flight[0])
-        await asyncio.sleep(0.02)
-        in_flight[0] -= 1
-        return dutiful_worker()(messages)
-
-    models.on("root", coordinator(*["new:scripted/worker"] * 3, titles=("a", "b", "c")))
-    models.on("worker", counted)
-    settings = Settings(limits=Limits(max_running=8, per_provider={"scripted": 1}))
-    supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings)
-    root = await supervisor.start_session("go", "scripted/root")
-    await asyncio.wait_for(supervisor.run_until_quiet(root.id), 60)
-    supervisor.close()
-    assert peak[0] == 1
+    assert peak[0] == peak_wanted
 
 
 async def test_a_watched_thread_streams_its_text(runtime: Supervisor,
