@@ -34,6 +34,40 @@ class Limits(BaseModel):
     max_children: int = Field(default=20, ge=0, description="live children per agent")
     spawns_per_minute: int = Field(default=30, ge=0, description="spawns per agent per minute")
     delegate_timeout_s: float = Field(default=600.0, gt=0, description="longest delegate wait")
+    turn_timeout_s: float = Field(default=1800.0, gt=0, description="longest turn (not waiting)")
+    stall_timeout_s: float = Field(default=300.0, gt=0,
+                                   description="longest model call without an answer")
+
+
+class Budget(BaseModel):
+    """Caps on a subtree: tokens, cost, turns and wall-clock seconds (None: no cap)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokens: int | None = Field(default=None, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+    turns: int | None = Field(default=None, ge=0)
+    seconds: float | None = Field(default=None, ge=0)
+
+
+DEFAULT_SESSION_TOKENS = 2_000_000
+
+
+class Budgets(BaseModel):
+    """Caps on a whole session; `session_tokens` defaults to 2 million with a real provider."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_tokens: int | None = Field(default=None, ge=0)
+    session_cost_usd: float | None = Field(default=None, ge=0)
+    session_turns: int | None = Field(default=None, ge=0)
+    session_seconds: float | None = Field(default=None, ge=0)
+
+    def for_session(self, real_provider: bool) -> Budget:
+        """The session's caps; a real provider with no cap at all gets the default token cap."""
+        budget = Budget(tokens=self.session_tokens, cost_usd=self.session_cost_usd,
+                        turns=self.session_turns, seconds=self.session_seconds)
+        if real_provider and budget == Budget():
+            budget = Budget(tokens=DEFAULT_SESSION_TOKENS)
+        return budget
 
 
 class Profile(BaseModel):
@@ -65,6 +99,7 @@ class Settings(BaseSettings):
                                       extra="forbid")
     model: str = DEMO_MODEL
     limits: Limits = Field(default_factory=Limits)
+    budgets: Budgets = Field(default_factory=Budgets)
     profiles: dict[str, Profile] = Field(default_factory=dict)
 
     @classmethod

@@ -352,12 +352,13 @@ def test_schemas_are_pinned() -> None:
 
 
 def test_schemas_inline_enums_and_forbid_extra_keys() -> None:
+    from lace.tools.names import ALL_TOOL_NAMES
     from lace.tools.registry import ToolRegistry
 
     definitions = {d["function"]["name"]: d["function"] for d in ToolRegistry().definitions()}
-    assert list(definitions) == ["task_create", "task_list", "task_view", "task_update",
-                                 "task_add_note", "task_complete", "delegate", "spawn",
-                                 "spawn_await"]
+    assert tuple(definitions) == ALL_TOOL_NAMES
+    assert ALL_TOOL_NAMES[:6] == ("task_create", "task_list", "task_view", "task_update",
+                                  "task_add_note", "task_complete")
     text = json.dumps(definitions)
     assert "$ref" not in text and "$defs" not in text
     items = definitions["task_create"]["parameters"]["properties"]["tasks"]["items"]

@@ -34,6 +34,9 @@ class Agent:
     current_task: str | None
     tools: list[str] | None
     instructions: str | None
+    stop_reason: str | None
+    budget: dict[str, float] | None
+    turns: int
     tokens_in: int
     tokens_out: int
     cost_usd: float
@@ -112,3 +115,5 @@ class AgentPlan:
     tools: tuple[str, ...] | None = None
     type: str = "persistent"
     instructions: str | None = None
+    budget: dict[str, float] | None = None
+    topics: tuple[str, ...] = ()

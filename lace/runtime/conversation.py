@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,15 +61,16 @@ def tool_result_data(call_id: str, tool_name: str, text: str, is_error: bool) ->
             "call_id": call_id, "tool_name": tool_name, "is_error": is_error}
 
 
-def begin_turn(tx: Tx, thread_id: str, tools: list[str],
-               profiles: Mapping[str, Profile]) -> TurnStart | None:
+def begin_turn(tx: Tx, thread_id: str, tools: list[str], profiles: Mapping[str, Profile],
+               budget_note: Callable[[Tx], str | None] = lambda tx: None) -> TurnStart | None:
     """Claim the agent (None if another process is running it), seed its system prompt, close
     dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
     cut off mid-wait resumes the wait first, and leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
-    if agent.status in ("running", "waiting"):
+    if agent.status in ("running", "waiting", "stopped", "error"):
         return None
     tx.update_agent(thread_id, status="running")
+    tx.count_turn(thread_id)
     events = tx.thread_events(thread_id)
     appended: list[Event] = []
 
@@ -89,10 +90,13 @@ def begin_turn(tx: Tx, thread_id: str, tools: list[str],
             resumed.append(waits[call_id])
         else:
             append("tool_result", tool_result_data(call_id, name, INTERRUPTED_RESULT, True))
-    for item in [] if resumed else tx.take_inbox(thread_id):
+    items = [] if resumed else tx.take_inbox(thread_id)
+    note = budget_note(tx) if items else None
+    for number, item in enumerate(items, start=1):
         from_person = item.sender == HUMAN and item.kind == "message"
+        content = f"{item.text}\n\n{note}" if note and number == len(items) else item.text
         append("user_message" if from_person else "notification", {
-            "message": {"role": "user", "content": item.text}, "sender": item.sender,
+            "message": {"role": "user", "content": content}, "sender": item.sender,
             "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id})
     messages = [event.data["message"] for event in [*events, *appended]
                 if event.type != "error" and "message" in event.data]

@@ -16,7 +16,7 @@ from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, TurnFailed
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import LACE_SENDER, fail_turn
-from lace.runtime.turns import AlreadyRunningError, TurnRunner
+from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Store, Tx
 from lace.tools.base import ModelCheck, ToolContext, ToolResult, no_model_check
 from lace.tools.names import ALL_TOOL_NAMES
@@ -55,11 +55,12 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         self.db = AsyncStore(self.store)
-        tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake,
+        tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake, cancel=self.cancel,
                            check_model=self.check_model, limits=self.settings.limits,
                            profiles=self.settings.profiles)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
-                                 bus=self.bus, wake=self.wake, tools=tools)
+                                 bus=self.bus, wake=self.wake, tools=tools,
+                                 budgets=self.settings.budgets)
 
     # sessions
 
@@ -120,6 +121,30 @@ class Supervisor:
         self.running[thread_id] = asyncio.create_task(self._drive(thread_id),
                                                       name=f"lace-turns-{thread_id}")
 
+    def cancel(self, thread_ids: list[str]) -> None:
+        """Cancel the running turns of these (just stopped) agents at once."""
+        for thread_id in thread_ids:
+            task = self.running.get(thread_id)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+
+    async def stop_agent(self, thread_id: str, reason: str) -> list[str]:
+        """Stop an agent and its subtree (the person's `lace stop`, the app, the watchdog)."""
+        stopped = await self.db.write(lambda tx: (tx.stop_subtree(thread_id, reason=reason),
+                                                  set(tx.woken)))
+        self.cancel(stopped[0])
+        for woken in stopped[1]:
+            self.wake(woken)
+        self.runner.tools.changed()
+        return stopped[0]
+
+    async def resume_agent(self, thread_id: str) -> bool:
+        """Resume a stopped agent: it continues its conversation."""
+        resumed = await self.db.write(lambda tx: tx.resume_agent(thread_id))
+        if resumed:
+            self.wake(thread_id)
+        return resumed
+
     async def _drive(self, thread_id: str) -> None:
         try:
             while await self.db.read(lambda tx: thread_id in tx.runnable_threads_of(thread_id)):
@@ -127,6 +152,10 @@ class Supervisor:
                 try:
                     await self.runner.run(thread_id)
                 except AlreadyRunningError:
+                    return
+                except HaltedError as halt:
+                    await self.stop_agent(halt.owner, halt.reason)
+                    self.bus.publish(TurnFailed(thread_id, f"stopped: {halt.reason}"))
                     return
                 except ModelError as error:
                     await self._fail(thread_id, str(error))

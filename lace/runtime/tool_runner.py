@@ -31,10 +31,12 @@ class Effects:
 
     woken: set[str] = field(default_factory=set)
     spawned: list[tuple[str, str, str | None]] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
 
     def collect(self, tx: Tx) -> None:
-        """Remember who was notified and who was spawned in `tx`."""
+        """Remember who was notified, spawned or stopped in `tx`."""
         self.woken.update(tx.woken)
+        self.stopped.extend(tx.stopped)
         for child in tx.spawned:
             agent = tx.get_agent(child)
             self.spawned.append((child, agent.model_name, agent.current_task))
@@ -47,11 +49,14 @@ class ToolRunner:
     db: AsyncStore
     bus: EventBus
     wake: Callable[[str], None]
+    cancel: Callable[[list[str]], None]
     check_model: ModelCheck
     limits: Limits
     profiles: Mapping[str, Profile]
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     waits: WaitGraph = field(default_factory=WaitGraph)
+    waited: dict[str, float] = field(default_factory=dict)
+    """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def context(self, agent: Agent) -> ToolContext:
@@ -99,7 +104,7 @@ class ToolRunner:
             def start(tx: Tx) -> list[str]:
                 task_ids = tool.start(tx, context)
                 tx.mark_waiting(agent.thread_id, call_id, task_ids)
-                tx.update_agent(agent.thread_id, status="waiting")
+                tx.set_status(agent.thread_id, "waiting")
                 effects.collect(tx)
                 return task_ids
 
@@ -116,7 +121,8 @@ class ToolRunner:
         context = self.context(agent)
         tool = self.registry.parse(wait.tool_name, wait.arguments, agent.tools)
         assert isinstance(tool, WaitingTool)
-        deadline = time.monotonic() + self.limits.delegate_timeout_s
+        began = time.monotonic()
+        deadline = began + self.limits.delegate_timeout_s
         while not await self.db.read(lambda tx: settled(tx, wait.task_ids)):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -124,6 +130,8 @@ class ToolRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
         self.waits.remove(agent.thread_id)
+        self.waited[agent.thread_id] = self.waited.get(agent.thread_id, 0.0) + \
+            time.monotonic() - began
 
         def finish(tx: Tx) -> tuple[str, bool]:
             tx.consume_notices(agent.thread_id, wait.task_ids)
@@ -142,7 +150,7 @@ class ToolRunner:
             data = {**tool_result_data(call_id, name, text, is_error),
                     "waited_for": waited_for or []}
             recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
-            tx.update_agent(agent.thread_id, status="running")
+            tx.set_status(agent.thread_id, "running")
             return text
 
         text = await self.db.write(write)
@@ -158,5 +166,7 @@ class ToolRunner:
         if effects.woken or board_changed:
             self.bus.publish(TasksChanged(agent.thread_id))
             self.changed()
+        if effects.stopped:
+            self.cancel(effects.stopped)
         for thread_id in effects.woken - {agent.thread_id}:
             self.wake(thread_id)

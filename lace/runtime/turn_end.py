@@ -36,7 +36,7 @@ def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> set[str]:
     a `new:` (persistent) agent that left its task open is reminded once, then the task is
     blocked with its last answer as the reason and the creator is told."""
     agent = tx.get_agent(thread_id)
-    tx.update_agent(thread_id, status="idle")
+    tx.set_status(thread_id, "idle")
     task = open_task_of(tx, agent) if agent.created_for_task is not None else None
     if task is not None and agent.type == "ephemeral":
         tx.complete_task(task.id, session_id=task.thread_id, actor=thread_id,
@@ -62,7 +62,7 @@ def _remind_or_block(tx: Tx, thread_id: str, task: Task, final_text: str | None)
 
 def fail_turn(tx: Tx, thread_id: str, error: str) -> set[str]:
     """Mark the agent `error`; its open task is blocked with a note and the creator is told."""
-    tx.update_agent(thread_id, status="error")
+    tx.set_status(thread_id, "error")
     tx.append_event(thread_id, "error", {"error": error})
     agent = tx.get_agent(thread_id)
     task = open_task_of(tx, agent)

@@ -12,10 +12,11 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from lace.config import Limits
+from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
 from lace.core.records import Agent
 from lace.llm.types import ModelClient, ModelError, ModelReply
+from lace.runtime.budgets import budget_line, halt_before_call
 from lace.runtime.conversation import begin_turn
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
@@ -27,6 +28,15 @@ from lace.tools.names import ALL_TOOL_NAMES
 
 class AlreadyRunningError(Exception):
     """Another process is running this agent's turn."""
+
+
+class HaltedError(Exception):
+    """No further model call may be made: the agent was stopped, a budget is used up, or the
+    watchdog found the turn too long or stalled. `owner` is the subtree to stop."""
+
+    def __init__(self, owner: str, reason: str) -> None:
+        super().__init__(reason)
+        self.owner, self.reason = owner, reason
 
 
 @dataclass
@@ -59,6 +69,7 @@ class TurnRunner:
     bus: EventBus
     wake: Callable[[str], None]
     tools: ToolRunner
+    budgets: Budgets = field(default_factory=Budgets)
     watched: set[str] = field(default_factory=set)
     slots: Slots = field(init=False)
 
@@ -69,8 +80,11 @@ class TurnRunner:
         """One whole turn; returns the final answer. ModelError escapes after retries."""
         agent = await self.db.read(lambda tx: tx.get_agent(thread_id))
         own_tools = list(agent.tools) if agent.tools is not None else list(ALL_TOOL_NAMES)
-        profiles = self.tools.profiles
-        start = await self.db.write(lambda tx: begin_turn(tx, thread_id, own_tools, profiles))
+        profiles, started = self.tools.profiles, time.monotonic()
+        self.tools.waited[thread_id] = 0.0
+        start = await self.db.write(lambda tx: begin_turn(
+            tx, thread_id, own_tools, profiles,
+            lambda tx: budget_line(tx, thread_id, self.budgets)))
         if start is None:
             raise AlreadyRunningError(thread_id)
         self.bus.publish(TurnStarted(thread_id))
@@ -84,6 +98,7 @@ class TurnRunner:
             own_tools, profiles=list(profiles),
             can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
+            self._check_turn_time(thread_id, started)
             reply = await self._call_model(agent, messages, tools)
             message = reply.message()
             messages.append(message)
@@ -113,16 +128,33 @@ class TurnRunner:
     def _published(self, thread_id: str, event_id: int, type: str, data: dict[str, Any]) -> None:
         self.bus.publish(EventAppended(thread_id, event_id, type, data))
 
+    def _check_turn_time(self, thread_id: str, started: float) -> None:
+        active = time.monotonic() - started - self.tools.waited.get(thread_id, 0.0)
+        if active > self.limits.turn_timeout_s:
+            raise HaltedError(thread_id, f"watchdog: the turn ran {active:.0f} s, past "
+                                         f"turn_timeout_s = {self.limits.turn_timeout_s:g} "
+                                         "([limits] turn_timeout_s)")
+
     async def _call_model(self, agent: Agent, messages: list[dict[str, Any]],
                           tools: list[dict[str, Any]]) -> ModelReply:
-        attempt = 0
+        attempt, stall = 0, self.limits.stall_timeout_s
         while True:
+            halt = await self.db.read(
+                lambda tx: halt_before_call(tx, agent.thread_id, self.budgets))
+            if halt is not None:
+                raise HaltedError(halt.owner, halt.reason)
             started = time.monotonic()
             try:
                 async with AsyncExitStack() as stack:
                     await self.slots.hold(stack, agent.provider)
-                    reply = await self.client.complete(
-                        agent.model_name, messages, tools, on_delta=self._streamer(agent))
+                    try:
+                        reply = await asyncio.wait_for(self.client.complete(
+                            agent.model_name, messages, tools,
+                            on_delta=self._streamer(agent)), stall)
+                    except TimeoutError:
+                        raise HaltedError(agent.thread_id, f"watchdog: a model call made no "
+                                          f"progress for stall_timeout_s = {stall:g} ([limits] "
+                                          "stall_timeout_s)") from None
             except ModelError as error:
                 await self.db.write(functools.partial(
                     Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,

@@ -2,6 +2,6 @@
 
 from lace.store.db import Database, open_database, resolve_db_url
 from lace.store.store import Store
-from lace.store.task_rules import Tx
+from lace.store.agent_rules import Tx
 
 __all__ = ["Database", "Store", "Tx", "open_database", "resolve_db_url"]

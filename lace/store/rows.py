@@ -30,6 +30,7 @@ class RowVerbs:
         self.connection = connection
         self.woken: set[str] = set()
         self.spawned: list[str] = []
+        self.stopped: list[str] = []
 
     def _execute(self, statement: sa.Executable) -> sa.CursorResult[Any]:
         return self.connection.execute(statement)
@@ -101,6 +102,13 @@ class RowVerbs:
         if agent is None:
             raise NotFoundError(f"Thread {thread_id!r} has no agent.")
         return agent
+
+    def set_status(self, thread_id: str, status: str) -> None:
+        """Change an agent's status unless it was stopped (only `resume_agent` undoes that)."""
+        columns = schema.agent_metadata.c
+        self._execute(schema.agent_metadata.update()
+                      .where(columns.thread_id == thread_id, columns.status != "stopped")
+                      .values(status=status, updated_at=now_iso()))
 
     def update_agent(self, thread_id: str, **values: Any) -> None:
         """Change columns of an agent row."""

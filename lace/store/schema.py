@@ -127,6 +127,9 @@ agent_metadata = sa.Table(
     sa.Column("current_task", sa.Text, sa.ForeignKey("tasks.id"), nullable=True),
     sa.Column("tools", sa.JSON, nullable=True),
     sa.Column("instructions", sa.Text, nullable=True),
+    sa.Column("stop_reason", sa.Text, nullable=True),
+    sa.Column("budget", sa.JSON, nullable=True),
+    sa.Column("turns", sa.Integer, nullable=False, server_default="0"),
     sa.Column("tokens_in", sa.Integer, nullable=False, server_default="0"),
     sa.Column("tokens_out", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
@@ -167,4 +170,13 @@ llm_calls = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     _created(),
     sa.Index(None, "thread_id"),
+)
+
+subscriptions = sa.Table(
+    "subscriptions",
+    metadata,
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), primary_key=True),
+    sa.Column("topic", sa.Text, primary_key=True),
+    _created(),
+    sa.Index(None, "topic"),
 )

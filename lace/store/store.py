@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lace.store.db import READONLY_OPTION, Database
-from lace.store.task_rules import Tx
+from lace.store.agent_rules import Tx
 
 
 class Store:

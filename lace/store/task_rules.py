@@ -19,8 +19,8 @@ TaskFilter = Literal["mine", "created", "thread", "all"]
 UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt")
 
 
-class Tx(RowVerbs):
-    """All verbs of one transaction: rows plus the task board's rules."""
+class TaskRules(RowVerbs):
+    """Row verbs plus the task board's rules."""
 
     def check_assignee(self, session_id: str, assigned_to: str) -> str:
         """Validate an assignee against this session; returns it unchanged."""
@@ -108,8 +108,10 @@ class Tx(RowVerbs):
 
     def _assign_to_agent(self, task: Task, actor: str) -> None:
         """Tell an agent assignee about its task and make it the agent's current task."""
-        if task.assigned_to and self.find_agent(task.assigned_to) is not None:
-            self.update_agent(task.assigned_to, current_task=task.id)
+        agent = self.find_agent(task.assigned_to) if task.assigned_to else None
+        if agent is not None:
+            resumed = {"status": "idle", "stop_reason": None} if agent.status == "stopped" else {}
+            self.update_agent(agent.thread_id, current_task=task.id, **resumed)
         self._notify(task.assigned_to, sender=actor, kind="assignment",
                      text=notifications.assignment(task), task_id=task.id)
 

@@ -1,0 +1,114 @@
+"""Agent verbs on top of the board rules: topics, stopping and resuming subtrees, usage sums."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core.clock import now_iso
+from lace.core.records import Agent
+from lace.store import schema
+from lace.store.task_rules import TaskRules
+
+RESUMED = ("[LACE TASK SYSTEM] You were stopped ({reason}) and have been resumed. Continue your "
+           "work; check the board (task_list) first, your tasks may have changed meanwhile.")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a subtree (an agent and everything below it) has used."""
+
+    tokens: int
+    cost_usd: float
+    turns: int
+
+
+def _in_subtree(column: sa.ColumnElement[str], thread_id: str) -> sa.ColumnElement[bool]:
+    """The thread and its descendants, as a range the thread_id index can serve."""
+    return sa.or_(column == thread_id,
+                  sa.and_(column > f"{thread_id}.", column < f"{thread_id}/"))
+
+
+class Tx(TaskRules):
+    """All verbs of one transaction."""
+
+    def subscribe(self, thread_id: str, topic: str) -> bool:
+        """Subscribe; False if already subscribed."""
+        table = schema.subscriptions
+        exists = self._execute(sa.select(table.c.topic).where(
+            table.c.thread_id == thread_id, table.c.topic == topic)).first()
+        if exists is None:
+            self._execute(table.insert().values(thread_id=thread_id, topic=topic,
+                                                created_at=now_iso()))
+        return exists is None
+
+    def unsubscribe(self, thread_id: str, topic: str) -> bool:
+        """Unsubscribe; False if not subscribed."""
+        table = schema.subscriptions
+        result = self._execute(table.delete().where(table.c.thread_id == thread_id,
+                                                    table.c.topic == topic))
+        return bool(result.rowcount)
+
+    def subscribers(self, root_id: str, topic: str) -> list[str]:
+        """Threads of a session subscribed to `topic`, oldest subscription first."""
+        table, threads = schema.subscriptions, schema.threads
+        return list(self._execute(
+            sa.select(table.c.thread_id).join(threads, threads.c.id == table.c.thread_id)
+            .where(threads.c.root_id == root_id, table.c.topic == topic)
+            .order_by(table.c.created_at, table.c.thread_id)).scalars())
+
+    def subtree_agents(self, thread_id: str) -> list[Agent]:
+        """An agent and all its descendants, in thread order."""
+        return [agent for agent in self.session_agents(thread_id.split(".", 1)[0])
+                if agent.thread_id == thread_id or agent.thread_id.startswith(f"{thread_id}.")]
+
+    def subtree_usage(self, thread_id: str) -> Usage:
+        """Tokens, cost and turns of a subtree, summed from `llm_calls` and the agent rows."""
+        calls, agents = schema.llm_calls.c, schema.agent_metadata.c
+        row: Any = self._execute(sa.select(
+            sa.func.coalesce(sa.func.sum(calls.prompt_tokens + calls.completion_tokens), 0),
+            sa.func.coalesce(sa.func.sum(calls.cost_usd), 0.0))
+            .where(_in_subtree(calls.thread_id, thread_id))).one()
+        tokens, cost = row[0], row[1]
+        turns = self._execute(sa.select(sa.func.coalesce(sa.func.sum(agents.turns), 0))
+                              .where(_in_subtree(agents.thread_id, thread_id))).scalar_one()
+        return Usage(tokens=int(tokens), cost_usd=float(cost), turns=int(turns))
+
+    def stop_subtree(self, thread_id: str, *, reason: str) -> list[str]:
+        """Stop an agent and everything below it: status `stopped` with the reason, their open
+        tasks blocked with a note, and the creators of those tasks told."""
+        stopped = []
+        for agent in self.subtree_agents(thread_id):
+            if agent.status == "stopped":
+                continue
+            self.update_agent(agent.thread_id, status="stopped", stop_reason=reason)
+            self.append_event(agent.thread_id, "error", {"error": f"stopped: {reason}",
+                                                         "stopped": True})
+            stopped.append(agent.thread_id)
+            tasks, _ = self.query_tasks(agent.thread_id.split(".", 1)[0],
+                                        where=schema.tasks.c.assigned_to == agent.thread_id)
+            for task in tasks:
+                if task.status in ("pending", "in_progress"):
+                    self.insert_note(task.id, agent.thread_id, f"Blocked: stopped: {reason}")
+                    self.update_task(task.id, session_id=task.thread_id, actor=agent.thread_id,
+                                     changes={"status": "blocked"}, reason=f"stopped: {reason}")
+        self.stopped.extend(stopped)
+        return stopped
+
+    def resume_agent(self, thread_id: str) -> bool:
+        """A stopped (or failed, or interrupted) agent becomes idle with a `resume` message."""
+        agent = self.get_agent(thread_id)
+        if agent.status not in ("stopped", "error", "interrupted"):
+            return False
+        self.update_agent(thread_id, status="idle", stop_reason=None)
+        self.post_inbox(thread_id, sender="lace", kind="resume", priority="high",
+                        text=RESUMED.format(reason=agent.stop_reason or agent.status))
+        return True
+
+    def count_turn(self, thread_id: str) -> None:
+        """One more turn for this agent."""
+        columns = schema.agent_metadata.c
+        self._execute(schema.agent_metadata.update().where(columns.thread_id == thread_id)
+                      .values(turns=columns.turns + 1))

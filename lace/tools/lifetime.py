@@ -1,0 +1,55 @@
+"""Agents' lifetime: list one's descendants with their usage, and stop a subtree."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from lace.store import Tx
+from lace.tools.base import Tool, ToolContext, ToolError
+
+
+class AgentsList(Tool):
+    """List your helpers and theirs (your descendants): status, model, current task, last
+    activity, and the tokens and cost of each one's whole subtree."""
+
+    name: ClassVar[str] = "agents_list"
+
+    def run(self, tx: Tx, context: ToolContext) -> str:
+        below = [agent for agent in tx.subtree_agents(context.thread_id)
+                 if agent.thread_id != context.thread_id]
+        if not below:
+            return "You have no helpers."
+        lines = []
+        for agent in below:
+            usage = tx.subtree_usage(agent.thread_id)
+            task = tx.get_task(agent.current_task).title if agent.current_task else "no task"
+            stopped = f" ({agent.stop_reason})" if agent.stop_reason else ""
+            lines.append(f"{agent.thread_id} [{agent.status}{stopped}] {agent.model_name} · "
+                         f"{task} · last active {agent.updated_at} · subtree {usage.tokens} "
+                         f"tokens ${usage.cost_usd:.4f} {usage.turns} turns")
+        return "\n".join(lines)
+
+
+class AgentStop(Tool):
+    """Stop one of your descendants and its whole subtree: running turns are cancelled, their
+    open tasks are blocked with your reason, and their creators are told."""
+
+    name: ClassVar[str] = "agent_stop"
+    thread_id: str = Field(min_length=1, description="A descendant's thread id.")
+    reason: str = Field(min_length=1, max_length=2000)
+
+    def run(self, tx: Tx, context: ToolContext) -> str:
+        if not self.thread_id.startswith(f"{context.thread_id}."):
+            raise ToolError(f"You can only stop your own descendants (thread ids starting with "
+                            f"{context.thread_id}.); {self.thread_id!r} is not one.")
+        if tx.find_agent(self.thread_id) is None:
+            raise ToolError(f"Unknown agent {self.thread_id!r}; agents_list shows your helpers.")
+        stopped = tx.stop_subtree(self.thread_id, reason=f"{self.reason} (by {context.thread_id})")
+        if not stopped:
+            return f"{self.thread_id} and its subtree were already stopped."
+        return f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}."
+
+
+LIFETIME_TOOLS: tuple[type[Tool], ...] = (AgentsList, AgentStop)
