@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
+from lace.core.providers import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
-
-LOCAL_PROVIDERS = frozenset({"demo", "scripted"})
 
 
 def known_provider(provider: str) -> bool:

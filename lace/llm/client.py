@@ -7,7 +7,7 @@ import logging
 import re
 from typing import Any
 
-from lace.llm.checks import LOCAL_PROVIDERS
+from lace.core.providers import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
 

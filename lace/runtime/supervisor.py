@@ -57,7 +57,7 @@ class Supervisor:
         self.db = AsyncStore(self.store)
         tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake, cancel=self.cancel,
                            check_model=self.check_model, limits=self.settings.limits,
-                           profiles=self.settings.profiles)
+                           profiles=self.settings.profiles, budgets=self.settings.budgets)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, wake=self.wake, tools=tools,
                                  budgets=self.settings.budgets)
@@ -94,7 +94,7 @@ class Supervisor:
 
         context = ToolContext(store=self.store, thread_id=HUMAN, session_id=root_id,
                               check_model=self.check_model, limits=self.settings.limits,
-                              profiles=self.settings.profiles)
+                              profiles=self.settings.profiles, budgets=self.settings.budgets)
         result = await self.db.call(lambda: self.runner.tools.registry.execute(
             tool, arguments, context, record=collect))
         for thread_id in woken:

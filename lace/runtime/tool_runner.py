@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lace.config import Limits, Profile
+from lace.config import Budgets, Limits, Profile
 from lace.core.errors import LaceError
 from lace.core.records import Agent
 from lace.runtime.conversation import PendingWait, tool_result_data
@@ -53,6 +53,7 @@ class ToolRunner:
     check_model: ModelCheck
     limits: Limits
     profiles: Mapping[str, Profile]
+    budgets: Budgets = field(default_factory=Budgets)
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     waits: WaitGraph = field(default_factory=WaitGraph)
     waited: dict[str, float] = field(default_factory=dict)
@@ -64,7 +65,7 @@ class ToolRunner:
         return ToolContext(
             store=self.db.store, thread_id=agent.thread_id,
             session_id=agent.thread_id.split(".", 1)[0], check_model=self.check_model,
-            profiles=self.profiles, limits=self.limits, waits=self.waits,
+            profiles=self.profiles, limits=self.limits, budgets=self.budgets, waits=self.waits,
             tools=tuple(agent.tools) if agent.tools is not None else ALL_TOOL_NAMES)
 
     def changed(self) -> None:

@@ -16,13 +16,13 @@ from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
 from lace.core.records import Agent
 from lace.llm.types import ModelClient, ModelError, ModelReply
-from lace.runtime.budgets import budget_line, halt_before_call
 from lace.runtime.conversation import begin_turn
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
+from lace.store.budgets import budget_line, halt_before_call
 from lace.tools.names import ALL_TOOL_NAMES
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from lace.core.clock import now_iso
 from lace.core.records import Agent
 from lace.store import schema
 from lace.store.task_rules import TaskRules
@@ -40,8 +39,7 @@ class Tx(TaskRules):
         exists = self._execute(sa.select(table.c.topic).where(
             table.c.thread_id == thread_id, table.c.topic == topic)).first()
         if exists is None:
-            self._execute(table.insert().values(thread_id=thread_id, topic=topic,
-                                                created_at=now_iso()))
+            self.insert_subscription(thread_id, topic)
         return exists is None
 
     def unsubscribe(self, thread_id: str, topic: str) -> bool:

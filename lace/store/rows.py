@@ -70,7 +70,7 @@ class RowVerbs:
         parent_thread_id: str | None, profile: str | None = None, type: str = "persistent",
         status: str = "idle", created_for_task: str | None = None,
         current_task: str | None = None, tools: list[str] | None = None,
-        instructions: str | None = None,
+        instructions: str | None = None, budget: dict[str, float] | None = None,
     ) -> Agent:
         """Write the `agent_metadata` row of a thread."""
         now = now_iso()
@@ -78,7 +78,7 @@ class RowVerbs:
             thread_id=thread_id, name=name, provider=provider, model=model, profile=profile,
             type=type, status=status, created_for_task=created_for_task,
             parent_thread_id=parent_thread_id, current_task=current_task, tools=tools,
-            instructions=instructions,
+            instructions=instructions, budget=budget,
             tokens_in=0, tokens_out=0, cost_usd=0.0, created_at=now, updated_at=now))
         return self.get_agent(thread_id)
 
@@ -176,6 +176,11 @@ class RowVerbs:
             priority=priority, created_at=now_iso(), consumed_at=None))
         self.woken.add(thread_id)
         return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def insert_subscription(self, thread_id: str, topic: str) -> None:
+        """Subscribe a thread to a topic (it must not be subscribed yet)."""
+        self._execute(schema.subscriptions.insert().values(thread_id=thread_id, topic=topic,
+                                                           created_at=now_iso()))
 
     def take_inbox(self, thread_id: str) -> list[InboxItem]:
         """The pending messages of a thread, marked consumed in this transaction."""

@@ -76,7 +76,10 @@ class TaskRules(RowVerbs):
                           provider=plan.provider, model=plan.model, profile=plan.profile,
                           type=plan.type, parent_thread_id=parent, created_for_task=task_id,
                           current_task=task_id, instructions=plan.instructions,
-                          tools=list(plan.tools) if plan.tools is not None else None)
+                          tools=list(plan.tools) if plan.tools is not None else None,
+                          budget=plan.budget)
+        for topic in plan.topics:
+            self.insert_subscription(child.id, topic)
         status = before.status if before.status == "in_progress" else "in_progress"
         if status != before.status:
             check_transition(task_id, before.status, status)

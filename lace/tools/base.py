@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from lace.config import Limits, Profile
+from lace.config import Budgets, Limits, Profile
 from lace.core.errors import LaceError
 from lace.store import Store, Tx
 
@@ -38,6 +38,7 @@ class ToolContext:
     tools: tuple[str, ...] | None = None
     """The caller's own tools; None for the person, who may hand out any tool."""
     limits: Limits = field(default_factory=Limits)
+    budgets: Budgets = field(default_factory=Budgets)
     waits: WaitGraph = field(default_factory=lambda: WaitGraph())
 
 

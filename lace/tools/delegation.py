@@ -7,10 +7,12 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lace.config import Budget
 from lace.core.errors import NotFoundError
 from lace.core.records import Task
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, WaitingTool, refuse_deadlock
+from lace.tools.messaging import Topic
 from lace.tools.names import ALL_TOOL_NAMES
 from lace.tools.schema import parameters_schema
 from lace.tools.spawning import plan_spawn
@@ -62,6 +64,7 @@ class Delegate(WaitingTool):
 
     name: ClassVar[str] = "delegate"
     tasks: list[DelegatedTask] = Field(min_length=1, max_length=10)
+    budget: Budget | None = Field(default=None, description="Caps on each helper's subtree.")
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
         for item in self.tasks:
@@ -70,7 +73,7 @@ class Delegate(WaitingTool):
             session_id=context.session_id, actor=context.thread_id, title=item.title,
             prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
             priority="high", assigned_to=item.assigned_to,
-            plan=plan_if_new(tx, context, item.assigned_to)) for item in self.tasks]
+            plan=plan_if_new(tx, context, item.assigned_to, self.budget)) for item in self.tasks]
         refuse_deadlock(context, {task.assigned_to for task in created if task.assigned_to})
         return [task.id for task in created]
 
@@ -93,6 +96,9 @@ class Spawn(Tool):
     system_prompt: str | None = Field(default=None, max_length=20_000)
     tools: list[str] | None = Field(default=None, description="Tools the helper may use.")
     model: str | None = Field(default=None, description="provider/model for the helper.")
+    auto_subscribe: list[Topic] = Field(default_factory=list,
+                                        description="Topics the helper is subscribed to.")
+    budget: Budget | None = Field(default=None, description="Caps on the helper's subtree.")
 
     @classmethod
     def schema_for(cls, own_tools: tuple[str, ...], profiles: list[str]) -> dict[str, Any]:
@@ -108,7 +114,8 @@ class Spawn(Tool):
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         plan = plan_spawn(tx, context, ALL_TOOL_NAMES, profile=self.profile, model=self.model,
-                          tools=self.tools, type="ephemeral", instructions=self.system_prompt)
+                          tools=self.tools, type="ephemeral", instructions=self.system_prompt,
+                          budget=self.budget, topics=list(dict.fromkeys(self.auto_subscribe)))
         title = (self.task.strip().splitlines() or ["task"])[0][:TITLE_LENGTH]
         prompt = f"{self.context}\n\n{self.task}" if self.context else self.task
         task = tx.create_task(session_id=context.session_id, actor=context.thread_id,

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from lace.core.assignee import HUMAN, NewAgentSpec, parse_model
+from lace.config import Budget
+from lace.core.assignee import HUMAN, parse_model
 from lace.core.errors import InvalidAssigneeError
 from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan
 from lace.store import Tx
+from lace.store.budgets import remaining
 from lace.tools.base import ToolContext, ToolError
 
 SPAWNING_TOOLS = ("delegate", "spawn", "spawn_await")
@@ -55,7 +57,8 @@ def _creator_model(tx: Tx, context: ToolContext) -> str:
 def plan_spawn(tx: Tx, context: ToolContext, every_tool: Sequence[str], *,
                profile: str | None = None, model: str | None = None,
                tools: Sequence[str] | None = None, type: str = "persistent",
-               instructions: str | None = None) -> AgentPlan:
+               instructions: str | None = None, budget: Budget | None = None,
+               topics: Sequence[str] = ()) -> AgentPlan:
     """Check the limits, then choose the model (`model` > the profile's > the caller's) and
     the tools (explicit > the profile's, intersected > the caller's); each only shrinks."""
     check_spawn_limits(tx, context)
@@ -88,13 +91,18 @@ def plan_spawn(tx: Tx, context: ToolContext, every_tool: Sequence[str], *,
     prompts = [text for text in (chosen_profile.system_prompt if chosen_profile else None,
                                  instructions) if text]
     return AgentPlan(provider=provider, model=name, profile=profile, tools=granted, type=type,
-                     instructions="\n\n".join(prompts) or None)
+                     instructions="\n\n".join(prompts) or None,
+                     budget=clamped_budget(tx, context, budget), topics=tuple(topics))
 
 
-def plan_for_assignee(tx: Tx, context: ToolContext, every_tool: Sequence[str],
-                      spec: NewAgentSpec) -> AgentPlan:
-    """The plan for a `new:` assignee of task_create, task_update or delegate."""
-    return plan_spawn(tx, context, every_tool, profile=spec.profile, model=spec.model_name)
+def clamped_budget(tx: Tx, context: ToolContext, budget: Budget | None) -> dict[str, float] | None:
+    """A child's caps, never looser than what its creator has left."""
+    if budget is None:
+        return None
+    left = remaining(tx, spawner_thread(context), context.budgets)
+    caps = {dimension: min(value, max(0, left[dimension])) if dimension in left else value
+            for dimension, value in budget.model_dump(exclude_none=True).items()}
+    return caps or None
 
 
 def is_person(context: ToolContext) -> bool:

@@ -6,6 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lace.config import Budget
 from lace.core.assignee import EXPECTED_FORMS, NewAgentSpec, parse_assignee
 from lace.core.records import AgentPlan, Task
 from lace.core.tasks import STATUS_SYMBOL, Priority, Status
@@ -13,7 +14,7 @@ from lace.store import Tx
 from lace.store.task_rules import TaskFilter
 from lace.tools.base import Tool, ToolContext, ToolError
 from lace.tools.names import ALL_TOOL_NAMES
-from lace.tools.spawning import plan_for_assignee
+from lace.tools.spawning import plan_spawn
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
@@ -45,12 +46,14 @@ def check_assignee_callable(assigned_to: str, context: ToolContext) -> None:
             raise ToolError(f"{problem} in {assigned_to!r}. {EXPECTED_FORMS}.")
 
 
-def plan_if_new(tx: Tx, context: ToolContext, assigned_to: str | None) -> AgentPlan | None:
-    """The plan for a `new:` assignee (limits, profile, model, tools), else None."""
+def plan_if_new(tx: Tx, context: ToolContext, assigned_to: str | None,
+                budget: Budget | None = None) -> AgentPlan | None:
+    """The plan for a `new:` assignee (limits, profile, model, tools, budget), else None."""
     spec = parse_assignee(assigned_to) if assigned_to else None
     if not isinstance(spec, NewAgentSpec):
         return None
-    return plan_for_assignee(tx, context, ALL_TOOL_NAMES, spec)
+    return plan_spawn(tx, context, ALL_TOOL_NAMES, profile=spec.profile,
+                      model=spec.model_name, budget=budget)
 
 
 def task_line(task: Task) -> str:

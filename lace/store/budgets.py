@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lace.config import Budget, Budgets
-from lace.llm.checks import LOCAL_PROVIDERS
-from lace.store import Tx
+from lace.core.providers import LOCAL_PROVIDERS
+from lace.store.agent_rules import Tx
 
 DIMENSIONS = (("tokens", "tokens"), ("cost_usd", "USD"), ("turns", "turns"),
               ("seconds", "seconds"))
