@@ -25,10 +25,13 @@ def _inline(node: Any, definitions: dict[str, Any]) -> Any:
         return [_inline(item, definitions) for item in node]
     if not isinstance(node, dict):
         return node
+    node = _without_null(node)
     if "$ref" in node:
-        return _inline(definitions[node["$ref"].rsplit("/", 1)[-1]], definitions)
+        target = definitions[node["$ref"].rsplit("/", 1)[-1]]
+        extra = {key: value for key, value in node.items() if key != "$ref"}
+        return _inline({**target, **extra}, definitions)
     cleaned: dict[str, Any] = {}
-    for key, value in _without_null(node).items():
+    for key, value in node.items():
         if key in ("title", "$defs"):
             continue
         if key == "properties":
