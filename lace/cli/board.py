@@ -12,6 +12,7 @@ from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.records import Agent, Thread
 from lace.store import Store, Tx, open_database, resolve_db_url
+from lace.store.agent_rules import Usage
 from lace.store.db import upgrade
 from lace.tools.base import ToolContext
 from lace.tools.registry import ToolRegistry
@@ -60,15 +61,18 @@ def tasks_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent_line(thread: Thread, agent: Agent | None, task_titles: dict[str, str]) -> str:
+def _agent_line(thread: Thread, agent: Agent | None, task_titles: dict[str, str],
+                usage: Usage) -> str:
     depth = thread.id.count(".")
     label = f"{'  ' * depth}{thread.id}"
     if agent is None:
         return f"{label}  (no agent)"
     task = task_titles.get(agent.current_task or "", "")
-    return (f"{label}  {agent.name}  {agent.model_name}  [{agent.status}]"
+    reason = f" ({agent.stop_reason})" if agent.stop_reason else ""
+    return (f"{label}  {agent.name}  {agent.model_name}  [{agent.status}{reason}]"
             f"{'  ' + repr(task) if task else ''}  "
-            f"{agent.tokens_in}+{agent.tokens_out} tok  ${agent.cost_usd:.4f}")
+            f"{agent.tokens_in}+{agent.tokens_out} tok  ${agent.cost_usd:.4f}  "
+            f"subtree {usage.tokens} tok ${usage.cost_usd:.4f}")
 
 
 def threads_command(args: argparse.Namespace) -> int:
@@ -78,15 +82,17 @@ def threads_command(args: argparse.Namespace) -> int:
         threads = tx.session_threads(session.id)
         agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
         tasks, _ = tx.query_tasks(session.id, include_closed=True)
+        usage = {thread.id: tx.subtree_usage(thread.id) for thread in threads}
     if args.json:
         print_json({"session": session.id, "threads": [
-            {**asdict(thread), "agent": asdict(agents[thread.id]) if thread.id in agents else None}
+            {**asdict(thread), "agent": asdict(agents[thread.id]) if thread.id in agents else None,
+             "subtree": asdict(usage[thread.id])}
             for thread in threads]})
         return 0
     titles = {task.id: task.title for task in tasks}
     for thread in sorted(threads, key=lambda t: [int(p) if p.isdigit() else 0
                                                  for p in t.id.split(".")[1:]]):
-        print(_agent_line(thread, agents.get(thread.id), titles))
+        print(_agent_line(thread, agents.get(thread.id), titles, usage[thread.id]))
     return 0
 
 
@@ -187,6 +193,11 @@ def task_complete_command(args: argparse.Namespace) -> int:
 def task_help_command(_args: argparse.Namespace) -> int:
     """`lace task` with no action."""
     raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
+
+
+def session_help_command(_args: argparse.Namespace) -> int:
+    """`lace session` with no action."""
+    raise LaceError("choose an action: lace session end ROOT_ID (see lace session --help)")
 
 
 def db_help_command(_args: argparse.Namespace) -> int:

@@ -59,6 +59,26 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                      help="stop after S seconds (running turns are marked interrupted)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
 
+    stop = add("stop", "Stop an agent and its whole subtree (their open tasks are blocked).",
+               "lace.cli.lifetime:stop_command")
+    stop.add_argument("thread_id", metavar="THREAD_ID")
+    stop.add_argument("--reason", default="stopped by the person", help="recorded and told")
+
+    resume = add("resume", "Resume a stopped agent, then run its session until quiet.",
+                 "lace.cli.lifetime:resume_command")
+    resume.add_argument("thread_id", metavar="THREAD_ID")
+    resume.add_argument("--timeout", type=_positive_float, default=None, metavar="S")
+
+    session = add("session", "Session actions.", "lace.cli.board:session_help_command")
+    session_actions = session.add_subparsers(dest="session_command", metavar="ACTION",
+                                             parser_class=type(session))
+    end = session_actions.add_parser("end", help="Stop every agent of a session.",
+                                     description="Stop every agent of a session and record "
+                                                 "why; nothing is deleted.", parents=[common])
+    end.set_defaults(handler=lazy("lace.cli.lifetime:session_end_command"))
+    end.add_argument("root_id", metavar="ROOT_ID")
+    end.add_argument("--reason", default="ended by the person")
+
     tasks = add("tasks", "Print the task board of a session (open tasks unless --all).",
                 "lace.cli.board:tasks_command")
     tasks.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")

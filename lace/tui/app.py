@@ -17,11 +17,13 @@ from lace.runtime.supervisor import Supervisor
 from lace.tui.board import BoardScreen
 from lace.tui.session_view import SessionView, load_session_view
 from lace.tui.widgets.conversation import SHOWN_EVENTS, Conversation
+from lace.tui.widgets.prompt_modal import PromptModal
 from lace.tui.widgets.thread_tree import ThreadTree
 
 REFRESH_S = 0.5
 MAIN_SCREEN_ACTIONS = frozenset({"next_thread", "previous_thread", "parent_thread", "board",
-                                 "new_session", "focus_input", "leave_input"})
+                                 "new_session", "focus_input", "leave_input", "stop_agent",
+                                 "resume_agent"})
 STREAM_FLUSH_S = 0.1
 
 
@@ -36,6 +38,8 @@ class LaceApp(App[None]):
         Binding("u", "parent_thread", "Parent"),
         Binding("b", "board", "Board"),
         Binding("N", "new_session", "New session"),
+        Binding("s", "stop_agent", "Stop"),
+        Binding("r", "resume_agent", "Resume"),
         Binding("i", "focus_input", "Type"),
         Binding("escape", "leave_input", "Leave input"),
         Binding("q", "quit", "Quit"),
@@ -220,6 +224,29 @@ class LaceApp(App[None]):
         self.query_one(Conversation).remove_children()
         self._update_status()
         self.query_one(Input).focus()
+
+    def action_stop_agent(self) -> None:
+        """Stop the selected agent and its subtree, with a reason."""
+        thread_id = self.selected
+        if thread_id is None:
+            return
+
+        def stop(reason: str | None) -> None:
+            if reason:
+                self.run_worker(self._stop(thread_id, reason), group="stop")
+
+        self.push_screen(PromptModal(f"Why stop {thread_id} and its helpers?"), stop)
+
+    async def _stop(self, thread_id: str, reason: str) -> None:
+        stopped = await self.runtime.stop_agent(thread_id, f"{reason} (by human)")
+        self.notify(f"Stopped {len(stopped)} agent(s)." if stopped else "Already stopped.")
+        await self.refresh_view()
+
+    async def action_resume_agent(self) -> None:
+        """Resume the selected agent if it was stopped."""
+        if self.selected and await self.runtime.resume_agent(self.selected):
+            self.notify(f"Resumed {self.selected}.")
+            await self.refresh_view()
 
     def action_focus_input(self) -> None:
         self.query_one(Input).focus()

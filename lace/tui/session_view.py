@@ -22,6 +22,8 @@ class ThreadRow:
     agent: Agent | None
     state: str
     task_title: str | None
+    subtree_tokens: int = 0
+    subtree_cost: float = 0.0
 
     @property
     def label(self) -> str:
@@ -34,7 +36,10 @@ class ThreadRow:
         if self.task_title:
             parts.append(self.task_title[:24])
         if agent:
-            parts.append(f"{agent.tokens_in + agent.tokens_out} tok ${agent.cost_usd:.2f}")
+            own = agent.tokens_in + agent.tokens_out
+            below = f" (tree {self.subtree_tokens} tok ${self.subtree_cost:.2f})" \
+                if self.subtree_tokens != own else ""
+            parts.append(f"{own} tok ${agent.cost_usd:.2f}{below}")
         return " · ".join(parts)
 
 
@@ -90,7 +95,11 @@ def load_session_view(tx: Tx, root_id: str) -> SessionView:
         agent = agents.get(thread.id)
         current = by_id.get(agent.current_task or "") if agent else None
         state = thread_state(agent, current, open_created.get(thread.id, 0))
-        rows.append(ThreadRow(thread, agent, state, current.title if current else None))
+        subtree = [a for a in agents.values()
+                   if a.thread_id == thread.id or a.thread_id.startswith(f"{thread.id}.")]
+        rows.append(ThreadRow(thread, agent, state, current.title if current else None,
+                              sum(a.tokens_in + a.tokens_out for a in subtree),
+                              sum(a.cost_usd for a in subtree)))
         if thread.parent_id:
             children.setdefault(thread.parent_id, []).append(thread.id)
     return SessionView(
