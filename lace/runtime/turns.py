@@ -151,7 +151,11 @@ class TurnRunner:
                         reply = await asyncio.wait_for(self.client.complete(
                             agent.model_name, messages, tools,
                             on_delta=self._streamer(agent)), stall)
-                    except TimeoutError:
+                    except (TimeoutError, asyncio.CancelledError) as cut:
+                        stalled = isinstance(cut, TimeoutError)
+                        await self._record_cut_call(agent, started, stalled)
+                        if not stalled:
+                            raise
                         raise HaltedError(agent.thread_id, f"watchdog: a model call made no "
                                           f"progress for stall_timeout_s = {stall:g} ([limits] "
                                           "stall_timeout_s)") from None
@@ -170,6 +174,14 @@ class TurnRunner:
                 prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
                 cost_usd=reply.cost_usd, latency_ms=(time.monotonic() - started) * 1000))
             return reply
+
+    async def _record_cut_call(self, agent: Agent, started: float, stalled: bool) -> None:
+        """A model call cut off (stalled, or its agent stopped) still gets its usage row."""
+        await asyncio.shield(self.db.write(functools.partial(
+            Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
+            prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+            latency_ms=(time.monotonic() - started) * 1000,
+            error="stalled (watchdog)" if stalled else "cancelled (turn cut off)")))
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.limits.retry_max_s, self.limits.retry_base_s * 2 ** attempt)
