@@ -14,7 +14,14 @@ from lace.tui.board import BoardScreen
 from lace.tui.factory import create_app
 from lace.tui.widgets.conversation import Conversation, ToolCallView
 from lace.tui.widgets.thread_tree import ThreadTree
-from tests.scripted import ScriptedModels, assigned_task, dutiful_worker, reply, text
+from tests.scripted import (
+    ScriptedModels,
+    assigned_task,
+    dutiful_worker,
+    reply,
+    text,
+    tools_called,
+)
 from tests.test_runtime import coordinator
 
 SIZE = (160, 45)
@@ -202,3 +209,43 @@ def test_bad_tui_options_are_one_line_before_the_screen_opens(
     assert capsys.readouterr().err == "lace: error: Unknown provider 'foo'\n"
     assert main(["--db", str(db_path), "--continue"]) == 2
     assert "No session to continue yet" in capsys.readouterr().err
+
+
+async def test_the_app_stops_an_agent_and_shows_stopped_agents_and_subtree_totals(
+        db_path: Path, models: ScriptedModels) -> None:
+    import asyncio
+
+    started = asyncio.Event()
+
+    async def slow(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if not tools_called(messages):
+            return reply(None, ("task_add_note", {"task_id": assigned_task(messages),
+                                                  "note": "starting"}))
+        started.set()
+        await asyncio.sleep(60)
+        return reply("never")
+
+    models.on("root", coordinator("new:scripted/slow", titles=("Long job",)))
+    models.on("slow", slow)
+    app = create_app(db=str(db_path), model="scripted/root")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"go", "enter")
+        await asyncio.wait_for(started.wait(), 20)
+        await app.refresh_view()
+        root = app.session_id
+        await pilot.press("escape", "n")
+        assert app.selected == f"{root}.1"
+        await pilot.press("s", *"not needed", "enter")
+        await settle(app, pilot)
+        tree = app.query_one(ThreadTree)
+        assert tree.labels[f"{root}.1"].startswith("■ .1")
+        with sqlite3.connect(db_path) as connection:
+            (total,), = connection.execute("SELECT SUM(tokens_in + tokens_out) FROM "
+                                           "agent_metadata").fetchall()
+        assert f"(tree {total} tok $0.00)" in tree.labels[root]
+        assert any("stopped: not needed (by human)" in t for t in conversation_texts(app))
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT status, stop_reason FROM agent_metadata WHERE "
+                                  "thread_id = ?", (f"{root}.1",)).fetchone() == (
+            "stopped", "not needed (by human)")
+        assert connection.execute("SELECT status FROM tasks").fetchone() == ("blocked",)
