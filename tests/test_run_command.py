@@ -137,3 +137,45 @@ def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
     with sqlite3.connect(database) as connection:
         statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}
     assert "running" not in statuses and "interrupted" in statuses
+
+
+def test_stop_resume_and_session_end_from_the_command_line(
+        capsys: CaptureFixture, db_path: Path, models: ScriptedModels) -> None:
+    from lace.store import Store, open_database
+
+    store = Store(open_database(str(db_path)))
+    with store.transaction() as tx:
+        root = tx.create_session(provider="scripted", model="root")
+        task = tx.create_task(session_id=root.id, actor=root.id, title="Job", prompt="p",
+                              assigned_to="new:scripted/worker")
+    store.close()
+    child = f"{root.id}.1"
+    db = str(db_path)
+    code, out, _ = lace(capsys, "stop", child, "--reason", "wrong approach", "--db", db)
+    assert code == 0 and out == f"Stopped 1 agent(s): {child}\n"
+    code, _, err = lace(capsys, "stop", child, "--db", db)
+    assert code == 0
+    code, out, _ = lace(capsys, "threads", "--db", db)
+    assert "[stopped (wrong approach (by human))]" in out and "subtree" in out
+    models.on("worker", lambda messages: reply("back at it"))
+    models.on("root", lambda messages: reply("noted"))
+    code, out, err = lace(capsys, "resume", child, "--db", db)
+    assert code == 0 and "Resumed" in err
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT status FROM agent_metadata WHERE thread_id = ?",
+                                  (child,)).fetchone() == ("idle",)
+        answer = connection.execute(
+            "SELECT json_extract(data, '$.message.content') FROM events WHERE thread_id = ? "
+            "AND type = 'agent_message'", (child,)).fetchall()
+    assert answer == [("back at it",)]
+    code, _, err = lace(capsys, "resume", child, "--db", db)
+    assert code == 2 and "not stopped" in err
+    code, out, _ = lace(capsys, "session", "end", root.id, "--reason", "done for today",
+                        "--db", db)
+    assert code == 0 and out == f"Session {root.id} ended; 2 agent(s) stopped.\n"
+    with sqlite3.connect(db_path) as connection:
+        reasons = connection.execute("SELECT DISTINCT stop_reason FROM agent_metadata"
+                                     ).fetchall()
+        assert connection.execute("SELECT status FROM tasks WHERE id = ?",
+                                  (task.id,)).fetchone() == ("blocked",)
+    assert reasons == [("session ended: done for today (by human)",)]
