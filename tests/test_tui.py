@@ -244,6 +244,9 @@ async def test_the_app_stops_an_agent_and_shows_stopped_agents_and_subtree_total
                                            "agent_metadata").fetchall()
         assert f"(tree {total} tok $0.00)" in tree.labels[root]
         assert any("stopped: not needed (by human)" in t for t in conversation_texts(app))
+        await pilot.press("E", *"enough", "enter")
+        await settle(app, pilot)
+        assert app.query_one(ThreadTree).labels[root].startswith("■ root")
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT status, stop_reason FROM agent_metadata WHERE "
                                   "thread_id = ?", (f"{root}.1",)).fetchone() == (

@@ -23,7 +23,7 @@ from lace.tui.widgets.thread_tree import ThreadTree
 REFRESH_S = 0.5
 MAIN_SCREEN_ACTIONS = frozenset({"next_thread", "previous_thread", "parent_thread", "board",
                                  "new_session", "focus_input", "leave_input", "stop_agent",
-                                 "resume_agent"})
+                                 "resume_agent", "end_session"})
 STREAM_FLUSH_S = 0.1
 
 
@@ -40,6 +40,7 @@ class LaceApp(App[None]):
         Binding("N", "new_session", "New session"),
         Binding("s", "stop_agent", "Stop"),
         Binding("r", "resume_agent", "Resume"),
+        Binding("E", "end_session", "End session"),
         Binding("i", "focus_input", "Type"),
         Binding("escape", "leave_input", "Leave input"),
         Binding("q", "quit", "Quit"),
@@ -227,15 +228,21 @@ class LaceApp(App[None]):
 
     def action_stop_agent(self) -> None:
         """Stop the selected agent and its subtree, with a reason."""
-        thread_id = self.selected
-        if thread_id is None:
-            return
+        if self.selected is not None:
+            self._ask_stop(self.selected, f"Why stop {self.selected} and its helpers?")
 
+    def _ask_stop(self, thread_id: str, question: str, prefix: str = "") -> None:
         def stop(reason: str | None) -> None:
             if reason:
-                self.run_worker(self._stop(thread_id, reason), group="stop")
+                self.run_worker(self._stop(thread_id, prefix + reason), group="stop")
 
-        self.push_screen(PromptModal(f"Why stop {thread_id} and its helpers?"), stop)
+        self.push_screen(PromptModal(question), stop)
+
+    def action_end_session(self) -> None:
+        """Stop every agent of the session, with a reason; nothing is deleted."""
+        if self.session_id is not None:
+            self._ask_stop(self.session_id, f"Why end session {self.session_id}?",
+                           "session ended: ")
 
     async def _stop(self, thread_id: str, reason: str) -> None:
         stopped = await self.runtime.stop_agent(thread_id, f"{reason} (by human)")
