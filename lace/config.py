@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
@@ -37,6 +37,24 @@ class Limits(BaseModel):
     turn_timeout_s: float = Field(default=1800.0, gt=0, description="longest turn (not waiting)")
     stall_timeout_s: float = Field(default=300.0, gt=0,
                                    description="longest model call without an answer")
+    approval_timeout_s: float = Field(default=900.0, gt=0,
+                                      description="how long an approval request waits")
+
+
+Policy = Literal["allow", "ask", "deny"]
+WRITING_TOOLS = ("file_write", "file_edit", "bash")
+
+
+class ToolSettings(BaseModel):
+    """`[tools.policy]`: allow, ask or deny per tool; tools not named are allowed, except the
+    writing ones, which ask."""
+
+    model_config = ConfigDict(extra="forbid")
+    policy: dict[str, Policy] = Field(default_factory=dict)
+
+    def policy_for(self, tool: str) -> Policy:
+        """The policy of one tool."""
+        return self.policy.get(tool, "ask" if tool in WRITING_TOOLS else "allow")
 
 
 class Budget(BaseModel):
@@ -100,6 +118,7 @@ class Settings(BaseSettings):
     model: str = DEMO_MODEL
     limits: Limits = Field(default_factory=Limits)
     budgets: Budgets = Field(default_factory=Budgets)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
 
     @classmethod

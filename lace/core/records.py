@@ -117,3 +117,17 @@ class AgentPlan:
     instructions: str | None = None
     budget: dict[str, float] | None = None
     topics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A request to run a tool whose policy is `ask`, and the decision on it."""
+
+    id: int
+    thread_id: str
+    tool: str
+    arguments: dict[str, Any]
+    status: str
+    decided_by: str | None
+    created_at: str
+    decided_at: str | None

@@ -55,8 +55,16 @@ class TasksChanged:
     thread_id: str
 
 
+@dataclass(frozen=True)
+class ApprovalRequested:
+    approval_id: int
+    thread_id: str
+    tool: str
+    arguments: dict[str, Any]
+
+
 RuntimeEvent = (ThreadSpawned | EventAppended | TextStreamed | TurnStarted | TurnEnded
-                | TurnFailed | TasksChanged)
+                | TurnFailed | TasksChanged | ApprovalRequested)
 Subscriber = Callable[[RuntimeEvent], None]
 
 

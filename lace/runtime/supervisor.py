@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lace.config import Settings
 from lace.core.assignee import HUMAN, parse_model
 from lace.core.records import Thread
 from lace.llm.types import ModelClient, ModelError
+from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, TurnFailed
 from lace.runtime.tool_runner import ToolRunner
@@ -46,6 +48,7 @@ class Supervisor:
     client: ModelClient
     settings: Settings
     check_model: ModelCheck = no_model_check
+    workspace: Path | None = None
     bus: EventBus = field(default_factory=EventBus)
     db: AsyncStore = field(init=False)
     runner: TurnRunner = field(init=False)
@@ -58,6 +61,10 @@ class Supervisor:
         tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake, cancel=self.cancel,
                            check_model=self.check_model, limits=self.settings.limits,
                            profiles=self.settings.profiles, budgets=self.settings.budgets)
+        tools.workspace = self.workspace
+        tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
+                                    timeout_s=self.settings.limits.approval_timeout_s,
+                                    changed=tools.change_signal)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, wake=self.wake, tools=tools,
                                  budgets=self.settings.budgets)
@@ -100,6 +107,11 @@ class Supervisor:
         for thread_id in woken:
             self.wake(thread_id)
         return result
+
+    async def decide(self, approval_id: int, status: str) -> None:
+        """The person's answer to an approval request (the app's prompt)."""
+        await self.db.write(lambda tx: tx.decide_approval(approval_id, status, HUMAN))
+        self.runner.tools.changed()
 
     async def resume(self, root_id: str,
                      statuses: tuple[str, ...] = ("running", "waiting", "interrupted"),

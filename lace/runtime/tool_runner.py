@@ -8,19 +8,29 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lace.config import Budgets, Limits, Profile
 from lace.core.errors import LaceError
 from lace.core.records import Agent
+from lace.runtime.approvals import Approvals
 from lace.runtime.conversation import PendingWait, tool_result_data
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TasksChanged, ThreadSpawned
 from lace.store import Tx
-from lace.tools.base import ModelCheck, ToolContext, ToolResult, WaitGraph, WaitingTool
+from lace.tools.base import (
+    ModelCheck,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    WaitGraph,
+    WaitingTool,
+)
 from lace.tools.delegation import settled
 from lace.tools.names import ALL_TOOL_NAMES
 from lace.tools.registry import ToolRegistry
+from lace.tools.workspace import WorkspaceTool
 
 POLL_S = 0.5
 
@@ -56,6 +66,8 @@ class ToolRunner:
     budgets: Budgets = field(default_factory=Budgets)
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     waits: WaitGraph = field(default_factory=WaitGraph)
+    workspace: Path | None = None
+    approvals: Approvals | None = None
     waited: dict[str, float] = field(default_factory=dict)
     """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -73,14 +85,39 @@ class ToolRunner:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def change_signal(self) -> asyncio.Event:
+        """The event the next change sets."""
+        return self._changed
+
     async def run(self, agent: Agent, call_id: str, name: str, arguments: str) -> dict[str, Any]:
         """Run one call and return the tool message for the model."""
         tool_class = self.registry.tools.get(name)
         if tool_class is not None and issubclass(tool_class, WaitingTool):
             text = await self._run_waiting(agent, call_id, name, arguments)
+        elif tool_class is not None and issubclass(tool_class, WorkspaceTool):
+            text = await self._run_workspace(agent, call_id, name, arguments)
         else:
             text = await self._run_plain(agent, call_id, name, arguments)
         return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    async def _run_workspace(self, agent: Agent, call_id: str, name: str,
+                             arguments: str) -> str:
+        """Parse, ask the approval policy, act on the workspace, then record the result (with
+        the files it changed, so a person sees which agent changed what)."""
+        try:
+            tool = self.registry.parse(name, arguments, agent.tools)
+            assert isinstance(tool, WorkspaceTool)
+            if self.approvals is None or self.workspace is None:
+                raise ToolError(f"{name} needs a workspace, and this runtime has none.")
+            denial = await self.approvals.check(agent.thread_id, name, tool.model_dump())
+            if denial is not None:
+                raise ToolError(denial)
+            result = await tool.perform(self.workspace)
+        except (LaceError, OSError) as error:
+            message = str(error)
+            return await self._finish(agent, call_id, name, lambda tx: (message, True))
+        return await self._finish(agent, call_id, name, lambda tx: (result.text, result.is_error),
+                                  extra={"files_changed": list(result.files_changed)})
 
     async def _run_plain(self, agent: Agent, call_id: str, name: str, arguments: str) -> str:
         effects = Effects()
@@ -143,13 +180,14 @@ class ToolRunner:
 
     async def _finish(self, agent: Agent, call_id: str, name: str,
                       outcome: Callable[[Tx], tuple[str, bool]],
-                      waited_for: list[str] | None = None) -> str:
+                      waited_for: list[str] | None = None,
+                      extra: dict[str, Any] | None = None) -> str:
         recorded: list[tuple[int, dict[str, Any]]] = []
 
         def write(tx: Tx) -> str:
             text, is_error = outcome(tx)
             data = {**tool_result_data(call_id, name, text, is_error),
-                    "waited_for": waited_for or []}
+                    "waited_for": waited_for or [], **(extra or {})}
             recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
             tx.set_status(agent.thread_id, "running")
             return text

@@ -7,7 +7,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from lace.core.records import Agent
+from lace.core.clock import now_iso
+from lace.core.errors import LaceError, NotFoundError
+from lace.core.records import Agent, Approval
 from lace.store import schema
 from lace.store.task_rules import TaskRules
 
@@ -110,3 +112,49 @@ class Tx(TaskRules):
         columns = schema.agent_metadata.c
         self._execute(schema.agent_metadata.update().where(columns.thread_id == thread_id)
                       .values(turns=columns.turns + 1))
+
+    # approvals
+
+    def request_approval(self, thread_id: str, tool: str, arguments: dict[str, object]) -> int:
+        """A pending approval request; returns its id."""
+        result = self._execute(schema.approvals.insert().values(
+            thread_id=thread_id, tool=tool, arguments=arguments, status="pending",
+            created_at=now_iso()))
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def get_approval(self, approval_id: int) -> Approval:
+        """One approval request, or NotFoundError."""
+        row = self._execute(sa.select(schema.approvals)
+                            .where(schema.approvals.c.id == approval_id)).first()
+        if row is None:
+            raise NotFoundError(f"Unknown approval request {approval_id}.")
+        return Approval(**row._mapping)
+
+    def pending_approvals(self, root_id: str | None = None) -> list[Approval]:
+        """Undecided requests, oldest first (of one session, or of all)."""
+        approvals, threads = schema.approvals, schema.threads
+        statement = sa.select(approvals).where(approvals.c.status == "pending")
+        if root_id is not None:
+            statement = statement.join(threads, threads.c.id == approvals.c.thread_id).where(
+                threads.c.root_id == root_id)
+        return [Approval(**row._mapping) for row in self._execute(
+            statement.order_by(approvals.c.id))]
+
+    def decide_approval(self, approval_id: int, status: str, decided_by: str) -> Approval:
+        """Approve (once or for the session) or deny a pending request."""
+        approval = self.get_approval(approval_id)
+        if approval.status != "pending":
+            raise LaceError(f"Approval request {approval_id} was already decided "
+                            f"({approval.status} by {approval.decided_by}).")
+        self._execute(schema.approvals.update().where(schema.approvals.c.id == approval_id)
+                      .values(status=status, decided_by=decided_by, decided_at=now_iso()))
+        return self.get_approval(approval_id)
+
+    def allowed_for_session(self, root_id: str, tool: str) -> bool:
+        """Whether the person allowed `tool` for the whole session."""
+        approvals, threads = schema.approvals, schema.threads
+        row = self._execute(sa.select(approvals.c.id)
+                            .join(threads, threads.c.id == approvals.c.thread_id)
+                            .where(threads.c.root_id == root_id, approvals.c.tool == tool,
+                                   approvals.c.status == "approved_session")).first()
+        return row is not None

@@ -180,3 +180,20 @@ subscriptions = sa.Table(
     _created(),
     sa.Index(None, "topic"),
 )
+
+APPROVAL_STATUSES = ("pending", "approved", "approved_session", "denied")
+
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.Column("arguments", sa.JSON, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("decided_by", sa.Text, nullable=True),
+    _created(),
+    sa.Column("decided_at", sa.Text, nullable=True),
+    sa.CheckConstraint(_one_of("status", APPROVAL_STATUSES), name="status"),
+    sa.Index(None, "status"),
+)

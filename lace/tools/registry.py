@@ -12,9 +12,11 @@ from lace.core.errors import LaceError
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, ToolResult
 from lace.tools.delegation import DELEGATION_TOOLS, Spawn
+from lace.tools.files import FILE_TOOLS
 from lace.tools.lifetime import LIFETIME_TOOLS
 from lace.tools.messaging import MESSAGING_TOOLS
 from lace.tools.schema import function_definition
+from lace.tools.shell import SHELL_TOOLS
 from lace.tools.spawning import SPAWNING_TOOLS
 from lace.tools.task_tools import TASK_TOOLS
 
@@ -54,7 +56,7 @@ class ToolRegistry:
     """The tools lace offers, each by name."""
 
     def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS + DELEGATION_TOOLS
-                 + MESSAGING_TOOLS + LIFETIME_TOOLS) -> None:
+                 + MESSAGING_TOOLS + LIFETIME_TOOLS + FILE_TOOLS + SHELL_TOOLS) -> None:
         self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
 
     def names(self) -> list[str]:

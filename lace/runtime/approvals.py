@@ -1,0 +1,79 @@
+"""The approval policy in force: allow, ask (a request the person answers) or deny, per tool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lace.config import Policy, ToolSettings
+from lace.core.assignee import HUMAN
+from lace.core.errors import LaceError
+from lace.runtime.database import AsyncStore
+from lace.runtime.events import ApprovalRequested, EventBus
+from lace.store import Tx
+
+POLL_S = 0.25
+
+
+@dataclass
+class Approvals:
+    """Decides whether an agent may run a tool, asking the person when the policy says so."""
+
+    db: AsyncStore
+    bus: EventBus
+    settings: ToolSettings
+    timeout_s: float
+    changed: Callable[[], asyncio.Event]
+
+    def policy_for(self, tool: str) -> Policy:
+        """The tool's policy."""
+        return self.settings.policy_for(tool)
+
+    async def check(self, thread_id: str, tool: str, arguments: dict[str, Any]) -> str | None:
+        """None when the call may run, else why not (a tool result the agent can act on)."""
+        policy = self.policy_for(tool)
+        if policy == "allow":
+            return None
+        if policy == "deny":
+            return (f"Denied: the policy for {tool} is deny ([tools.policy] {tool}). Do without "
+                    "it, or ask the person.")
+        session_id = thread_id.split(".", 1)[0]
+        if await self.db.read(lambda tx: tx.allowed_for_session(session_id, tool)):
+            return None
+
+        def request(tx: Any) -> int:
+            tx.set_status(thread_id, "waiting")
+            return int(tx.request_approval(thread_id, tool, arguments))
+
+        approval_id = await self.db.write(request)
+        self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments))
+        approval = await self._decision(approval_id)
+        await self.db.write(lambda tx: tx.set_status(thread_id, "running"))
+        if approval.status in ("approved", "approved_session"):
+            return None
+        who = "the person" if approval.decided_by == HUMAN else approval.decided_by
+        return (f"Denied by {who} (approval #{approval_id}): you may not run {tool} with these "
+                "arguments. Do without it, or explain why you need it.")
+
+    async def _decision(self, approval_id: int) -> Any:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            approval = await self.db.read(lambda tx: tx.get_approval(approval_id))
+            if approval.status != "pending":
+                return approval
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                try:
+                    return await self.db.write(functools.partial(
+                        Tx.decide_approval, approval_id=approval_id, status="denied",
+                        decided_by=f"timeout after {self.timeout_s:g} s ([limits] "
+                                   "approval_timeout_s)"))
+                except LaceError:  # decided at the last moment by someone else
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed().wait(), min(POLL_S, remaining))
