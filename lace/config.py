@@ -56,6 +56,15 @@ class ToolSettings(BaseModel):
         """The policy of one tool."""
         return self.policy.get(tool, "ask" if tool in WRITING_TOOLS else "allow")
 
+    def overridden(self, *, allow_all: bool = False, read_only: bool = False) -> ToolSettings:
+        """`--yes` allows every tool for a run; `--read-only` denies every tool that writes."""
+        policy = dict(self.policy)
+        if allow_all:
+            policy = {tool: "allow" for tool in (*policy, *WRITING_TOOLS)}
+        if read_only:
+            policy.update({tool: "deny" for tool in WRITING_TOOLS})
+        return ToolSettings(policy=policy)
+
 
 class Budget(BaseModel):
     """Caps on a subtree: tokens, cost, turns and wall-clock seconds (None: no cap)."""

@@ -44,6 +44,8 @@ def make_app(db_path: Path, models: ScriptedModels) -> LaceApp:
 async def settle(app: LaceApp, pilot: Any) -> None:
     """Let every agent finish, then let the screen catch up."""
     assert app.session_id is not None
+    await pilot.pause()
+    await app.workers.wait_for_complete()
     await app.runtime.run_until_quiet(app.session_id)
     await app.refresh_view()
     await pilot.pause()

@@ -19,7 +19,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree; imports nothing heavy so `lace --help` is instant."""
-    from lace.cli.commands import register_commands
+    from lace.cli.commands import add_workspace_flags, register_commands
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", metavar="PROVIDER/MODEL",
                         help="with no command: the root's model for a new session "
                              "(default: $LACE_MODEL, else the offline demo model)")
+    add_workspace_flags(parser)
     register_commands(parser.add_subparsers(dest="command", metavar="COMMAND",
                                             parser_class=OneLineParser), common)
     return parser

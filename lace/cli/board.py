@@ -118,6 +118,8 @@ def show_command(args: argparse.Namespace) -> int:
     print(f"Thread {thread.id}{who}")
     for event in events:
         print(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.data)}")
+        for changed in event.data.get("files_changed") or []:
+            print(f"    changed file: {changed}")
     if not events:
         print("  (no events yet)")
     return 0

@@ -38,6 +38,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def add_workspace_flags(parser: argparse.ArgumentParser) -> None:
+    """--workspace, --yes and --read-only, shared by `lace` and `lace run`."""
+    parser.add_argument("--workspace", metavar="DIR", default=None,
+                        help="the folder file tools and bash work in (default: this folder)")
+    parser.add_argument("--yes", action="store_true",
+                        help="allow every tool for this run, without asking")
+    parser.add_argument("--read-only", action="store_true",
+                        help="deny every tool that writes (file_write, file_edit, bash)")
+
+
 def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add every subcommand to `subparsers`."""
 
@@ -58,6 +68,18 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
                      help="stop after S seconds (running turns are marked interrupted)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
+    add_workspace_flags(run)
+
+    approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
+                  "lace.cli.approvals:approve_command")
+    approve.add_argument("approval_id", type=int, metavar="ID")
+    approve.add_argument("--session", action="store_true",
+                         help="allow this tool for the rest of the session")
+    deny = add("deny", "Refuse a tool call an agent waits on.", "lace.cli.approvals:deny_command")
+    deny.add_argument("approval_id", type=int, metavar="ID")
+    approvals = add("approvals", "List the approval requests that wait for an answer.",
+                    "lace.cli.approvals:approvals_command")
+    approvals.add_argument("--json", action="store_true", help="print JSON")
 
     stop = add("stop", "Stop an agent and its whole subtree (their open tasks are blocked).",
                "lace.cli.lifetime:stop_command")

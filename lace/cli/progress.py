@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TextIO
 
 from lace.runtime.events import (
+    ApprovalRequested,
     EventAppended,
     RuntimeEvent,
     Subscriber,
@@ -20,7 +22,12 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
 
     def show(event: RuntimeEvent) -> None:
         line = None
-        if isinstance(event, ThreadSpawned):
+        if isinstance(event, ApprovalRequested):
+            arguments = json.dumps(event.arguments, ensure_ascii=False)[:200]
+            line = (f"? approval #{event.approval_id}: {event.thread_id} wants {event.tool}"
+                    f"({arguments}); answer with lace approve {event.approval_id} "
+                    f"(--session) or lace deny {event.approval_id}")
+        elif isinstance(event, ThreadSpawned):
             line = f"+ {event.thread_id} spawned ({event.model}) for {event.task_id}"
         elif isinstance(event, TurnFailed):
             line = f"! {event.thread_id} failed: {event.error}"

@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from lace.cli.board import open_store, print_json
 from lace.cli.progress import progress_printer
-from lace.config import load_settings
+from lace.config import Settings, load_settings
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.store import Store
@@ -18,11 +19,26 @@ from lace.store import Store
 EXIT_QUIET, EXIT_ROOT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 
 
+def workspace_of(args: argparse.Namespace) -> Path:
+    """`--workspace DIR` (which must exist), else the folder lace was started in."""
+    chosen = Path(getattr(args, "workspace", None) or Path.cwd()).expanduser().resolve()
+    if not chosen.is_dir():
+        raise LaceError(f"--workspace {chosen} is not a folder.")
+    return chosen
+
+
+def with_tool_flags(settings: Settings, args: argparse.Namespace) -> Settings:
+    """The settings with `--yes` / `--read-only` applied to the tool policy."""
+    tools = settings.tools.overridden(allow_all=getattr(args, "yes", False),
+                                      read_only=getattr(args, "read_only", False))
+    return settings.model_copy(update={"tools": tools})
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written for a bad command), then run."""
     if args.continue_thread is None and not args.prompt:
         raise LaceError("give a prompt: lace run \"PROMPT\" (or lace run --continue THREAD_ID)")
-    settings = load_settings()
+    settings = with_tool_flags(load_settings(), args)
     model = args.model or settings.model
     provider, name = parse_model(model)
     from lace.llm.checks import check_model
@@ -47,7 +63,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     from lace.runtime.supervisor import Supervisor
 
     supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                            check_model=check_model)
+                            check_model=check_model, workspace=workspace_of(args))
     supervisor.bus.subscribe(progress_printer())
     try:
         if args.continue_thread:

@@ -12,10 +12,13 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, Static, Tree
 
+from lace.core.errors import LaceError
+from lace.core.records import Approval
 from lace.runtime.events import RuntimeEvent, TextStreamed
 from lace.runtime.supervisor import Supervisor
 from lace.tui.board import BoardScreen
 from lace.tui.session_view import SessionView, load_session_view
+from lace.tui.widgets.approval_modal import ApprovalModal
 from lace.tui.widgets.conversation import SHOWN_EVENTS, Conversation
 from lace.tui.widgets.prompt_modal import PromptModal
 from lace.tui.widgets.thread_tree import ThreadTree
@@ -51,6 +54,7 @@ class LaceApp(App[None]):
         super().__init__()
         self.runtime, self.model, self.session_id = runtime, model, session_id
         self.session_view: SessionView | None = None
+        self.pending_approvals: list[Approval] = []
         self.selected: str | None = session_id
         self.streamed: dict[str, str] = {}
         self.pending_refresh = True
@@ -109,6 +113,9 @@ class LaceApp(App[None]):
             session_id = self.session_id
             self.session_view = await self.runtime.db.read(
                 lambda tx: load_session_view(tx, session_id))
+            self.pending_approvals = await self.runtime.db.read(
+                lambda tx: tx.pending_approvals(session_id))
+            self._ask_next_approval()
             tree = self.query_one(ThreadTree)
             tree.sync(self.session_view)
             if self.selected is None or self.session_view.row(self.selected) is None:
@@ -139,6 +146,25 @@ class LaceApp(App[None]):
                 self.streamed.pop(thread_id, None)
             conversation.append(events)
 
+    def _ask_next_approval(self) -> None:
+        """Show the oldest waiting request, one at a time, in order."""
+        if not self.pending_approvals or isinstance(self.screen, ApprovalModal):
+            return
+        approval = self.pending_approvals[0]
+
+        def answer(status: str | None) -> None:
+            if status:
+                self.run_worker(self._answer(approval.id, status), group="approvals")
+
+        self.push_screen(ApprovalModal(approval, len(self.pending_approvals)), answer)
+
+    async def _answer(self, approval_id: int, status: str) -> None:
+        try:
+            await self.runtime.decide(approval_id, status)
+        except LaceError as error:
+            self.notify(str(error), severity="warning")
+        await self.refresh_view()
+
     def _update_status(self) -> None:
         view = self.session_view
         if view is None:
@@ -146,6 +172,8 @@ class LaceApp(App[None]):
         else:
             text = (f"session {view.root.id} · {len(view.rows)} agents · {view.running} running · "
                     f"{view.tokens:,} tokens · ${view.cost_usd:.4f}")
+            if self.pending_approvals:
+                text += f" · {len(self.pending_approvals)} approval(s) waiting"
         self.query_one("#status", Static).update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

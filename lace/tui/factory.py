@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lace.config import Settings, default_model, load_settings
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
@@ -15,7 +17,7 @@ LATEST = "latest"
 
 def create_app(*, db: str | None = None, model: str | None = None,
                continue_thread: str | None = None, settings: Settings | None = None,
-               client: ModelClient | None = None) -> LaceApp:
+               client: ModelClient | None = None, workspace: Path | None = None) -> LaceApp:
     """The app on a (migrated) database; `continue_thread` is a thread id or LATEST."""
     from lace.llm.checks import check_model
 
@@ -40,7 +42,8 @@ def create_app(*, db: str | None = None, model: str | None = None,
         from lace.llm.client import LiteLLMClient
 
         client = LiteLLMClient()
-    runtime = Supervisor(store=store, client=client, settings=settings, check_model=check_model)
+    runtime = Supervisor(store=store, client=client, settings=settings, check_model=check_model,
+                         workspace=workspace or Path.cwd())
     app = LaceApp(runtime, model=model, session_id=session_id)
     if continue_thread not in (None, LATEST):
         app.selected = continue_thread
