@@ -96,12 +96,19 @@ def threads_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _event_text(data: dict[str, Any]) -> str:
+def _event_text(event_type: str, data: dict[str, Any]) -> str:
     message = data.get("message") or {}
-    if data.get("tool_name"):
-        return f"{data['tool_name']}({data.get('arguments', '')})"
     content = message.get("content") if isinstance(message, dict) else None
-    return str(content if content is not None else data.get("text", json.dumps(data)))
+    if event_type == "tool_call":
+        return f"{data.get('tool_name')}({data.get('arguments', '')})"
+    if event_type == "tool_result":
+        mark = "error" if data.get("is_error") else "ok"
+        return f"{data.get('tool_name')} {mark}: {content}"
+    if event_type == "agent_message" and not content:
+        return "(tool calls follow)"
+    if event_type == "error":
+        return str(data.get("error"))
+    return str(content if content is not None else json.dumps(data))
 
 
 def show_command(args: argparse.Namespace) -> int:
@@ -117,7 +124,7 @@ def show_command(args: argparse.Namespace) -> int:
     who = f"  {agent.name}  {agent.model_name}  [{agent.status}]" if agent else ""
     print(f"Thread {thread.id}{who}")
     for event in events:
-        print(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.data)}")
+        print(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.type, event.data)}")
         for changed in event.data.get("files_changed") or []:
             print(f"    changed file: {changed}")
     if not events:

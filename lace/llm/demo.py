@@ -68,11 +68,26 @@ def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
     if "task_add_note" not in called:
         return ScriptedReply(tool_calls=[("task_add_note", {
             "task_id": task_id, "note": f"Started on '{title}': gathering the main points."})])
+    wants_file = "file" in _text(assignment_message(messages)).lower()
+    path = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] + ".md"
+    if wants_file and "file_write" not in called:
+        return ScriptedReply(tool_calls=[("file_write", {
+            "path": path, "content": f"# {title}\n\nA first draft by the demo worker.\n"})])
     if "task_complete" not in called or messages[-1].get("role") == "user":
-        result = f"Done: a short, checked answer for '{title}' (demo worker output)."
+        written = [_text(m) for m in messages if m.get("role") == "tool"
+                   and _text(m).startswith("Wrote ")]
+        where = f" The draft is in {path}." if written else ""
+        if wants_file and not written:
+            where = " I could not write the file (the tool was denied or failed)."
+        result = f"Done: a short, checked answer for '{title}' (demo worker output).{where}"
         return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
                                                             "message": result})])
     return ScriptedReply(text=f"Task {task_id} is complete.")
+
+
+def assignment_message(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The latest task assignment in a conversation (or an empty message)."""
+    return next((m for m in reversed(messages) if _ASSIGNED.search(_text(m))), {})
 
 
 def demo_reply(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
