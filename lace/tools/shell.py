@@ -39,22 +39,31 @@ class Bash(WorkspaceTool):
             "bash", "-c", self.command, cwd=workspace, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True)
+        chunks: list[bytes] = []
+
+        async def pump() -> None:
+            assert process.stdout is not None
+            while chunk := await process.stdout.read(65536):
+                chunks.append(chunk)
+
+        reader = asyncio.create_task(pump())
+        timed_out = False
         try:
-            output, _ = await asyncio.wait_for(process.communicate(), self.timeout_s)
-        except (TimeoutError, asyncio.CancelledError) as stopped:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            partial = b""
-            with contextlib.suppress(Exception):
-                partial = await asyncio.wait_for(process.stdout.read(), 1) if process.stdout \
-                    else b""
-            await process.wait()
-            if isinstance(stopped, asyncio.CancelledError):
-                raise
-            text = capped(partial.decode(errors="replace"))
-            return WorkspaceResult(f"{text}\n[killed after {self.timeout_s:g} s: timeout]",
-                                   is_error=True)
-        text = capped(output.decode(errors="replace"))
+            await asyncio.wait_for(process.wait(), self.timeout_s)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader, 1)
+            reader.cancel()
+        text = capped(b"".join(chunks).decode(errors="replace")).rstrip("\n")
+        if timed_out:
+            return WorkspaceResult(f"{text}\n[killed after {self.timeout_s:g} s: timeout]"
+                                   .lstrip("\n"), is_error=True)
         return WorkspaceResult(f"{text}\n[exit code {process.returncode}]".lstrip("\n"),
                                is_error=process.returncode != 0)
 
