@@ -148,6 +148,14 @@ class Tx(TaskRules):
                             f"({approval.status} by {approval.decided_by}).")
         self._execute(schema.approvals.update().where(schema.approvals.c.id == approval_id)
                       .values(status=status, decided_by=decided_by, decided_at=now_iso()))
+        if status == "approved_session":  # the same tool's other waiting requests, too
+            session_id = approval.thread_id.split(".", 1)[0]
+            for other in self.pending_approvals(session_id):
+                if other.tool == approval.tool:
+                    self._execute(schema.approvals.update()
+                                  .where(schema.approvals.c.id == other.id)
+                                  .values(status="approved", decided_by=decided_by,
+                                          decided_at=now_iso()))
         return self.get_approval(approval_id)
 
     def allowed_for_session(self, root_id: str, tool: str) -> bool:
