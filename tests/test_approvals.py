@@ -151,6 +151,7 @@ async def test_a_grandchilds_request_is_answered_in_the_app(
             if isinstance(app.screen, ApprovalModal):
                 break
         assert isinstance(app.screen, ApprovalModal)
+        await pilot.pause()
         assert app.screen.approval.thread_id == f"{app.session_id}.1.1"
         assert "approval(s) waiting" in str(app.query_one("#status").render())
         await pilot.press("a")

@@ -115,13 +115,13 @@ class LaceApp(App[None]):
                 lambda tx: load_session_view(tx, session_id))
             self.pending_approvals = await self.runtime.db.read(
                 lambda tx: tx.pending_approvals(session_id))
-            self._ask_next_approval()
             tree = self.query_one(ThreadTree)
             tree.sync(self.session_view)
             if self.selected is None or self.session_view.row(self.selected) is None:
                 self.selected = session_id
             await self._show_selected()
             self._update_status()
+            self._ask_next_approval()
             if isinstance(self.screen, BoardScreen):
                 self.screen.show_tasks(self.session_view.tasks)
         finally:
