@@ -146,7 +146,7 @@ async def test_a_grandchilds_request_is_answered_in_the_app(
     app = create_app(db=str(db_path), model="scripted/root", workspace=tmp_path)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press(*"go", "enter")
-        for _ in range(300):
+        for _ in range(600):
             await pilot.pause(0.05)
             if isinstance(app.screen, ApprovalModal):
                 break
