@@ -133,6 +133,7 @@ async def test_a_grandchilds_request_is_answered_in_the_app(
         db_path: Path, models: ScriptedModels, tmp_path: Path) -> None:
     from lace.tui.factory import create_app
     from lace.tui.widgets.approval_modal import ApprovalModal
+    from lace.tui.widgets.conversation import ToolCallView
 
     def spawner(target: str) -> Any:
         return lambda messages: reply(None, ("spawn", {"task": "go", "model": target})) \
@@ -157,6 +158,11 @@ async def test_a_grandchilds_request_is_answered_in_the_app(
         await pilot.press("a")
         assert app.session_id is not None
         await asyncio.wait_for(app.runtime.run_until_quiet(app.session_id), 20)
+        await app.switch_to(f"{app.session_id}.1.1")
+        await app.refresh_view()
+        titles = [str(w.title) for w in app.query(ToolCallView)]
+        assert any(t.startswith("✓ file_write(") and t.endswith("[changed deep.txt]")
+                   for t in titles), titles
     assert (tmp_path / "deep.txt").read_text() == "hi\n"
     assert query(db_path, "SELECT thread_id, status FROM approvals") == [
         (f"{app.session_id}.1.1", "approved")]

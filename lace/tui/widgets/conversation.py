@@ -35,10 +35,12 @@ class ToolCallView(Collapsible):
         super().__init__(self.body, title=f"→ {name}({_short(arguments, 70)})", collapsed=True,
                          classes="tool-call")
 
-    def show_result(self, text: str, is_error: bool) -> None:
-        """Fill in the result and mark the line ✓ or ✗."""
+    def show_result(self, text: str, is_error: bool, files_changed: list[str]) -> None:
+        """Fill in the result and mark the line ✓ or ✗ (and name the files it changed)."""
         mark = "✗" if is_error else "✓"
-        self.title = f"{mark} {self.call_name}({_short(self.arguments, 50)}) → {_short(text, 50)}"
+        changed = f" [changed {', '.join(files_changed)}]" if files_changed else ""
+        self.title = (f"{mark} {self.call_name}({_short(self.arguments, 50)}) → "
+                      f"{_short(text, 50)}{changed}")
         self.body.update(f"{_arguments(self.arguments)}\n\n{text}")
         self.set_class(is_error, "tool-error")
 
@@ -110,7 +112,8 @@ class Conversation(VerticalScroll):
         if event.type == "tool_result":
             pending = self.calls.get(str(data.get("call_id")))
             if pending is not None:
-                pending.show_result(content, bool(data.get("is_error")))
+                pending.show_result(content, bool(data.get("is_error")),
+                                    list(data.get("files_changed") or []))
                 return None
             return Static(f"result: {_short(content)}", classes="tool-call", markup=False)
         if event.type == "error":
