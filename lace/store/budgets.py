@@ -3,6 +3,7 @@ checked before every model call, and told to the agent at the start of each turn
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -41,16 +42,23 @@ def caps_of(tx: Tx, thread_id: str, budgets: Budgets) -> Budget | None:
     return Budget.model_validate(agent.budget) if agent.budget else None
 
 
-def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
-    """What is left in each capped dimension, the tightest over the agent and its ancestors."""
-    left: dict[str, float] = {}
+def _capped_subtrees(tx: Tx, thread_id: str,
+                     budgets: Budgets) -> Iterator[tuple[str, Budget, dict[str, float]]]:
+    """(owner, caps, used) for the agent and each ancestor whose subtree is capped."""
     for owner in _chain(thread_id):
         caps = caps_of(tx, owner, budgets)
         if caps is None:
             continue
         usage = tx.subtree_usage(owner)
-        used = {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "turns": usage.turns,
-                "seconds": _seconds_since(tx.get_agent(owner).created_at)}
+        yield owner, caps, {"tokens": usage.tokens, "cost_usd": usage.cost_usd,
+                            "turns": usage.turns,
+                            "seconds": _seconds_since(tx.get_agent(owner).created_at)}
+
+
+def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
+    """What is left in each capped dimension, the tightest over the agent and its ancestors."""
+    left: dict[str, float] = {}
+    for _, caps, used in _capped_subtrees(tx, thread_id, budgets):
         for dimension, _ in DIMENSIONS:
             cap = getattr(caps, dimension)
             if cap is not None:
@@ -63,13 +71,7 @@ def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> Halt | None:
     agent = tx.get_agent(thread_id)
     if agent.status == "stopped":
         return Halt(thread_id, agent.stop_reason or "stopped")
-    for owner in _chain(thread_id):
-        caps = caps_of(tx, owner, budgets)
-        if caps is None:
-            continue
-        usage = tx.subtree_usage(owner)
-        used = {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "turns": usage.turns,
-                "seconds": _seconds_since(tx.get_agent(owner).created_at)}
+    for owner, caps, used in _capped_subtrees(tx, thread_id, budgets):
         for dimension, unit in DIMENSIONS:
             cap = getattr(caps, dimension)
             if cap is not None and used[dimension] >= cap:
