@@ -109,3 +109,10 @@ def test_the_command_line_parser_imports_nothing_heavy() -> None:
     code = "import lace.cli; lace.cli.build_parser()"
     subprocess.run([sys.executable, "-c", code], check=True)
     assert _heavy(loaded, ("sqlalchemy", "litellm", "textual", "alembic", "pydantic")) == set()
+
+
+def test_the_runtime_imports_neither_textual_nor_litellm() -> None:
+    loaded = _modules_after_import("lace.runtime.supervisor", "lace.llm.client",
+                                   "lace.tools.registry")
+    assert "lace.runtime.turns" in loaded
+    assert _heavy(loaded, ("textual", "litellm")) == set()
