@@ -43,9 +43,11 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
         return ScriptedReply(text=f"I split the request into {len(created)} tasks, each for a new "
                                   "demo worker. I will sum up when they report back.")
     request = _text(last)
-    if not request.startswith(NOTICE):
+    if not request.startswith(NOTICE) or not created:
+        original = next((_text(m) for m in messages if m.get("role") == "user"
+                         and not _text(m).startswith(NOTICE)), request)
         tasks = [{"title": part[:200], "prompt": f"{part}. Report the result when done.",
-                  "assigned_to": WORKER_MODEL} for part in split_request(request)]
+                  "assigned_to": WORKER_MODEL} for part in split_request(original)]
         return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
     results = {match["id"]: (match["title"], match["result"].strip())
                for message in messages if message.get("role") == "user"

@@ -16,6 +16,7 @@ from lace.core.errors import LaceError
 from lace.core.records import Agent
 from lace.runtime.approvals import Approvals
 from lace.runtime.conversation import PendingWait, tool_result_data
+from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TasksChanged, ThreadSpawned
 from lace.store import Tx
@@ -130,6 +131,7 @@ class ToolRunner:
 
         result = await self.db.call(lambda: self.registry.execute(
             name, arguments, self.context(agent), allowed=agent.tools, record=record))
+        crash_point("after_tool_effect")
         self._after(agent, recorded, effects, board_changed=name.startswith("task_"))
         return result.text
 

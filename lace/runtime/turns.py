@@ -17,6 +17,7 @@ from lace.core.ids import depth_of
 from lace.core.records import Agent
 from lace.llm.types import ModelClient, ModelError, ModelReply
 from lace.runtime.conversation import begin_turn
+from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
 from lace.runtime.tool_runner import ToolRunner
@@ -87,6 +88,7 @@ class TurnRunner:
             lambda tx: budget_line(tx, thread_id, self.budgets)))
         if start is None:
             raise AlreadyRunningError(thread_id)
+        crash_point("after_inbox_consume")
         self.bus.publish(TurnStarted(thread_id))
         for event in start.appended:
             self._published(thread_id, event.id, event.type, event.data)
@@ -104,6 +106,7 @@ class TurnRunner:
             messages.append(message)
             await self.db.write(functools.partial(self._record_reply, thread_id=thread_id,
                                                   message=message))
+            crash_point("after_model_reply")
             if not reply.tool_calls:
                 break
             results = await asyncio.gather(*(
@@ -112,6 +115,7 @@ class TurnRunner:
             messages.extend(results)
         for woken in await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content)):
             self.wake(woken)
+        crash_point("after_turn_end")
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
