@@ -30,7 +30,8 @@ def classify(error: Exception) -> ModelError:
     missing_key = "credentials" in message.lower() or "api key" in message.lower()
     transient = name in _TRANSIENT and not missing_key
     first_line = message.strip().splitlines()[0] if message.strip() else name
-    return ModelError(f"{name}: {first_line[:300]}", transient=transient)
+    return ModelError(f"{name}: {first_line[:300]}", transient=transient,
+                      context_overflow=name == "ContextWindowExceededError")
 
 
 class LiteLLMClient:

@@ -49,7 +49,8 @@ def make_provider_class() -> type:
         async def _reply(self, model: str, messages: list[Any]) -> tuple[ScriptedReply, list[Any]]:
             outcome = self.script(model, [_plain(message) for message in messages])
             reply = await outcome if inspect.isawaitable(outcome) else outcome
-            calls = [(f"call_{next(_call_ids)}", name, json.dumps(arguments))
+            calls = [(f"call_{next(_call_ids)}", name,
+                      arguments if isinstance(arguments, str) else json.dumps(arguments))
                      for name, arguments in reply.tool_calls]
             return reply, calls
 

@@ -41,9 +41,9 @@ class ModelReply:
 class ModelError(Exception):
     """A model call that failed; `transient` ones are worth retrying."""
 
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(self, message: str, *, transient: bool, context_overflow: bool = False) -> None:
         super().__init__(message)
-        self.transient = transient
+        self.transient, self.context_overflow = transient, context_overflow
 
 
 DeltaCallback = Callable[[str], Awaitable[None] | None]
@@ -62,6 +62,6 @@ class ScriptedReply:
     """What a scripted or demo model answers: text, tool calls (name, arguments), usage."""
 
     text: str | None = None
-    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     prompt_tokens: int = 10
     completion_tokens: int = 5

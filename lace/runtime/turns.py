@@ -26,6 +26,20 @@ from lace.store import Tx
 from lace.store.budgets import budget_line, halt_before_call
 from lace.tools.names import ALL_TOOL_NAMES
 
+TRIMMED = "[trimmed to fit the context window; the full result is kept in the database]"
+
+
+def trim_tool_results(messages: list[dict[str, Any]]) -> bool:
+    """Shorten the older half of the untrimmed tool results, keeping every call paired with
+    its result (the full text stays in `events`). False when nothing is left to trim."""
+    untrimmed = [message for message in messages
+                 if message.get("role") == "tool" and message.get("content") != TRIMMED]
+    if not untrimmed:
+        return False
+    for message in untrimmed[: max(1, len(untrimmed) // 2)]:
+        message["content"] = TRIMMED
+    return True
+
 
 class AlreadyRunningError(Exception):
     """Another process is running this agent's turn."""
@@ -168,15 +182,23 @@ class TurnRunner:
                     Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
                     prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
                     latency_ms=(time.monotonic() - started) * 1000, error=str(error)))
+                if error.context_overflow and trim_tool_results(messages):
+                    continue
                 if not error.transient or attempt >= self.limits.model_retries:
                     raise
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1
                 continue
+            empty = not reply.content and not reply.tool_calls
             await self.db.write(functools.partial(
                 Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
                 prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                cost_usd=reply.cost_usd, latency_ms=(time.monotonic() - started) * 1000))
+                cost_usd=reply.cost_usd, latency_ms=(time.monotonic() - started) * 1000,
+                error="empty answer" if empty else None))
+            if empty and attempt < self.limits.model_retries:
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+                continue
             return reply
 
     async def _record_cut_call(self, agent: Agent, started: float, stalled: bool) -> None:
