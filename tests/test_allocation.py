@@ -89,3 +89,43 @@ def test_a_clashing_task_id_is_retried(store: Store, session: Thread,
     with store.transaction() as tx:
         second = tx.create_task(session_id=session.id, actor="human", title="b", prompt="p").id
     assert second == "task_20261122_0000ff"
+
+
+def test_a_hundred_agents_writing_at_once_lose_nothing(store: Store, session: Thread,
+                                                       db_path: Path) -> None:
+    import sqlite3
+
+    agents, writes = 100, 3
+    start = threading.Barrier(agents)
+    failures: list[BaseException] = []
+
+    def agent_work() -> None:
+        try:
+            start.wait()
+            with store.transaction() as tx:
+                child = tx.create_child_thread(session.id).id
+                tx.create_agent(thread_id=child, name="w", provider="demo", model="worker",
+                                parent_thread_id=session.id)
+            for n in range(writes):
+                with store.transaction() as tx:
+                    task = tx.create_task(session_id=session.id, actor=child, title=f"t{n}",
+                                          prompt="p")
+                    tx.add_note(task.id, session_id=session.id, actor=child, content="note")
+                    tx.append_event(child, "agent_message", {"message": {"content": str(n)}})
+        except BaseException as error:  # reported below; "database is locked" would land here
+            failures.append(error)
+
+    workers = [threading.Thread(target=agent_work) for _ in range(agents)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert failures == []
+    with sqlite3.connect(db_path) as connection:
+        counts = [connection.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+                  for table in ("threads", "tasks", "task_notes", "events")]
+        children = [row[0] for row in connection.execute(
+            "SELECT id FROM threads WHERE parent_id = ?", (session.id,))]
+    assert counts == [agents + 1, agents * writes, agents * writes, agents * writes]
+    assert sorted(children, key=ids.child_index) == [
+        f"{session.id}.{n}" for n in range(1, agents + 1)]
