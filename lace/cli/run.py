@@ -14,6 +14,7 @@ from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
+from lace.core.ids import root_of
 from lace.store import Store
 
 EXIT_QUIET, EXIT_ROOT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -67,7 +68,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     supervisor.bus.subscribe(progress_printer())
     try:
         if args.continue_thread:
-            root_id = args.continue_thread.split(".", 1)[0]
+            root_id = root_of(args.continue_thread)
             resumed = await supervisor.resume(root_id)
             if resumed:
                 print(f"Resuming {len(resumed)} interrupted agent(s): {', '.join(resumed)}",

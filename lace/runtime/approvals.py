@@ -13,6 +13,7 @@ from typing import Any
 from lace.config import Policy, ToolSettings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
+from lace.core.ids import root_of
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import ApprovalRequested, EventBus
 from lace.store import Tx
@@ -42,7 +43,7 @@ class Approvals:
         if policy == "deny":
             return (f"Denied: the policy for {tool} is deny ([tools.policy] {tool}). Do without "
                     "it, or ask the person.")
-        session_id = thread_id.split(".", 1)[0]
+        session_id = root_of(thread_id)
         if await self.db.read(lambda tx: tx.allowed_for_session(session_id, tool)):
             return None
 

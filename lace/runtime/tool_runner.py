@@ -13,6 +13,7 @@ from typing import Any
 
 from lace.config import Budgets, Limits, Profile
 from lace.core.errors import LaceError
+from lace.core.ids import root_of
 from lace.core.records import Agent
 from lace.runtime.approvals import Approvals
 from lace.runtime.conversation import PendingWait, tool_result_data
@@ -77,7 +78,7 @@ class ToolRunner:
         """The tool context of an agent: its identity, its own tools, limits and profiles."""
         return ToolContext(
             store=self.db.store, thread_id=agent.thread_id,
-            session_id=agent.thread_id.split(".", 1)[0], check_model=self.check_model,
+            session_id=root_of(agent.thread_id), check_model=self.check_model,
             profiles=self.profiles, limits=self.limits, budgets=self.budgets, waits=self.waits,
             tools=tuple(agent.tools) if agent.tools is not None else ALL_TOOL_NAMES)
 

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from lace.core.clock import now_iso
 from lace.core.errors import LaceError, NotFoundError
+from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
 from lace.store import schema
 from lace.store.task_rules import TaskRules
@@ -61,7 +62,7 @@ class Tx(TaskRules):
 
     def subtree_agents(self, thread_id: str) -> list[Agent]:
         """An agent and all its descendants, in thread order."""
-        return [agent for agent in self.session_agents(thread_id.split(".", 1)[0])
+        return [agent for agent in self.session_agents(root_of(thread_id))
                 if agent.thread_id == thread_id or agent.thread_id.startswith(f"{thread_id}.")]
 
     def subtree_usage(self, thread_id: str) -> Usage:
@@ -87,7 +88,7 @@ class Tx(TaskRules):
             self.append_event(agent.thread_id, "error", {"error": f"stopped: {reason}",
                                                          "stopped": True})
             stopped.append(agent.thread_id)
-            tasks, _ = self.query_tasks(agent.thread_id.split(".", 1)[0],
+            tasks, _ = self.query_tasks(root_of(agent.thread_id),
                                         where=schema.tasks.c.assigned_to == agent.thread_id)
             for task in tasks:
                 if task.status in ("pending", "in_progress"):
@@ -149,7 +150,7 @@ class Tx(TaskRules):
         self._execute(schema.approvals.update().where(schema.approvals.c.id == approval_id)
                       .values(status=status, decided_by=decided_by, decided_at=now_iso()))
         if status == "approved_session":  # the same tool's other waiting requests, too
-            session_id = approval.thread_id.split(".", 1)[0]
+            session_id = root_of(approval.thread_id)
             for other in self.pending_approvals(session_id):
                 if other.tool == approval.tool:
                     self._execute(schema.approvals.update()

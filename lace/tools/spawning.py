@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from lace.config import Budget
-from lace.core.assignee import HUMAN, parse_model
+from lace.core.assignee import parse_model
 from lace.core.errors import InvalidAssigneeError
 from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan
@@ -103,8 +103,3 @@ def clamped_budget(tx: Tx, context: ToolContext, budget: Budget | None) -> dict[
     caps = {dimension: min(value, max(0, left[dimension])) if dimension in left else value
             for dimension, value in budget.model_dump(exclude_none=True).items()}
     return caps or None
-
-
-def is_person(context: ToolContext) -> bool:
-    """Whether the caller is the person rather than an agent."""
-    return context.thread_id == HUMAN
