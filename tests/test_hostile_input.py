@@ -1,0 +1,68 @@
+"""Hostile input: random and adversarial arguments at every tool. Each call returns a result or
+a tool error, never an exception, and a refused call leaves every row unchanged."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lace.llm.checks import check_provider
+from lace.store import Store, open_database
+from lace.tools.base import ToolContext
+from lace.tools.registry import ToolRegistry
+from lace.tools.workspace import WorkspaceTool
+from tests.conftest import snapshot
+
+NASTY_TEXT = st.one_of(
+    st.text(max_size=300),
+    st.sampled_from(["'; DROP TABLE tasks; --", "../../etc/passwd", "/etc/shadow", "new:",
+                     "new:foo/bar", "human", "lace_20990101_zzzzzz.1", "task_20990101_000000",
+                     "\u0000", "🦜" * 50, "x" * 100_000, "*", "{}", "null", "%s%s%s"]))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | NASTY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(NASTY_TEXT, inner, max_size=4),
+    max_leaves=12)
+ARGUMENTS = st.one_of(
+    st.dictionaries(st.sampled_from(["tasks", "task_id", "status", "assigned_to", "note",
+                                     "message", "filter", "to", "text", "topic", "thread_id",
+                                     "reason", "job_ids", "task", "tools", "profile", "title",
+                                     "prompt", "priority", "budget", "extra"]),
+                    JSON_VALUES, max_size=5),
+    JSON_VALUES.map(json.dumps),
+    NASTY_TEXT)
+AGENT_TOOLS = [name for name, tool in ToolRegistry().tools.items()
+               if not issubclass(tool, WorkspaceTool)]
+
+
+def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Path) -> None:
+    db_path = tmp_path / "fuzz.db"
+    store = Store(open_database(str(db_path)))
+    with store.transaction() as tx:
+        session = tx.create_session(provider="demo", model="coordinator")
+        other = tx.create_session(provider="demo", model="coordinator")
+        tx.create_task(session_id=other.id, actor=other.id, title="foreign", prompt="p")
+    registry = ToolRegistry()
+    context = ToolContext(store=store, thread_id=session.id, session_id=session.id,
+                          check_model=check_provider)
+
+    @settings(max_examples=300, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(tool=st.sampled_from(AGENT_TOOLS), arguments=ARGUMENTS)
+    def call(tool: str, arguments: Any) -> None:
+        before = snapshot(db_path)
+        result = registry.execute(tool, arguments, context)
+        assert isinstance(result.text, str) and result.text
+        if result.is_error:
+            assert snapshot(db_path) == before, (tool, arguments, result.text)
+        with sqlite3.connect(db_path) as connection:
+            foreign = connection.execute("SELECT title, status FROM tasks WHERE thread_id = ?",
+                                         (other.id,)).fetchall()
+        assert foreign == [("foreign", "pending")]
+
+    call()
+    store.close()
