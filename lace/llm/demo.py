@@ -65,8 +65,7 @@ def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
     if assignment is None:
         return ScriptedReply(text="I have no task to work on.")
     task_id, title = assignment["id"], assignment["title"]
-    called = [call["function"]["name"] for message in messages
-              for call in message.get("tool_calls") or []]
+    called = completed_calls(messages)
     if "task_add_note" not in called:
         return ScriptedReply(tool_calls=[("task_add_note", {
             "task_id": task_id, "note": f"Started on '{title}': gathering the main points."})])
@@ -90,6 +89,15 @@ def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
 def assignment_message(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The latest task assignment in a conversation (or an empty message)."""
     return next((m for m in reversed(messages) if _ASSIGNED.search(_text(m))), {})
+
+
+def completed_calls(messages: list[dict[str, Any]]) -> list[str]:
+    """Names of the tool calls that finished: a call cut off by a crash (its result says
+    "Interrupted") is made again, as a careful model would."""
+    results = {m.get("tool_call_id"): _text(m) for m in messages if m.get("role") == "tool"}
+    return [call["function"]["name"] for message in messages
+            for call in message.get("tool_calls") or []
+            if not results.get(call["id"], "").startswith("Interrupted")]
 
 
 def demo_reply(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
