@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lace.core import ids
+from lace.tui.app import LaceApp
 from tests.scripted import ScriptedModels
 from tests.test_tui import SIZE, make_app, settle
 
@@ -20,29 +22,26 @@ def fixed_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ids, "new_task_id", lambda: f"task_20261122_00000{next(numbers)}")
 
 
-def test_main_screen(snap_compare: Any, db_path: Path, models: ScriptedModels,
-                     fixed_ids: None) -> None:
-    app = make_app(db_path, models)
+def after_the_run(app: LaceApp, key: str, pause: float) -> Callable[[Any], Awaitable[None]]:
+    """Type the prompt, let every agent finish, then leave the input and press `key`."""
 
     async def run_before(pilot: Any) -> None:
         await pilot.pause()
         await pilot.press(*"Plan the launch", "enter")
         await settle(app, pilot)
-        await pilot.press("escape", "n")
-        await pilot.pause()
+        await pilot.press("escape", key)
+        await pilot.pause(pause or None)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    return run_before
+
+
+def test_main_screen(snap_compare: Any, db_path: Path, models: ScriptedModels,
+                     fixed_ids: None) -> None:
+    app = make_app(db_path, models)
+    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "n", 0))
 
 
 def test_board(snap_compare: Any, db_path: Path, models: ScriptedModels,
                fixed_ids: None) -> None:
     app = make_app(db_path, models)
-
-    async def run_before(pilot: Any) -> None:
-        await pilot.pause()
-        await pilot.press(*"Plan the launch", "enter")
-        await settle(app, pilot)
-        await pilot.press("escape", "b")
-        await pilot.pause(0.3)
-
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "b", 0.3))

@@ -11,6 +11,7 @@ from lace.core.assignee import HUMAN
 from lace.core.records import Agent, Event
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
+from lace.tools.names import ALL_TOOL_NAMES
 
 INTERRUPTED_RESULT = ("Interrupted: this tool call did not finish (lace stopped mid-turn). "
                       "Check the board (task_list, task_view) before trying it again.")
@@ -61,7 +62,12 @@ def tool_result_data(call_id: str, tool_name: str, text: str, is_error: bool) ->
             "call_id": call_id, "tool_name": tool_name, "is_error": is_error}
 
 
-def begin_turn(tx: Tx, thread_id: str, tools: list[str], profiles: Mapping[str, Profile],
+def own_tools(agent: Agent) -> list[str]:
+    """The tools an agent may call: its stored list, else every tool."""
+    return list(agent.tools) if agent.tools is not None else list(ALL_TOOL_NAMES)
+
+
+def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
                budget_note: Callable[[Tx], str | None] = lambda tx: None) -> TurnStart | None:
     """Claim the agent (None if another process is running it), seed its system prompt, close
     dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
@@ -81,7 +87,7 @@ def begin_turn(tx: Tx, thread_id: str, tools: list[str], profiles: Mapping[str, 
 
     if not events:
         task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
-        prompt = system_prompt(agent, task, tools, profiles)
+        prompt = system_prompt(agent, task, own_tools(agent), profiles)
         append("system_prompt", {"message": {"role": "system", "content": prompt}})
     waits = persisted_waits(events)
     resumed = []

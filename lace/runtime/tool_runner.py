@@ -16,7 +16,7 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent
 from lace.runtime.approvals import Approvals
-from lace.runtime.conversation import PendingWait, tool_result_data
+from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TasksChanged, ThreadSpawned
@@ -30,7 +30,6 @@ from lace.tools.base import (
     WaitingTool,
 )
 from lace.tools.delegation import settled
-from lace.tools.names import ALL_TOOL_NAMES
 from lace.tools.registry import ToolRegistry
 from lace.tools.workspace import WorkspaceTool
 
@@ -80,7 +79,7 @@ class ToolRunner:
             store=self.db.store, thread_id=agent.thread_id,
             session_id=root_of(agent.thread_id), check_model=self.check_model,
             profiles=self.profiles, limits=self.limits, budgets=self.budgets, waits=self.waits,
-            tools=tuple(agent.tools) if agent.tools is not None else ALL_TOOL_NAMES)
+            tools=tuple(own_tools(agent)))
 
     def changed(self) -> None:
         """Something on the board changed: let every waiting tool look again."""

@@ -16,7 +16,7 @@ from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
 from lace.core.records import Agent
 from lace.llm.types import ModelClient, ModelError, ModelReply
-from lace.runtime.conversation import begin_turn
+from lace.runtime.conversation import begin_turn, own_tools
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
@@ -24,7 +24,6 @@ from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
 from lace.store.budgets import budget_line, halt_before_call
-from lace.tools.names import ALL_TOOL_NAMES
 
 TRIMMED = "[trimmed to fit the context window; the full result is kept in the database]"
 
@@ -93,13 +92,10 @@ class TurnRunner:
 
     async def run(self, thread_id: str) -> str | None:
         """One whole turn; returns the final answer. ModelError escapes after retries."""
-        agent = await self.db.read(lambda tx: tx.get_agent(thread_id))
-        own_tools = list(agent.tools) if agent.tools is not None else list(ALL_TOOL_NAMES)
         profiles, started = self.tools.profiles, time.monotonic()
         self.tools.waited[thread_id] = 0.0
         start = await self.db.write(lambda tx: begin_turn(
-            tx, thread_id, own_tools, profiles,
-            lambda tx: budget_line(tx, thread_id, self.budgets)))
+            tx, thread_id, profiles, lambda tx: budget_line(tx, thread_id, self.budgets)))
         if start is None:
             raise AlreadyRunningError(thread_id)
         crash_point("after_inbox_consume")
@@ -111,7 +107,7 @@ class TurnRunner:
             text = await self.tools.resume(agent, wait)
             messages.append({"role": "tool", "tool_call_id": wait.call_id, "content": text})
         tools = self.tools.registry.definitions(
-            own_tools, profiles=list(profiles),
+            own_tools(agent), profiles=list(profiles),
             can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
             self._check_turn_time(thread_id, started)
