@@ -39,6 +39,9 @@ class Limits(BaseModel):
                                    description="longest model call without an answer")
     approval_timeout_s: float = Field(default=900.0, gt=0,
                                       description="how long an approval request waits")
+    lease_timeout_s: float = Field(default=15.0, gt=0,
+                                   description="a process silent this long has died; its "
+                                               "agents are taken over")
 
 
 Policy = Literal["allow", "ask", "deny"]

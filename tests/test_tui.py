@@ -161,13 +161,14 @@ async def test_quitting_interrupts_running_turns(db_path: Path, models: Scripted
 
 async def test_another_process_session_shows_live_without_running_it(
         db_path: Path, models: ScriptedModels) -> None:
-    """Agents marked running elsewhere are shown, not run; new rows appear on the next poll."""
+    """Agents a live process runs are shown, not run; new rows appear on the next poll."""
     from lace.store import Store, open_database
 
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
         root = tx.create_session(provider="scripted", model="root", title="elsewhere")
-        tx.update_agent(root.id, status="running")
+        tx.register_process("elsewhere")  # alive: this pid exists and the heartbeat is fresh
+        tx.update_agent(root.id, status="running", lease_holder="elsewhere")
         tx.post_inbox(root.id, sender="human", kind="message", text="pending elsewhere")
     models.on("root", lambda messages: reply("must not run here"))
     app = create_app(db=str(db_path), continue_thread=root.id, model="scripted/root")

@@ -42,6 +42,7 @@ class Agent:
     cost_usd: float
     created_at: str
     updated_at: str
+    lease_holder: str | None = None
 
     @property
     def model_name(self) -> str:

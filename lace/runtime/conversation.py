@@ -68,14 +68,16 @@ def own_tools(agent: Agent) -> list[str]:
 
 
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
-               budget_note: Callable[[Tx], str | None] = lambda tx: None) -> TurnStart | None:
-    """Claim the agent (None if another process is running it), seed its system prompt, close
+               budget_note: Callable[[Tx], str | None] = lambda tx: None,
+               holder: str | None = None) -> TurnStart | None:
+    """Claim the agent for process `holder` (None if another process is running it: the
+    claim is its lease), seed its system prompt, close
     dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
     cut off mid-wait resumes the wait first, and leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
     if agent.status in ("running", "waiting", "stopped", "error"):
         return None
-    tx.update_agent(thread_id, status="running")
+    tx.update_agent(thread_id, status="running", lease_holder=holder)
     tx.count_turn(thread_id)
     events = tx.thread_events(thread_id)
     appended: list[Event] = []

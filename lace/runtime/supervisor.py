@@ -4,13 +4,16 @@ asyncio process; idle agents hold no coroutine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lace.config import Settings
 from lace.core.assignee import HUMAN, parse_model
+from lace.core.ids import root_of
 from lace.core.records import Thread
 from lace.llm.types import ModelClient, ModelError
 from lace.runtime.approvals import Approvals
@@ -26,14 +29,18 @@ from lace.tools.names import ALL_TOOL_NAMES
 log = logging.getLogger("lace.runtime")
 RESUME_TEXT = ("[LACE TASK SYSTEM] Your previous turn was interrupted before it finished. "
                "Continue where you left off; check the board before repeating any action.")
+POLL_S = 0.5
 
 
-def _resume_interrupted(tx: Tx, root_id: str, statuses: tuple[str, ...]) -> list[str]:
-    """Agents left in one of `statuses` get a `resume` inbox row and become idle."""
+def _resume_cut_off(tx: Tx, root_id: str, process_id: str, lease_timeout_s: float,
+                    ) -> list[str]:
+    """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
+    `interrupted`, and those marked running or waiting whose process has died."""
+    orphaned = set(tx.orphaned_agents(root_id, lease_timeout_s, alive={process_id}))
     resumed = []
     for agent in tx.session_agents(root_id):
-        if agent.status in statuses:
-            tx.update_agent(agent.thread_id, status="idle")
+        if agent.status == "interrupted" or agent.thread_id in orphaned:
+            tx.update_agent(agent.thread_id, status="idle", lease_holder=None)
             tx.post_inbox(agent.thread_id, sender=LACE_SENDER, kind="resume", text=RESUME_TEXT,
                           priority="high")
             resumed.append(agent.thread_id)
@@ -42,7 +49,7 @@ def _resume_interrupted(tx: Tx, root_id: str, statuses: tuple[str, ...]) -> list
 
 @dataclass
 class Supervisor:
-    """Owns the running turns of one process."""
+    """Owns the running turns of one process, and the process's lease (`process_id`)."""
 
     store: Store
     client: ModelClient
@@ -55,8 +62,13 @@ class Supervisor:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake_again: set[str] = field(default_factory=set)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    process_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    sessions: set[str] = field(default_factory=set)
+    _watch: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
+        with self.store.transaction() as tx:
+            tx.register_process(self.process_id)
         self.db = AsyncStore(self.store)
         tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake, cancel=self.cancel,
                            check_model=self.check_model, limits=self.settings.limits,
@@ -67,7 +79,7 @@ class Supervisor:
                                     changed=tools.change_signal)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, wake=self.wake, tools=tools,
-                                 budgets=self.settings.budgets)
+                                 budgets=self.settings.budgets, holder=self.process_id)
 
     # sessions
 
@@ -113,20 +125,53 @@ class Supervisor:
         await self.db.write(lambda tx: tx.decide_approval(approval_id, status, HUMAN))
         self.runner.tools.changed()
 
-    async def resume(self, root_id: str,
-                     statuses: tuple[str, ...] = ("running", "waiting", "interrupted"),
-                     ) -> list[str]:
-        """Queue a resume for every agent of the session whose turn was cut off; a status of
-        `running` counts only when no other process can be running it (after a crash)."""
-        resumed = await self.db.write(lambda tx: _resume_interrupted(tx, root_id, statuses))
+    async def resume(self, root_id: str) -> list[str]:
+        """Queue a resume for every agent of the session whose turn was cut off (marked
+        interrupted, or held by a process that died); a live process's turns are left alone.
+        From now on this process also takes over the session's agents if their holder dies."""
+        self.sessions.add(root_id)
+        timeout = self.settings.limits.lease_timeout_s
+        resumed = await self.db.write(
+            lambda tx: _resume_cut_off(tx, root_id, self.process_id, timeout))
         for thread_id in resumed:
             self.wake(thread_id)
+        self._start_watch()
         return resumed
+
+    # the watch: heartbeat, takeover, and rows written by other processes
+
+    def _start_watch(self) -> None:
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.create_task(self._watch_loop(), name="lace-watch")
+
+    async def _watch_loop(self) -> None:
+        """Every POLL_S wake the runnable threads of this process's sessions (rows another
+        process wrote); every fifth of the lease timeout renew the heartbeat and take over
+        the agents of processes that died."""
+        beat_every = self.settings.limits.lease_timeout_s / 5
+        last_beat = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(min(POLL_S, beat_every))
+            if asyncio.get_running_loop().time() - last_beat >= beat_every:
+                last_beat = asyncio.get_running_loop().time()
+                await self.db.write(lambda tx: tx.beat(self.process_id))
+                for root_id in list(self.sessions):
+                    await self.resume(root_id)
+            await self._wake_runnable()
+
+    async def _wake_runnable(self) -> None:
+        roots = list(self.sessions)
+        runnable = await self.db.read(
+            lambda tx: [thread for root_id in roots for thread in tx.runnable_threads(root_id)])
+        for thread_id in runnable:
+            self.wake(thread_id)
 
     # scheduling
 
     def wake(self, thread_id: str) -> None:
         """Make sure `thread_id` runs its pending inbox rows soon."""
+        self.sessions.add(root_of(thread_id))
+        self._start_watch()
         if thread_id in self.running:
             self._wake_again.add(thread_id)
             return
@@ -201,6 +246,10 @@ class Supervisor:
 
     async def stop(self) -> list[str]:
         """Cancel running turns and mark their agents `interrupted` (resumable)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         cut = list(self.running)
         for task in list(self.running.values()):
             task.cancel()
@@ -215,5 +264,9 @@ class Supervisor:
         return cut
 
     def close(self) -> None:
-        """Stop the writer thread."""
+        """Stop the writer thread and give up the lease."""
+        if self._watch is not None:
+            self._watch.cancel()
         self.db.close()
+        with self.store.transaction() as tx:
+            tx.forget_process(self.process_id)

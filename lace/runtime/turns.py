@@ -85,6 +85,7 @@ class TurnRunner:
     tools: ToolRunner
     budgets: Budgets = field(default_factory=Budgets)
     watched: set[str] = field(default_factory=set)
+    holder: str | None = None
     slots: Slots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,7 +96,8 @@ class TurnRunner:
         profiles, started = self.tools.profiles, time.monotonic()
         self.tools.waited[thread_id] = 0.0
         start = await self.db.write(lambda tx: begin_turn(
-            tx, thread_id, profiles, lambda tx: budget_line(tx, thread_id, self.budgets)))
+            tx, thread_id, profiles, lambda tx: budget_line(tx, thread_id, self.budgets),
+            self.holder))
         if start is None:
             raise AlreadyRunningError(thread_id)
         crash_point("after_inbox_consume")

@@ -12,6 +12,7 @@ from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
 from lace.store import schema
+from lace.store.leases import LeaseVerbs
 from lace.store.task_rules import TaskRules
 
 RESUMED = ("[LACE TASK SYSTEM] You were stopped ({reason}) and have been resumed. Continue your "
@@ -33,7 +34,7 @@ def _in_subtree(column: sa.ColumnElement[str], thread_id: str) -> sa.ColumnEleme
                   sa.and_(column > f"{thread_id}.", column < f"{thread_id}/"))
 
 
-class Tx(TaskRules):
+class Tx(TaskRules, LeaseVerbs):
     """All verbs of one transaction."""
 
     def subscribe(self, thread_id: str, topic: str) -> bool:

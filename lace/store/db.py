@@ -15,7 +15,7 @@ from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
 
-HEAD_REVISION = "lace_0005"
+HEAD_REVISION = "lace_0006"
 REVISION_PREFIX = "lace_"
 BUSY_TIMEOUT_MS = 10_000
 READONLY_OPTION = "lace_readonly"

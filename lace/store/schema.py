@@ -130,6 +130,7 @@ agent_metadata = sa.Table(
     sa.Column("stop_reason", sa.Text, nullable=True),
     sa.Column("budget", sa.JSON, nullable=True),
     sa.Column("turns", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("lease_holder", sa.Text, nullable=True),
     sa.Column("tokens_in", sa.Integer, nullable=False, server_default="0"),
     sa.Column("tokens_out", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
@@ -196,4 +197,14 @@ approvals = sa.Table(
     sa.Column("decided_at", sa.Text, nullable=True),
     sa.CheckConstraint(_one_of("status", APPROVAL_STATUSES), name="status"),
     sa.Index(None, "status"),
+)
+
+processes = sa.Table(
+    "processes",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("started_at", sa.Text, nullable=False),
+    sa.Column("heartbeat_at", sa.Float, nullable=False),
 )

@@ -1,0 +1,68 @@
+"""Leases: which lace process runs which agent, and whether that process is still alive.
+
+Each process has a `processes` row whose `heartbeat_at` it renews; an agent being run names its
+process in `agent_metadata.lease_holder`. A holder is alive while its heartbeat is fresh and, on
+this host, while its pid exists (so a crash here is noticed at once, not after the timeout)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import sqlalchemy as sa
+
+from lace.core.clock import now_iso
+from lace.store import schema
+from lace.store.rows import RowVerbs
+
+HELD_STATUSES = ("running", "waiting")
+_FORGET_AFTER_S = 86_400.0
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process with this pid exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LeaseVerbs(RowVerbs):
+    """Process rows, heartbeats, and the agents whose holder is gone."""
+
+    def register_process(self, process_id: str) -> None:
+        """Add this process, and forget processes silent for a day (crashed long ago)."""
+        now = time.time()
+        processes = schema.processes
+        self._execute(processes.delete().where(processes.c.heartbeat_at < now - _FORGET_AFTER_S))
+        self._execute(processes.insert().values(id=process_id, pid=os.getpid(),
+                                                host=socket.gethostname(),
+                                                started_at=now_iso(), heartbeat_at=now))
+
+    def beat(self, process_id: str) -> None:
+        """Renew this process's heartbeat."""
+        processes = schema.processes
+        self._execute(processes.update().where(processes.c.id == process_id)
+                      .values(heartbeat_at=time.time()))
+
+    def forget_process(self, process_id: str) -> None:
+        """This process exits cleanly: its row goes."""
+        self._execute(schema.processes.delete().where(schema.processes.c.id == process_id))
+
+    def live_processes(self, timeout_s: float) -> set[str]:
+        """Ids of processes whose heartbeat is younger than `timeout_s` and that still exist."""
+        host, oldest = socket.gethostname(), time.time() - timeout_s
+        rows = self._execute(sa.select(schema.processes)
+                             .where(schema.processes.c.heartbeat_at >= oldest))
+        return {row.id for row in rows if row.host != host or pid_exists(row.pid)}
+
+    def orphaned_agents(self, root_id: str, timeout_s: float, alive: set[str]) -> list[str]:
+        """Agents of the session marked running or waiting whose holder is neither in `alive`
+        nor a live process: their turns were cut off by a crash."""
+        live = alive | self.live_processes(timeout_s)
+        return [agent.thread_id for agent in self.session_agents(root_id)
+                if agent.status in HELD_STATUSES and agent.lease_holder not in live]
