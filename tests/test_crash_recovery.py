@@ -4,9 +4,11 @@ final board as a run that was never killed: nothing lost, nothing delivered or d
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,14 @@ from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
 PROMPT = "Write the announcement and list the risks"
 
 
-def lace(home: Path, *argv: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def lace_env(home: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
-    env["LACE_HOME"] = str(home)
-    if crash_at:
-        env["LACE_CRASH_AT"] = crash_at
+    return {**env, "LACE_HOME": str(home), **extra}
+
+
+def lace(home: Path, *argv: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
     return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True, text=True,
                           env=env, timeout=120)
 
@@ -80,3 +84,66 @@ def test_a_crash_at_each_point_loses_and_repeats_nothing(point: str, tmp_path: P
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("All 2 tasks are done.")
     assert final_board(tmp_path) == clean_board
+
+
+MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
+COMMITTED = {
+    "tasks": "SELECT id, title, prompt, created_by FROM tasks",
+    "task_notes": "SELECT id, task_id, author, content FROM task_notes",
+    "events": "SELECT id, thread_id, type, data FROM events",
+    "inbox": "SELECT id, thread_id, kind, sender, text FROM inbox",
+}
+
+
+def committed_rows(home: Path) -> set[tuple[Any, ...]]:
+    """Every committed task, note, event and inbox row (their unchanging columns)."""
+    with sqlite3.connect(home / "lace.db") as connection:
+        return {(table, *row) for table, query in COMMITTED.items()
+                for row in connection.execute(query)}
+
+
+def wait_for_progress(home: Path, before: int, process: subprocess.Popen[bytes]) -> bool:
+    """Wait until the run has committed more than `before` rows (False if it ended first)."""
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            if len(committed_rows(home)) > before:
+                return True
+        except sqlite3.OperationalError:
+            pass  # not created or not migrated yet
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_sigkills_lose_and_repeat_nothing(seed: int, tmp_path: Path) -> None:
+    """`lace run` with three slow workers is killed with SIGKILL at random moments (up to three
+    times, each after the run made progress), each time resumed with `lace run --continue`;
+    nothing committed is lost and the final board is the one an unkilled run reaches."""
+    clean_home = tmp_path / "clean"
+    assert lace(clean_home, "run", MANY_PROMPT).returncode == 0
+    clean = final_board(clean_home)
+    home, rng = tmp_path / "killed", random.Random(seed)
+    env = lace_env(home, LACE_DEMO_DELAY="0.1")
+    argv, kills = ["run", MANY_PROMPT], 0
+    with (tmp_path / "lace.log").open("w") as log:
+        for _attempt in range(4):
+            process = subprocess.Popen([sys.executable, "-m", "lace", *argv], env=env,
+                                       stdout=log, stderr=log)
+            before = len(committed_rows(home)) if (home / "lace.db").exists() else 0
+            if kills == 3 or not wait_for_progress(home, before + rng.randint(0, 20), process):
+                break
+            time.sleep(rng.uniform(0, 0.2))
+            seen = committed_rows(home)
+            process.kill()
+            process.wait()
+            kills += 1
+            assert seen <= committed_rows(home), f"rows lost after kill {kills} (seed {seed})"
+            with sqlite3.connect(home / "lace.db") as connection:
+                (root,), = connection.execute("SELECT id FROM threads WHERE parent_id IS NULL")
+            argv = ["run", "--continue", root]
+        process.wait(timeout=120)
+    assert process.returncode == 0, (tmp_path / "lace.log").read_text()
+    assert kills >= 1, f"seed {seed}: the run ended before the first kill"
+    assert final_board(home) == clean
