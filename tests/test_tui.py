@@ -167,7 +167,7 @@ async def test_another_process_session_shows_live_without_running_it(
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
         root = tx.create_session(provider="scripted", model="root", title="elsewhere")
-        tx.register_process("elsewhere")  # alive: this pid exists and the heartbeat is fresh
+        tx.register_process("elsewhere", 15.0)  # alive: this pid exists and the heartbeat is fresh
         tx.update_agent(root.id, status="running", lease_holder="elsewhere")
         tx.post_inbox(root.id, sender="human", kind="message", text="pending elsewhere")
     models.on("root", lambda messages: reply("must not run here"))

@@ -32,11 +32,10 @@ RESUME_TEXT = ("[LACE TASK SYSTEM] Your previous turn was interrupted before it 
 POLL_S = 0.5
 
 
-def _resume_cut_off(tx: Tx, root_id: str, process_id: str, lease_timeout_s: float,
-                    ) -> list[str]:
+def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
     `interrupted`, and those marked running or waiting whose process has died."""
-    orphaned = set(tx.orphaned_agents(root_id, lease_timeout_s, alive={process_id}))
+    orphaned = set(tx.orphaned_agents(root_id, alive={process_id}))
     resumed = []
     for agent in tx.session_agents(root_id):
         if agent.status == "interrupted" or agent.thread_id in orphaned:
@@ -68,7 +67,7 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         with self.store.transaction() as tx:
-            tx.register_process(self.process_id)
+            tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
         self.db = AsyncStore(self.store)
         tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake, cancel=self.cancel,
                            check_model=self.check_model, limits=self.settings.limits,
@@ -130,9 +129,7 @@ class Supervisor:
         interrupted, or held by a process that died); a live process's turns are left alone.
         From now on this process also takes over the session's agents if their holder dies."""
         self.sessions.add(root_id)
-        timeout = self.settings.limits.lease_timeout_s
-        resumed = await self.db.write(
-            lambda tx: _resume_cut_off(tx, root_id, self.process_id, timeout))
+        resumed = await self.db.write(lambda tx: _resume_cut_off(tx, root_id, self.process_id))
         for thread_id in resumed:
             self.wake(thread_id)
         self._start_watch()
@@ -148,13 +145,14 @@ class Supervisor:
         """Every POLL_S wake the runnable threads of this process's sessions (rows another
         process wrote); every fifth of the lease timeout renew the heartbeat and take over
         the agents of processes that died."""
-        beat_every = self.settings.limits.lease_timeout_s / 5
+        lease_timeout = self.settings.limits.lease_timeout_s
+        beat_every = lease_timeout / 5
         last_beat = asyncio.get_running_loop().time()
         while True:
             await asyncio.sleep(min(POLL_S, beat_every))
             if asyncio.get_running_loop().time() - last_beat >= beat_every:
                 last_beat = asyncio.get_running_loop().time()
-                await self.db.write(lambda tx: tx.beat(self.process_id))
+                await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
                 for root_id in list(self.sessions):
                     await self.resume(root_id)
             await self._wake_runnable()

@@ -1,8 +1,9 @@
 """Leases: which lace process runs which agent, and whether that process is still alive.
 
-Each process has a `processes` row whose `heartbeat_at` it renews; an agent being run names its
-process in `agent_metadata.lease_holder`. A holder is alive while its heartbeat is fresh and, on
-this host, while its pid exists (so a crash here is noticed at once, not after the timeout)."""
+Each process has a `processes` row that it renews: `heartbeat_at`, and `expires_at` (the
+heartbeat plus the process's own lease timeout). An agent being run names its process in
+`agent_metadata.lease_holder`. A holder is alive until its lease expires and, on this host,
+while its pid exists (so a crash here is noticed at once, not after the timeout)."""
 
 from __future__ import annotations
 
@@ -34,35 +35,35 @@ def pid_exists(pid: int) -> bool:
 class LeaseVerbs(RowVerbs):
     """Process rows, heartbeats, and the agents whose holder is gone."""
 
-    def register_process(self, process_id: str) -> None:
+    def register_process(self, process_id: str, lease_timeout_s: float) -> None:
         """Add this process, and forget processes silent for a day (crashed long ago)."""
         now = time.time()
         processes = schema.processes
         self._execute(processes.delete().where(processes.c.heartbeat_at < now - _FORGET_AFTER_S))
-        self._execute(processes.insert().values(id=process_id, pid=os.getpid(),
-                                                host=socket.gethostname(),
-                                                started_at=now_iso(), heartbeat_at=now))
+        self._execute(processes.insert().values(
+            id=process_id, pid=os.getpid(), host=socket.gethostname(), started_at=now_iso(),
+            heartbeat_at=now, expires_at=now + lease_timeout_s))
 
-    def beat(self, process_id: str) -> None:
-        """Renew this process's heartbeat."""
-        processes = schema.processes
+    def beat(self, process_id: str, lease_timeout_s: float) -> None:
+        """Renew this process's lease."""
+        now, processes = time.time(), schema.processes
         self._execute(processes.update().where(processes.c.id == process_id)
-                      .values(heartbeat_at=time.time()))
+                      .values(heartbeat_at=now, expires_at=now + lease_timeout_s))
 
     def forget_process(self, process_id: str) -> None:
         """This process exits cleanly: its row goes."""
         self._execute(schema.processes.delete().where(schema.processes.c.id == process_id))
 
-    def live_processes(self, timeout_s: float) -> set[str]:
-        """Ids of processes whose heartbeat is younger than `timeout_s` and that still exist."""
-        host, oldest = socket.gethostname(), time.time() - timeout_s
+    def live_processes(self) -> set[str]:
+        """Ids of processes whose lease has not expired and that still exist."""
+        host = socket.gethostname()
         rows = self._execute(sa.select(schema.processes)
-                             .where(schema.processes.c.heartbeat_at >= oldest))
+                             .where(schema.processes.c.expires_at >= time.time()))
         return {row.id for row in rows if row.host != host or pid_exists(row.pid)}
 
-    def orphaned_agents(self, root_id: str, timeout_s: float, alive: set[str]) -> list[str]:
+    def orphaned_agents(self, root_id: str, alive: set[str]) -> list[str]:
         """Agents of the session marked running or waiting whose holder is neither in `alive`
         nor a live process: their turns were cut off by a crash."""
-        live = alive | self.live_processes(timeout_s)
+        live = alive | self.live_processes()
         return [agent.thread_id for agent in self.session_agents(root_id)
                 if agent.status in HELD_STATUSES and agent.lease_holder not in live]

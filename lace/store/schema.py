@@ -207,4 +207,5 @@ processes = sa.Table(
     sa.Column("host", sa.Text, nullable=False),
     sa.Column("started_at", sa.Text, nullable=False),
     sa.Column("heartbeat_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
 )

@@ -1,0 +1,152 @@
+"""Two lace processes on one database: a thread is run by one process at a time (a lease with a
+heartbeat), a starting process never takes over a live process's turns, a dead one's are taken
+over, and each process sees the other's rows."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lace.store import Store
+from lace.tui.factory import create_app
+from lace.tui.widgets.thread_tree import ThreadTree
+from tests.conftest import new_session, spawn_child
+from tests.test_crash_recovery import MANY_PROMPT, final_board, lace_env
+
+
+def start_lace_run(home: Path, prompt: str, delay: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "lace", "run", prompt],
+                            env=lace_env(home, LACE_DEMO_DELAY=delay),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def query(home: Path, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(home / "lace.db") as connection:
+        return connection.execute(sql).fetchall()
+
+
+def wait_until(condition: object, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if callable(condition) and condition():
+                return
+        except sqlite3.OperationalError:
+            pass  # the other process is still creating the file
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_only_agents_of_dead_processes_count_as_cut_off(store: Store) -> None:
+    root = new_session(store).id
+    children = [spawn_child(store, root) for _ in range(4)]
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    with store.transaction() as tx:
+        for process in ("live", "gone", "silent", "remote"):
+            tx.register_process(process, 15.0)
+        tx.connection.exec_driver_sql(
+            "UPDATE processes SET pid = ? WHERE id = 'gone'", (finished.pid,))
+        tx.connection.exec_driver_sql(
+            "UPDATE processes SET expires_at = expires_at - 60 WHERE id = 'silent'")
+        tx.connection.exec_driver_sql(
+            "UPDATE processes SET host = 'another-host', pid = 1 WHERE id = 'remote'")
+        for thread_id, holder, status in zip([root, *children],
+                                             ["live", "gone", "silent", "remote", "mine"],
+                                             ["running", "running", "waiting", "running",
+                                              "running"], strict=True):
+            tx.update_agent(thread_id, status=status, lease_holder=holder)
+    with store.reading() as tx:
+        assert tx.orphaned_agents(root, alive={"mine"}) == children[:2]
+        assert tx.orphaned_agents(root, alive=set()) == [*children[:2], children[3]]
+        assert tx.live_processes() == {"live", "remote"}
+
+
+@pytest.mark.slow
+async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lace.config import Limits, Settings
+    from lace.llm.checks import check_model
+    from lace.llm.client import LiteLLMClient
+    from lace.runtime.supervisor import Supervisor
+    from lace.store import open_database
+
+    home = tmp_path / "home"
+    other = start_lace_run(home, MANY_PROMPT, delay="1.0")
+    try:
+        wait_until(lambda: query(home, "SELECT COUNT(*) FROM agent_metadata WHERE status = "
+                                       "'running' AND thread_id LIKE '%.%'")[0][0] >= 2,
+                   "two children running in the other process")
+        held = query(home, "SELECT thread_id, status, lease_holder FROM agent_metadata "
+                           "WHERE status IN ('running', 'waiting') ORDER BY thread_id")
+        (root,), = query(home, "SELECT id FROM threads WHERE parent_id IS NULL")
+        monkeypatch.setenv("LACE_DEMO_DELAY", "0")
+        settings = Settings(limits=Limits(lease_timeout_s=1.0))
+        store = Store(open_database(str(home / "lace.db")))
+        second = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
+                            check_model=check_model)
+        assert await second.resume(root) == []
+        await asyncio.sleep(0.5)
+        assert all(holder != second.process_id for _, _, holder in held)
+        assert query(home, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'") == [(0,)]
+        assert set(held) <= set(query(home, "SELECT thread_id, status, lease_holder FROM "
+                                            "agent_metadata"))
+        assert second.running.keys().isdisjoint(thread for thread, _, _ in held)
+    finally:
+        other.kill()
+        other.wait()
+    for _ in range(400):  # the second process's heartbeat notices and takes over
+        if query(home, "SELECT COUNT(*) FROM tasks WHERE status != 'completed'") == [(0,)] \
+                and not second.running:
+            break
+        await asyncio.sleep(0.05)
+    await second.stop()
+    second.close()
+    store.close()
+    resumed = {thread for (thread,) in query(home, "SELECT thread_id FROM inbox WHERE "
+                                                  "kind = 'resume'")}
+    assert resumed == {thread for thread, _, _ in held}
+    assert len(final_board(home)["tasks"]) == 3
+    # the second process left cleanly (its row went); the killed one's row stays, expired
+    assert query(home, "SELECT pid FROM processes") == [(other.pid,)]
+
+
+@pytest.mark.slow
+async def test_the_app_and_lace_run_see_each_others_rows_within_a_second(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    other = start_lace_run(home, MANY_PROMPT, delay="0.4")
+    try:
+        wait_until(lambda: query(home, "SELECT id FROM threads"), "the session")
+        (root,), = query(home, "SELECT id FROM threads WHERE parent_id IS NULL")
+        app = create_app(db=str(home / "lace.db"), continue_thread=str(root),
+                         model="demo/coordinator")
+        first_seen: dict[str, float] = {}
+        shown: dict[str, float] = {}
+        async with app.run_test(size=(160, 45)) as pilot:
+            await pilot.press(*"Also thank the team.", "enter")
+            while other.poll() is None or set(first_seen) - set(shown):
+                now = time.monotonic()
+                for (thread,) in query(home, "SELECT id FROM threads"):
+                    first_seen.setdefault(str(thread), now)
+                for thread in app.query_one(ThreadTree).ordered_threads():
+                    shown.setdefault(thread, now)
+                await pilot.pause(0.05)
+                assert now - min(first_seen.values()) < 60, "the run did not finish"
+            await app.action_quit()
+    finally:
+        other.kill()
+        other.wait()
+    assert other.returncode == 0
+    assert len(first_seen) >= 4  # the root, its three workers (and any the message made)
+    late = {thread: shown[thread] - first_seen[thread] for thread in first_seen}
+    assert max(late.values()) < 1.0, late
+    delivered = query(home, "SELECT COUNT(*) FROM events WHERE type = 'user_message' AND "
+                            "json_extract(data, '$.message.content') LIKE 'Also thank the team.%'")
+    assert delivered == [(1,)]
