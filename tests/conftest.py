@@ -29,7 +29,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test touches ~/.lace or a real provider key."""
     home = tmp_path / "lace-home"
     monkeypatch.setenv("LACE_HOME", str(home))
-    for name in ("LACE_DB", "LACE_MODEL", "LACE_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+    for name in ("LACE_DB", "LACE_MODEL", "LACE_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
+                 "OPENAI_BASE_URL", "OPENAI_API_BASE"):
         monkeypatch.delenv(name, raising=False)
     return home
 

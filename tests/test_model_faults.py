@@ -87,3 +87,22 @@ async def test_a_context_overflow_trims_old_tool_results(
     overflows = query(db_path, "SELECT COUNT(*) FROM llm_calls WHERE error LIKE "
                                "'ContextWindowExceededError%'")
     assert overflows[0][0] >= 1
+
+
+async def test_a_provider_timeout_is_retried(runtime: Supervisor, models: ScriptedModels,
+                                             db_path: Path) -> None:
+    from lace.llm.litellm_setup import litellm
+
+    outcomes = iter(["timeout"])
+
+    def slow_then_fine(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if next(outcomes, None) == "timeout":
+            raise litellm().Timeout("took too long", model="root", llm_provider="scripted")
+        return reply("in time")
+
+    models.on("root", slow_then_fine)
+    root = await runtime.start_session("go", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
+    (first,), (second,) = query(db_path, "SELECT error FROM llm_calls ORDER BY id")
+    assert first.startswith("Timeout:") and second is None
+    assert query(db_path, "SELECT status FROM agent_metadata") == [("idle",)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import urlparse
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
@@ -15,11 +16,22 @@ def known_provider(provider: str) -> bool:
     return provider in {str(getattr(item, "value", item)) for item in litellm().provider_list}
 
 
-def has_custom_base_url(provider: str) -> bool:
-    """A local or self-hosted endpoint (e.g. `OPENAI_BASE_URL`) needs no real key."""
+def custom_base_url(provider: str) -> str | None:
+    """The provider's endpoint from the environment (e.g. `OPENAI_BASE_URL`), if set."""
     prefix = provider.upper().replace("-", "_")
-    return any(os.environ.get(f"{prefix}_{suffix}")
-               for suffix in ("BASE_URL", "API_BASE", "API_BASE_URL"))
+    return next((url for suffix in ("BASE_URL", "API_BASE", "API_BASE_URL")
+                 if (url := os.environ.get(f"{prefix}_{suffix}"))), None)
+
+
+def has_custom_base_url(provider: str) -> bool:
+    """A local or self-hosted endpoint needs no real key."""
+    return custom_base_url(provider) is not None
+
+
+def on_this_machine(provider: str) -> bool:
+    """Whether the provider's endpoint is a loopback address (a local server or a test fake)."""
+    url = custom_base_url(provider)
+    return url is not None and urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
 
 
 def check_provider(provider: str, _model: str) -> str | None:

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
+from lace.llm.checks import on_this_machine
 from lace.llm.litellm_setup import litellm
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
 
@@ -15,7 +16,7 @@ log = logging.getLogger("lace.llm")
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|token)-[A-Za-z0-9_\-]{8,}"
                       r"|\b(?=[A-Za-z_\-]*\d)(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}")
 _TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "ServiceUnavailableError",
-              "InternalServerError", "BadGatewayError")
+              "InternalServerError", "BadGatewayError", "MidStreamFallbackError")
 
 
 def redact(text: str) -> str:
@@ -38,7 +39,7 @@ class LiteLLMClient:
     """Calls models through `litellm.acompletion`; the only code that talks to providers."""
 
     allow_remote_calls = True
-    """Tests set this False, so no test can ever reach a real provider."""
+    """Tests set this False, so no test can ever reach a real provider (only 127.0.0.1)."""
 
     def __init__(self) -> None:
         self._unpriced: set[str] = set()
@@ -55,11 +56,15 @@ class LiteLLMClient:
                        tools: list[dict[str, Any]], *,
                        on_delta: DeltaCallback | None = None) -> ModelReply:
         """One model call; raises ModelError."""
-        if not self.allow_remote_calls and model.split("/", 1)[0] not in LOCAL_PROVIDERS:
+        provider = model.split("/", 1)[0]
+        if not self.allow_remote_calls and not (provider in LOCAL_PROVIDERS
+                                                or on_this_machine(provider)):
             raise ModelError(f"remote model calls are disabled here ({model})", transient=False)
         self.warm_up()
         module = litellm()
-        arguments: dict[str, Any] = {"model": model, "messages": messages}
+        # max_retries=0: lace's own backoff is the one retry policy, and every attempt is an
+        # `llm_calls` row (the OpenAI SDK would otherwise retry 5xx and 429 out of sight).
+        arguments: dict[str, Any] = {"model": model, "messages": messages, "max_retries": 0}
         if tools:
             arguments["tools"] = tools
         try:

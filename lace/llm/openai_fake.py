@@ -1,0 +1,113 @@
+"""A small OpenAI-compatible chat server on 127.0.0.1 for tests and benchmarks. It answers from a
+script after a fixed latency (JSON or SSE stream) and misbehaves on request: an HTTP error
+status or a stream dropped midway. It runs on its own thread and loop."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from lace.llm.types import ScriptedReply
+
+Script = Callable[[str, list[dict[str, Any]]], ScriptedReply]
+FAULTS = ("429", "500", "503", "drop_stream")
+
+
+class FakeOpenAI:
+    """`with FakeOpenAI(script) as server:` then call `openai/<model>` at `server.base_url`.
+    Append to `faults` to make the next requests fail, one fault per request."""
+
+    def __init__(self, script: Script, latency_s: float = 0.0) -> None:
+        self.script, self.latency_s = script, latency_s
+        self.faults: list[str] = []  # of FAULTS
+        self.requests: list[dict[str, Any]] = []
+        self.base_url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="openai-fake")
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> FakeOpenAI:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        fault = self.faults.pop(0) if self.faults else None
+        if fault and fault.isdigit():
+            return web.json_response({"error": {"message": f"fake error {fault}",
+                                                "type": "server_error"}}, status=int(fault))
+        await asyncio.sleep(self.latency_s)
+        reply = self.script(body["model"], body["messages"])
+        calls = [{"id": f"call_{next(self._ids)}", "type": "function",
+                  "function": {"name": name, "arguments": arguments if isinstance(arguments, str)
+                               else json.dumps(arguments)}}
+                 for name, arguments in reply.tool_calls]
+        usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                 "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+        finish = "tool_calls" if calls else "stop"
+        head = {"id": f"chatcmpl-{next(self._ids)}", "created": int(time.time()),
+                "model": body["model"]}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": reply.text, **({"tool_calls": calls}
+                                                                      if calls else {})}
+            return web.json_response({**head, "object": "chat.completion", "usage": usage,
+                                      "choices": [{"index": 0, "message": message,
+                                                   "finish_reason": finish}]})
+        return await self._stream(request, head, reply.text or "", calls, usage, finish,
+                                  drop=fault == "drop_stream")
+
+    @staticmethod
+    async def _stream(request: web.Request, head: dict[str, Any], text: str,
+                      calls: list[dict[str, Any]], usage: dict[str, int], finish: str, *,
+                      drop: bool) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(delta: dict[str, Any], finish_reason: str | None = None) -> None:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        words = text.split(" ")
+        for number, word in enumerate(words):
+            await send({"role": "assistant",
+                        "content": word if number == len(words) - 1 else word + " "})
+            if drop:  # the connection dies mid-answer
+                assert request.transport is not None
+                request.transport.abort()
+                return response
+        for index, call in enumerate(calls):
+            await send({"tool_calls": [{"index": index, **call}]})
+        await send({}, finish)
+        usage_chunk = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
+        await response.write(f"data: {json.dumps(usage_chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
