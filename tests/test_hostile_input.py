@@ -35,6 +35,8 @@ ARGUMENTS = st.one_of(
                     JSON_VALUES, max_size=5),
     JSON_VALUES.map(json.dumps),
     NASTY_TEXT)
+ERROR_KINDS = {"ToolError", "NotFoundError", "PermissionDeniedError", "InvalidTransitionError",
+               "InvalidAssigneeError"}
 AGENT_TOOLS = [name for name, tool in ToolRegistry().tools.items()
                if not issubclass(tool, WorkspaceTool)]
 
@@ -57,6 +59,7 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
         before = snapshot(db_path)
         result = registry.execute(tool, arguments, context)
         assert isinstance(result.text, str) and result.text
+        assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
         if result.is_error:
             assert snapshot(db_path) == before, (tool, arguments, result.text)
         with sqlite3.connect(db_path) as connection:
@@ -66,3 +69,65 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
 
     call()
     store.close()
+
+
+PATHS = st.one_of(NASTY_TEXT, st.sampled_from([
+    "../outside/secret.txt", "escape/secret.txt", "a/../../outside/secret.txt", ".", "..",
+    "/tmp", "~/x", "notes/plan.md", "notes", "dir/" * 40 + "deep.txt", "n" * 300,
+    "notes/\u202eevil.txt", "CON", "a\nb"]))
+TEXT = st.one_of(NASTY_TEXT, st.sampled_from(["step one", "step", "*", "**/*", "[", "(a+)+$"]))
+WELL_FORMED = {
+    "file_read": st.fixed_dictionaries({"path": PATHS}, optional={
+        "offset": st.integers(-5, 10**12), "limit": st.integers(-5, 5000)}),
+    "file_list": st.fixed_dictionaries({"path": PATHS}, optional={"pattern": TEXT}),
+    "file_search": st.fixed_dictionaries({"pattern": TEXT}, optional={"path": PATHS,
+                                                                      "glob": TEXT}),
+    "file_write": st.fixed_dictionaries({"path": PATHS, "content": NASTY_TEXT}),
+    "file_edit": st.fixed_dictionaries({"path": PATHS, "old_text": TEXT, "new_text": NASTY_TEXT},
+                                       optional={"replace_all": st.booleans()}),
+}
+FILE_ARGUMENTS = st.one_of(
+    st.dictionaries(st.sampled_from(["path", "content", "old_text", "new_text", "pattern",
+                                     "offset", "limit", "replace_all", "glob", "extra"]),
+                    st.one_of(PATHS, JSON_VALUES), max_size=5),
+    NASTY_TEXT)
+# bash runs any command by design; its guard is the approval policy (test_approvals.py)
+FILE_TOOLS = [name for name, tool in ToolRegistry().tools.items()
+              if issubclass(tool, WorkspaceTool) and name != "bash"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() if path.is_file() else b"<dir>"
+            for path in sorted(root.rglob("*")) if not path.is_symlink()}
+
+
+def test_file_tools_answer_hostile_paths_and_never_touch_outside_the_workspace(
+        tmp_path: Path) -> None:
+    import asyncio
+
+    from lace.core.errors import LaceError
+
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    (workspace / "notes").mkdir(parents=True)
+    (workspace / "notes" / "plan.md").write_text("step one\nstep two\n")
+    outside.mkdir()
+    (outside / "secret.txt").write_text("keep me")
+    (workspace / "escape").symlink_to(outside)
+    registry, before = ToolRegistry(), tree(outside)
+
+    @settings(max_examples=300, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data(), tool=st.sampled_from(FILE_TOOLS))
+    def call(data: st.DataObject, tool: str) -> None:
+        arguments = data.draw(st.one_of(WELL_FORMED[tool], FILE_ARGUMENTS))
+        try:
+            parsed = registry.parse(tool, arguments, None)
+            assert isinstance(parsed, WorkspaceTool)
+            result = asyncio.run(parsed.perform(workspace))
+            assert isinstance(result.text, str) and result.text
+        except (LaceError, OSError) as error:  # a named kind the model can read and fix
+            assert str(error)
+        assert tree(outside) == before
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["outside", "workspace"]
+
+    call()

@@ -71,10 +71,12 @@ class WaitGraph:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What a tool call returns to the model; `is_error` marks a failure it can act on."""
+    """What a tool call returns to the model; `is_error` marks a failure it can act on, and
+    `kind` names it (the LaceError subclass, e.g. `NotFoundError`)."""
 
     text: str
     is_error: bool = False
+    kind: str | None = None
 
 
 class Tool(BaseModel):

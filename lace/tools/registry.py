@@ -113,7 +113,7 @@ class ToolRegistry:
                     record(tx, result)
             return result
         except LaceError as error:
-            failure = ToolResult(str(error), is_error=True)
+            failure = ToolResult(str(error), is_error=True, kind=type(error).__name__)
             if record is not None:
                 with context.store.transaction() as tx:
                     record(tx, failure)

@@ -25,6 +25,8 @@ def inside(workspace: Path, path: str) -> Path:
     """`path` resolved inside the workspace (symlinks followed), or a ToolError."""
     if not path.strip():
         raise ToolError("Give a path relative to the workspace, e.g. notes/plan.md.")
+    if "\0" in path:
+        raise ToolError(f"{path!r} holds a NUL character, which no file name can contain.")
     if Path(path).is_absolute() or path.startswith("~"):
         raise ToolError(f"{path!r} is absolute; paths are relative to the workspace.")
     root = workspace.resolve()
