@@ -29,8 +29,12 @@ class EventAppended:
 
 @dataclass(frozen=True)
 class TextStreamed:
+    """Text of the answer being written; `restart` drops what came before (a failed call
+    that is being retried)."""
+
     thread_id: str
     delta: str
+    restart: bool = False
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,8 @@ class TurnRunner:
                                           f"progress for stall_timeout_s = {stall:g} ([limits] "
                                           "stall_timeout_s)") from None
             except ModelError as error:
+                if agent.thread_id in self.watched:  # the half answer shown is void
+                    self.bus.publish(TextStreamed(agent.thread_id, "", restart=True))
                 await self.db.write(functools.partial(
                     Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
                     prompt_tokens=0, completion_tokens=0, cost_usd=0.0,

@@ -158,6 +158,15 @@ class RowVerbs:
                       .values(updated_at=now))
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
+    def latest_events(self, thread_id: str, count: int) -> tuple[list[Event], int]:
+        """A thread's last `count` events, oldest first, and how many came before them."""
+        events = schema.events.c
+        rows = self._execute(sa.select(schema.events).where(events.thread_id == thread_id)
+                             .order_by(events.id.desc()).limit(count)).all()
+        total = self._execute(sa.select(sa.func.count()).where(events.thread_id == thread_id)
+                              ).scalar_one()
+        return [_record(Event, row) for row in reversed(rows)], max(0, total - len(rows))
+
     def thread_events(self, thread_id: str, after_id: int = 0) -> list[Event]:
         """A thread's conversation in order."""
         rows = self._execute(sa.select(schema.events)

@@ -14,7 +14,7 @@ from textual.widgets import Footer, Input, Static, Tree
 
 from lace.core.errors import LaceError
 from lace.core.records import Approval
-from lace.runtime.events import RuntimeEvent, TextStreamed
+from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed
 from lace.runtime.supervisor import Supervisor
 from lace.tui.board import BoardScreen
 from lace.tui.session_view import SessionView, load_session_view
@@ -81,18 +81,25 @@ class LaceApp(App[None]):
                     lambda tx: tx.runnable_threads(self.session_id)):
                 self.runtime.wake(thread_id)
         self.query_one(Input).focus()
+        await self.refresh_view()
+
+    def on_ready(self) -> None:
+        """After the first frame: import litellm on a thread, so the first call is quick."""
         warm_up = getattr(self.runtime.client, "warm_up", None)
         if warm_up is not None:
             self.run_worker(warm_up, thread=True, group="warm-up")
-        await self.refresh_view()
 
     # runtime events arrive on this loop; they only mark work for the next flush
 
     def _on_runtime_event(self, event: RuntimeEvent) -> None:
         if isinstance(event, TextStreamed):
-            self.streamed[event.thread_id] = self.streamed.get(event.thread_id, "") + event.delta
-        else:
-            self.pending_refresh = True
+            before = "" if event.restart else self.streamed.get(event.thread_id, "")
+            self.streamed[event.thread_id] = before + event.delta
+            return
+        if isinstance(event, EventAppended) and event.type == "agent_message" \
+                and event.thread_id != self.selected:
+            self.streamed.pop(event.thread_id, None)  # the answer is written; nothing is live
+        self.pending_refresh = True
 
     def request_refresh(self) -> None:
         self.pending_refresh = True
@@ -115,6 +122,8 @@ class LaceApp(App[None]):
                 lambda tx: load_session_view(tx, session_id))
             self.pending_approvals = await self.runtime.db.read(
                 lambda tx: tx.pending_approvals(session_id))
+            if not self.is_running:  # the app quit while the store was read
+                return
             tree = self.query_one(ThreadTree)
             tree.sync(self.session_view)
             if self.selected is None or self.session_view.row(self.selected) is None:
@@ -135,7 +144,7 @@ class LaceApp(App[None]):
         self.runtime.runner.watched = {thread_id}
         if self.shown_thread != thread_id:
             events, hidden = await self.runtime.db.read(
-                lambda tx: _latest_events(tx, thread_id, SHOWN_EVENTS))
+                lambda tx: tx.latest_events(thread_id, SHOWN_EVENTS))
             conversation.show(thread_id, events, hidden)
             self.shown_thread = thread_id
             self.query_one(ThreadTree).select_thread(thread_id)
@@ -293,8 +302,3 @@ class LaceApp(App[None]):
         """Stop running turns (marked interrupted, resumable) and leave."""
         await self.runtime.stop()
         self.exit()
-
-
-def _latest_events(tx: Any, thread_id: str, count: int) -> tuple[list[Any], int]:
-    events = tx.thread_events(thread_id)
-    return events[-count:], max(0, len(events) - count)

@@ -42,6 +42,7 @@ class BoardScreen(Screen[str | None]):
     def __init__(self) -> None:
         super().__init__()
         self.tasks: list[Task] = []
+        self.ready = False  # a refresh may come before the table has its columns
 
     @property
     def lace(self) -> LaceApp:
@@ -60,10 +61,13 @@ class BoardScreen(Screen[str | None]):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         table.add_columns("", "status", "priority", "title", "assignee", "notes", "id")
+        self.ready = True
         self.show_tasks(self.lace.session_view.tasks if self.lace.session_view else [])
 
     def show_tasks(self, tasks: list[Task]) -> None:
         """Redraw the table, keeping the cursor on the same task."""
+        if not self.ready:
+            return
         table = self.query_one(DataTable)
         ordered = board_order(tasks)
         if [(t.id, t.status, t.assigned_to, t.note_count, t.priority, t.title)
