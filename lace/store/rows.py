@@ -222,6 +222,17 @@ class RowVerbs:
             schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))).first()
         return [thread_id] if row else []
 
+    def open_tasks_by_creator(self, session_id: str) -> dict[str, int]:
+        """How many pending or in-progress tasks each creator waits on (not counting tasks
+        it assigned to itself)."""
+        tasks = schema.tasks.c
+        rows = self._execute(
+            sa.select(tasks.created_by, sa.func.count())
+            .where(tasks.thread_id == session_id, tasks.status.in_(("pending", "in_progress")),
+                   sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
+            .group_by(tasks.created_by))
+        return {str(row[0]): int(row[1]) for row in rows}
+
     def tasks_by_id(self, task_ids: list[str]) -> list[Task]:
         """The tasks among `task_ids` that exist, in no particular order."""
         rows = self._execute(sa.select(schema.tasks).where(schema.tasks.c.id.in_(task_ids)))

@@ -117,9 +117,9 @@ class LaceApp(App[None]):
             return
         self.refresh_running, self.pending_refresh = True, False
         try:
-            session_id = self.session_id
+            session_id, on_board = self.session_id, isinstance(self.screen, BoardScreen)
             self.session_view = await self.runtime.db.read(
-                lambda tx: load_session_view(tx, session_id))
+                lambda tx: load_session_view(tx, session_id, with_tasks=on_board))
             self.pending_approvals = await self.runtime.db.read(
                 lambda tx: tx.pending_approvals(session_id))
             if not self.is_running:  # the app quit while the store was read
@@ -131,7 +131,7 @@ class LaceApp(App[None]):
             await self._show_selected()
             self._update_status()
             self._ask_next_approval()
-            if isinstance(self.screen, BoardScreen):
+            if on_board and isinstance(self.screen, BoardScreen):
                 self.screen.show_tasks(self.session_view.tasks)
         finally:
             self.refresh_running = False

@@ -62,7 +62,7 @@ class BoardScreen(Screen[str | None]):
         table = self.query_one(DataTable)
         table.add_columns("", "status", "priority", "title", "assignee", "notes", "id")
         self.ready = True
-        self.show_tasks(self.lace.session_view.tasks if self.lace.session_view else [])
+        self.lace.pending_refresh = True  # the app reads every task while the board is open
 
     def show_tasks(self, tasks: list[Task]) -> None:
         """Redraw the table, keeping the cursor on the same task."""

@@ -78,28 +78,38 @@ def _order(thread: Thread) -> list[int]:
     return [int(part) for part in thread.id.split(".")[1:]]
 
 
-def load_session_view(tx: Tx, root_id: str) -> SessionView:
-    """Read one consistent snapshot of a session."""
+def _subtree_totals(agents: list[Agent]) -> dict[str, tuple[int, float]]:
+    """Tokens and cost of each thread's subtree: every agent adds to itself and its ancestors."""
+    totals: dict[str, tuple[int, float]] = {}
+    for agent in agents:
+        parts = agent.thread_id.split(".")
+        for depth in range(1, len(parts) + 1):
+            owner = ".".join(parts[:depth])
+            tokens, cost = totals.get(owner, (0, 0.0))
+            totals[owner] = (tokens + agent.tokens_in + agent.tokens_out, cost + agent.cost_usd)
+    return totals
+
+
+def load_session_view(tx: Tx, root_id: str, *, with_tasks: bool = True) -> SessionView:
+    """Read one consistent snapshot of a session; every task only `with_tasks` (the board),
+    else just the agents' current tasks, so a refresh stays quick on a big board."""
     root = tx.get_session(root_id)
     threads = sorted(tx.session_threads(root_id), key=_order)
     agents = {agent.thread_id: agent for agent in tx.session_agents(root_id)}
-    tasks, _ = tx.query_tasks(root_id, include_closed=True)
-    by_id = {task.id: task for task in tasks}
-    open_created: dict[str, int] = {}
-    for task in tasks:
-        if task.status in ("pending", "in_progress") and task.assigned_to != task.created_by:
-            open_created[task.created_by] = open_created.get(task.created_by, 0) + 1
+    current_ids = [agent.current_task for agent in agents.values() if agent.current_task]
+    tasks = tx.query_tasks(root_id, include_closed=True)[0] if with_tasks else []
+    by_id = {task.id: task for task in (tasks or tx.tasks_by_id(current_ids))}
+    open_created = tx.open_tasks_by_creator(root_id)
+    totals = _subtree_totals(list(agents.values()))
     rows: list[ThreadRow] = []
     children: dict[str, list[str]] = {}
     for thread in threads:
         agent = agents.get(thread.id)
         current = by_id.get(agent.current_task or "") if agent else None
         state = thread_state(agent, current, open_created.get(thread.id, 0))
-        subtree = [a for a in agents.values()
-                   if a.thread_id == thread.id or a.thread_id.startswith(f"{thread.id}.")]
+        tokens, cost = totals.get(thread.id, (0, 0.0))
         rows.append(ThreadRow(thread, agent, state, current.title if current else None,
-                              sum(a.tokens_in + a.tokens_out for a in subtree),
-                              sum(a.cost_usd for a in subtree)))
+                              tokens, cost))
         if thread.parent_id:
             children.setdefault(thread.parent_id, []).append(thread.id)
     return SessionView(
