@@ -227,11 +227,11 @@ class RowVerbs:
         it assigned to itself)."""
         tasks = schema.tasks.c
         rows = self._execute(
-            sa.select(tasks.created_by, sa.func.count())
+            sa.select(tasks.created_by, sa.func.count().label("open"))
             .where(tasks.thread_id == session_id, tasks.status.in_(("pending", "in_progress")),
                    sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
             .group_by(tasks.created_by))
-        return {str(row[0]): int(row[1]) for row in rows}
+        return {str(row.created_by): int(row.open) for row in rows}
 
     def tasks_by_id(self, task_ids: list[str]) -> list[Task]:
         """The tasks among `task_ids` that exist, in no particular order."""
