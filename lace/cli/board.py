@@ -81,7 +81,7 @@ def threads_command(args: argparse.Namespace) -> int:
         session = pick_session(tx, args.session)
         threads = tx.session_threads(session.id)
         agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
-        tasks, _ = tx.query_tasks(session.id, include_closed=True)
+        tasks = tx.tasks_by_id([a.current_task for a in agents.values() if a.current_task])
         usage = {thread.id: tx.subtree_usage(thread.id) for thread in threads}
     if args.json:
         print_json({"session": session.id, "threads": [

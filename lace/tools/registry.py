@@ -58,6 +58,8 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS + DELEGATION_TOOLS
                  + MESSAGING_TOOLS + LIFETIME_TOOLS + FILE_TOOLS + SHELL_TOOLS) -> None:
         self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
+        self._definitions: dict[tuple[tuple[str, ...], tuple[str, ...], bool],
+                                list[dict[str, Any]]] = {}
 
     def names(self) -> list[str]:
         """Every tool name, in registration order."""
@@ -70,13 +72,20 @@ class ToolRegistry:
         `spawn` lists only the agent's own tools and the profile names as enums, and an agent
         at the depth limit does not see the spawning tools at all."""
         own = tuple(name for name in self.tools if allowed is None or name in allowed)
+        key = (own, tuple(sorted(profiles)), can_spawn)
+        if key not in self._definitions:  # building schemas costs ms; every turn asks
+            self._definitions[key] = self._build_definitions(own, key[1], can_spawn)
+        return self._definitions[key]
+
+    def _build_definitions(self, own: tuple[str, ...], profiles: tuple[str, ...],
+                           can_spawn: bool) -> list[dict[str, Any]]:
         definitions = []
         for name in own:
             if not can_spawn and name in SPAWNING_TOOLS:
                 continue
             definition = function_definition(self.tools[name])
             if self.tools[name] is Spawn:
-                definition["function"]["parameters"] = Spawn.schema_for(own, sorted(profiles))
+                definition["function"]["parameters"] = Spawn.schema_for(own, list(profiles))
             definitions.append(definition)
         return definitions
 
