@@ -6,6 +6,7 @@ and its creator is told."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,3 +91,21 @@ async def test_errors_past_the_retries_block_the_task_and_tell_its_creator(
     told = query(db_path, f"SELECT kind, text FROM inbox WHERE thread_id = '{root.id}' "
                           "AND sender != 'human'")
     assert [kind for kind, _ in told] == ["status"] and "blocked" in told[0][1]
+
+
+async def test_a_key_echoed_in_an_error_reaches_neither_the_database_nor_the_logs(
+        runtime: Supervisor, server: FakeOpenAI, db_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    secret = "sk-test-0123456789abcdefSECRET"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    server.echo_key = True
+    server.faults += ["500"] * 3
+    caplog.set_level(logging.DEBUG)
+    root = await runtime.start_session("hi", "openai/fake")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
+    await runtime.stop()
+    errors = [error for (error,) in query(db_path, "SELECT error FROM llm_calls")]
+    assert len(errors) == 3 and all("[redacted]" in error for error in errors)
+    for path in db_path.parent.glob("lace.db*"):
+        assert secret.encode() not in path.read_bytes()
+    assert secret not in caplog.text

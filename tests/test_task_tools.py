@@ -265,6 +265,25 @@ def test_an_agent_of_another_session_cannot_be_assigned(call: Caller, store: Sto
                      f"Unknown agent thread '{stranger}' in this session")
 
 
+def test_messages_lists_and_stops_stay_inside_the_session(call: Caller, store: Store,
+                                                          unchanged: Unchanged) -> None:
+    other = new_session(store, "other")
+    stranger = spawn_child(store, other.id)
+    with store.transaction() as tx:
+        tx.subscribe(stranger, "news")
+    with unchanged():
+        for target in (other.id, stranger):
+            assert_error(call("send_message", {"to": target, "text": "hi"}),
+                         f"Unknown agent {target!r} in this session")
+            assert call("agent_stop", {"thread_id": target, "reason": "r"}).is_error
+        listed = call("agents_list", {})
+        assert not listed.is_error and stranger not in listed.text and other.id not in listed.text
+    published = call("publish", {"topic": "news", "text": "to this session only"})
+    assert not published.is_error
+    with store.reading() as tx:
+        assert tx.take_inbox(stranger) == []
+
+
 def test_only_creator_or_assignee_may_change(call: Caller, store: Store, session: Thread,
                                              unchanged: Unchanged) -> None:
     bystander = spawn_child(store, session.id)

@@ -27,6 +27,7 @@ class FakeOpenAI:
     def __init__(self, script: Script, latency_s: float = 0.0) -> None:
         self.script, self.latency_s = script, latency_s
         self.faults: list[str] = []  # of FAULTS
+        self.echo_key = False  # errors repeat the caller's key, as careless providers do
         self.requests: list[dict[str, Any]] = []
         self.base_url = ""
         self._loop = asyncio.new_event_loop()
@@ -61,7 +62,8 @@ class FakeOpenAI:
         self.requests.append(body)
         fault = self.faults.pop(0) if self.faults else None
         if fault and fault.isdigit():
-            return web.json_response({"error": {"message": f"fake error {fault}",
+            key = f" for {request.headers.get('Authorization')}" if self.echo_key else ""
+            return web.json_response({"error": {"message": f"fake error {fault}{key}",
                                                 "type": "server_error"}}, status=int(fault))
         await asyncio.sleep(self.latency_s)
         reply = self.script(body["model"], body["messages"])
