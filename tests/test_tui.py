@@ -157,6 +157,14 @@ async def test_quitting_interrupts_running_turns(db_path: Path, models: Scripted
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT status FROM agent_metadata").fetchall() == [
             ("interrupted",)]
+        (root,), = connection.execute("SELECT id FROM threads")
+    models.on("root", lambda messages: reply("picked up again"))
+    again = create_app(db=str(db_path), continue_thread=root, model="scripted/root")
+    async with again.run_test(size=SIZE) as pilot:
+        await settle(again, pilot)
+        said = [notification.message for notification in again._notifications]
+        assert said == [f"Resuming 1 interrupted agent(s): {root}"]
+        assert any("picked up again" in text for text in conversation_texts(again))
 
 
 async def test_another_process_session_shows_live_without_running_it(

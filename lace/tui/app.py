@@ -76,7 +76,10 @@ class LaceApp(App[None]):
         self.set_interval(STREAM_FLUSH_S, self.flush_updates)
         self.set_interval(REFRESH_S, self.request_refresh)
         if self.session_id is not None:
-            await self.runtime.resume(self.session_id)
+            resumed = await self.runtime.resume(self.session_id)
+            if resumed:
+                self.notify(f"Resuming {len(resumed)} interrupted agent(s): "
+                            f"{', '.join(resumed)}", title="Interrupted turns")
             for thread_id in await self.runtime.db.read(
                     lambda tx: tx.runnable_threads(self.session_id)):
                 self.runtime.wake(thread_id)
