@@ -99,7 +99,7 @@ class LiteLLMClient:
             for call in (message.tool_calls or []))
         usage = getattr(response, "usage", None)
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None:
+        if cost is None and model not in self._unpriced:  # an unknown price stays unknown
             try:
                 cost = litellm().completion_cost(completion_response=response)
             except Exception:

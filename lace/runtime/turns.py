@@ -113,11 +113,11 @@ class TurnRunner:
             can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
             self._check_turn_time(thread_id, started)
-            reply = await self._call_model(agent, messages, tools)
+            reply, usage = await self._call_model(agent, messages, tools)
             message = reply.message()
             messages.append(message)
             await self.db.write(functools.partial(self._record_reply, thread_id=thread_id,
-                                                  message=message))
+                                                  message=message, usage=usage))
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 break
@@ -126,13 +126,16 @@ class TurnRunner:
                 for call in reply.tool_calls))
             messages.extend(results)
         for woken in await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content)):
-            self.wake(woken)
+            if woken != thread_id:  # Supervisor._drive looks at this inbox again anyway
+                self.wake(woken)
         crash_point("after_turn_end")
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
 
-    def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any]) -> None:
+    def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
+                      usage: Callable[[Tx], None]) -> None:
+        usage(tx)
         event_id = tx.append_event(thread_id, "agent_message", {"message": message})
         self._published(thread_id, event_id, "agent_message", {"message": message})
         for call in message.get("tool_calls") or []:
@@ -152,7 +155,9 @@ class TurnRunner:
                                          "([limits] turn_timeout_s)")
 
     async def _call_model(self, agent: Agent, messages: list[dict[str, Any]],
-                          tools: list[dict[str, Any]]) -> ModelReply:
+                          tools: list[dict[str, Any]],
+                          ) -> tuple[ModelReply, Callable[[Tx], None]]:
+        """The reply, and its `llm_calls` row to write with it (one transaction fewer)."""
         attempt, stall = 0, self.limits.stall_timeout_s
         while True:
             halt = await self.db.read(
@@ -190,16 +195,17 @@ class TurnRunner:
                 attempt += 1
                 continue
             empty = not reply.content and not reply.tool_calls
-            await self.db.write(functools.partial(
+            usage = functools.partial(
                 Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
                 prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
                 cost_usd=reply.cost_usd, latency_ms=(time.monotonic() - started) * 1000,
-                error="empty answer" if empty else None))
+                error="empty answer" if empty else None)
             if empty and attempt < self.limits.model_retries:
+                await self.db.write(usage)
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1
                 continue
-            return reply
+            return reply, usage
 
     async def _record_cut_call(self, agent: Agent, started: float, stalled: bool) -> None:
         """A model call cut off (stalled, or its agent stopped) still gets its usage row."""

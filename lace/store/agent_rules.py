@@ -67,16 +67,16 @@ class Tx(TaskRules, LeaseVerbs):
                 if agent.thread_id == thread_id or agent.thread_id.startswith(f"{thread_id}.")]
 
     def subtree_usage(self, thread_id: str) -> Usage:
-        """Tokens, cost and turns of a subtree, summed from `llm_calls` and the agent rows."""
-        calls, agents = schema.llm_calls.c, schema.agent_metadata.c
+        """Tokens, cost and turns of a subtree, summed from the agent rows (each keeps its
+        totals of `llm_calls`, updated in the transaction that records a call): one row per
+        agent to read, not one per call."""
+        agents = schema.agent_metadata.c
         row: Any = self._execute(sa.select(
-            sa.func.coalesce(sa.func.sum(calls.prompt_tokens + calls.completion_tokens), 0),
-            sa.func.coalesce(sa.func.sum(calls.cost_usd), 0.0))
-            .where(_in_subtree(calls.thread_id, thread_id))).one()
-        tokens, cost = row[0], row[1]
-        turns = self._execute(sa.select(sa.func.coalesce(sa.func.sum(agents.turns), 0))
-                              .where(_in_subtree(agents.thread_id, thread_id))).scalar_one()
-        return Usage(tokens=int(tokens), cost_usd=float(cost), turns=int(turns))
+            sa.func.coalesce(sa.func.sum(agents.tokens_in + agents.tokens_out), 0),
+            sa.func.coalesce(sa.func.sum(agents.cost_usd), 0.0),
+            sa.func.coalesce(sa.func.sum(agents.turns), 0))
+            .where(_in_subtree(agents.thread_id, thread_id))).one()
+        return Usage(tokens=int(row[0]), cost_usd=float(row[1]), turns=int(row[2]))
 
     def stop_subtree(self, thread_id: str, *, reason: str) -> list[str]:
         """Stop an agent and everything below it: status `stopped` with the reason, their open

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from lace.config import Budget, Budgets
 from lace.core.providers import LOCAL_PROVIDERS
+from lace.core.records import Agent
 from lace.store.agent_rules import Tx
 
 DIMENSIONS = (("tokens", "tokens"), ("cost_usd", "USD"), ("turns", "turns"),
@@ -33,26 +34,34 @@ def _chain(thread_id: str) -> list[str]:
     return [".".join(parts[: n + 1]) for n in range(len(parts))]
 
 
-def caps_of(tx: Tx, thread_id: str, budgets: Budgets) -> Budget | None:
+def _chain_agents(tx: Tx, thread_id: str) -> dict[str, Agent]:
+    """The agent rows of a thread and its ancestors, in one query."""
+    return {agent.thread_id: agent for agent in tx.agents_by_id(_chain(thread_id))}
+
+
+def caps_of(tx: Tx, thread_id: str, budgets: Budgets,
+            agent: Agent | None = None) -> Budget | None:
     """The caps on the subtree rooted at `thread_id`: the session's for a root."""
-    agent = tx.get_agent(thread_id)
+    agent = agent or tx.get_agent(thread_id)
     if "." not in thread_id:
         budget = budgets.for_session(agent.provider not in LOCAL_PROVIDERS)
         return None if budget == Budget() else budget
     return Budget.model_validate(agent.budget) if agent.budget else None
 
 
-def _capped_subtrees(tx: Tx, thread_id: str,
-                     budgets: Budgets) -> Iterator[tuple[str, Budget, dict[str, float]]]:
+def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
+                     chain: dict[str, Agent] | None = None,
+                     ) -> Iterator[tuple[str, Budget, dict[str, float]]]:
     """(owner, caps, used) for the agent and each ancestor whose subtree is capped."""
+    chain = chain if chain is not None else _chain_agents(tx, thread_id)
     for owner in _chain(thread_id):
-        caps = caps_of(tx, owner, budgets)
+        caps = caps_of(tx, owner, budgets, chain[owner])
         if caps is None:
             continue
         usage = tx.subtree_usage(owner)
         yield owner, caps, {"tokens": usage.tokens, "cost_usd": usage.cost_usd,
                             "turns": usage.turns,
-                            "seconds": _seconds_since(tx.get_agent(owner).created_at)}
+                            "seconds": _seconds_since(chain[owner].created_at)}
 
 
 def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
@@ -68,10 +77,11 @@ def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
 
 def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> Halt | None:
     """A reason to make no model call: the agent was stopped, or a cap in its chain is used."""
-    agent = tx.get_agent(thread_id)
+    chain = _chain_agents(tx, thread_id)
+    agent = chain[thread_id]
     if agent.status == "stopped":
         return Halt(thread_id, agent.stop_reason or "stopped")
-    for owner, caps, used in _capped_subtrees(tx, thread_id, budgets):
+    for owner, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
         for dimension, unit in DIMENSIONS:
             cap = getattr(caps, dimension)
             if cap is not None and used[dimension] >= cap:

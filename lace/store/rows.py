@@ -16,6 +16,14 @@ from lace.store import schema
 
 _TASK_ID_ATTEMPTS = 20
 NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
+# Hot statements built once: building one per call (and its cache key) costs ~45 us, more
+# than SQLite takes to run it.
+_AGENT_BY_ID = sa.select(schema.agent_metadata).where(
+    schema.agent_metadata.c.thread_id == sa.bindparam("thread_id"))
+_INSERT_EVENT = schema.events.insert()
+_TOUCH_THREAD = schema.threads.update().where(
+    schema.threads.c.id == sa.bindparam("thread_id")).values(
+        updated_at=sa.bindparam("updated_at"))
 
 
 def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
@@ -31,9 +39,11 @@ class RowVerbs:
         self.woken: set[str] = set()
         self.spawned: list[str] = []
         self.stopped: list[str] = []
+        self._touched: set[str] = set()
 
-    def _execute(self, statement: sa.Executable) -> sa.CursorResult[Any]:
-        return self.connection.execute(statement)
+    def _execute(self, statement: sa.Executable,
+                 parameters: dict[str, Any] | None = None) -> sa.CursorResult[Any]:
+        return self.connection.execute(statement, parameters)
 
     # threads and agents
 
@@ -54,10 +64,9 @@ class RowVerbs:
     def create_child_thread(self, parent_id: str, title: str | None = None) -> Thread:
         """Thread `<parent>.N`, N one more than the highest existing child of the parent."""
         parent = self.get_thread(parent_id)
-        children = self._execute(
-            sa.select(schema.threads.c.id).where(schema.threads.c.parent_id == parent_id)
-        ).scalars()
-        highest = max((ids.child_index(child) or 0 for child in children), default=0)
+        index = sa.cast(sa.func.substr(schema.threads.c.id, len(parent_id) + 2), sa.Integer)
+        highest = self._execute(sa.select(sa.func.coalesce(sa.func.max(index), 0)).where(
+            schema.threads.c.parent_id == parent_id)).scalar_one()
         now = now_iso()
         thread_id = ids.child_thread_id(parent_id, highest + 1)
         self._execute(schema.threads.insert().values(
@@ -92,9 +101,14 @@ class RowVerbs:
 
     def find_agent(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""
-        row = self._execute(sa.select(schema.agent_metadata).where(
-            schema.agent_metadata.c.thread_id == thread_id)).first()
+        row = self._execute(_AGENT_BY_ID, {"thread_id": thread_id}).first()
         return _record(Agent, row) if row else None
+
+    def agents_by_id(self, thread_ids: list[str]) -> list[Agent]:
+        """The agent rows among `thread_ids` that exist."""
+        rows = self._execute(sa.select(schema.agent_metadata).where(
+            schema.agent_metadata.c.thread_id.in_(thread_ids)))
+        return [_record(Agent, row) for row in rows]
 
     def get_agent(self, thread_id: str) -> Agent:
         """The agent row of a thread, or NotFoundError."""
@@ -152,10 +166,11 @@ class RowVerbs:
     def append_event(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
         """Append one conversation row; returns its id."""
         now = now_iso()
-        result = self._execute(schema.events.insert().values(
-            thread_id=thread_id, type=type, data=data, created_at=now))
-        self._execute(schema.threads.update().where(schema.threads.c.id == thread_id)
-                      .values(updated_at=now))
+        result = self._execute(_INSERT_EVENT, {"thread_id": thread_id, "type": type,
+                                               "data": data, "created_at": now})
+        if thread_id not in self._touched:  # once per transaction is enough
+            self._touched.add(thread_id)
+            self._execute(_TOUCH_THREAD, {"thread_id": thread_id, "updated_at": now})
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def latest_events(self, thread_id: str, count: int) -> tuple[list[Event], int]:
@@ -356,6 +371,11 @@ class RowVerbs:
             task_id=task_id, author=author, content=content, created_at=now))
         note_id = int(result.inserted_primary_key[0])  # type: ignore[index]
         return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
+
+    def count_notes(self, task_id: str) -> int:
+        """How many notes a task has."""
+        return int(self._execute(sa.select(sa.func.count()).select_from(schema.task_notes)
+                                 .where(schema.task_notes.c.task_id == task_id)).scalar_one())
 
     def task_notes(self, task_id: str) -> list[Note]:
         """A task's notes, oldest first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -174,7 +175,7 @@ class TaskRules(RowVerbs):
         text = notifications.note_added(task, actor, content)
         for recipient in dict.fromkeys((task.created_by, task.assigned_to)):
             self._notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
-        return self.get_task(task_id, with_notes=True)
+        return replace(task, note_count=self.count_notes(task_id))
 
     def complete_task(self, task_id: str, *, session_id: str, actor: str, message: str) -> Task:
         """Record `message` as a note and mark the task completed; the creator gets the result."""
