@@ -359,10 +359,12 @@ class RowVerbs:
         notes = tuple(self.task_notes(task_id)) if with_notes else ()
         return _record(Task, {**row._mapping, "note_count": len(notes), "notes": notes})  # type: ignore[no-any-return]
 
-    def set_task_fields(self, task_id: str, **values: Any) -> None:
-        """Change columns of a task row."""
+    def set_task_fields(self, task_id: str, **values: Any) -> str:
+        """Change columns of a task row; returns its new `updated_at`."""
+        updated_at = now_iso()
         self._execute(schema.tasks.update().where(schema.tasks.c.id == task_id)
-                      .values(**values, updated_at=now_iso()))
+                      .values(**values, updated_at=updated_at))
+        return updated_at
 
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
         """Insert one note row."""

@@ -66,10 +66,11 @@ class TaskRules(RowVerbs):
         return AgentPlan(provider=provider, model=model, profile=spec.profile, tools=tools)
 
     def spawn_for_task(self, task_id: str, *, actor: str, spec: NewAgentSpec,
-                       plan: AgentPlan | None = None) -> str:
-        """Create agent `<creator>.N` for a task, assign the task to it, set it in progress,
-        and put the assignment in the new agent's inbox."""
-        before = self.get_task(task_id)
+                       plan: AgentPlan | None = None, task: Task | None = None) -> Task:
+        """Create agent `<creator>.N` for a task (`task` is its row, if just read), assign the
+        task to it, set it in progress, and put the assignment in the new agent's inbox;
+        returns the task as it is now."""
+        before = task or self.get_task(task_id)
         parent = actor if is_thread_id(actor) else before.thread_id
         plan = plan or self.default_plan(spec, parent)
         child = self.create_child_thread(parent, title=before.title)
@@ -84,10 +85,11 @@ class TaskRules(RowVerbs):
         status = before.status if before.status == "in_progress" else "in_progress"
         if status != before.status:
             check_transition(task_id, before.status, status)
-        self.set_task_fields(task_id, assigned_to=child.id, status=status)
+        updated_at = self.set_task_fields(task_id, assigned_to=child.id, status=status)
         self.spawned.append(child.id)
-        self._tell_about_update(before, self.get_task(task_id), actor)
-        return child.id
+        after = replace(before, assigned_to=child.id, status=status, updated_at=updated_at)
+        self._tell_about_update(before, after, actor)
+        return after
 
     def create_task(
         self, *, session_id: str, actor: str, title: str, prompt: str,
@@ -105,8 +107,7 @@ class TaskRules(RowVerbs):
                                 assigned_to=None if isinstance(spec, NewAgentSpec) else assigned_to,
                                 status=status)
         if isinstance(spec, NewAgentSpec):
-            self.spawn_for_task(task.id, actor=actor, spec=spec, plan=plan)
-            return self.get_task(task.id)
+            return self.spawn_for_task(task.id, actor=actor, spec=spec, plan=plan, task=task)
         self._assign_to_agent(task, actor)
         return task
 
