@@ -1,0 +1,83 @@
+"""Helpers shared by the benchmarks: a runtime on a temporary SQLite file with raised limits,
+percentiles, and plain-text tables."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from lace.config import Budgets, Limits, Settings, ToolSettings
+from lace.llm.checks import check_model
+from lace.llm.types import ModelClient
+from lace.runtime.supervisor import Supervisor
+from lace.store import Store, open_database
+
+RAISED = ("max_running", "max_children", "spawns_per_minute")
+
+
+def raised_limits(agents: int) -> tuple[Limits, str]:
+    """Spawn and concurrency limits high enough for `agents` children of one root (the
+    shipped defaults refuse the 21st live child), and a line saying which were raised."""
+    defaults = Limits()
+    limits = Limits(max_running=max(defaults.max_running, agents + 1),
+                    max_children=max(defaults.max_children, agents),
+                    spawns_per_minute=max(defaults.spawns_per_minute, agents))
+    described = ", ".join(f"{key}={getattr(limits, key)} (default {getattr(defaults, key)})"
+                          for key in RAISED)
+    return limits, (f"limits raised for {agents} children: {described}; max_depth="
+                    f"{limits.max_depth} and the rest at their defaults")
+
+
+def bench_settings(limits: Limits) -> Settings:
+    """Settings with every field given, so no lace.toml or LACE_ variable leaks in."""
+    return Settings(model="scripted/root", limits=limits, budgets=Budgets(),
+                    tools=ToolSettings(), profiles={})
+
+
+@asynccontextmanager
+async def bench_runtime(client: ModelClient, limits: Limits,
+                        directory: Path | None = None) -> AsyncIterator[Supervisor]:
+    """A supervisor over a fresh, migrated SQLite file (lace's own WAL, synchronous=NORMAL),
+    built as tests/conftest.py builds it; stopped and closed on exit."""
+    with tempfile.TemporaryDirectory(prefix="lace-bench-", dir=directory) as folder:
+        store = Store(open_database(str(Path(folder) / "lace.db")))
+        supervisor = Supervisor(store=store, client=client, settings=bench_settings(limits),
+                                check_model=check_model)
+        try:
+            yield supervisor
+        finally:
+            await supervisor.stop()
+            supervisor.close()
+            store.close()
+
+
+def db_file(supervisor: Supervisor) -> Path:
+    """The SQLite file behind a supervisor."""
+    path = supervisor.store.database.engine.url.database
+    assert path is not None
+    return Path(path)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (`fraction` in 0..1) of non-empty `values`."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Rows as aligned plain-text columns: the first column left, the others right."""
+    cells = [[str(header) for header in headers],
+             *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
+    lines = []
+    for number, row in enumerate(cells):
+        parts = [cell.ljust(width) if column == 0 else cell.rjust(width)
+                 for column, (cell, width) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(parts).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)

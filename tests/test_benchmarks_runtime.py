@@ -1,0 +1,99 @@
+"""The runtime benchmarks at tiny sizes: they run, check their boards, and report well-formed
+figures. Nothing here asserts on timing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import fanout, memory, per_event, spawn_latency
+from benchmarks.common import percentile, raised_limits, table
+from lace.store import Store, open_database
+
+
+def positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def test_fanout_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    (run,) = fanout.main(["--tiny"])
+    assert (run.tasks, run.worker_calls) == (3, 3 * fanout.WORKER_CALLS)
+    assert run.root_calls >= 3  # create, answer the tool results, sum up
+    assert positive(run.ideal_s) and positive(run.ratio)
+    out = capsys.readouterr().out
+    assert "limits raised for 3 children" in out and "ideal = (1 + T) x L" in out
+    header, rule, row = out.strip().splitlines()[-3:]
+    assert header.split()[:4] == ["K", "ideal", "ms", "actual"]
+    assert set(rule) <= {"-", " "} and row.split()[0] == "3"
+
+
+def test_fanout_refuses_an_unfinished_board(tmp_path: Path) -> None:
+    store = Store(open_database(str(tmp_path / "lace.db")))
+    with store.transaction() as tx:
+        root = tx.create_session(provider="scripted", model="root")
+        tx.create_task(session_id=root.id, actor=root.id, title="Open", prompt="p")
+    store.close()
+    with pytest.raises(fanout.BenchmarkError, match="completed tasks"):
+        fanout.check_board(str(tmp_path / "lace.db"), root.id, 1)
+
+
+def test_spawn_latency_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    run = spawn_latency.main(["--tiny"])
+    assert len(run.latencies_ms) == 3 and all(positive(value) for value in run.latencies_ms)
+    figures = run.figures()
+    assert list(figures) == ["median", "p90", "p99", "max"]
+    assert figures["median"] <= figures["p90"] <= figures["p99"] <= figures["max"]
+    assert "spawn latency" in capsys.readouterr().out
+
+
+def test_per_event_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    result = per_event.main(["--tiny"])
+    assert len(result.lace_ms) == len(result.bare_ms) == 5
+    assert all(positive(value) for value in result.lace_ms + result.bare_ms)
+    assert positive(result.ratio)
+    assert result.lace_mix["BEGIN IMMEDIATE"] >= 1 and result.lace_mix["COMMIT"] >= 1
+    for kind in ("BEGIN DEFERRED", "BEGIN IMMEDIATE", "COMMIT", "INSERT"):
+        assert result.bare_mix[kind] == result.lace_mix[kind]  # same transactions and rows
+    out = capsys.readouterr().out
+    assert "ratio lace/bare" in out and "bare sqlite3 loop" in out
+
+
+def test_memory_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    baseline, running, idle, more = memory.main(["--tiny"])
+    assert all(shot.rss > 0 and shot.peak_rss > 0 for shot in (baseline, running, idle, more))
+    assert max(idle.tasks, more.tasks) <= baseline.tasks + 1  # idle agents hold no coroutine
+    assert running.tasks >= idle.tasks + 3  # each held agent has its turn's task
+    assert set(memory.per_agent([baseline, running, idle, more], 3)) == {
+        "rss per idle agent", "rss per running agent"}
+    assert "asyncio tasks" in capsys.readouterr().out
+
+
+def test_helpers() -> None:
+    limits, line = raised_limits(500)
+    assert (limits.max_running, limits.max_children, limits.spawns_per_minute) == (501, 500, 500)
+    assert "max_children=500 (default 20)" in line
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.99) == 4.0
+    assert table(["name", "n"], [["a", 1], ["bb", 22]]).splitlines() == [
+        "name   n", "----  --", "a      1", "bb    22"]
+
+
+def test_profile_runtime_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import profile_runtime
+
+    profile_runtime.main(["per_event", "--tiny", "--top", "5"])
+    out = capsys.readouterr().out
+    assert out.count("lace function") == 2 and "store/" in out
+
+
+def test_fanout_over_http_tiny(capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import fanout_http
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "set by the benchmark")  # restored afterwards
+    monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
+    (row,) = fanout_http.main(["--tiny"])
+    assert row.tasks == 3 and positive(row.lace_ratio) and positive(row.bare_ratio)
+    assert "lace/bare" in capsys.readouterr().out
