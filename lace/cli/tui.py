@@ -18,5 +18,8 @@ def tui_command(args: argparse.Namespace) -> int:
                      workspace=workspace_of(args))
     logging.getLogger("LiteLLM").handlers.clear()
     logging.getLogger("LiteLLM").propagate = False
-    app.run()
+    try:
+        app.run()
+    finally:
+        app.runtime.close()  # the writer thread stops and the lease row goes
     return 0
