@@ -24,6 +24,16 @@ _INSERT_EVENT = schema.events.insert()
 _TOUCH_THREAD = schema.threads.update().where(
     schema.threads.c.id == sa.bindparam("thread_id")).values(
         updated_at=sa.bindparam("updated_at"))
+_INSERT_INBOX = schema.inbox.insert()
+_INSERT_NOTE = schema.task_notes.insert()
+_INSERT_LLM_CALL = schema.llm_calls.insert()
+_TASK_BY_ID = sa.select(schema.tasks).where(schema.tasks.c.id == sa.bindparam("task_id"))
+_ADD_USAGE = schema.agent_metadata.update().where(  # bind names must not be column names
+    schema.agent_metadata.c.thread_id == sa.bindparam("agent")).values(
+        tokens_in=schema.agent_metadata.c.tokens_in + sa.bindparam("add_in"),
+        tokens_out=schema.agent_metadata.c.tokens_out + sa.bindparam("add_out"),
+        cost_usd=schema.agent_metadata.c.cost_usd + sa.bindparam("add_cost"),
+        updated_at=sa.bindparam("now"))
 
 
 def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
@@ -195,9 +205,9 @@ class RowVerbs:
         task_id: str | None = None, priority: str = "normal",
     ) -> int:
         """Put a message in a thread's inbox."""
-        result = self._execute(schema.inbox.insert().values(
-            thread_id=thread_id, sender=sender, task_id=task_id, kind=kind, text=text,
-            priority=priority, created_at=now_iso(), consumed_at=None))
+        result = self._execute(_INSERT_INBOX, {
+            "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
+            "text": text, "priority": priority, "created_at": now_iso(), "consumed_at": None})
         self.woken.add(thread_id)
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
@@ -306,15 +316,14 @@ class RowVerbs:
                         completion_tokens: int, cost_usd: float, latency_ms: float,
                         error: str | None = None) -> None:
         """One `llm_calls` row, added to the agent's totals."""
-        self._execute(schema.llm_calls.insert().values(
-            thread_id=thread_id, model=model, prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, cost_usd=cost_usd, latency_ms=latency_ms,
-            error=error, created_at=now_iso()))
-        columns = schema.agent_metadata.c
-        self._execute(schema.agent_metadata.update().where(columns.thread_id == thread_id).values(
-            tokens_in=columns.tokens_in + prompt_tokens,
-            tokens_out=columns.tokens_out + completion_tokens,
-            cost_usd=columns.cost_usd + cost_usd, updated_at=now_iso()))
+        now = now_iso()
+        self._execute(_INSERT_LLM_CALL, {
+            "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens, "cost_usd": cost_usd,
+            "latency_ms": latency_ms, "error": error, "created_at": now})
+        self._execute(_ADD_USAGE, {"agent": thread_id, "add_in": prompt_tokens,
+                                   "add_out": completion_tokens, "add_cost": cost_usd,
+                                   "now": now})
 
     def pending_inbox(self, thread_id: str) -> list[InboxItem]:
         """Unconsumed messages for a thread, high priority first, then oldest."""
@@ -352,7 +361,7 @@ class RowVerbs:
     def get_task(self, task_id: str, *, session_id: str | None = None,
                  with_notes: bool = False) -> Task:
         """One task; NotFoundError if unknown or of another session than `session_id`."""
-        row = self._execute(sa.select(schema.tasks).where(schema.tasks.c.id == task_id)).first()
+        row = self._execute(_TASK_BY_ID, {"task_id": task_id}).first()
         if row is None or (session_id is not None and row.thread_id != session_id):
             raise NotFoundError(
                 f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
@@ -369,8 +378,8 @@ class RowVerbs:
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
         """Insert one note row."""
         now = now_iso()
-        result = self._execute(schema.task_notes.insert().values(
-            task_id=task_id, author=author, content=content, created_at=now))
+        result = self._execute(_INSERT_NOTE, {"task_id": task_id, "author": author,
+                                              "content": content, "created_at": now})
         note_id = int(result.inserted_primary_key[0])  # type: ignore[index]
         return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
 
