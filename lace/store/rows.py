@@ -20,6 +20,8 @@ NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
 # than SQLite takes to run it.
 _AGENT_BY_ID = sa.select(schema.agent_metadata).where(
     schema.agent_metadata.c.thread_id == sa.bindparam("thread_id"))
+_AGENTS_BY_IDS = sa.select(schema.agent_metadata).where(
+    schema.agent_metadata.c.thread_id.in_(sa.bindparam("thread_ids", expanding=True)))
 _INSERT_EVENT = schema.events.insert()
 _TOUCH_THREAD = schema.threads.update().where(
     schema.threads.c.id == sa.bindparam("thread_id")).values(
@@ -116,8 +118,7 @@ class RowVerbs:
 
     def agents_by_id(self, thread_ids: list[str]) -> list[Agent]:
         """The agent rows among `thread_ids` that exist."""
-        rows = self._execute(sa.select(schema.agent_metadata).where(
-            schema.agent_metadata.c.thread_id.in_(thread_ids)))
+        rows = self._execute(_AGENTS_BY_IDS, {"thread_ids": thread_ids})
         return [_record(Agent, row) for row in rows]
 
     def get_agent(self, thread_id: str) -> Agent:
