@@ -150,12 +150,15 @@ class Supervisor:
         last_beat = asyncio.get_running_loop().time()
         while True:
             await asyncio.sleep(min(POLL_S, beat_every))
-            if asyncio.get_running_loop().time() - last_beat >= beat_every:
-                last_beat = asyncio.get_running_loop().time()
-                await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
-                for root_id in list(self.sessions):
-                    await self.resume(root_id)
-            await self._wake_runnable()
+            try:
+                if asyncio.get_running_loop().time() - last_beat >= beat_every:
+                    last_beat = asyncio.get_running_loop().time()
+                    await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
+                    for root_id in list(self.sessions):
+                        await self.resume(root_id)
+                await self._wake_runnable()
+            except Exception:  # a busy database must not end the heartbeat
+                log.exception("the watch loop failed; trying again")
 
     async def _wake_runnable(self) -> None:
         roots = list(self.sessions)
