@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,12 @@ def query(home: Path, sql: str) -> list[tuple[object, ...]]:
         return connection.execute(sql).fetchall()
 
 
-def wait_until(condition: object, what: str, timeout: float = 60) -> None:
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
+    """Poll `condition` (a blocking wait: call it before the test's own loop has work)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if callable(condition) and condition():
+            if condition():
                 return
         except sqlite3.OperationalError:
             pass  # the other process is still creating the file
