@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -184,7 +185,7 @@ def test_a_headless_run_waits_for_lace_approve_from_another_process(tmp_path: Pa
     while "? approval #" not in asked and time.monotonic() < deadline:
         asked = run.stderr.readline()
     assert "wants file_write" in asked and "lace approve" in asked, asked
-    approval_id = asked.split("#")[1].split(":")[0]
+    approval_id = re.search(r"\? approval #(\d+)", asked)[1]  # type: ignore[index]
     listed = subprocess.run([*lace, "approvals"], env=env, capture_output=True, text=True)
     assert f"#{approval_id}" in listed.stdout
     subprocess.run([*lace, "approve", approval_id, "--session"], env=env, check=True,

@@ -40,7 +40,9 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
                 line = f"  {event.thread_id} ✗ {data.get('tool_name')}: {first}"
             elif event.type == "notification" and data.get("kind") == "completion":
                 line = f"  {event.thread_id} ← {data.get('task_id')} completed"
-        if line:
-            print(line, file=stream or sys.stderr, flush=True)
+        if line:  # one write per line: events may come from two threads at once
+            out = stream or sys.stderr
+            out.write(line + "\n")
+            out.flush()
 
     return show
