@@ -18,6 +18,7 @@ from lace.store import Store
 from lace.tui.factory import create_app
 from lace.tui.widgets.thread_tree import ThreadTree
 from tests.conftest import new_session, spawn_child
+from tests.conftest import query as query_db
 from tests.test_crash_recovery import MANY_PROMPT, final_board, lace_env
 
 
@@ -28,8 +29,7 @@ def start_lace_run(home: Path, prompt: str, delay: str) -> subprocess.Popen[byte
 
 
 def query(home: Path, sql: str) -> list[tuple[object, ...]]:
-    with sqlite3.connect(home / "lace.db") as connection:
-        return connection.execute(sql).fetchall()
+    return query_db(home / "lace.db", sql)
 
 
 def wait_until(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
@@ -45,7 +45,7 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 60) 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_only_agents_of_dead_processes_count_as_cut_off(store: Store) -> None:
+def test_interrupted_agents_and_those_of_dead_processes_count_as_cut_off(store: Store) -> None:
     root = new_session(store).id
     children = [spawn_child(store, root) for _ in range(4)]
     finished = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -65,8 +65,10 @@ def test_only_agents_of_dead_processes_count_as_cut_off(store: Store) -> None:
                                               "running"], strict=True):
             tx.update_agent(thread_id, status=status, lease_holder=holder)
     with store.reading() as tx:
-        assert tx.orphaned_agents(root, alive={"mine"}) == children[:2]
-        assert tx.orphaned_agents(root, alive=set()) == [*children[:2], children[3]]
+        assert tx.cut_off_agents(root, alive={"mine"}) == children[:2]
+        assert tx.cut_off_agents(root, alive=set()) == [*children[:2], children[3]]
+        tx.update_agent(root, status="interrupted")
+        assert tx.cut_off_agents(root, alive={"mine"}) == [root, *children[:2]]
         assert tx.live_processes() == {"live", "remote"}
 
 

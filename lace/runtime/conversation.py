@@ -11,6 +11,7 @@ from lace.core.assignee import HUMAN
 from lace.core.records import Agent, Event
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
+from lace.store.rows import NOT_RUNNABLE
 from lace.tools.names import ALL_TOOL_NAMES
 
 INTERRUPTED_RESULT = ("Interrupted: this tool call did not finish (lace stopped mid-turn). "
@@ -75,7 +76,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
     cut off mid-wait resumes the wait first, and leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
-    if agent.status in ("running", "waiting", "stopped", "error"):
+    if agent.status in NOT_RUNNABLE:
         return None
     tx.update_agent(thread_id, status="running", lease_holder=holder)
     tx.count_turn(thread_id)

@@ -23,6 +23,7 @@ from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import LACE_SENDER, fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Store, Tx
+from lace.store.leases import HELD_STATUSES
 from lace.tools.base import ModelCheck, ToolContext, ToolResult, no_model_check
 from lace.tools.names import ALL_TOOL_NAMES
 
@@ -35,14 +36,11 @@ POLL_S = 0.5
 def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
     `interrupted`, and those marked running or waiting whose process has died."""
-    orphaned = set(tx.orphaned_agents(root_id, alive={process_id}))
-    resumed = []
-    for agent in tx.session_agents(root_id):
-        if agent.status == "interrupted" or agent.thread_id in orphaned:
-            tx.update_agent(agent.thread_id, status="idle", lease_holder=None)
-            tx.post_inbox(agent.thread_id, sender=LACE_SENDER, kind="resume", text=RESUME_TEXT,
-                          priority="high")
-            resumed.append(agent.thread_id)
+    resumed = tx.cut_off_agents(root_id, alive={process_id})
+    for thread_id in resumed:
+        tx.update_agent(thread_id, status="idle", lease_holder=None)
+        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=RESUME_TEXT,
+                      priority="high")
     return resumed
 
 
@@ -258,7 +256,7 @@ class Supervisor:
 
         def mark(tx: Tx) -> None:
             for thread_id in cut:
-                if tx.get_agent(thread_id).status in ("running", "waiting"):
+                if tx.get_agent(thread_id).status in HELD_STATUSES:
                     tx.update_agent(thread_id, status="interrupted")
 
         await self.db.write(mark)

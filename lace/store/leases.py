@@ -61,9 +61,10 @@ class LeaseVerbs(RowVerbs):
                              .where(schema.processes.c.expires_at >= time.time()))
         return {row.id for row in rows if row.host != host or pid_exists(row.pid)}
 
-    def orphaned_agents(self, root_id: str, alive: set[str]) -> list[str]:
-        """Agents of the session marked running or waiting whose holder is neither in `alive`
-        nor a live process: their turns were cut off by a crash."""
+    def cut_off_agents(self, root_id: str, alive: set[str]) -> list[str]:
+        """Agents of the session whose turn was cut off: marked `interrupted`, or marked running
+        or waiting by a holder that is neither in `alive` nor a live process (it crashed)."""
         live = alive | self.live_processes()
         return [agent.thread_id for agent in self.session_agents(root_id)
-                if agent.status in HELD_STATUSES and agent.lease_holder not in live]
+                if agent.status == "interrupted"
+                or (agent.status in HELD_STATUSES and agent.lease_holder not in live)]
