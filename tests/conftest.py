@@ -84,6 +84,12 @@ def call(store: Store, session: Thread) -> Caller:
     return run
 
 
+def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of one SQL query, read as a person would: with the sqlite3 module."""
+    with sqlite3.connect(db_path) as connection:
+        return connection.execute(sql, params).fetchall()
+
+
 def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, to prove that a failed call wrote nothing."""
     with sqlite3.connect(path) as connection:

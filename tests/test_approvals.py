@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import time
@@ -21,12 +20,8 @@ from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
+from tests.conftest import query
 from tests.scripted import ScriptedModels, reply, text, tools_called
-
-
-def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql, params).fetchall()
 
 
 def make(store: Store, workspace: Path, policy: dict[str, Any] | None = None,

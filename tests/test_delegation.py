@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from lace.tools.base import ToolContext
 from lace.tools.registry import ToolRegistry
+from tests.conftest import query
 from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
 
 RuntimeFactory = Callable[..., Supervisor]
@@ -43,10 +43,6 @@ async def make_runtime(store: Store, models: ScriptedModels) -> AsyncIterator[Ru
         await runtime.stop()
         runtime.close()
 
-
-def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql, params).fetchall()
 
 
 def tool_results(messages: list[dict[str, Any]]) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,11 @@ import pytest
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
+from tests.conftest import query
 from tests.scripted import ScriptedModels, reply
 
 ANSWER = "the whole answer, every word of it"
 
-
-def query(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql).fetchall()
 
 
 def worker_script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,11 @@ from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
+from tests.conftest import query
 from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
 
 TOPIC_MESSAGE = re.compile(r"\[message from (\S+) on topic 'party-chat'\]\n(.*)", re.DOTALL)
 
-
-def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql, params).fetchall()
 
 
 def make(store: Store, **limits: Any) -> Supervisor:

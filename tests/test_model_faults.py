@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from lace.runtime.turns import TRIMMED
+from tests.conftest import query
 from tests.scripted import ScriptedModels, reply, text
-
-
-def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql, params).fetchall()
 
 
 def results(messages: list[dict[str, Any]]) -> list[str]:

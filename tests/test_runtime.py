@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
+from tests.conftest import query
 from tests.scripted import (
     ScriptedModels,
     assigned_task,
@@ -24,10 +24,6 @@ from tests.scripted import (
 
 NOTICE = "[LACE TASK SYSTEM]"
 
-
-def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql, params).fetchall()
 
 
 def completions(messages: list[dict[str, Any]]) -> list[str]:
