@@ -78,36 +78,58 @@ class FanoutModel:
             self.created_at = time.perf_counter()
         return reply
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> ToolCallRequest:
-        return ToolCallRequest(f"call_{next(self._ids)}", name, json.dumps(arguments))
+    def _reply(self, step: Step) -> ModelReply:
+        text, calls = step
+        return ModelReply(text, tuple(
+            ToolCallRequest(f"call_{next(self._ids)}", name, json.dumps(arguments))
+            for name, arguments in calls))
 
     def _root(self, messages: list[dict[str, Any]]) -> ModelReply:
-        if not any(message["role"] == "assistant" for message in messages):
-            specs = [{"title": f"Part {number}", "prompt": f"Do part {number}.",
-                      "assigned_to": WORKER} for number in range(1, self.tasks + 1)]
-            return ModelReply(None, tuple(
-                self._call("task_create", {"tasks": specs[start:start + TASKS_PER_CALL]})
-                for start in range(0, len(specs), TASKS_PER_CALL)))
-        done = sum(message["role"] == "user" and "has been completed by" in
-                   (message["content"] or "") for message in messages)
-        if messages[-1]["role"] == "tool":
-            return ModelReply(f"Delegated {self.tasks} tasks; waiting.")
-        if done >= self.tasks:
-            return ModelReply(f"All {self.tasks} tasks are done.")
-        return ModelReply(f"{done} of {self.tasks} done; waiting.")
+        return self._reply(root_step(messages, self.tasks, WORKER))
 
     def _worker(self, messages: list[dict[str, Any]], arrived: float) -> ModelReply:
-        task_id = next(match.group(1) for message in messages
-                       if (match := ASSIGNED.search(message.get("content") or "")))
-        answered = sum(message["role"] == "assistant" for message in messages)
-        if answered == 0:
-            self.first_calls.setdefault(task_id, arrived)
-            return ModelReply(None, (self._call(
-                "task_add_note", {"task_id": task_id, "note": "Working on it."}),))
-        if answered == 1:
-            return ModelReply(None, (self._call(
-                "task_complete", {"task_id": task_id, "message": f"Result of {task_id}."}),))
-        return ModelReply("Done.")
+        if not any(message["role"] == "assistant" for message in messages):
+            self.first_calls.setdefault(assigned_task(messages), arrived)
+        return self._reply(worker_step(messages))
+
+
+Step = tuple[str | None, list[tuple[str, dict[str, Any]]]]
+"""What a scripted model answers: text, and tool calls (name, arguments)."""
+
+
+def root_step(messages: list[dict[str, Any]], tasks: int, worker: str) -> Step:
+    """The root: `tasks` tasks for `worker` agents in its first reply (20 per task_create
+    call), then an answer to each wake, the last one the sum-up."""
+    if not any(message["role"] == "assistant" for message in messages):
+        specs = [{"title": f"Part {number}", "prompt": f"Do part {number}.",
+                  "assigned_to": worker} for number in range(1, tasks + 1)]
+        return None, [("task_create", {"tasks": specs[start:start + TASKS_PER_CALL]})
+                      for start in range(0, len(specs), TASKS_PER_CALL)]
+    done = sum(message["role"] == "user" and "has been completed by" in
+               (message["content"] or "") for message in messages)
+    if messages[-1]["role"] == "tool":
+        return f"Delegated {tasks} tasks; waiting.", []
+    if done >= tasks:
+        return f"All {tasks} tasks are done.", []
+    return f"{done} of {tasks} done; waiting.", []
+
+
+def assigned_task(messages: list[dict[str, Any]]) -> str:
+    """The task id of a worker's assignment notification."""
+    return next(match.group(1) for message in messages
+                if (match := ASSIGNED.search(str(message.get("content") or ""))))
+
+
+def worker_step(messages: list[dict[str, Any]]) -> Step:
+    """A worker: a note, then completion, then a short answer."""
+    task_id = assigned_task(messages)
+    answered = sum(message["role"] == "assistant" for message in messages)
+    if answered == 0:
+        return None, [("task_add_note", {"task_id": task_id, "note": "Working on it."})]
+    if answered == 1:
+        return None, [("task_complete", {"task_id": task_id,
+                                         "message": f"Result of {task_id}."})]
+    return "Done.", []
 
 
 @dataclass(frozen=True)

@@ -22,36 +22,23 @@ from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
 
 from benchmarks.common import bench_runtime, raised_limits, table
+from benchmarks.fanout import WORKER_CALLS, root_step, worker_step
 
-WORKER_CALLS = 3  # task_add_note, task_complete, the final answer
-TASKS_PER_CALL = 20
-ASSIGNED = re.compile(r"You have been assigned task '([^']+)'")
 TARGET = 1.15
 
 
 def script(model: str, messages: list[dict[str, Any]]) -> Any:
-    """The model behind the server: the root creates K tasks (K from its prompt) for
-    `new:openai/worker` agents and answers each wake; a worker notes, completes, answers."""
+    """The model behind the server: the fan-out benchmark's root (K from its prompt, tasks for
+    `new:openai/worker` agents) and workers."""
     from lace.llm.types import ScriptedReply
 
-    answered = sum(message["role"] == "assistant" for message in messages)
     if model == "root":
-        if answered == 0:
-            tasks = int(re.findall(r"\d+", str(messages[-1]["content"]))[0])
-            specs = [{"title": f"Part {n}", "prompt": f"Do part {n}.",
-                      "assigned_to": "new:openai/worker"} for n in range(1, tasks + 1)]
-            return ScriptedReply(tool_calls=[
-                ("task_create", {"tasks": specs[start:start + TASKS_PER_CALL]})
-                for start in range(0, len(specs), TASKS_PER_CALL)])
-        return ScriptedReply(text="Noted.")
-    task_id = next((match.group(1) for message in messages
-                    if (match := ASSIGNED.search(str(message.get("content") or "")))), "task")
-    if answered == 0:
-        return ScriptedReply(tool_calls=[("task_add_note", {"task_id": task_id, "note": "On it."})])
-    if answered == 1:
-        return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
-                                                            "message": "Result."})])
-    return ScriptedReply(text="Done.")
+        prompt = next(message["content"] for message in messages if message["role"] == "user")
+        tasks = int(re.findall(r"\d+", str(prompt))[0])
+        text, calls = root_step(messages, tasks, "new:openai/worker")
+    else:
+        text, calls = worker_step(messages)
+    return ScriptedReply(text=text, tool_calls=list(calls))
 
 
 def serve(latency_s: float, address: Any, stop: ProcessEvent) -> None:
