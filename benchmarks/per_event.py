@@ -85,22 +85,23 @@ class NoterModel:
 
 @dataclass
 class SqlCounter:
-    """Counts transactions and statements on an engine, stamped with time.perf_counter."""
+    """Counts the statements SQLite runs for an engine (lace runs its hot statements on the
+    raw sqlite3 connection, so SQLAlchemy's events would miss them), stamped with
+    time.perf_counter."""
 
     log: list[tuple[float, str]] = field(default_factory=list)
 
     def attach(self, engine: sa.Engine) -> None:
-        """Listen to the engine's statements and commits."""
-        sa.event.listen(engine, "before_cursor_execute", self._statement)
-        sa.event.listen(engine, "commit", self._commit)
+        """Trace every connection the engine hands out."""
+        sa.event.listen(engine, "checkout", self._trace)
 
-    def _statement(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def _trace(self, dbapi_connection: Any, *_args: Any) -> None:
+        dbapi_connection.set_trace_callback(self._statement)
+
+    def _statement(self, statement: str) -> None:
         words = statement.split(None, 2)
         kind = " ".join(words[:2]) if words[0] == "BEGIN" else words[0]
         self.log.append((time.perf_counter(), kind.upper()))
-
-    def _commit(self, _conn: Any) -> None:
-        self.log.append((time.perf_counter(), "COMMIT"))
 
     def between(self, start: float, end: float) -> Counter[str]:
         """What ran in the window."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,29 +15,68 @@ from lace.core.errors import NotFoundError
 from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
 from lace.core.tasks import OPEN_STATUSES
 from lace.store import schema
+from lace.store.prepared import Prepared, insert_into, json_list, update_by_key
 
 _TASK_ID_ATTEMPTS = 20
 NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
-# Hot statements built once: building one per call (and its cache key) costs ~45 us, more
-# than SQLite takes to run it.
-_AGENT_BY_ID = sa.select(schema.agent_metadata).where(
-    schema.agent_metadata.c.thread_id == sa.bindparam("thread_id"))
-_AGENTS_BY_IDS = sa.select(schema.agent_metadata).where(
-    schema.agent_metadata.c.thread_id.in_(sa.bindparam("thread_ids", expanding=True)))
-_INSERT_EVENT = schema.events.insert()
-_TOUCH_THREAD = schema.threads.update().where(
-    schema.threads.c.id == sa.bindparam("thread_id")).values(
-        updated_at=sa.bindparam("updated_at"))
-_INSERT_INBOX = schema.inbox.insert()
-_INSERT_NOTE = schema.task_notes.insert()
-_INSERT_LLM_CALL = schema.llm_calls.insert()
-_TASK_BY_ID = sa.select(schema.tasks).where(schema.tasks.c.id == sa.bindparam("task_id"))
-_ADD_USAGE = schema.agent_metadata.update().where(  # bind names must not be column names
-    schema.agent_metadata.c.thread_id == sa.bindparam("agent")).values(
-        tokens_in=schema.agent_metadata.c.tokens_in + sa.bindparam("add_in"),
-        tokens_out=schema.agent_metadata.c.tokens_out + sa.bindparam("add_out"),
-        cost_usd=schema.agent_metadata.c.cost_usd + sa.bindparam("add_cost"),
-        updated_at=sa.bindparam("now"))
+_agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
+_inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
+# The runtime's statements, compiled once and run on the raw connection (see `prepared`).
+_AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
+_AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
+_THREAD_BY_ID = Prepared(sa.select(_threads).where(_threads.c.id == sa.bindparam("thread")))
+_HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
+    sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
+    .where(_threads.c.parent_id == sa.bindparam("parent")))
+_INSERT_THREAD = insert_into("threads", ("id", "parent_id", "root_id", "title", "created_at",
+                                         "updated_at"))
+_INSERT_EVENT = insert_into("events", ("thread_id", "type", "data", "created_at"))
+_TOUCH_THREAD = Prepared(_threads.update().where(_threads.c.id == sa.bindparam("thread"))
+                         .values(updated_at=sa.bindparam("now")))
+_SET_STATUS = Prepared(_agents.update().where(
+    _agents.c.thread_id == sa.bindparam("agent"), _agents.c.status != "stopped").values(
+        status=sa.bindparam("new_status"), updated_at=sa.bindparam("now")))
+_EVENTS_AFTER = Prepared(sa.select(_events).where(
+    _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
+    .order_by(_events.c.id))
+_INSERT_INBOX = insert_into("inbox", ("thread_id", "sender", "task_id", "kind", "text",
+                                      "priority", "created_at"))
+_PENDING_INBOX = Prepared(sa.select(_inbox).where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
+    .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
+_HAS_PENDING_INBOX = Prepared(sa.select(_inbox.c.id).where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).limit(1))
+_CONSUME_INBOX = Prepared(_inbox.update().where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).values(
+        consumed_at=sa.bindparam("now")))
+_LIVE_CHILDREN = Prepared(
+    sa.select(sa.func.count()).select_from(_agents)
+    .outerjoin(_tasks, _tasks.c.id == _agents.c.created_for_task)
+    .where(_agents.c.parent_thread_id == sa.bindparam("parent"), _agents.c.status != "stopped",
+           sa.or_(_tasks.c.status.is_(None),
+                  sa.and_(_tasks.c.status != "completed", _tasks.c.status != "archived"))))
+_CHILDREN_SINCE = Prepared(sa.select(sa.func.count()).select_from(_agents).where(
+    _agents.c.parent_thread_id == sa.bindparam("parent"),
+    _agents.c.created_at >= sa.bindparam("since")))
+_INSERT_LLM_CALL = insert_into("llm_calls", (
+    "thread_id", "model", "prompt_tokens", "completion_tokens", "cost_usd", "latency_ms",
+    "error", "created_at"))
+_ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column names
+    _agents.c.thread_id == sa.bindparam("agent")).values(
+        tokens_in=_agents.c.tokens_in + sa.bindparam("add_in"),
+        tokens_out=_agents.c.tokens_out + sa.bindparam("add_out"),
+        cost_usd=_agents.c.cost_usd + sa.bindparam("add_cost"),
+        updated_at=sa.bindparam("now")))
+_TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
+_TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
+_INSERT_TASK = insert_into("tasks", (
+    "id", "title", "description", "prompt", "status", "priority", "assigned_to", "created_by",
+    "thread_id", "created_at", "updated_at"))
+_INSERT_NOTE = insert_into("task_notes", ("task_id", "author", "content", "created_at"))
+_COUNT_NOTES = Prepared(sa.select(sa.func.count()).select_from(_notes).where(
+    _notes.c.task_id == sa.bindparam("task")))
+_TASK_NOTES = Prepared(sa.select(_notes).where(_notes.c.task_id == sa.bindparam("task"))
+                       .order_by(_notes.c.id))
 
 
 def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
@@ -48,6 +89,10 @@ class RowVerbs:
 
     def __init__(self, connection: sa.Connection) -> None:
         self.connection = connection
+        raw = connection.connection.driver_connection
+        if not isinstance(raw, sqlite3.Connection):
+            raise TypeError(f"lace stores its board in SQLite, not {connection.dialect.name}")
+        self.raw = raw
         self.woken: set[str] = set()
         self.spawned: list[str] = []
         self.stopped: list[str] = []
@@ -66,25 +111,23 @@ class RowVerbs:
         """A new root thread with its agent row (created by `human`)."""
         now = now_iso()
         thread_id = ids.new_root_thread_id()
-        self._execute(schema.threads.insert().values(
-            id=thread_id, parent_id=None, root_id=thread_id, title=title,
-            created_at=now, updated_at=now))
-        self.create_agent(thread_id=thread_id, name=name, provider=provider, model=model,
+        thread = Thread(id=thread_id, parent_id=None, root_id=thread_id, title=title,
+                        created_at=now, updated_at=now)
+        _INSERT_THREAD.run(self.raw, vars(thread))
+        self.create_agent(thread_id=thread.id, name=name, provider=provider, model=model,
                           parent_thread_id=None, tools=tools)
-        return self.get_thread(thread_id)
+        return thread
 
     def create_child_thread(self, parent_id: str, title: str | None = None) -> Thread:
         """Thread `<parent>.N`, N one more than the highest existing child of the parent."""
         parent = self.get_thread(parent_id)
-        index = sa.cast(sa.func.substr(schema.threads.c.id, len(parent_id) + 2), sa.Integer)
-        highest = self._execute(sa.select(sa.func.coalesce(sa.func.max(index), 0)).where(
-            schema.threads.c.parent_id == parent_id)).scalar_one()
+        highest = _HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
+                                                   "suffix_at": len(parent_id) + 2})
         now = now_iso()
-        thread_id = ids.child_thread_id(parent_id, highest + 1)
-        self._execute(schema.threads.insert().values(
-            id=thread_id, parent_id=parent_id, root_id=parent.root_id, title=title,
-            created_at=now, updated_at=now))
-        return self.get_thread(thread_id)
+        thread = Thread(id=ids.child_thread_id(parent_id, int(highest) + 1), parent_id=parent_id,
+                        root_id=parent.root_id, title=title, created_at=now, updated_at=now)
+        _INSERT_THREAD.run(self.raw, vars(thread))
+        return thread
 
     def create_agent(
         self, *, thread_id: str, name: str, provider: str, model: str,
@@ -95,30 +138,32 @@ class RowVerbs:
     ) -> Agent:
         """Write the `agent_metadata` row of a thread."""
         now = now_iso()
-        self._execute(schema.agent_metadata.insert().values(
+        agent = Agent(
             thread_id=thread_id, name=name, provider=provider, model=model, profile=profile,
             type=type, status=status, created_for_task=created_for_task,
             parent_thread_id=parent_thread_id, current_task=current_task, tools=tools,
-            instructions=instructions, budget=budget,
-            tokens_in=0, tokens_out=0, cost_usd=0.0, created_at=now, updated_at=now))
-        return self.get_agent(thread_id)
+            instructions=instructions, budget=budget, stop_reason=None, turns=0,
+            lease_holder=None, tokens_in=0, tokens_out=0, cost_usd=0.0, created_at=now,
+            updated_at=now)
+        values = vars(agent)
+        insert_into("agent_metadata", tuple(values)).run(self.raw, values)
+        return agent
 
     def get_thread(self, thread_id: str) -> Thread:
         """One thread, or NotFoundError."""
-        row = self._execute(
-            sa.select(schema.threads).where(schema.threads.c.id == thread_id)).first()
+        row = _THREAD_BY_ID.first(self.raw, {"thread": thread_id})
         if row is None:
             raise NotFoundError(f"Unknown thread {thread_id!r}.")
         return _record(Thread, row)  # type: ignore[no-any-return]
 
     def find_agent(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""
-        row = self._execute(_AGENT_BY_ID, {"thread_id": thread_id}).first()
+        row = _AGENT_BY_ID.first(self.raw, {"agent": thread_id})
         return _record(Agent, row) if row else None
 
     def agents_by_id(self, thread_ids: list[str]) -> list[Agent]:
         """The agent rows among `thread_ids` that exist."""
-        rows = self._execute(_AGENTS_BY_IDS, {"thread_ids": thread_ids})
+        rows = _AGENTS_BY_IDS.rows(self.raw, {"agents": json.dumps(thread_ids)})
         return [_record(Agent, row) for row in rows]
 
     def get_agent(self, thread_id: str) -> Agent:
@@ -130,16 +175,13 @@ class RowVerbs:
 
     def set_status(self, thread_id: str, status: str) -> None:
         """Change an agent's status unless it was stopped (only `resume_agent` undoes that)."""
-        columns = schema.agent_metadata.c
-        self._execute(schema.agent_metadata.update()
-                      .where(columns.thread_id == thread_id, columns.status != "stopped")
-                      .values(status=status, updated_at=now_iso()))
+        _SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
 
     def update_agent(self, thread_id: str, **values: Any) -> None:
         """Change columns of an agent row."""
-        self._execute(schema.agent_metadata.update()
-                      .where(schema.agent_metadata.c.thread_id == thread_id)
-                      .values(**values, updated_at=now_iso()))
+        values = {**values, "updated_at": now_iso()}
+        update_by_key("agent_metadata", tuple(values)).run(
+            self.raw, {**values, "key_value": thread_id})
 
     def session_threads(self, root_id: str) -> list[Thread]:
         """Every thread of a session, root first, in creation order."""
@@ -177,12 +219,12 @@ class RowVerbs:
     def append_event(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
         """Append one conversation row; returns its id."""
         now = now_iso()
-        result = self._execute(_INSERT_EVENT, {"thread_id": thread_id, "type": type,
-                                               "data": data, "created_at": now})
+        cursor = _INSERT_EVENT.run(self.raw, {"thread_id": thread_id, "type": type,
+                                              "data": data, "created_at": now})
         if thread_id not in self._touched:  # once per transaction is enough
             self._touched.add(thread_id)
-            self._execute(_TOUCH_THREAD, {"thread_id": thread_id, "updated_at": now})
-        return int(result.inserted_primary_key[0])  # type: ignore[index]
+            _TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
+        return int(cursor.lastrowid or 0)
 
     def latest_events(self, thread_id: str, count: int) -> tuple[list[Event], int]:
         """A thread's last `count` events, oldest first, and how many came before them."""
@@ -195,10 +237,7 @@ class RowVerbs:
 
     def thread_events(self, thread_id: str, after_id: int = 0) -> list[Event]:
         """A thread's conversation in order."""
-        rows = self._execute(sa.select(schema.events)
-                             .where(schema.events.c.thread_id == thread_id,
-                                    schema.events.c.id > after_id)
-                             .order_by(schema.events.c.id))
+        rows = _EVENTS_AFTER.rows(self.raw, {"thread": thread_id, "after": after_id})
         return [_record(Event, row) for row in rows]
 
     def post_inbox(
@@ -206,11 +245,11 @@ class RowVerbs:
         task_id: str | None = None, priority: str = "normal",
     ) -> int:
         """Put a message in a thread's inbox."""
-        result = self._execute(_INSERT_INBOX, {
+        cursor = _INSERT_INBOX.run(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
-            "text": text, "priority": priority, "created_at": now_iso(), "consumed_at": None})
+            "text": text, "priority": priority, "created_at": now_iso()})
         self.woken.add(thread_id)
-        return int(result.inserted_primary_key[0])  # type: ignore[index]
+        return int(cursor.lastrowid or 0)
 
     def insert_subscription(self, thread_id: str, topic: str) -> None:
         """Subscribe a thread to a topic (it must not be subscribed yet)."""
@@ -220,10 +259,8 @@ class RowVerbs:
     def take_inbox(self, thread_id: str) -> list[InboxItem]:
         """The pending messages of a thread, marked consumed in this transaction."""
         items = self.pending_inbox(thread_id)
-        if items:
-            self._execute(schema.inbox.update()
-                          .where(schema.inbox.c.id.in_([item.id for item in items]))
-                          .values(consumed_at=now_iso()))
+        if items:  # exactly these rows: this transaction holds the write lock
+            _CONSUME_INBOX.run(self.raw, {"thread": thread_id, "now": now_iso()})
         return items
 
     def runnable_threads(self, root_id: str | None = None) -> list[str]:
@@ -244,8 +281,7 @@ class RowVerbs:
         agent = self.find_agent(thread_id)
         if agent is None or agent.status in NOT_RUNNABLE:
             return []
-        row = self._execute(sa.select(schema.inbox.c.id).where(
-            schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))).first()
+        row = _HAS_PENDING_INBOX.first(self.raw, {"thread": thread_id})
         return [thread_id] if row else []
 
     def open_tasks_by_creator(self, session_id: str) -> dict[str, int]:
@@ -298,40 +334,28 @@ class RowVerbs:
     def live_children(self, parent_id: str) -> int:
         """Children of an agent that still count against `max_children`: not stopped, and
         their task neither completed nor archived."""
-        agents, tasks = schema.agent_metadata, schema.tasks
-        statement = (sa.select(sa.func.count()).select_from(agents)
-                     .outerjoin(tasks, tasks.c.id == agents.c.created_for_task)
-                     .where(agents.c.parent_thread_id == parent_id,
-                            agents.c.status != "stopped",
-                            sa.or_(tasks.c.status.is_(None),
-                                   tasks.c.status.not_in(("completed", "archived")))))
-        return int(self._execute(statement).scalar_one())
+        return int(_LIVE_CHILDREN.scalar(self.raw, {"parent": parent_id}))
 
     def children_created_since(self, parent_id: str, since: str) -> int:
         """How many agents `parent_id` spawned at or after `since` (ISO time)."""
-        agents = schema.agent_metadata
-        return int(self._execute(sa.select(sa.func.count()).select_from(agents).where(
-            agents.c.parent_thread_id == parent_id, agents.c.created_at >= since)).scalar_one())
+        return int(_CHILDREN_SINCE.scalar(self.raw, {"parent": parent_id, "since": since}))
 
     def record_llm_call(self, thread_id: str, *, model: str, prompt_tokens: int,
                         completion_tokens: int, cost_usd: float, latency_ms: float,
                         error: str | None = None) -> None:
         """One `llm_calls` row, added to the agent's totals."""
         now = now_iso()
-        self._execute(_INSERT_LLM_CALL, {
+        _INSERT_LLM_CALL.run(self.raw, {
             "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "cost_usd": cost_usd,
             "latency_ms": latency_ms, "error": error, "created_at": now})
-        self._execute(_ADD_USAGE, {"agent": thread_id, "add_in": prompt_tokens,
-                                   "add_out": completion_tokens, "add_cost": cost_usd,
-                                   "now": now})
+        _ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
+                                  "add_out": completion_tokens, "add_cost": cost_usd,
+                                  "now": now})
 
     def pending_inbox(self, thread_id: str) -> list[InboxItem]:
         """Unconsumed messages for a thread, high priority first, then oldest."""
-        rows = self._execute(
-            sa.select(schema.inbox)
-            .where(schema.inbox.c.thread_id == thread_id, schema.inbox.c.consumed_at.is_(None))
-            .order_by(sa.case((schema.inbox.c.priority == "high", 0), else_=1), schema.inbox.c.id))
+        rows = _PENDING_INBOX.rows(self.raw, {"thread": thread_id})
         return [_record(InboxItem, row) for row in rows]
 
     # tasks
@@ -339,9 +363,7 @@ class RowVerbs:
     def _new_task_id(self) -> str:
         for _ in range(_TASK_ID_ATTEMPTS):
             task_id = ids.new_task_id()
-            exists = self._execute(
-                sa.select(schema.tasks.c.id).where(schema.tasks.c.id == task_id)).first()
-            if exists is None:
+            if _TASK_EXISTS.first(self.raw, {"task": task_id}) is None:
                 return task_id
         raise RuntimeError("could not allocate a unique task id")
 
@@ -352,48 +374,44 @@ class RowVerbs:
     ) -> Task:
         """Insert one task row as given (rules live in `create_task`)."""
         now = now_iso()
-        task_id = self._new_task_id()
-        self._execute(schema.tasks.insert().values(
-            id=task_id, title=title, description=description, prompt=prompt, status=status,
-            priority=priority, assigned_to=assigned_to, created_by=created_by,
-            thread_id=session_id, created_at=now, updated_at=now))
-        return self.get_task(task_id)
+        values = {"id": self._new_task_id(), "title": title, "description": description,
+                  "prompt": prompt, "status": status, "priority": priority,
+                  "assigned_to": assigned_to, "created_by": created_by,
+                  "thread_id": session_id, "created_at": now, "updated_at": now}
+        _INSERT_TASK.run(self.raw, values)
+        return _record(Task, {**values, "note_count": 0, "notes": ()})  # type: ignore[no-any-return]
 
     def get_task(self, task_id: str, *, session_id: str | None = None,
                  with_notes: bool = False) -> Task:
         """One task; NotFoundError if unknown or of another session than `session_id`."""
-        row = self._execute(_TASK_BY_ID, {"task_id": task_id}).first()
-        if row is None or (session_id is not None and row.thread_id != session_id):
+        row = _TASK_BY_ID.first(self.raw, {"task": task_id})
+        if row is None or (session_id is not None and row["thread_id"] != session_id):
             raise NotFoundError(
                 f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
         notes = tuple(self.task_notes(task_id)) if with_notes else ()
-        return _record(Task, {**row._mapping, "note_count": len(notes), "notes": notes})  # type: ignore[no-any-return]
+        return _record(Task, {**row, "note_count": len(notes), "notes": notes})  # type: ignore[no-any-return]
 
     def set_task_fields(self, task_id: str, **values: Any) -> str:
         """Change columns of a task row; returns its new `updated_at`."""
-        updated_at = now_iso()
-        self._execute(schema.tasks.update().where(schema.tasks.c.id == task_id)
-                      .values(**values, updated_at=updated_at))
-        return updated_at
+        values = {**values, "updated_at": now_iso()}
+        update_by_key("tasks", tuple(values)).run(self.raw, {**values, "key_value": task_id})
+        return str(values["updated_at"])
 
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
         """Insert one note row."""
         now = now_iso()
-        result = self._execute(_INSERT_NOTE, {"task_id": task_id, "author": author,
-                                              "content": content, "created_at": now})
-        note_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+        cursor = _INSERT_NOTE.run(self.raw, {"task_id": task_id, "author": author,
+                                             "content": content, "created_at": now})
+        note_id = int(cursor.lastrowid or 0)
         return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
 
     def count_notes(self, task_id: str) -> int:
         """How many notes a task has."""
-        return int(self._execute(sa.select(sa.func.count()).select_from(schema.task_notes)
-                                 .where(schema.task_notes.c.task_id == task_id)).scalar_one())
+        return int(_COUNT_NOTES.scalar(self.raw, {"task": task_id}))
 
     def task_notes(self, task_id: str) -> list[Note]:
         """A task's notes, oldest first."""
-        rows = self._execute(sa.select(schema.task_notes)
-                             .where(schema.task_notes.c.task_id == task_id)
-                             .order_by(schema.task_notes.c.id))
+        rows = _TASK_NOTES.rows(self.raw, {"task": task_id})
         return [_record(Note, row) for row in rows]
 
     def query_tasks(
