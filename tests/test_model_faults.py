@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lace.llm.types import ScriptedReply
+from lace.config import Settings
+from lace.llm.types import DeltaCallback, ModelReply, ScriptedReply, ToolCallRequest
 from lace.runtime.supervisor import Supervisor
 from lace.runtime.turns import TRIMMED
+from lace.store import Store
 from tests.conftest import query
 from tests.scripted import ScriptedModels, reply, text
 
@@ -101,3 +104,38 @@ async def test_a_provider_timeout_is_retried(runtime: Supervisor, models: Script
     (first,), (second,) = query(db_path, "SELECT error FROM llm_calls ORDER BY id")
     assert first.startswith("Timeout:") and second is None
     assert query(db_path, "SELECT status FROM agent_metadata") == [("idle",)]
+
+
+@dataclass
+class CancelledAsItAnswers:
+    """A model client (lace's own seam, no litellm) whose answer and the cancellation of its
+    agent's turn land in the same event-loop iteration: the race in which Python 3.11's
+    `asyncio.wait_for` returns the answer and drops the cancellation."""
+
+    supervisor: Supervisor | None = None
+    calls: int = 0
+
+    async def complete(self, model: str, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]], *,
+                       on_delta: DeltaCallback | None = None) -> ModelReply:
+        assert self.supervisor is not None
+        self.calls += 1
+        if self.calls > 3:  # with the cancellation lost, end the turn so the test can fail
+            return ModelReply(content="done")
+        (turn,) = self.supervisor.running.values()
+        asyncio.get_running_loop().call_soon(turn.cancel)
+        call = ToolCallRequest(id=f"call_{self.calls}", name="task_list", arguments="{}")
+        return ModelReply(content=None, tool_calls=(call,))
+
+
+async def test_a_turn_cancelled_as_its_answer_arrives_stops(store: Store) -> None:
+    client = CancelledAsItAnswers()
+    supervisor = Supervisor(store=store, client=client, settings=Settings())
+    client.supervisor = supervisor
+    await supervisor.start_session("go", "scripted/root")
+    (turn,) = supervisor.running.values()
+    await asyncio.wait({turn}, timeout=30)
+    await supervisor.stop()
+    supervisor.close()
+    assert client.calls == 1  # no second call after the cancellation
+    assert turn.cancelled()

@@ -79,7 +79,8 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
             root_id = (await supervisor.start_session(args.prompt, model)).id
             print(f"Session {root_id}", file=sys.stderr)
         try:
-            await asyncio.wait_for(supervisor.run_until_quiet(root_id), args.timeout)
+            async with asyncio.timeout(args.timeout):
+                await supervisor.run_until_quiet(root_id)
         except asyncio.CancelledError:  # Ctrl+C: stop cleanly, resumable with --continue
             await supervisor.stop()
             raise

@@ -77,4 +77,5 @@ class Approvals:
                 except LaceError:  # decided at the last moment by someone else
                     continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed().wait(), min(POLL_S, remaining))
+                async with asyncio.timeout(min(POLL_S, remaining)):
+                    await self.changed().wait()

@@ -168,10 +168,11 @@ class TurnRunner:
             try:
                 async with AsyncExitStack() as stack:
                     await self.slots.hold(stack, agent.provider)
-                    try:
-                        reply = await asyncio.wait_for(self.client.complete(
-                            agent.model_name, messages, tools,
-                            on_delta=self._streamer(agent)), stall)
+                    try:  # not wait_for: on Python 3.11 it can swallow a cancellation
+                        async with asyncio.timeout(stall):
+                            reply = await self.client.complete(
+                                agent.model_name, messages, tools,
+                                on_delta=self._streamer(agent))
                     except (TimeoutError, asyncio.CancelledError) as cut:
                         stalled = isinstance(cut, TimeoutError)
                         await self._record_cut_call(agent, started, stalled)

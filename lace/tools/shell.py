@@ -49,7 +49,8 @@ class Bash(WorkspaceTool):
         reader = asyncio.create_task(pump())
         timed_out = False
         try:
-            await asyncio.wait_for(process.wait(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                await process.wait()
         except TimeoutError:
             timed_out = True
         finally:
@@ -58,7 +59,8 @@ class Bash(WorkspaceTool):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader, 1)
+                async with asyncio.timeout(1):
+                    await reader
             reader.cancel()
         text = capped(b"".join(chunks).decode(errors="replace")).rstrip("\n")
         if timed_out:
