@@ -155,7 +155,8 @@ async def test_delegate_times_out_with_what_has_arrived(
     models.on("helper", finisher())
     models.on("slow", slow)
     root = await runtime.start_session("go", "scripted/root")
-    await asyncio.wait_for(runtime.runner.run(root.id), 30)
+    async with asyncio.timeout(30):  # not wait_for: its new task would lose the race
+        await runtime.runner.run(root.id)  # to the session's own turn
     blocks = tool_results(models.calls_of("root")[-1])[0].split("\n\n")
     assert blocks[0].split("\n")[0].endswith(": OK]")
     assert blocks[1].split("\n")[0].endswith(": RUNNING]") and "timed out" in blocks[1]

@@ -167,6 +167,10 @@ async def test_stopping_a_subtree_mid_turn(store: Store, models: ScriptedModels,
         if "agent_stop" not in called:
             await asyncio.wait_for(leaf_called.wait(), 20)
             middle_id = text(messages[0]).split("Your thread id: ")[1].split(".")[0] + ".1"
+            async with asyncio.timeout(20):  # and the middle waits in spawn_await
+                while query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?",
+                            middle_id) != [("waiting",)]:
+                    await asyncio.sleep(0.01)
             return reply(None, ("agent_stop", {"thread_id": middle_id, "reason": "too slow"}))
         return reply("stopped them")
 

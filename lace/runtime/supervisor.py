@@ -111,8 +111,7 @@ class Supervisor:
         context = ToolContext(store=self.store, thread_id=HUMAN, session_id=root_id,
                               check_model=self.check_model, limits=self.settings.limits,
                               profiles=self.settings.profiles, budgets=self.settings.budgets)
-        result = await self.db.call(lambda: self.runner.tools.registry.execute(
-            tool, arguments, context, record=collect))
+        result = await self.runner.tools.execute(tool, arguments, context, record=collect)
         for thread_id in woken:
             self.wake(thread_id)
         return result

@@ -30,7 +30,7 @@ from lace.tools.base import (
     WaitingTool,
 )
 from lace.tools.delegation import settled
-from lace.tools.registry import ToolRegistry
+from lace.tools.registry import Recorder, ToolRegistry
 from lace.tools.workspace import WorkspaceTool
 
 POLL_S = 0.5
@@ -129,11 +129,25 @@ class ToolRunner:
             recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
             effects.collect(tx)
 
-        result = await self.db.call(lambda: self.registry.execute(
-            name, arguments, self.context(agent), allowed=agent.tools, record=record))
+        result = await self.execute(name, arguments, self.context(agent), allowed=agent.tools,
+                                    record=record)
         crash_point("after_tool_effect")
         self._after(agent, recorded, effects, board_changed=name.startswith("task_"))
         return result.text
+
+    async def execute(self, name: str, arguments: str | dict[str, Any], context: ToolContext,
+                      *, allowed: list[str] | None = None,
+                      record: Recorder | None = None) -> ToolResult:
+        """Run a board tool's call: its effect and `record` commit together; an error writes
+        only `record` (what `ToolRegistry.execute` does, through the async store)."""
+        try:
+            tool = self.registry.parse(name, arguments, allowed)
+            return await self.db.write(lambda tx: self.registry.run(tx, tool, context, record))
+        except LaceError as error:
+            failure = self.registry.failure(error)
+            if record is not None:
+                await self.db.write(lambda tx: record(tx, failure))
+            return failure
 
     async def _run_waiting(self, agent: Agent, call_id: str, name: str, arguments: str) -> str:
         context, effects = self.context(agent), Effects()
@@ -168,7 +182,8 @@ class ToolRunner:
             if remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
+                async with asyncio.timeout(min(POLL_S, remaining)):
+                    await self._changed.wait()
         self.waits.remove(agent.thread_id)
         self.waited[agent.thread_id] = self.waited.get(agent.thread_id, 0.0) + \
             time.monotonic() - began

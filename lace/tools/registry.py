@@ -117,13 +117,23 @@ class ToolRegistry:
         try:
             tool = self.parse(name, arguments, allowed)
             with context.store.transaction() as tx:
-                result = ToolResult(tool.run(tx, context))
-                if record is not None:
-                    record(tx, result)
-            return result
+                return self.run(tx, tool, context, record)
         except LaceError as error:
-            failure = ToolResult(str(error), is_error=True, kind=type(error).__name__)
+            failure = self.failure(error)
             if record is not None:
                 with context.store.transaction() as tx:
                     record(tx, failure)
             return failure
+
+    @staticmethod
+    def run(tx: Tx, tool: Tool, context: ToolContext, record: Recorder | None) -> ToolResult:
+        """Run a parsed call inside `tx`, with `record` in the same transaction."""
+        result = ToolResult(tool.run(tx, context))
+        if record is not None:
+            record(tx, result)
+        return result
+
+    @staticmethod
+    def failure(error: LaceError) -> ToolResult:
+        """The tool error a failed call returns to the model."""
+        return ToolResult(str(error), is_error=True, kind=type(error).__name__)
