@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         undo()
     stats = pstats.Stats(loop)
     writer.create_stats()
-    if writer.stats:  # type: ignore[attr-defined]  # the thread ran nothing when no lock waited
+    if writer.stats:  # the store thread ran nothing when no lock was held
         stats.add(writer)
     headers = ["lace function", "% of time", "ms", "calls"]
     print(f"\n{args.benchmark}, both threads; by own time:")
