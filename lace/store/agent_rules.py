@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -13,6 +12,7 @@ from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
 from lace.store import schema
 from lace.store.leases import LeaseVerbs
+from lace.store.prepared import Prepared
 from lace.store.task_rules import TaskRules
 
 RESUMED = ("[LACE TASK SYSTEM] You were stopped ({reason}) and have been resumed. Continue your "
@@ -28,10 +28,14 @@ class Usage:
     turns: int
 
 
-def _in_subtree(column: sa.ColumnElement[str], thread_id: str) -> sa.ColumnElement[bool]:
-    """The thread and its descendants, as a range the thread_id index can serve."""
-    return sa.or_(column == thread_id,
-                  sa.and_(column > f"{thread_id}.", column < f"{thread_id}/"))
+_agents = schema.agent_metadata.c
+_SUBTREE_USAGE = Prepared(sa.select(
+    sa.func.coalesce(sa.func.sum(_agents.tokens_in + _agents.tokens_out), 0).label("tokens"),
+    sa.func.coalesce(sa.func.sum(_agents.cost_usd), 0.0).label("cost_usd"),
+    sa.func.coalesce(sa.func.sum(_agents.turns), 0).label("turns"))
+    .where(sa.or_(_agents.thread_id == sa.bindparam("me"),  # the thread_id index serves it
+                  sa.and_(_agents.thread_id > sa.bindparam("after"),
+                          _agents.thread_id < sa.bindparam("before")))))
 
 
 class Tx(TaskRules, LeaseVerbs):
@@ -70,13 +74,11 @@ class Tx(TaskRules, LeaseVerbs):
         """Tokens, cost and turns of a subtree, summed from the agent rows (each keeps its
         totals of `llm_calls`, updated in the transaction that records a call): one row per
         agent to read, not one per call."""
-        agents = schema.agent_metadata.c
-        row: Any = self._execute(sa.select(
-            sa.func.coalesce(sa.func.sum(agents.tokens_in + agents.tokens_out), 0),
-            sa.func.coalesce(sa.func.sum(agents.cost_usd), 0.0),
-            sa.func.coalesce(sa.func.sum(agents.turns), 0))
-            .where(_in_subtree(agents.thread_id, thread_id))).one()
-        return Usage(tokens=int(row[0]), cost_usd=float(row[1]), turns=int(row[2]))
+        row = _SUBTREE_USAGE.first(self.raw, {"me": thread_id, "after": f"{thread_id}.",
+                                              "before": f"{thread_id}/"})
+        assert row is not None  # an aggregate always has its one row
+        return Usage(tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]),
+                     turns=int(row["turns"]))
 
     def stop_subtree(self, thread_id: str, *, reason: str) -> list[str]:
         """Stop an agent and everything below it: status `stopped` with the reason, their open
