@@ -25,6 +25,11 @@ _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
 _AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
 _AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 _THREAD_BY_ID = Prepared(sa.select(_threads).where(_threads.c.id == sa.bindparam("thread")))
+_SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.bindparam("root"))
+                           .order_by(_threads.c.created_at, _threads.c.id))
+_SESSION_AGENTS = Prepared(
+    sa.select(_agents).join(_threads, _threads.c.id == _agents.c.thread_id)
+    .where(_threads.c.root_id == sa.bindparam("root")).order_by(_threads.c.created_at))
 _HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
     sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
     .where(_threads.c.parent_id == sa.bindparam("parent")))
@@ -185,18 +190,12 @@ class RowVerbs:
 
     def session_threads(self, root_id: str) -> list[Thread]:
         """Every thread of a session, root first, in creation order."""
-        rows = self._execute(sa.select(schema.threads)
-                             .where(schema.threads.c.root_id == root_id)
-                             .order_by(schema.threads.c.created_at, schema.threads.c.id))
+        rows = _SESSION_THREADS.rows(self.raw, {"root": root_id})
         return [_record(Thread, row) for row in rows]
 
     def session_agents(self, root_id: str) -> list[Agent]:
         """Every agent row of a session."""
-        rows = self._execute(
-            sa.select(schema.agent_metadata)
-            .join(schema.threads, schema.threads.c.id == schema.agent_metadata.c.thread_id)
-            .where(schema.threads.c.root_id == root_id)
-            .order_by(schema.threads.c.created_at))
+        rows = _SESSION_AGENTS.rows(self.raw, {"root": root_id})
         return [_record(Agent, row) for row in rows]
 
     def latest_session(self) -> Thread | None:
