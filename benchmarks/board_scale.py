@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import random
+import re
 import sqlite3
 import statistics
 import tempfile
@@ -449,19 +450,31 @@ class Measured:
 
 @contextlib.contextmanager
 def recording() -> Iterator[list[tuple[str, Any]]]:
-    """Every statement any engine runs meanwhile, with its parameters."""
+    """Every statement SQLite runs for any pooled connection meanwhile, its values inlined (lace
+    runs its hot statements on the raw sqlite3 connection, which SQLAlchemy's events miss)."""
     seen: list[tuple[str, Any]] = []
+    traced: list[sqlite3.Connection] = []
 
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
-               executemany: bool) -> None:
-        if not executemany and statement.lstrip().upper().startswith(("SELECT", "UPDATE")):
-            seen.append((statement, parameters))
+    def record(statement: str) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "UPDATE")):
+            seen.append((statement, ()))
 
-    sa.event.listen(sa.Engine, "before_cursor_execute", record)
+    def trace(dbapi_connection: sqlite3.Connection, *_args: Any) -> None:
+        dbapi_connection.set_trace_callback(record)
+        traced.append(dbapi_connection)
+
+    sa.event.listen(sa.pool.Pool, "checkout", trace)
     try:
         yield seen
     finally:
-        sa.event.remove(sa.Engine, "before_cursor_execute", record)
+        sa.event.remove(sa.pool.Pool, "checkout", trace)
+        for connection in traced:
+            connection.set_trace_callback(None)
+
+
+def _shape(statement: str) -> str:
+    """A statement with its inlined values blanked out."""
+    return re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", statement)
 
 
 def measure(probe: Probe, runs: int) -> Measured:
@@ -473,8 +486,8 @@ def measure(probe: Probe, runs: int) -> Measured:
         started = time.perf_counter()
         probe.run()
         samples.append(time.perf_counter() - started)
-    unique = list({statement: (statement, parameters)
-                   for statement, parameters in statements}.values())
+    unique = list({_shape(statement): (statement, parameters)  # the first of each shape
+                   for statement, parameters in reversed(statements)}.values())[::-1]
     return Measured(probe, items, samples, unique)
 
 
