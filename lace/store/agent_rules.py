@@ -114,6 +114,7 @@ class Tx(TaskRules, LeaseVerbs):
     def count_turn(self, thread_id: str) -> None:
         """One more turn for this agent."""
         columns = schema.agent_metadata.c
+        self._agents.pop(thread_id, None)
         self._execute(schema.agent_metadata.update().where(columns.thread_id == thread_id)
                       .values(turns=columns.turns + 1))
 

@@ -102,6 +102,7 @@ class RowVerbs:
         self.spawned: list[str] = []
         self.stopped: list[str] = []
         self._touched: set[str] = set()
+        self._agents: dict[str, Agent] = {}  # rows read or written in this transaction
 
     def _execute(self, statement: sa.Executable,
                  parameters: dict[str, Any] | None = None) -> sa.CursorResult[Any]:
@@ -152,6 +153,7 @@ class RowVerbs:
             updated_at=now)
         values = vars(agent)
         insert_into("agent_metadata", tuple(values)).run(self.raw, values)
+        self._agents[thread_id] = agent
         return agent
 
     def get_thread(self, thread_id: str) -> Thread:
@@ -163,13 +165,20 @@ class RowVerbs:
 
     def find_agent(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""
-        row = _AGENT_BY_ID.first(self.raw, {"agent": thread_id})
-        return _record(Agent, row) if row else None
+        if thread_id not in self._agents:
+            row = _AGENT_BY_ID.first(self.raw, {"agent": thread_id})
+            if row is None:
+                return None
+            self._agents[thread_id] = _record(Agent, row)
+        return self._agents[thread_id]
 
     def agents_by_id(self, thread_ids: list[str]) -> list[Agent]:
         """The agent rows among `thread_ids` that exist."""
-        rows = _AGENTS_BY_IDS.rows(self.raw, {"agents": json.dumps(thread_ids)})
-        return [_record(Agent, row) for row in rows]
+        missing = [thread_id for thread_id in thread_ids if thread_id not in self._agents]
+        if missing:
+            for row in _AGENTS_BY_IDS.rows(self.raw, {"agents": json.dumps(missing)}):
+                self._agents[row["thread_id"]] = _record(Agent, row)
+        return [self._agents[thread_id] for thread_id in thread_ids if thread_id in self._agents]
 
     def get_agent(self, thread_id: str) -> Agent:
         """The agent row of a thread, or NotFoundError."""
@@ -180,10 +189,12 @@ class RowVerbs:
 
     def set_status(self, thread_id: str, status: str) -> None:
         """Change an agent's status unless it was stopped (only `resume_agent` undoes that)."""
+        self._agents.pop(thread_id, None)
         _SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
 
     def update_agent(self, thread_id: str, **values: Any) -> None:
         """Change columns of an agent row."""
+        self._agents.pop(thread_id, None)
         values = {**values, "updated_at": now_iso()}
         update_by_key("agent_metadata", tuple(values)).run(
             self.raw, {**values, "key_value": thread_id})
@@ -348,6 +359,7 @@ class RowVerbs:
             "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "cost_usd": cost_usd,
             "latency_ms": latency_ms, "error": error, "created_at": now})
+        self._agents.pop(thread_id, None)
         _ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
                                   "add_out": completion_tokens, "add_cost": cost_usd,
                                   "now": now})
