@@ -1,13 +1,18 @@
-"""The async store: transactions run on the event loop while SQLite's lock is free, and go to
-the store thread, without blocking the loop, while another process holds it."""
+"""The async store: writes asked for together commit together; transactions run on the event
+loop while SQLite's lock is free, and go to the store thread, without blocking the loop, while
+another process holds it."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import sqlalchemy as sa
+
+from lace.core.errors import InvalidTransitionError
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx
 from tests.conftest import new_session, query
@@ -47,3 +52,38 @@ async def test_a_held_lock_sends_the_write_to_the_thread_and_the_loop_goes_on(
     db.close()
     assert ran_on and ran_on[0] is not threading.main_thread()
     assert query(db_path, "SELECT id FROM events WHERE type = 'user_message'") == [(event_id,)]
+
+
+async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alone(
+        store: Store, db_path: Path) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+    commits: list[int] = []
+    sa.event.listen(store.database.engine, "commit", lambda _connection: commits.append(1))
+
+    def append(n: int) -> Callable[[Tx], int]:
+        def work(tx: Tx) -> int:
+            event_id = tx.append_event(session.id, "user_message", {"n": n})
+            if n == 2:
+                raise InvalidTransitionError("the second write fails after its insert")
+            return event_id
+        return work
+
+    first, second, third = await asyncio.gather(*(db.write(append(n)) for n in (1, 2, 3)),
+                                                return_exceptions=True)
+    kept = query(db_path, "SELECT id, json_extract(data, '$.n') FROM events "
+                          "WHERE type = 'user_message' ORDER BY id")
+    db.close()
+    assert isinstance(second, InvalidTransitionError)
+    assert kept == [(first, 1), (third, 3)]
+    assert commits == [1]  # one transaction for the three
+
+
+async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_path: Path) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+    event_id = await db.write(
+        lambda tx: tx.append_event(session.id, "user_message", {"n": 1}))
+    seen = query(db_path, "SELECT id FROM events WHERE id = ?", event_id)  # another connection
+    db.close()
+    assert seen == [(event_id,)]

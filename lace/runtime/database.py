@@ -1,9 +1,14 @@
 """The store driven from asyncio, without ever making the event loop wait on SQLite's lock.
 
+Writes asked for in the same turn of the event loop commit together: each runs in its own
+SAVEPOINT (so one that fails undoes only itself), and all of them in one transaction, whose
+COMMIT (the costly part: writing the changed pages to the WAL) is paid once. Every caller
+resumes only after that COMMIT, so a write awaited is a write made durable.
+
 A transaction whose lock is free at once runs right on the event loop: lace's transactions are
 short (a few statements, well under a millisecond), and a trip to a thread and back costs more
 than the work (about 75 us, plus the two threads taking turns with the GIL). When another
-process holds the write lock, the work goes to one store thread instead, which waits for the
+process holds the write lock, the batch goes to one store thread instead, which waits for the
 lock while the loop goes on. Work that opens its own transactions (`call`) always runs on that
 thread."""
 
@@ -13,7 +18,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -21,11 +26,51 @@ from lace.store import Store, Tx
 from lace.store.db import READONLY_OPTION
 
 T = TypeVar("T")
+Work = Callable[[Tx], Any]
+Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
 
 def _is_busy(error: sa.exc.OperationalError) -> bool:
     return getattr(error.orig, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY,
                                                              sqlite3.SQLITE_LOCKED)
+
+
+def _run_batch(connection: sa.Connection,
+               batch: list[tuple[Work, asyncio.Future[Any]]]) -> list[Outcome]:
+    """Run each work in its own SAVEPOINT inside the open transaction of `connection`."""
+    if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
+        work, future = batch[0]
+        return [(future, work(Tx(connection)), None)]
+    raw = connection.connection.driver_connection
+    assert isinstance(raw, sqlite3.Connection)
+    outcomes: list[Outcome] = []
+    for work, future in batch:
+        raw.execute("SAVEPOINT lace_work")
+        try:
+            result = work(Tx(connection))
+        except Exception as error:  # only this work is undone; the others still commit
+            raw.execute("ROLLBACK TO lace_work")
+            outcomes.append((future, None, error))
+        else:
+            outcomes.append((future, result, None))
+        raw.execute("RELEASE lace_work")
+    return outcomes
+
+
+def _settle(outcomes: list[Outcome]) -> None:
+    for future, result, error in outcomes:
+        if future.cancelled():
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
+def _fail_all(batch: list[tuple[Work, asyncio.Future[Any]]], error: BaseException) -> None:
+    for _work, future in batch:
+        if not future.cancelled():
+            future.set_exception(error)
 
 
 class AsyncStore:
@@ -36,20 +81,51 @@ class AsyncStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-store")
         self._writer: sa.Connection | None = None  # the event loop's own connections
         self._reader: sa.Connection | None = None
+        self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
+        self._waiting: set[asyncio.Future[None]] = set()  # batches on the thread
 
     async def call(self, work: Callable[[], T]) -> T:
         """Run `work` (which opens its own transactions) on the store thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     async def write(self, work: Callable[[Tx], T]) -> T:
-        """Run `work` in one write transaction: here if the write lock is free, else on the
-        store thread once it is."""
-        transaction = self._begin_here()
-        if transaction is None:
-            return await self.call(lambda: self._write_there(work))
-        with transaction:
-            assert self._writer is not None
-            return work(Tx(self._writer))
+        """Run `work` in a write transaction, with the other writes asked for in this turn of
+        the event loop; returns once they are committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._pending.append((work, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        try:
+            transaction = self._begin_here()
+            if transaction is None:  # another process holds the lock: wait on the thread
+                task = asyncio.ensure_future(self._flush_there(batch))
+                self._waiting.add(task)
+                task.add_done_callback(self._waiting.discard)
+                return
+            with transaction:
+                assert self._writer is not None
+                outcomes = _run_batch(self._writer, batch)
+        except Exception as error:  # the batch is rolled back: every caller hears why
+            _fail_all(batch, error)
+            return
+        _settle(outcomes)
+
+    async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
+        def run() -> list[Outcome]:
+            with self.store.database.engine.connect() as connection, connection.begin():
+                return _run_batch(connection, batch)
+
+        try:
+            outcomes = await self.call(run)
+        except Exception as error:
+            _fail_all(batch, error)
+            return
+        _settle(outcomes)
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
@@ -75,10 +151,6 @@ class AsyncStore:
             if _is_busy(error):
                 return None
             raise
-
-    def _write_there(self, work: Callable[[Tx], T]) -> T:
-        with self.store.transaction() as tx:
-            return work(tx)
 
     def close(self) -> None:
         """Finish queued work, stop the thread and close the loop's connections."""
