@@ -58,8 +58,13 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
         store: Store, db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    commits: list[int] = []
-    sa.event.listen(store.database.engine, "commit", lambda _connection: commits.append(1))
+    commits: list[str] = []
+
+    def trace(dbapi_connection: sqlite3.Connection, *_args: object) -> None:
+        dbapi_connection.set_trace_callback(
+            lambda statement: commits.append(statement) if statement == "COMMIT" else None)
+
+    sa.event.listen(store.database.engine, "checkout", trace)  # the store's own connections
 
     def append(n: int) -> Callable[[Tx], int]:
         def work(tx: Tx) -> int:
@@ -76,7 +81,7 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
     db.close()
     assert isinstance(second, InvalidTransitionError)
     assert kept == [(first, 1), (third, 3)]
-    assert commits == [1]  # one transaction for the three
+    assert commits == ["COMMIT"]  # one transaction for the three
 
 
 async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_path: Path) -> None:
@@ -87,3 +92,24 @@ async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_pat
     seen = query(db_path, "SELECT id FROM events WHERE id = ?", event_id)  # another connection
     db.close()
     assert seen == [(event_id,)]
+
+
+async def test_a_sqlalchemy_statement_joins_the_loops_transaction(store: Store,
+                                                                  db_path: Path) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def count_then_fail(tx: Tx) -> None:
+        tx.count_turn(session.id)  # through SQLAlchemy, not a prepared statement
+        raise InvalidTransitionError("undo it")
+
+    failed = await asyncio.gather(db.write(count_then_fail), return_exceptions=True)
+    after_rollback = query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                           session.id)
+    await db.write(lambda tx: tx.count_turn(session.id))
+    await db.write(lambda tx: tx.count_turn(session.id))
+    db.close()
+    assert isinstance(failed[0], InvalidTransitionError)
+    assert after_rollback == [(0,)]
+    assert query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(2,)]

@@ -15,7 +15,6 @@ thread."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,16 +22,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from lace.store import Store, Tx
-from lace.store.db import READONLY_OPTION
+from lace.store.db import READONLY_OPTION, LockBusyError, driver, raw_transaction
 
 T = TypeVar("T")
 Work = Callable[[Tx], Any]
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
-
-
-def _is_busy(error: sa.exc.OperationalError) -> bool:
-    return getattr(error.orig, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY,
-                                                             sqlite3.SQLITE_LOCKED)
 
 
 def _run_batch(connection: sa.Connection,
@@ -41,8 +35,7 @@ def _run_batch(connection: sa.Connection,
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
         return [(future, work(Tx(connection)), None)]
-    raw = connection.connection.driver_connection
-    assert isinstance(raw, sqlite3.Connection)
+    raw = driver(connection)
     outcomes: list[Outcome] = []
     for work, future in batch:
         raw.execute("SAVEPOINT lace_work")
@@ -100,16 +93,15 @@ class AsyncStore:
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
+        writer = self._writer_connection()
         try:
-            transaction = self._begin_here()
-            if transaction is None:  # another process holds the lock: wait on the thread
-                task = asyncio.ensure_future(self._flush_there(batch))
-                self._waiting.add(task)
-                task.add_done_callback(self._waiting.discard)
-                return
-            with transaction:
-                assert self._writer is not None
-                outcomes = _run_batch(self._writer, batch)
+            with raw_transaction(writer, write=True):
+                outcomes = _run_batch(writer, batch)
+        except LockBusyError:  # another process holds the lock: wait for it on the thread
+            task = asyncio.ensure_future(self._flush_there(batch))
+            self._waiting.add(task)
+            task.add_done_callback(self._waiting.discard)
+            return
         except Exception as error:  # the batch is rolled back: every caller hears why
             _fail_all(batch, error)
             return
@@ -133,24 +125,17 @@ class AsyncStore:
         if self._reader is None:
             self._reader = self.store.database.engine.connect().execution_options(
                 **{READONLY_OPTION: True})
-        with self._reader.begin():
+        with raw_transaction(self._reader, write=False):
             return work(Tx(self._reader))
 
-    def _begin_here(self) -> sa.RootTransaction | None:
-        """BEGIN IMMEDIATE on the loop's connection without waiting; None if the lock is held."""
+    def _writer_connection(self) -> sa.Connection:
+        """The loop's connection for writes, which fails at once instead of waiting for the
+        lock. Only BEGIN IMMEDIATE can meet the lock: in WAL mode, a transaction holding the
+        write lock is not blocked again until it ends."""
         if self._writer is None:
             self._writer = self.store.database.engine.connect()
-            # Fail at once instead of waiting. Only BEGIN IMMEDIATE can meet the lock: in WAL
-            # mode, a transaction holding the write lock is not blocked again until it ends.
-            raw = self._writer.connection.driver_connection
-            assert isinstance(raw, sqlite3.Connection)
-            raw.execute("PRAGMA busy_timeout=0")
-        try:
-            return self._writer.begin()
-        except sa.exc.OperationalError as error:
-            if _is_busy(error):
-                return None
-            raise
+            driver(self._writer).execute("PRAGMA busy_timeout=0")
+        return self._writer
 
     def close(self) -> None:
         """Finish queued work, stop the thread and close the loop's connections."""

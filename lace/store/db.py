@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,8 @@ def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
+        if connection.connection.driver_connection.in_transaction:  # type: ignore[union-attr]
+            return  # begun on the sqlite3 connection itself (`raw_transaction`): join it
         readonly = connection.get_execution_options().get(READONLY_OPTION, False)
         connection.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
 
@@ -75,6 +79,43 @@ def create_engine(url: str, *, for_migrations: bool = False) -> Engine:
     engine = sa.create_engine(url, poolclass=NullPool if for_migrations else None)
     _configure_sqlite(engine, foreign_keys=not for_migrations)
     return engine
+
+
+class LockBusyError(Exception):
+    """Another connection holds SQLite's write lock (past this connection's busy timeout)."""
+
+
+def driver(connection: sa.Connection) -> sqlite3.Connection:
+    """The sqlite3 connection under a SQLAlchemy one."""
+    raw = connection.connection.driver_connection
+    if not isinstance(raw, sqlite3.Connection):
+        raise TypeError(f"lace stores its board in SQLite, not {connection.dialect.name}")
+    return raw
+
+
+@contextmanager
+def raw_transaction(connection: sa.Connection, *, write: bool) -> Iterator[None]:
+    """One transaction begun and ended on the sqlite3 connection itself: SQLAlchemy's begin
+    and commit cost about ten times what SQLite takes for them. A SQLAlchemy statement inside
+    joins it (the begin listener sees the open transaction and emits nothing). LockBusyError
+    if another connection holds the lock past the busy timeout."""
+    raw = driver(connection)
+    try:
+        raw.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+    except sqlite3.OperationalError as error:
+        if error.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise LockBusyError(str(error)) from error
+        raise
+    try:
+        yield
+    except BaseException:
+        raw.rollback()
+        if connection.in_transaction():
+            connection.rollback()
+        raise
+    raw.commit()
+    if connection.in_transaction():  # a SQLAlchemy statement joined: end its bookkeeping
+        connection.commit()
 
 
 def _revision_number(revision: str) -> int:

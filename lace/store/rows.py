@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ from lace.core.errors import NotFoundError
 from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
 from lace.core.tasks import OPEN_STATUSES
 from lace.store import schema
+from lace.store.db import driver
 from lace.store.prepared import Prepared, insert_into, json_list, update_by_key
 
 _TASK_ID_ATTEMPTS = 20
@@ -94,10 +94,7 @@ class RowVerbs:
 
     def __init__(self, connection: sa.Connection) -> None:
         self.connection = connection
-        raw = connection.connection.driver_connection
-        if not isinstance(raw, sqlite3.Connection):
-            raise TypeError(f"lace stores its board in SQLite, not {connection.dialect.name}")
-        self.raw = raw
+        self.raw = driver(connection)
         self.woken: set[str] = set()
         self.spawned: list[str] = []
         self.stopped: list[str] = []
