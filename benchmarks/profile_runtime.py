@@ -1,5 +1,5 @@
 """Profile a runtime benchmark with cProfile on both of lace's threads: the event loop and the
-store's writer thread (cProfile alone sees only the thread that enabled it).
+store thread (cProfile alone sees only the thread that enabled it).
 
     python -m benchmarks.profile_runtime fanout --tasks 100 [--top 25]
     python -m benchmarks.profile_runtime per_event --calls 200

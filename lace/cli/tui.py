@@ -21,5 +21,5 @@ def tui_command(args: argparse.Namespace) -> int:
     try:
         app.run()
     finally:
-        app.runtime.close()  # the writer thread stops and the lease row goes
+        app.runtime.close()  # the store thread stops and the lease row goes
     return 0

@@ -1,4 +1,4 @@
-"""Turning inbox rows and events into the conversation a model sees (runs on the writer thread)."""
+"""Turning inbox rows and events into the conversation a model sees (inside one transaction)."""
 
 from __future__ import annotations
 

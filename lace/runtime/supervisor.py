@@ -262,7 +262,7 @@ class Supervisor:
         return cut
 
     def close(self) -> None:
-        """Stop the writer thread and give up the lease."""
+        """Stop the store thread, close the store's connections and give up the lease."""
         if self._watch is not None:
             self._watch.cancel()
         self.db.close()

@@ -1,4 +1,4 @@
-"""What happens to a task when its agent's turn ends or fails (runs on the writer thread)."""
+"""What happens to a task when its agent's turn ends or fails (inside one store transaction)."""
 
 from __future__ import annotations
 
