@@ -111,13 +111,6 @@ class Tx(TaskRules, LeaseVerbs):
                         text=RESUMED.format(reason=agent.stop_reason or agent.status))
         return True
 
-    def count_turn(self, thread_id: str) -> None:
-        """One more turn for this agent."""
-        columns = schema.agent_metadata.c
-        self._agents.pop(thread_id, None)
-        self._execute(schema.agent_metadata.update().where(columns.thread_id == thread_id)
-                      .values(turns=columns.turns + 1))
-
     # approvals
 
     def request_approval(self, thread_id: str, tool: str, arguments: dict[str, object]) -> int:

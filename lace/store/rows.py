@@ -30,6 +30,14 @@ _SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.b
 _SESSION_AGENTS = Prepared(
     sa.select(_agents).join(_threads, _threads.c.id == _agents.c.thread_id)
     .where(_threads.c.root_id == sa.bindparam("root")).order_by(_threads.c.created_at))
+_RUNNABLE = Prepared(
+    sa.select(_inbox.c.thread_id).distinct()
+    .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
+    .join(_threads, _threads.c.id == _inbox.c.thread_id)
+    .where(_inbox.c.consumed_at.is_(None), _threads.c.root_id == sa.bindparam("root"),
+           *(_agents.c.status != status for status in NOT_RUNNABLE)))
+_COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
+                       .values(turns=_agents.c.turns + 1))
 _HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
     sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
     .where(_threads.c.parent_id == sa.bindparam("parent")))
@@ -177,6 +185,11 @@ class RowVerbs:
                 self._agents[row["thread_id"]] = _record(Agent, row)
         return [self._agents[thread_id] for thread_id in thread_ids if thread_id in self._agents]
 
+    def count_turn(self, thread_id: str) -> None:
+        """One more turn for this agent."""
+        self._agents.pop(thread_id, None)
+        _COUNT_TURN.run(self.raw, {"agent": thread_id})
+
     def get_agent(self, thread_id: str) -> Agent:
         """The agent row of a thread, or NotFoundError."""
         agent = self.find_agent(thread_id)
@@ -270,18 +283,10 @@ class RowVerbs:
             _CONSUME_INBOX.run(self.raw, {"thread": thread_id, "now": now_iso()})
         return items
 
-    def runnable_threads(self, root_id: str | None = None) -> list[str]:
-        """Threads with pending inbox rows whose agent may start a turn: not stopped, not
-        failed, and not already running (here or in another process)."""
-        inbox, agents, threads = schema.inbox, schema.agent_metadata, schema.threads
-        statement = (sa.select(inbox.c.thread_id).distinct()
-                     .join(agents, agents.c.thread_id == inbox.c.thread_id)
-                     .where(inbox.c.consumed_at.is_(None),
-                            agents.c.status.not_in(NOT_RUNNABLE)))
-        if root_id is not None:
-            statement = statement.join(threads, threads.c.id == inbox.c.thread_id).where(
-                threads.c.root_id == root_id)
-        return list(self._execute(statement).scalars())
+    def runnable_threads(self, root_id: str) -> list[str]:
+        """Threads of a session with pending inbox rows whose agent may start a turn: not
+        stopped, not failed, and not already running (here or in another process)."""
+        return [row["thread_id"] for row in _RUNNABLE.rows(self.raw, {"root": root_id})]
 
     def runnable_threads_of(self, thread_id: str) -> list[str]:
         """`[thread_id]` if it has pending inbox rows and may run, else `[]`."""

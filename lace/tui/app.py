@@ -75,13 +75,13 @@ class LaceApp(App[None]):
         self.runtime.bus.subscribe(self._on_runtime_event)
         self.set_interval(STREAM_FLUSH_S, self.flush_updates)
         self.set_interval(REFRESH_S, self.request_refresh)
-        if self.session_id is not None:
-            resumed = await self.runtime.resume(self.session_id)
+        if (session_id := self.session_id) is not None:
+            resumed = await self.runtime.resume(session_id)
             if resumed:
                 self.notify(f"Resuming {len(resumed)} interrupted agent(s): "
                             f"{', '.join(resumed)}", title="Interrupted turns")
             for thread_id in await self.runtime.db.read(
-                    lambda tx: tx.runnable_threads(self.session_id)):
+                    lambda tx: tx.runnable_threads(session_id)):
                 self.runtime.wake(thread_id)
         self.query_one(Input).focus()
         await self.refresh_view()
