@@ -13,9 +13,21 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from lace.core.errors import InvalidTransitionError
-from lace.runtime.database import AsyncStore
+from lace.runtime.database import MAX_BATCH, AsyncStore
 from lace.store import Store, Tx
 from tests.conftest import new_session, query
+
+
+def committed(store: Store) -> list[str]:
+    """The COMMITs SQLite runs, from now on, on the connections the store checks out."""
+    commits: list[str] = []
+
+    def trace(dbapi_connection: sqlite3.Connection, *_args: object) -> None:
+        dbapi_connection.set_trace_callback(
+            lambda statement: commits.append(statement) if statement == "COMMIT" else None)
+
+    sa.event.listen(store.database.engine, "checkout", trace)
+    return commits
 
 
 async def test_a_free_lock_means_the_write_runs_on_the_loop(store: Store) -> None:
@@ -58,13 +70,7 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
         store: Store, db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    commits: list[str] = []
-
-    def trace(dbapi_connection: sqlite3.Connection, *_args: object) -> None:
-        dbapi_connection.set_trace_callback(
-            lambda statement: commits.append(statement) if statement == "COMMIT" else None)
-
-    sa.event.listen(store.database.engine, "checkout", trace)  # the store's own connections
+    commits = committed(store)
 
     def append(n: int) -> Callable[[Tx], int]:
         def work(tx: Tx) -> int:
@@ -113,3 +119,18 @@ async def test_a_sqlalchemy_statement_joins_the_loops_transaction(store: Store,
     assert after_rollback == [(0,)]
     assert query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
                  session.id) == [(2,)]
+
+
+async def test_a_long_queue_commits_in_batches_and_loses_nothing(store: Store,
+                                                                 db_path: Path) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+    commits = committed(store)
+    writes = 2 * MAX_BATCH + 5
+    ids = await asyncio.gather(*(db.write(
+        lambda tx, n=n: tx.append_event(session.id, "user_message", {"n": n}))
+        for n in range(writes)))
+    db.close()
+    assert len(commits) == 3  # two full batches and the rest
+    assert query(db_path, "SELECT id FROM events WHERE type = 'user_message' ORDER BY id") == [
+        (event_id,) for event_id in ids]

@@ -25,6 +25,7 @@ from lace.store import Store, Tx
 from lace.store.db import READONLY_OPTION, LockBusyError, driver, raw_transaction
 
 T = TypeVar("T")
+MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
 Work = Callable[[Tx], Any]
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
@@ -92,7 +93,9 @@ class AsyncStore:
         return await future
 
     def _flush(self) -> None:
-        batch, self._pending = self._pending, []
+        batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+        if self._pending:  # the rest commit next, after these callers had their turn
+            asyncio.get_running_loop().call_soon(self._flush)
         writer = self._writer_connection()
         try:
             with raw_transaction(writer, write=True):
