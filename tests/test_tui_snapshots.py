@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import Any
 import pytest
 
 from lace.core import ids
+from lace.llm.types import ScriptedReply
 from lace.tui.app import LaceApp
-from tests.scripted import ScriptedModels
+from tests.scripted import Handler, ScriptedModels, assigned_task, reply, text, tools_called
 from tests.test_tui import SIZE, make_app, settle
 
 
@@ -20,6 +22,24 @@ def fixed_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     numbers = itertools.count(1)
     monkeypatch.setattr(ids, "new_root_thread_id", lambda: "lace_20261122_snap01")
     monkeypatch.setattr(ids, "new_task_id", lambda: f"task_20261122_00000{next(numbers)}")
+
+
+def beta_after_alpha(models: ScriptedModels) -> Handler:
+    """Workers that complete their task at once (no notes, which would wake the root at times
+    that depend on timing), "Beta" only once the root has heard that "Alpha" is done: the
+    root's turns, and the tokens on screen, are the same on every run."""
+
+    async def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "task_complete" in tools_called(messages):
+            return reply("finished")
+        if any('Title: "Beta"' in text(message) for message in messages):
+            while not any('has been completed' in text(message) and '"Alpha"' in text(message)
+                          for called in models.calls_of("root") for message in called):
+                await asyncio.sleep(0.01)
+        return reply(None, ("task_complete", {"task_id": assigned_task(messages),
+                                              "message": f"result of {assigned_task(messages)}"}))
+
+    return handle
 
 
 def after_the_run(app: LaceApp, key: str, pause: float) -> Callable[[Any], Awaitable[None]]:
@@ -38,10 +58,12 @@ def after_the_run(app: LaceApp, key: str, pause: float) -> Callable[[Any], Await
 def test_main_screen(snap_compare: Any, db_path: Path, models: ScriptedModels,
                      fixed_ids: None) -> None:
     app = make_app(db_path, models)
+    models.on("worker", beta_after_alpha(models))
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "n", 0))
 
 
 def test_board(snap_compare: Any, db_path: Path, models: ScriptedModels,
                fixed_ids: None) -> None:
     app = make_app(db_path, models)
+    models.on("worker", beta_after_alpha(models))
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "b", 0.3))

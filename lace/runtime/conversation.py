@@ -11,7 +11,7 @@ from lace.core.assignee import HUMAN
 from lace.core.records import Agent, Event
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
-from lace.store.rows import NOT_RUNNABLE
+from lace.store.statements import NOT_RUNNABLE
 from lace.tools.names import ALL_TOOL_NAMES
 
 INTERRUPTED_RESULT = ("Interrupted: this tool call did not finish (lace stopped mid-turn). "

@@ -96,8 +96,8 @@ class AsyncStore:
         batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         if self._pending:  # the rest commit next, after these callers had their turn
             asyncio.get_running_loop().call_soon(self._flush)
-        writer = self._writer_connection()
         try:
+            writer = self._writer_connection()
             with raw_transaction(writer, write=True):
                 outcomes = _run_batch(writer, batch)
         except LockBusyError:  # another process holds the lock: wait for it on the thread

@@ -11,8 +11,8 @@ from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
 from lace.store import schema
+from lace.store import statements as sql
 from lace.store.leases import LeaseVerbs
-from lace.store.prepared import Prepared
 from lace.store.task_rules import TaskRules
 
 RESUMED = ("[LACE TASK SYSTEM] You were stopped ({reason}) and have been resumed. Continue your "
@@ -26,16 +26,6 @@ class Usage:
     tokens: int
     cost_usd: float
     turns: int
-
-
-_agents = schema.agent_metadata.c
-_SUBTREE_USAGE = Prepared(sa.select(
-    sa.func.coalesce(sa.func.sum(_agents.tokens_in + _agents.tokens_out), 0).label("tokens"),
-    sa.func.coalesce(sa.func.sum(_agents.cost_usd), 0.0).label("cost_usd"),
-    sa.func.coalesce(sa.func.sum(_agents.turns), 0).label("turns"))
-    .where(sa.or_(_agents.thread_id == sa.bindparam("me"),  # the thread_id index serves it
-                  sa.and_(_agents.thread_id > sa.bindparam("after"),
-                          _agents.thread_id < sa.bindparam("before")))))
 
 
 class Tx(TaskRules, LeaseVerbs):
@@ -74,7 +64,7 @@ class Tx(TaskRules, LeaseVerbs):
         """Tokens, cost and turns of a subtree, summed from the agent rows (each keeps its
         totals of `llm_calls`, updated in the transaction that records a call): one row per
         agent to read, not one per call."""
-        row = _SUBTREE_USAGE.first(self.raw, {"me": thread_id, "after": f"{thread_id}.",
+        row = sql.SUBTREE_USAGE.first(self.raw, {"me": thread_id, "after": f"{thread_id}.",
                                               "before": f"{thread_id}/"})
         assert row is not None  # an aggregate always has its one row
         return Usage(tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]),

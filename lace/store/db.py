@@ -64,7 +64,7 @@ def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
-        if connection.connection.driver_connection.in_transaction:  # type: ignore[union-attr]
+        if driver(connection).in_transaction:
             return  # begun on the sqlite3 connection itself (`raw_transaction`): join it
         readonly = connection.get_execution_options().get(READONLY_OPTION, False)
         connection.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")

@@ -14,82 +14,12 @@ from lace.core.errors import NotFoundError
 from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
 from lace.core.tasks import OPEN_STATUSES
 from lace.store import schema
+from lace.store import statements as sql
 from lace.store.db import driver
-from lace.store.prepared import Prepared, insert_into, json_list, update_by_key
+from lace.store.prepared import insert_into, update_by_key
+from lace.store.statements import NOT_RUNNABLE
 
 _TASK_ID_ATTEMPTS = 20
-NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
-_agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
-_inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
-# The runtime's statements, compiled once and run on the raw connection (see `prepared`).
-_AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
-_AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
-_THREAD_BY_ID = Prepared(sa.select(_threads).where(_threads.c.id == sa.bindparam("thread")))
-_SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.bindparam("root"))
-                           .order_by(_threads.c.created_at, _threads.c.id))
-_SESSION_AGENTS = Prepared(
-    sa.select(_agents).join(_threads, _threads.c.id == _agents.c.thread_id)
-    .where(_threads.c.root_id == sa.bindparam("root")).order_by(_threads.c.created_at))
-_RUNNABLE = Prepared(
-    sa.select(_inbox.c.thread_id).distinct()
-    .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
-    .join(_threads, _threads.c.id == _inbox.c.thread_id)
-    .where(_inbox.c.consumed_at.is_(None), _threads.c.root_id == sa.bindparam("root"),
-           *(_agents.c.status != status for status in NOT_RUNNABLE)))
-_COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
-                       .values(turns=_agents.c.turns + 1))
-_HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
-    sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
-    .where(_threads.c.parent_id == sa.bindparam("parent")))
-_INSERT_THREAD = insert_into("threads", ("id", "parent_id", "root_id", "title", "created_at",
-                                         "updated_at"))
-_INSERT_EVENT = insert_into("events", ("thread_id", "type", "data", "created_at"))
-_TOUCH_THREAD = Prepared(_threads.update().where(_threads.c.id == sa.bindparam("thread"))
-                         .values(updated_at=sa.bindparam("now")))
-_SET_STATUS = Prepared(_agents.update().where(
-    _agents.c.thread_id == sa.bindparam("agent"), _agents.c.status != "stopped").values(
-        status=sa.bindparam("new_status"), updated_at=sa.bindparam("now")))
-_EVENTS_AFTER = Prepared(sa.select(_events).where(
-    _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
-    .order_by(_events.c.id))
-_INSERT_INBOX = insert_into("inbox", ("thread_id", "sender", "task_id", "kind", "text",
-                                      "priority", "created_at"))
-_PENDING_INBOX = Prepared(sa.select(_inbox).where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
-    .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
-_HAS_PENDING_INBOX = Prepared(sa.select(_inbox.c.id).where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).limit(1))
-_CONSUME_INBOX = Prepared(_inbox.update().where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).values(
-        consumed_at=sa.bindparam("now")))
-_LIVE_CHILDREN = Prepared(
-    sa.select(sa.func.count()).select_from(_agents)
-    .outerjoin(_tasks, _tasks.c.id == _agents.c.created_for_task)
-    .where(_agents.c.parent_thread_id == sa.bindparam("parent"), _agents.c.status != "stopped",
-           sa.or_(_tasks.c.status.is_(None),
-                  sa.and_(_tasks.c.status != "completed", _tasks.c.status != "archived"))))
-_CHILDREN_SINCE = Prepared(sa.select(sa.func.count()).select_from(_agents).where(
-    _agents.c.parent_thread_id == sa.bindparam("parent"),
-    _agents.c.created_at >= sa.bindparam("since")))
-_INSERT_LLM_CALL = insert_into("llm_calls", (
-    "thread_id", "model", "prompt_tokens", "completion_tokens", "cost_usd", "latency_ms",
-    "error", "created_at"))
-_ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column names
-    _agents.c.thread_id == sa.bindparam("agent")).values(
-        tokens_in=_agents.c.tokens_in + sa.bindparam("add_in"),
-        tokens_out=_agents.c.tokens_out + sa.bindparam("add_out"),
-        cost_usd=_agents.c.cost_usd + sa.bindparam("add_cost"),
-        updated_at=sa.bindparam("now")))
-_TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
-_TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
-_INSERT_TASK = insert_into("tasks", (
-    "id", "title", "description", "prompt", "status", "priority", "assigned_to", "created_by",
-    "thread_id", "created_at", "updated_at"))
-_INSERT_NOTE = insert_into("task_notes", ("task_id", "author", "content", "created_at"))
-_COUNT_NOTES = Prepared(sa.select(sa.func.count()).select_from(_notes).where(
-    _notes.c.task_id == sa.bindparam("task")))
-_TASK_NOTES = Prepared(sa.select(_notes).where(_notes.c.task_id == sa.bindparam("task"))
-                       .order_by(_notes.c.id))
 
 
 def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
@@ -124,7 +54,7 @@ class RowVerbs:
         thread_id = ids.new_root_thread_id()
         thread = Thread(id=thread_id, parent_id=None, root_id=thread_id, title=title,
                         created_at=now, updated_at=now)
-        _INSERT_THREAD.run(self.raw, vars(thread))
+        sql.INSERT_THREAD.run(self.raw, vars(thread))
         self.create_agent(thread_id=thread.id, name=name, provider=provider, model=model,
                           parent_thread_id=None, tools=tools)
         return thread
@@ -132,12 +62,12 @@ class RowVerbs:
     def create_child_thread(self, parent_id: str, title: str | None = None) -> Thread:
         """Thread `<parent>.N`, N one more than the highest existing child of the parent."""
         parent = self.get_thread(parent_id)
-        highest = _HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
+        highest = sql.HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
                                                    "suffix_at": len(parent_id) + 2})
         now = now_iso()
         thread = Thread(id=ids.child_thread_id(parent_id, int(highest) + 1), parent_id=parent_id,
                         root_id=parent.root_id, title=title, created_at=now, updated_at=now)
-        _INSERT_THREAD.run(self.raw, vars(thread))
+        sql.INSERT_THREAD.run(self.raw, vars(thread))
         return thread
 
     def create_agent(
@@ -163,7 +93,7 @@ class RowVerbs:
 
     def get_thread(self, thread_id: str) -> Thread:
         """One thread, or NotFoundError."""
-        row = _THREAD_BY_ID.first(self.raw, {"thread": thread_id})
+        row = sql.THREAD_BY_ID.first(self.raw, {"thread": thread_id})
         if row is None:
             raise NotFoundError(f"Unknown thread {thread_id!r}.")
         return _record(Thread, row)  # type: ignore[no-any-return]
@@ -171,7 +101,7 @@ class RowVerbs:
     def find_agent(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""
         if thread_id not in self._agents:
-            row = _AGENT_BY_ID.first(self.raw, {"agent": thread_id})
+            row = sql.AGENT_BY_ID.first(self.raw, {"agent": thread_id})
             if row is None:
                 return None
             self._agents[thread_id] = _record(Agent, row)
@@ -181,14 +111,14 @@ class RowVerbs:
         """The agent rows among `thread_ids` that exist."""
         missing = [thread_id for thread_id in thread_ids if thread_id not in self._agents]
         if missing:
-            for row in _AGENTS_BY_IDS.rows(self.raw, {"agents": json.dumps(missing)}):
+            for row in sql.AGENTS_BY_IDS.rows(self.raw, {"agents": json.dumps(missing)}):
                 self._agents[row["thread_id"]] = _record(Agent, row)
         return [self._agents[thread_id] for thread_id in thread_ids if thread_id in self._agents]
 
     def count_turn(self, thread_id: str) -> None:
         """One more turn for this agent."""
         self._agents.pop(thread_id, None)
-        _COUNT_TURN.run(self.raw, {"agent": thread_id})
+        sql.COUNT_TURN.run(self.raw, {"agent": thread_id})
 
     def get_agent(self, thread_id: str) -> Agent:
         """The agent row of a thread, or NotFoundError."""
@@ -200,7 +130,7 @@ class RowVerbs:
     def set_status(self, thread_id: str, status: str) -> None:
         """Change an agent's status unless it was stopped (only `resume_agent` undoes that)."""
         self._agents.pop(thread_id, None)
-        _SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
+        sql.SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
 
     def update_agent(self, thread_id: str, **values: Any) -> None:
         """Change columns of an agent row."""
@@ -211,12 +141,12 @@ class RowVerbs:
 
     def session_threads(self, root_id: str) -> list[Thread]:
         """Every thread of a session, root first, in creation order."""
-        rows = _SESSION_THREADS.rows(self.raw, {"root": root_id})
+        rows = sql.SESSION_THREADS.rows(self.raw, {"root": root_id})
         return [_record(Thread, row) for row in rows]
 
     def session_agents(self, root_id: str) -> list[Agent]:
         """Every agent row of a session."""
-        rows = _SESSION_AGENTS.rows(self.raw, {"root": root_id})
+        rows = sql.SESSION_AGENTS.rows(self.raw, {"root": root_id})
         return [_record(Agent, row) for row in rows]
 
     def latest_session(self) -> Thread | None:
@@ -239,11 +169,11 @@ class RowVerbs:
     def append_event(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
         """Append one conversation row; returns its id."""
         now = now_iso()
-        cursor = _INSERT_EVENT.run(self.raw, {"thread_id": thread_id, "type": type,
+        cursor = sql.INSERT_EVENT.run(self.raw, {"thread_id": thread_id, "type": type,
                                               "data": data, "created_at": now})
         if thread_id not in self._touched:  # once per transaction is enough
             self._touched.add(thread_id)
-            _TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
+            sql.TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
         return int(cursor.lastrowid or 0)
 
     def latest_events(self, thread_id: str, count: int) -> tuple[list[Event], int]:
@@ -257,7 +187,7 @@ class RowVerbs:
 
     def thread_events(self, thread_id: str, after_id: int = 0) -> list[Event]:
         """A thread's conversation in order."""
-        rows = _EVENTS_AFTER.rows(self.raw, {"thread": thread_id, "after": after_id})
+        rows = sql.EVENTS_AFTER.rows(self.raw, {"thread": thread_id, "after": after_id})
         return [_record(Event, row) for row in rows]
 
     def post_inbox(
@@ -265,7 +195,7 @@ class RowVerbs:
         task_id: str | None = None, priority: str = "normal",
     ) -> int:
         """Put a message in a thread's inbox."""
-        cursor = _INSERT_INBOX.run(self.raw, {
+        cursor = sql.INSERT_INBOX.run(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
             "text": text, "priority": priority, "created_at": now_iso()})
         self.woken.add(thread_id)
@@ -280,20 +210,20 @@ class RowVerbs:
         """The pending messages of a thread, marked consumed in this transaction."""
         items = self.pending_inbox(thread_id)
         if items:  # exactly these rows: this transaction holds the write lock
-            _CONSUME_INBOX.run(self.raw, {"thread": thread_id, "now": now_iso()})
+            sql.CONSUME_INBOX.run(self.raw, {"thread": thread_id, "now": now_iso()})
         return items
 
     def runnable_threads(self, root_id: str) -> list[str]:
         """Threads of a session with pending inbox rows whose agent may start a turn: not
         stopped, not failed, and not already running (here or in another process)."""
-        return [row["thread_id"] for row in _RUNNABLE.rows(self.raw, {"root": root_id})]
+        return [row["thread_id"] for row in sql.RUNNABLE.rows(self.raw, {"root": root_id})]
 
     def runnable_threads_of(self, thread_id: str) -> list[str]:
         """`[thread_id]` if it has pending inbox rows and may run, else `[]`."""
         agent = self.find_agent(thread_id)
         if agent is None or agent.status in NOT_RUNNABLE:
             return []
-        row = _HAS_PENDING_INBOX.first(self.raw, {"thread": thread_id})
+        row = sql.HAS_PENDING_INBOX.first(self.raw, {"thread": thread_id})
         return [thread_id] if row else []
 
     def open_tasks_by_creator(self, session_id: str) -> dict[str, int]:
@@ -346,29 +276,29 @@ class RowVerbs:
     def live_children(self, parent_id: str) -> int:
         """Children of an agent that still count against `max_children`: not stopped, and
         their task neither completed nor archived."""
-        return int(_LIVE_CHILDREN.scalar(self.raw, {"parent": parent_id}))
+        return int(sql.LIVE_CHILDREN.scalar(self.raw, {"parent": parent_id}))
 
     def children_created_since(self, parent_id: str, since: str) -> int:
         """How many agents `parent_id` spawned at or after `since` (ISO time)."""
-        return int(_CHILDREN_SINCE.scalar(self.raw, {"parent": parent_id, "since": since}))
+        return int(sql.CHILDREN_SINCE.scalar(self.raw, {"parent": parent_id, "since": since}))
 
     def record_llm_call(self, thread_id: str, *, model: str, prompt_tokens: int,
                         completion_tokens: int, cost_usd: float, latency_ms: float,
                         error: str | None = None) -> None:
         """One `llm_calls` row, added to the agent's totals."""
         now = now_iso()
-        _INSERT_LLM_CALL.run(self.raw, {
+        sql.INSERT_LLM_CALL.run(self.raw, {
             "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "cost_usd": cost_usd,
             "latency_ms": latency_ms, "error": error, "created_at": now})
         self._agents.pop(thread_id, None)
-        _ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
+        sql.ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
                                   "add_out": completion_tokens, "add_cost": cost_usd,
                                   "now": now})
 
     def pending_inbox(self, thread_id: str) -> list[InboxItem]:
         """Unconsumed messages for a thread, high priority first, then oldest."""
-        rows = _PENDING_INBOX.rows(self.raw, {"thread": thread_id})
+        rows = sql.PENDING_INBOX.rows(self.raw, {"thread": thread_id})
         return [_record(InboxItem, row) for row in rows]
 
     # tasks
@@ -376,7 +306,7 @@ class RowVerbs:
     def _new_task_id(self) -> str:
         for _ in range(_TASK_ID_ATTEMPTS):
             task_id = ids.new_task_id()
-            if _TASK_EXISTS.first(self.raw, {"task": task_id}) is None:
+            if sql.TASK_EXISTS.first(self.raw, {"task": task_id}) is None:
                 return task_id
         raise RuntimeError("could not allocate a unique task id")
 
@@ -391,13 +321,13 @@ class RowVerbs:
                   "prompt": prompt, "status": status, "priority": priority,
                   "assigned_to": assigned_to, "created_by": created_by,
                   "thread_id": session_id, "created_at": now, "updated_at": now}
-        _INSERT_TASK.run(self.raw, values)
+        sql.INSERT_TASK.run(self.raw, values)
         return _record(Task, {**values, "note_count": 0, "notes": ()})  # type: ignore[no-any-return]
 
     def get_task(self, task_id: str, *, session_id: str | None = None,
                  with_notes: bool = False) -> Task:
         """One task; NotFoundError if unknown or of another session than `session_id`."""
-        row = _TASK_BY_ID.first(self.raw, {"task": task_id})
+        row = sql.TASK_BY_ID.first(self.raw, {"task": task_id})
         if row is None or (session_id is not None and row["thread_id"] != session_id):
             raise NotFoundError(
                 f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
@@ -413,18 +343,18 @@ class RowVerbs:
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
         """Insert one note row."""
         now = now_iso()
-        cursor = _INSERT_NOTE.run(self.raw, {"task_id": task_id, "author": author,
+        cursor = sql.INSERT_NOTE.run(self.raw, {"task_id": task_id, "author": author,
                                              "content": content, "created_at": now})
         note_id = int(cursor.lastrowid or 0)
         return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
 
     def count_notes(self, task_id: str) -> int:
         """How many notes a task has."""
-        return int(_COUNT_NOTES.scalar(self.raw, {"task": task_id}))
+        return int(sql.COUNT_NOTES.scalar(self.raw, {"task": task_id}))
 
     def task_notes(self, task_id: str) -> list[Note]:
         """A task's notes, oldest first."""
-        rows = _TASK_NOTES.rows(self.raw, {"task": task_id})
+        rows = sql.TASK_NOTES.rows(self.raw, {"task": task_id})
         return [_record(Note, row) for row in rows]
 
     def query_tasks(

@@ -1,0 +1,89 @@
+"""The runtime's statements: built with SQLAlchemy from the schema, compiled once (see
+`prepared`), and run by the row verbs on the raw connection of the open transaction."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from lace.store import schema
+from lace.store.prepared import Prepared, insert_into, json_list
+
+NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
+_agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
+_inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
+AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
+AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
+THREAD_BY_ID = Prepared(sa.select(_threads).where(_threads.c.id == sa.bindparam("thread")))
+SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.bindparam("root"))
+                           .order_by(_threads.c.created_at, _threads.c.id))
+SESSION_AGENTS = Prepared(
+    sa.select(_agents).join(_threads, _threads.c.id == _agents.c.thread_id)
+    .where(_threads.c.root_id == sa.bindparam("root")).order_by(_threads.c.created_at))
+RUNNABLE = Prepared(
+    sa.select(_inbox.c.thread_id).distinct()
+    .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
+    .join(_threads, _threads.c.id == _inbox.c.thread_id)
+    .where(_inbox.c.consumed_at.is_(None), _threads.c.root_id == sa.bindparam("root"),
+           *(_agents.c.status != status for status in NOT_RUNNABLE)))
+COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
+                       .values(turns=_agents.c.turns + 1))
+HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
+    sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
+    .where(_threads.c.parent_id == sa.bindparam("parent")))
+INSERT_THREAD = insert_into("threads", ("id", "parent_id", "root_id", "title", "created_at",
+                                         "updated_at"))
+INSERT_EVENT = insert_into("events", ("thread_id", "type", "data", "created_at"))
+TOUCH_THREAD = Prepared(_threads.update().where(_threads.c.id == sa.bindparam("thread"))
+                         .values(updated_at=sa.bindparam("now")))
+SET_STATUS = Prepared(_agents.update().where(
+    _agents.c.thread_id == sa.bindparam("agent"), _agents.c.status != "stopped").values(
+        status=sa.bindparam("new_status"), updated_at=sa.bindparam("now")))
+EVENTS_AFTER = Prepared(sa.select(_events).where(
+    _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
+    .order_by(_events.c.id))
+INSERT_INBOX = insert_into("inbox", ("thread_id", "sender", "task_id", "kind", "text",
+                                      "priority", "created_at"))
+PENDING_INBOX = Prepared(sa.select(_inbox).where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
+    .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
+HAS_PENDING_INBOX = Prepared(sa.select(_inbox.c.id).where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).limit(1))
+CONSUME_INBOX = Prepared(_inbox.update().where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).values(
+        consumed_at=sa.bindparam("now")))
+LIVE_CHILDREN = Prepared(
+    sa.select(sa.func.count()).select_from(_agents)
+    .outerjoin(_tasks, _tasks.c.id == _agents.c.created_for_task)
+    .where(_agents.c.parent_thread_id == sa.bindparam("parent"), _agents.c.status != "stopped",
+           sa.or_(_tasks.c.status.is_(None),
+                  sa.and_(_tasks.c.status != "completed", _tasks.c.status != "archived"))))
+CHILDREN_SINCE = Prepared(sa.select(sa.func.count()).select_from(_agents).where(
+    _agents.c.parent_thread_id == sa.bindparam("parent"),
+    _agents.c.created_at >= sa.bindparam("since")))
+INSERT_LLM_CALL = insert_into("llm_calls", (
+    "thread_id", "model", "prompt_tokens", "completion_tokens", "cost_usd", "latency_ms",
+    "error", "created_at"))
+ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column names
+    _agents.c.thread_id == sa.bindparam("agent")).values(
+        tokens_in=_agents.c.tokens_in + sa.bindparam("add_in"),
+        tokens_out=_agents.c.tokens_out + sa.bindparam("add_out"),
+        cost_usd=_agents.c.cost_usd + sa.bindparam("add_cost"),
+        updated_at=sa.bindparam("now")))
+TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
+TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
+INSERT_TASK = insert_into("tasks", (
+    "id", "title", "description", "prompt", "status", "priority", "assigned_to", "created_by",
+    "thread_id", "created_at", "updated_at"))
+INSERT_NOTE = insert_into("task_notes", ("task_id", "author", "content", "created_at"))
+COUNT_NOTES = Prepared(sa.select(sa.func.count()).select_from(_notes).where(
+    _notes.c.task_id == sa.bindparam("task")))
+TASK_NOTES = Prepared(sa.select(_notes).where(_notes.c.task_id == sa.bindparam("task"))
+                       .order_by(_notes.c.id))
+SUBTREE_USAGE = Prepared(sa.select(
+    sa.func.coalesce(sa.func.sum(_agents.c.tokens_in + _agents.c.tokens_out), 0).label("tokens"),
+    sa.func.coalesce(sa.func.sum(_agents.c.cost_usd), 0.0).label("cost_usd"),
+    sa.func.coalesce(sa.func.sum(_agents.c.turns), 0).label("turns"))
+    .where(sa.or_(_agents.c.thread_id == sa.bindparam("me"),  # the thread_id index serves it
+                  sa.and_(_agents.c.thread_id > sa.bindparam("after"),
+                          _agents.c.thread_id < sa.bindparam("before")))))
+
