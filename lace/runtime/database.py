@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from lace.store import Store, Tx
-from lace.store.db import READONLY_OPTION, LockBusyError, driver, raw_transaction
+from lace.store.db import LockBusyError, driver, raw_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
@@ -112,8 +112,8 @@ class AsyncStore:
 
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
         def run() -> list[Outcome]:
-            with self.store.database.engine.connect() as connection, connection.begin():
-                return _run_batch(connection, batch)
+            with self.store.transaction() as tx:
+                return _run_batch(tx.connection, batch)
 
         try:
             outcomes = await self.call(run)
@@ -126,8 +126,7 @@ class AsyncStore:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
         for writers in WAL mode, so reads run here."""
         if self._reader is None:
-            self._reader = self.store.database.engine.connect().execution_options(
-                **{READONLY_OPTION: True})
+            self._reader = self.store.database.engine.connect()
         with raw_transaction(self._reader, write=False):
             return work(Tx(self._reader))
 

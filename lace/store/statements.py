@@ -26,15 +26,15 @@ RUNNABLE = Prepared(
     .where(_inbox.c.consumed_at.is_(None), _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
 COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
-                       .values(turns=_agents.c.turns + 1))
+                      .values(turns=_agents.c.turns + 1))
 HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
     sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
     .where(_threads.c.parent_id == sa.bindparam("parent")))
 INSERT_THREAD = insert_into("threads", ("id", "parent_id", "root_id", "title", "created_at",
-                                         "updated_at"))
+                                        "updated_at"))
 INSERT_EVENT = insert_into("events", ("thread_id", "type", "data", "created_at"))
 TOUCH_THREAD = Prepared(_threads.update().where(_threads.c.id == sa.bindparam("thread"))
-                         .values(updated_at=sa.bindparam("now")))
+                        .values(updated_at=sa.bindparam("now")))
 SET_STATUS = Prepared(_agents.update().where(
     _agents.c.thread_id == sa.bindparam("agent"), _agents.c.status != "stopped").values(
         status=sa.bindparam("new_status"), updated_at=sa.bindparam("now")))
@@ -42,7 +42,7 @@ EVENTS_AFTER = Prepared(sa.select(_events).where(
     _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
     .order_by(_events.c.id))
 INSERT_INBOX = insert_into("inbox", ("thread_id", "sender", "task_id", "kind", "text",
-                                      "priority", "created_at"))
+                                     "priority", "created_at"))
 PENDING_INBOX = Prepared(sa.select(_inbox).where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
     .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
@@ -78,7 +78,7 @@ INSERT_NOTE = insert_into("task_notes", ("task_id", "author", "content", "create
 COUNT_NOTES = Prepared(sa.select(sa.func.count()).select_from(_notes).where(
     _notes.c.task_id == sa.bindparam("task")))
 TASK_NOTES = Prepared(sa.select(_notes).where(_notes.c.task_id == sa.bindparam("task"))
-                       .order_by(_notes.c.id))
+                      .order_by(_notes.c.id))
 SUBTREE_USAGE = Prepared(sa.select(
     sa.func.coalesce(sa.func.sum(_agents.c.tokens_in + _agents.c.tokens_out), 0).label("tokens"),
     sa.func.coalesce(sa.func.sum(_agents.c.cost_usd), 0.0).label("cost_usd"),
