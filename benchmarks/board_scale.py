@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks.common import table
+from benchmarks.common import table, traced_statements
 from lace.cli.board import pick_session, tasks_command, threads_command
 from lace.config import Budgets
 from lace.runtime.conversation import begin_turn
@@ -450,26 +450,15 @@ class Measured:
 
 @contextlib.contextmanager
 def recording() -> Iterator[list[tuple[str, Any]]]:
-    """Every statement SQLite runs for any pooled connection meanwhile, its values inlined (lace
-    runs its hot statements on the raw sqlite3 connection, which SQLAlchemy's events miss)."""
+    """Every statement SQLite runs for any pooled connection meanwhile, its values inlined."""
     seen: list[tuple[str, Any]] = []
-    traced: list[sqlite3.Connection] = []
 
     def record(statement: str) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "UPDATE")):
             seen.append((statement, ()))
 
-    def trace(dbapi_connection: sqlite3.Connection, *_args: Any) -> None:
-        dbapi_connection.set_trace_callback(record)
-        traced.append(dbapi_connection)
-
-    sa.event.listen(sa.pool.Pool, "checkout", trace)
-    try:
+    with traced_statements(sa.pool.Pool, record):
         yield seen
-    finally:
-        sa.event.remove(sa.pool.Pool, "checkout", trace)
-        for connection in traced:
-            connection.set_trace_callback(None)
 
 
 def _shape(statement: str) -> str:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
 
 from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.llm.checks import check_model
@@ -52,6 +55,26 @@ async def bench_runtime(client: ModelClient, limits: Limits,
             await supervisor.stop()
             supervisor.close()
             store.close()
+
+
+@contextmanager
+def traced_statements(target: Any, record: Callable[[str], None]) -> Iterator[None]:
+    """Hand `record` every statement SQLite runs, meanwhile, on the connections `target` (an
+    engine, or `sqlalchemy.pool.Pool` for all) checks out; lace runs its hot statements on the
+    raw sqlite3 connection, which SQLAlchemy's events miss."""
+    traced: list[Any] = []
+
+    def trace(dbapi_connection: Any, *_args: Any) -> None:
+        dbapi_connection.set_trace_callback(record)
+        traced.append(dbapi_connection)
+
+    sa.event.listen(target, "checkout", trace)
+    try:
+        yield
+    finally:
+        sa.event.remove(target, "checkout", trace)
+        for connection in traced:
+            connection.set_trace_callback(None)
 
 
 def db_file(supervisor: Supervisor) -> Path:

@@ -21,9 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
-from benchmarks.common import bench_runtime, db_file, percentile, raised_limits, table
+from benchmarks.common import (
+    bench_runtime,
+    db_file,
+    percentile,
+    raised_limits,
+    table,
+    traced_statements,
+)
 from benchmarks.fanout import ASSIGNED, ROOT_MODEL, BenchmarkError, warm_up
 from lace.llm.types import DeltaCallback, ModelReply, ToolCallRequest
 from lace.store import Store, open_database
@@ -91,14 +96,8 @@ class SqlCounter:
 
     log: list[tuple[float, str]] = field(default_factory=list)
 
-    def attach(self, engine: sa.Engine) -> None:
-        """Trace every connection the engine hands out."""
-        sa.event.listen(engine, "checkout", self._trace)
-
-    def _trace(self, dbapi_connection: Any, *_args: Any) -> None:
-        dbapi_connection.set_trace_callback(self._statement)
-
-    def _statement(self, statement: str) -> None:
+    def record(self, statement: str) -> None:
+        """Log one statement's kind."""
         words = statement.split(None, 2)
         kind = " ".join(words[:2]) if words[0] == "BEGIN" else words[0]
         self.log.append((time.perf_counter(), kind.upper()))
@@ -124,9 +123,9 @@ async def run_lace(calls: int) -> tuple[list[float], Counter[str]]:
     model, counter = NoterModel(calls), SqlCounter()
     limits, _ = raised_limits(1)
     async with bench_runtime(model, limits) as supervisor:
-        counter.attach(supervisor.store.database.engine)
-        root = await supervisor.start_session("Take notes.", ROOT_MODEL)
-        await supervisor.run_until_quiet(root.id)
+        with traced_statements(supervisor.store.database.engine, counter.record):
+            root = await supervisor.start_session("Take notes.", ROOT_MODEL)
+            await supervisor.run_until_quiet(root.id)
         with sqlite3.connect(db_file(supervisor)) as connection:
             notes = connection.execute("SELECT COUNT(*) FROM task_notes").fetchone()[0]
             inbox = connection.execute("SELECT COUNT(*) FROM inbox WHERE thread_id = ? AND "
