@@ -18,6 +18,7 @@ demo: $(BIN)/lace
 
 lint: $(BIN)/lace
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 test: lint

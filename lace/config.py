@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from lace.core.errors import LaceError
+from lace.paths import lace_home
 
 DEMO_MODEL = "demo/coordinator"
 
@@ -153,8 +154,6 @@ def config_path() -> Path | None:
         if not Path(named).is_file():
             raise LaceError(f"LACE_CONFIG names {named}, which is not a file.")
         return Path(named)
-    from lace.store.db import lace_home
-
     for candidate in (Path("lace.toml"), lace_home() / "config.toml"):
         if candidate.is_file():
             return candidate

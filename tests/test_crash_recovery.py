@@ -3,7 +3,6 @@ final board as a run that was never killed: nothing lost, nothing delivered or d
 
 from __future__ import annotations
 
-import os
 import random
 import sqlite3
 import subprocess
@@ -15,54 +14,9 @@ from typing import Any
 import pytest
 
 from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
+from tests.processes import MANY_PROMPT, final_board, lace, lace_env
 
 PROMPT = "Write the announcement and list the risks"
-
-
-def lace_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
-    return {**env, "LACE_HOME": str(home), **extra}
-
-
-def lace(home: Path, *argv: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True, text=True,
-                          env=env, timeout=120)
-
-
-def final_board(home: Path) -> dict[str, Any]:
-    """The session's tasks, notes and deliveries with ids normalised."""
-    with sqlite3.connect(home / "lace.db") as connection:
-        (root,), = connection.execute("SELECT id FROM threads WHERE parent_id IS NULL")
-
-        def norm(value: Any) -> Any:
-            return value.replace(root, "ROOT") if isinstance(value, str) else value
-
-        tasks = sorted(tuple(map(norm, row)) for row in connection.execute(
-            "SELECT title, status, priority, assigned_to, created_by FROM tasks"))
-        notes = sorted(tuple(map(norm, row)) for row in connection.execute(
-            "SELECT t.title, n.author, n.content FROM task_notes n JOIN tasks t "
-            "ON t.id = n.task_id"))
-        notices = sorted(tuple(map(norm, row)) for row in connection.execute(
-            "SELECT i.thread_id, i.kind, i.sender, t.title FROM inbox i LEFT JOIN tasks t "
-            "ON t.id = i.task_id WHERE i.kind NOT IN ('resume', 'reminder')"))
-        undelivered = connection.execute(
-            "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL").fetchone()
-        deliveries = connection.execute(
-            "SELECT json_extract(data, '$.inbox_id'), COUNT(*) FROM events WHERE "
-            "json_extract(data, '$.inbox_id') IS NOT NULL GROUP BY 1 HAVING COUNT(*) > 1"
-        ).fetchall()
-        consumed = connection.execute("SELECT COUNT(*) FROM inbox WHERE consumed_at IS NOT "
-                                      "NULL").fetchone()
-        delivered = connection.execute("SELECT COUNT(DISTINCT json_extract(data, '$.inbox_id')) "
-                                       "FROM events").fetchone()
-        checks = (connection.execute("PRAGMA integrity_check").fetchall(),
-                  connection.execute("PRAGMA foreign_key_check").fetchall())
-        statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}
-    assert undelivered == (0,) and deliveries == [] and consumed == delivered
-    assert checks == ([("ok",)], []) and statuses == {"idle"}
-    return {"tasks": tasks, "notes": notes, "notices": notices}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +40,6 @@ def test_a_crash_at_each_point_loses_and_repeats_nothing(point: str, tmp_path: P
     assert final_board(tmp_path) == clean_board
 
 
-MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
 COMMITTED = {
     "tasks": "SELECT id, title, prompt, created_by FROM tasks",
     "task_notes": "SELECT id, task_id, author, content FROM task_notes",

@@ -19,7 +19,7 @@ from lace.tui.factory import create_app
 from lace.tui.widgets.thread_tree import ThreadTree
 from tests.conftest import new_session, spawn_child
 from tests.conftest import query as query_db
-from tests.test_crash_recovery import MANY_PROMPT, final_board, lace_env
+from tests.processes import MANY_PROMPT, final_board, lace_env
 
 
 def start_lace_run(home: Path, prompt: str, delay: str) -> subprocess.Popen[bytes]:

@@ -16,16 +16,12 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
+from lace.paths import lace_home
 
 HEAD_REVISION = "lace_0006"
 REVISION_PREFIX = "lace_"
 BUSY_TIMEOUT_MS = 10_000
 READONLY_OPTION = "lace_readonly"
-
-
-def lace_home() -> Path:
-    """The folder for lace's files: `$LACE_HOME`, else `~/.lace`."""
-    return Path(os.environ.get("LACE_HOME") or Path.home() / ".lace").expanduser()
 
 
 def resolve_db_url(db: str | None = None) -> str:

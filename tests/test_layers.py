@@ -1,0 +1,100 @@
+"""Each layer imports without the layers above it and without the heavy libraries it does not need:
+proved in a fresh interpreter by reading `sys.modules`, and by running the import-linter contracts
+of pyproject.toml, which also see imports inside functions."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lace
+
+LACE_DIR = Path(lace.__file__).parent
+REPO_ROOT = LACE_DIR.parent
+
+
+def modules_of(package: str) -> list[str]:
+    """The package and its modules (found on disk, not imported here)."""
+    folder = LACE_DIR.joinpath(*package.split(".")[1:])
+    return [package, *(f"{package}.{found.name}" for found in pkgutil.iter_modules([str(folder)]))]
+
+
+def modules_after(code: str) -> set[str]:
+    """Everything in `sys.modules` after a fresh interpreter runs `code`."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+def modules_after_import(*modules: str) -> set[str]:
+    """Everything in `sys.modules` after a fresh interpreter imports `modules`."""
+    return modules_after("".join(f"import {module}\n" for module in modules))
+
+
+def loaded_from(loaded: set[str], packages: tuple[str, ...]) -> set[str]:
+    """The loaded modules that are one of `packages` or inside one."""
+    return {module for module in loaded
+            if any(module == package or module.startswith(f"{package}.") for package in packages)}
+
+
+def test_the_core_imports_nothing_but_the_core_and_the_standard_library() -> None:
+    loaded = modules_after_import(*modules_of("lace.core"))
+    assert "lace.core.tasks" in loaded  # the probe sees the imports at all
+    assert loaded_from(loaded, ("sqlalchemy", "alembic", "litellm", "textual", "pydantic")) == set()
+    assert loaded_from(loaded, ("lace.paths", "lace.config", "lace.store", "lace.llm",
+                                "lace.tools", "lace.runtime", "lace.tui", "lace.cli")) == set()
+
+
+def test_the_settings_import_only_the_core() -> None:
+    loaded = modules_after_import("lace.config", "lace.paths")
+    assert loaded_from(loaded, ("sqlalchemy", "alembic", "litellm", "textual")) == set()
+    assert loaded_from(loaded, ("lace.store", "lace.llm", "lace.tools", "lace.runtime",
+                                "lace.tui", "lace.cli")) == set()
+
+
+def test_the_store_imports_neither_the_llm_nor_the_layers_above_it() -> None:
+    loaded = modules_after_import(*modules_of("lace.store"))
+    assert "sqlalchemy" in loaded
+    assert loaded_from(loaded, ("litellm", "textual")) == set()
+    assert loaded_from(loaded, ("lace.llm", "lace.tools", "lace.runtime", "lace.tui",
+                                "lace.cli")) == set()
+
+
+def test_the_llm_seam_imports_only_the_core_and_litellm_only_when_first_called() -> None:
+    loaded = modules_after_import(*modules_of("lace.llm"))
+    assert "lace.llm.client" in loaded
+    assert loaded_from(loaded, ("litellm", "sqlalchemy", "textual")) == set()
+    assert loaded_from(loaded, ("lace.paths", "lace.config", "lace.store", "lace.tools",
+                                "lace.runtime", "lace.tui", "lace.cli")) == set()
+
+
+def test_the_tools_import_neither_the_llm_nor_the_runtime() -> None:
+    loaded = modules_after_import(*modules_of("lace.tools"))
+    assert "lace.tools.registry" in loaded
+    assert loaded_from(loaded, ("litellm", "textual")) == set()
+    assert loaded_from(loaded, ("lace.llm", "lace.runtime", "lace.tui", "lace.cli")) == set()
+
+
+def test_the_runtime_knows_nothing_of_the_ui() -> None:
+    loaded = modules_after_import(*modules_of("lace.runtime"), "lace.llm.client")
+    assert "lace.runtime.supervisor" in loaded
+    assert loaded_from(loaded, ("textual", "litellm")) == set()
+    assert loaded_from(loaded, ("lace.tui", "lace.cli")) == set()
+
+
+def test_the_command_line_parser_imports_nothing_heavy() -> None:
+    loaded = modules_after("import lace.cli\nlace.cli.build_parser()")
+    assert "lace.cli.commands" in loaded
+    assert loaded_from(loaded, ("sqlalchemy", "alembic", "litellm", "textual", "pydantic")) == set()
+
+
+def test_the_import_contracts_are_kept() -> None:
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint_imports), "--no-cache"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
