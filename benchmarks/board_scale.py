@@ -31,10 +31,10 @@ from benchmarks.common import table, traced_statements
 from lace.cli.board import pick_session, tasks_command, threads_command
 from lace.config import Budgets
 from lace.runtime.conversation import begin_turn
+from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database, schema
 from lace.store.budgets import halt_before_call
 from lace.tools.base import ToolContext
-from lace.tools.registry import ToolRegistry
 from lace.tui.session_view import load_session_view
 from lace.tui.widgets.conversation import SHOWN_EVENTS
 
@@ -384,13 +384,13 @@ def rolled_back_turn(store: Store, thread_id: str) -> int:
 
 def probes(store: Store, path: Path, subjects: Subjects) -> list[Probe]:
     """The reads behind the tools, the commands and the app, on the big session."""
-    registry, root, child = ToolRegistry(), subjects.root, subjects.child
+    root, child = subjects.root, subjects.child
 
     def tool(actor: str, name: str, **arguments: Any) -> Callable[[], int]:
-        context = ToolContext(store=store, thread_id=actor, session_id=root)
+        context = ToolContext(thread_id=actor, session_id=root)
 
         def call() -> int:
-            result = registry.execute(name, arguments, context)
+            result = call_tool(store, context, name, arguments)
             assert not result.is_error, result.text
             return result.text.count("\n") + 1
         return call

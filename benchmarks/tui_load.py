@@ -32,9 +32,10 @@ from textual.widgets import DataTable
 
 from benchmarks.common import bench_settings, raised_limits, table
 from lace.llm.types import DeltaCallback, ModelReply, ToolCallRequest
+from lace.runtime.database import AsyncStore
+from lace.runtime.tool_runner import ToolRunner
 from lace.store import Store, open_database
 from lace.tools.base import ToolContext
-from lace.tools.registry import ToolRegistry
 from lace.tui.app import LaceApp
 from lace.tui.board import BoardScreen
 from lace.tui.factory import create_app
@@ -104,23 +105,25 @@ def _assigned_task(messages: list[dict[str, Any]]) -> str | None:
     return found.group(0) if found else None
 
 
-def make_session(path: Path, agents: int) -> str:
+async def make_session(path: Path, agents: int) -> str:
     """A session whose root spawned `agents` helpers through task_create (limits raised)."""
     store = Store(open_database(str(path)))
+    db = AsyncStore(store)
     try:
         with store.transaction() as tx:
             root = tx.create_session(provider="scripted", model="root", title="200 helpers").id
         limits, _ = raised_limits(agents)
-        context = ToolContext(store=store, thread_id=root, session_id=root, limits=limits)
-        registry = ToolRegistry()
+        runner = ToolRunner(db=db, limits=limits)
+        context = ToolContext(thread_id=root, session_id=root, limits=limits)
         for first in range(0, agents, 20):
             batch = [{"title": f"Part {number}", "prompt": f"Work on part {number}.",
                       "assigned_to": "new:scripted/worker"}
                      for number in range(first + 1, min(agents, first + 20) + 1)]
-            result = registry.execute("task_create", {"tasks": batch}, context)
+            result = await runner.call(context, "task_create", {"tasks": batch})
             if result.is_error:
                 raise SystemExit(f"could not spawn the helpers: {result.text}")
     finally:
+        db.close()
         store.close()
     return root
 
@@ -221,7 +224,7 @@ async def run(agents: int, presses: int, rate: float, call_s: float, ramp_s: flo
               folder: Path) -> Outcome:
     """Build the session, open the app on it and measure the key presses."""
     path = folder / "lace.db"
-    root = make_session(path, agents)
+    root = await make_session(path, agents)
     model = StreamingModel(rate=rate, seconds=call_s)
     limits, _ = raised_limits(agents)
     app = create_app(db=str(path), model="scripted/root", continue_thread=root,

@@ -11,9 +11,9 @@ import pytest
 
 from lace.core.records import Thread
 from lace.llm.checks import check_provider
+from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
 from lace.tools.base import ToolContext, ToolResult
-from lace.tools.registry import ToolRegistry
 
 
 @pytest.fixture(autouse=True)
@@ -72,14 +72,13 @@ Caller = Callable[..., ToolResult]
 
 @pytest.fixture
 def call(store: Store, session: Thread) -> Caller:
-    """Call a tool as `actor` (the root by default) through the real registry and store."""
-    registry = ToolRegistry()
+    """Call a tool as `actor` (the root by default) through the one tool path and the real store."""
 
     def run(tool: str, arguments: str | dict[str, Any], actor: str | None = None,
             session_id: str | None = None) -> ToolResult:
-        context = ToolContext(store=store, thread_id=actor or session.id,
+        context = ToolContext(thread_id=actor or session.id,
                               session_id=session_id or session.id, check_model=check_provider)
-        return registry.execute(tool, arguments, context)
+        return call_tool(store, context, tool, arguments)
 
     return run
 

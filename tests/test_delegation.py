@@ -15,7 +15,9 @@ from lace.config import Limits, Profile, Settings, load_settings
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
+from lace.runtime.events import TurnEnded
 from lace.runtime.supervisor import Supervisor
+from lace.runtime.tool_runner import call_tool
 from lace.store import Store
 from lace.tools.base import ToolContext
 from lace.tools.registry import ToolRegistry
@@ -154,9 +156,12 @@ async def test_delegate_times_out_with_what_has_arrived(
         item("Fast"), item("Slow", "new:scripted/slow")]})))
     models.on("helper", finisher())
     models.on("slow", slow)
-    root = await runtime.start_session("go", "scripted/root")
-    async with asyncio.timeout(30):  # not wait_for: its new task would lose the race
-        await runtime.runner.run(root.id)  # to the session's own turn
+    root_turn_ended = asyncio.Event()
+    runtime.bus.subscribe(lambda event: root_turn_ended.set() if isinstance(event, TurnEnded)
+                          and "." not in event.thread_id else None)
+    await runtime.start_session("go", "scripted/root")
+    async with asyncio.timeout(30):  # the slow helper is still working then
+        await root_turn_ended.wait()
     blocks = tool_results(models.calls_of("root")[-1])[0].split("\n\n")
     assert blocks[0].split("\n")[0].endswith(": OK]")
     assert blocks[1].split("\n")[0].endswith(": RUNNING]") and "timed out" in blocks[1]
@@ -228,7 +233,7 @@ def child_context(store: Store, session_id: str, tools: tuple[str, ...],
         child = tx.create_child_thread(session_id)
         tx.create_agent(thread_id=child.id, name="narrow", provider="scripted", model="narrow",
                         parent_thread_id=session_id, tools=list(tools))
-    return ToolContext(store=store, thread_id=child.id, session_id=session_id,
+    return ToolContext(thread_id=child.id, session_id=session_id,
                        check_model=check_model, tools=tools, **extra)
 
 
@@ -246,11 +251,10 @@ def test_tools_only_shrink_on_every_path_with_the_schema_bypassed(
     profiles = {"wide": Profile(tools=["task_create", "task_view", "spawn"]),
                 "open": Profile()}
     context = child_context(store, session.id, own, profiles=profiles)
-    registry = ToolRegistry()
-    denied = registry.execute("spawn", {"task": "x", "tools": ["task_complete", "task_view"]},
-                              context)
+    denied = call_tool(store, context, "spawn",
+                       {"task": "x", "tools": ["task_complete", "task_view"]})
     assert denied.is_error and "You cannot give 'task_view'" in denied.text
-    ok = registry.execute("spawn", {"task": "x", "tools": ["task_complete"]}, context)
+    ok = call_tool(store, context, "spawn", {"task": "x", "tools": ["task_complete"]})
     assert not ok.is_error, ok.text
     for path in (
         ("spawn", {"task": "y", "profile": "wide"}),
@@ -259,12 +263,12 @@ def test_tools_only_shrink_on_every_path_with_the_schema_bypassed(
                                     "assigned_to": "new:scripted/any"}]}),
         ("spawn", {"task": "z", "profile": "open"}),
     ):
-        result = registry.execute(*path, context)
+        result = call_tool(store, context, *path)
         assert not result.is_error, result.text
-    task_id = registry.execute("task_create", {"tasks": [{"title": "u", "prompt": "p"}]},
-                               context).text.split()[2].rstrip(":")
-    assert not registry.execute("task_update", {"task_id": task_id,
-                                                "assigned_to": "new:wide"}, context).is_error
+    task_id = call_tool(store, context, "task_create", {"tasks": [{"title": "u", "prompt": "p"}]}
+                        ).text.split()[2].rstrip(":")
+    assert not call_tool(store, context, "task_update", {"task_id": task_id,
+                                                "assigned_to": "new:wide"}).is_error
     granted = spawned_tools(db_path)
     assert granted == [["task_complete"], ["task_create", "spawn"], ["task_create", "spawn"],
                        list(own), list(own), ["task_create", "spawn"]]
@@ -272,42 +276,39 @@ def test_tools_only_shrink_on_every_path_with_the_schema_bypassed(
 
 
 def test_spawn_schema_lists_only_own_tools_and_profiles() -> None:
-    registry = ToolRegistry()
     own = ["task_create", "spawn"]
-    spawn = next(d for d in registry.definitions(own, profiles=["coder", "critic"])
+    spawn = next(d for d in ToolRegistry().definitions(own, profiles=["coder", "critic"])
                  if d["function"]["name"] == "spawn")["function"]["parameters"]["properties"]
     assert spawn["tools"]["items"]["enum"] == own
     assert spawn["profile"]["enum"] == ["coder", "critic"]
-    assert "profile" not in next(d for d in registry.definitions(own)
+    assert "profile" not in next(d for d in ToolRegistry().definitions(own)
                                  if d["function"]["name"] == "spawn")["function"]["parameters"][
         "properties"]
-    names = [d["function"]["name"] for d in registry.definitions(None, can_spawn=False)]
+    names = [d["function"]["name"] for d in ToolRegistry().definitions(None, can_spawn=False)]
     assert "spawn" not in names and "delegate" not in names and "spawn_await" not in names
     assert "task_create" in names
 
 
 def test_limits_refuse_with_the_limit_its_value_and_key(store: Store, db_path: Path) -> None:
-    registry = ToolRegistry()
     with store.transaction() as tx:
         session = tx.create_session(provider="scripted", model="root")
     spawn = {"task": "x", "model": "scripted/any"}
-    deep = ToolContext(store=store, thread_id=f"{session.id}", session_id=session.id,
+    deep = ToolContext(thread_id=f"{session.id}", session_id=session.id,
                        check_model=check_model, limits=Limits(max_depth=0))
-    refused = registry.execute("spawn", spawn, deep)
+    refused = call_tool(store, deep, "spawn", spawn)
     assert refused.is_error and "max_depth = 0 ([limits] max_depth)" in refused.text
-    refused = registry.execute("task_create", {"tasks": [{"title": "t", "prompt": "p",
-                                                          "assigned_to": "new:scripted/a"}]},
-                               deep)
+    refused = call_tool(store, deep, "task_create", {"tasks": [{"title": "t", "prompt": "p",
+                                                          "assigned_to": "new:scripted/a"}]})
     assert refused.is_error and "max_depth" in refused.text
-    few = ToolContext(store=store, thread_id=session.id, session_id=session.id,
+    few = ToolContext(thread_id=session.id, session_id=session.id,
                       check_model=check_model, limits=Limits(max_children=2))
-    assert not registry.execute("spawn", spawn, few).is_error
-    assert not registry.execute("spawn", spawn, few).is_error
-    refused = registry.execute("spawn", spawn, few)
+    assert not call_tool(store, few, "spawn", spawn).is_error
+    assert not call_tool(store, few, "spawn", spawn).is_error
+    refused = call_tool(store, few, "spawn", spawn)
     assert refused.is_error and "max_children = 2 ([limits] max_children)" in refused.text
-    slow = ToolContext(store=store, thread_id=session.id, session_id=session.id,
+    slow = ToolContext(thread_id=session.id, session_id=session.id,
                        check_model=check_model, limits=Limits(spawns_per_minute=2))
-    refused = registry.execute("spawn", spawn, slow)
+    refused = call_tool(store, slow, "spawn", spawn)
     assert refused.is_error and "spawns_per_minute = 2 ([limits] spawns_per_minute)" in \
         refused.text
     assert query(db_path, "SELECT COUNT(*) FROM agent_metadata") == [(3,)]
@@ -372,11 +373,10 @@ async def test_a_resumed_turn_waits_for_the_same_tasks(
                                                                       "new:scripted/gated")]})))
     models.on("gated", gated)
     root = await first.start_session("go", "scripted/root")
-    for _ in range(200):
-        await asyncio.sleep(0.02)
-        if query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?",
-                 root.id) == [("waiting",)]:
-            break
+    async with asyncio.timeout(10):  # fails unless the root really waits
+        while query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?",
+                    root.id) != [("waiting",)]:
+            await asyncio.sleep(0.02)
     await first.stop()  # the process is cut off mid-wait
     assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?",
                  root.id) == [("interrupted",)]
@@ -387,6 +387,7 @@ async def test_a_resumed_turn_waits_for_the_same_tasks(
     assert query(db_path, "SELECT COUNT(*) FROM tasks") == [(1,)]
     (task_id,), = query(db_path, "SELECT id FROM tasks")
     assert f"[{task_id}: OK]" in tool_results(models.calls_of("root")[-1])[0]
+    assert tools_called(models.calls_of("root")[-1]).count("delegate") == 1  # not made again
 
 
 def test_profiles_from_a_real_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -405,14 +406,13 @@ def test_profiles_from_a_real_config_file(tmp_path: Path, monkeypatch: pytest.Mo
     with store.transaction() as tx:
         session = tx.create_session(provider="scripted", model="root",
                                     tools=ToolRegistry().names())
-    context = ToolContext(store=store, thread_id=session.id, session_id=session.id,
+    context = ToolContext(thread_id=session.id, session_id=session.id,
                           check_model=check_model, profiles=settings.profiles,
                           tools=tuple(ToolRegistry().names()))
-    registry = ToolRegistry()
-    result = registry.execute("task_create", {"tasks": [
+    result = call_tool(store, context, "task_create", {"tasks": [
         {"title": "Review", "prompt": "p", "assigned_to": "new:critic"},
         {"title": "Help", "prompt": "p", "assigned_to": "new:helper"},
-        {"title": "Other", "prompt": "p", "assigned_to": "new:helper:scripted/other"}]}, context)
+        {"title": "Other", "prompt": "p", "assigned_to": "new:helper:scripted/other"}]})
     assert not result.is_error, result.text
     rows = query(db_path, "SELECT profile, provider || '/' || model, tools, instructions FROM "
                           "agent_metadata WHERE profile IS NOT NULL ORDER BY thread_id")
@@ -420,17 +420,17 @@ def test_profiles_from_a_real_config_file(tmp_path: Path, monkeypatch: pytest.Mo
                        "You criticise plans.")
     assert rows[1][:2] == ("helper", "scripted/root") and rows[1][3] == "You help."
     assert rows[2][:2] == ("helper", "scripted/other")
-    unknown = registry.execute("spawn", {"task": "x", "profile": "nobody"}, context)
+    unknown = call_tool(store, context, "spawn", {"task": "x", "profile": "nobody"})
     assert unknown.is_error and "Unknown profile 'nobody'; known profiles: critic, helper" in \
         unknown.text
     from lace.runtime.prompt import system_prompt
 
     with store.reading() as tx:
         agent = tx.get_agent(session.id)
-    prompt = system_prompt(agent, None, registry.names(), settings.profiles)
+    prompt = system_prompt(agent, None, ToolRegistry().names(), settings.profiles)
     assert "<available_profiles>\n- critic: Finds holes in plans (tools: task_view, " \
            "task_complete)\n- helper: You help. (tools: all of yours)" in prompt
-    assert "<available_profiles>" not in system_prompt(agent, None, registry.names(), {})
+    assert "<available_profiles>" not in system_prompt(agent, None, ToolRegistry().names(), {})
 
 
 def test_a_missing_prompt_file_is_a_clear_error(tmp_path: Path,

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lace.llm.checks import check_provider
+from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
 from lace.tools.base import ToolContext
 from lace.tools.registry import ToolRegistry
@@ -48,8 +49,7 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
         session = tx.create_session(provider="demo", model="coordinator")
         other = tx.create_session(provider="demo", model="coordinator")
         tx.create_task(session_id=other.id, actor=other.id, title="foreign", prompt="p")
-    registry = ToolRegistry()
-    context = ToolContext(store=store, thread_id=session.id, session_id=session.id,
+    context = ToolContext(thread_id=session.id, session_id=session.id,
                           check_model=check_provider)
 
     @settings(max_examples=300, deadline=None,
@@ -57,7 +57,7 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
     @given(tool=st.sampled_from(AGENT_TOOLS), arguments=ARGUMENTS)
     def call(tool: str, arguments: Any) -> None:
         before = snapshot(db_path)
-        result = registry.execute(tool, arguments, context)
+        result = call_tool(store, context, tool, arguments)
         assert isinstance(result.text, str) and result.text
         assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
         if result.is_error:

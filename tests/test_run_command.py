@@ -141,13 +141,17 @@ def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
 
 def test_stop_resume_and_session_end_from_the_command_line(
         capsys: CaptureFixture, db_path: Path, models: ScriptedModels) -> None:
+    from lace.runtime.tool_runner import call_tool
     from lace.store import Store, open_database
+    from lace.tools.base import ToolContext
 
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
         root = tx.create_session(provider="scripted", model="root")
-        task = tx.create_task(session_id=root.id, actor=root.id, title="Job", prompt="p",
-                              assigned_to="new:scripted/worker")
+    created = call_tool(store, ToolContext(thread_id=root.id, session_id=root.id), "task_create",
+                        {"tasks": [{"title": "Job", "prompt": "p",
+                                    "assigned_to": "new:scripted/worker"}]})
+    task_id = created.text.split()[2].rstrip(":")
     store.close()
     child = f"{root.id}.1"
     db = str(db_path)
@@ -177,5 +181,5 @@ def test_stop_resume_and_session_end_from_the_command_line(
         reasons = connection.execute("SELECT DISTINCT stop_reason FROM agent_metadata"
                                      ).fetchall()
         assert connection.execute("SELECT status FROM tasks WHERE id = ?",
-                                  (task.id,)).fetchone() == ("blocked",)
+                                  (task_id,)).fetchone() == ("blocked",)
     assert reasons == [("session ended: done for today (by human)",)]

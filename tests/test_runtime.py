@@ -13,6 +13,7 @@ import pytest
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from tests.conftest import query
+from tests.root_turn import first_root_answer
 from tests.scripted import (
     ScriptedModels,
     assigned_task,
@@ -297,8 +298,7 @@ async def test_a_custom_base_url_needs_no_key(runtime: Supervisor, models: Scrip
     models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
         {"title": "Local", "prompt": "p", "assigned_to": "new:openai/local-model"}]}))
         if messages[-1]["role"] == "user" else reply("ok"))
-    root = await runtime.start_session("go", "scripted/root")
-    await runtime.runner.run(root.id)
+    root, _answer = await first_root_answer(runtime, "go", "scripted/root")
     assert query(db_path, "SELECT provider, model FROM agent_metadata WHERE thread_id = ?",
                  f"{root.id}.1") == [("openai", "local-model")]
 
@@ -361,9 +361,8 @@ async def test_a_watched_thread_streams_its_text(runtime: Supervisor,
     deltas: list[str] = []
     runtime.bus.subscribe(lambda event: deltas.append(event.delta)
                           if isinstance(event, TextStreamed) else None)
-    root = await runtime.start_session("go", "scripted/root")
-    runtime.runner.watched.add(root.id)
-    assert await runtime.runner.run(root.id) == "one two three"
+    _root, answer = await first_root_answer(runtime, "go", "scripted/root", watch=True)
+    assert answer == "one two three"
     assert "".join(deltas) == "listingone two three" and len(deltas) == 4
 
 
@@ -401,8 +400,7 @@ async def test_provider_keys_are_never_written(runtime: Supervisor, models: Scri
     secret = "sk-test-0123456789abcdefSECRET"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     models.on("root", coordinator("new:openai/gpt-4o", titles=("Keyed",)))
-    root = await runtime.start_session("go", "scripted/root")
-    await runtime.runner.run(root.id)
+    root, _answer = await first_root_answer(runtime, "go", "scripted/root")
     await runtime.stop()
     for path in db_path.parent.glob("lace.db*"):
         assert secret.encode() not in path.read_bytes()

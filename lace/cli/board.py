@@ -132,18 +132,28 @@ def show_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def human_context(session_id: str) -> ToolContext:
+    """The person's tool context on the command line, under the configured limits and
+    profiles."""
+    from lace.config import load_settings
+    from lace.llm.checks import check_model
+
+    settings = load_settings()
+    return ToolContext(thread_id=HUMAN, session_id=session_id, check_model=check_model,
+                       profiles=settings.profiles, limits=settings.limits,
+                       budgets=settings.budgets)
+
+
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
                   session_id: str | None = None) -> int:
-    from lace.llm.checks import check_model
+    from lace.runtime.tool_runner import call_tool
 
     store = open_store(args)
     with store.reading() as tx:
         if session_id is None and "task_id" in arguments:
             session_id = tx.get_task(arguments["task_id"]).thread_id
         session = pick_session(tx, session_id).id
-    context = ToolContext(store=store, thread_id=HUMAN, session_id=session,
-                          check_model=check_model)
-    result = ToolRegistry().execute(tool, arguments, context)
+    result = call_tool(store, human_context(session), tool, arguments)
     if result.is_error:
         raise LaceError(result.text)
     print(result.text)
@@ -161,7 +171,7 @@ def task_add_command(args: argparse.Namespace) -> int:
         with store.reading() as tx:
             latest = tx.latest_session()
         if latest is None:
-            _check_before_new_session(store, arguments)
+            _check_before_new_session(arguments)
             from lace.config import default_model
             from lace.core.assignee import parse_model
 
@@ -173,19 +183,16 @@ def task_add_command(args: argparse.Namespace) -> int:
     return _run_as_human(args, "task_create", arguments, session_id)
 
 
-def _check_before_new_session(store: Store, arguments: dict[str, Any]) -> None:
+def _check_before_new_session(arguments: dict[str, Any]) -> None:
     """Refuse bad input before a session is created for it, so nothing is written."""
-    from lace.llm.checks import check_model
     from lace.tools.base import ToolError
-    from lace.tools.task_tools import check_assignee_callable
+    from lace.tools.spawning import parse_assignment
 
     parsed = ToolRegistry().parse("task_create", arguments)
     for item in getattr(parsed, "tasks", []):
         if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
-        if item.assigned_to:
-            check_assignee_callable(item.assigned_to, ToolContext(
-                store=store, thread_id=HUMAN, session_id="", check_model=check_model))
+        parse_assignment(item.assigned_to, human_context(""))
 
 
 def task_note_command(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from lace.core.errors import InvalidAssigneeError
 from lace.core.ids import is_thread_id
+from lace.core.records import AgentPlan
 
 HUMAN = "human"
 NEW_PREFIX = "new:"
@@ -45,6 +46,13 @@ class HumanAssignee:
 
 
 Assignee = NewAgentSpec | ThreadAssignee | HumanAssignee
+Assignment = AgentPlan | ThreadAssignee | HumanAssignee
+"""What the store applies: a planned new agent, an existing agent, or the person."""
+
+
+def assignee_text(assignment: ThreadAssignee | HumanAssignee) -> str:
+    """The `assigned_to` column value of an existing assignee."""
+    return assignment.thread_id if isinstance(assignment, ThreadAssignee) else HUMAN
 
 
 def parse_model(text: str) -> tuple[str, str]:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def iso(moment: datetime) -> str:
+    """A UTC time as lace writes it, e.g. `2026-11-22T04:18:37.123456Z`."""
+    return moment.astimezone(UTC).strftime(ISO_FORMAT)
 
 
 def now_iso() -> str:
-    """The current UTC time, e.g. `2026-11-22T04:18:37.123456Z`."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The current UTC time as lace writes it."""
+    return iso(datetime.now(UTC))
+
+
+def iso_ago(seconds: float) -> str:
+    """The UTC time `seconds` ago, as lace writes it."""
+    return iso(datetime.now(UTC) - timedelta(seconds=seconds))
+
+
+def seconds_since(text: str) -> float:
+    """Seconds from a time lace wrote until now."""
+    return (datetime.now(UTC) - datetime.strptime(text, ISO_FORMAT).replace(tzinfo=UTC)
+            ).total_seconds()
 
 
 def today_compact() -> str:

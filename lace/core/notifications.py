@@ -1,10 +1,26 @@
-"""The texts agents receive about tasks: assignment, completion, status changes and notes."""
+"""The texts agents receive in their inbox: assignments, completions, status changes, notes,
+messages, reminders and resumes; and a reader for the two that models act on (assignment and
+completion), kept beside their templates so the two cannot drift apart. Scripts and models read
+these texts: their wording is pinned by a test."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
 
 from lace.core.records import Task
 
 PREFIX = "[LACE TASK SYSTEM]"
+LACE_SENDER = "lace"
+"""The sender of notices that come from lace itself (reminders, resumes)."""
+INBOX_KINDS: Final = ("assignment", "unassigned", "completion", "status", "note", "message",
+                      "topic", "reminder", "resume")
+INBOX_PRIORITIES: Final = ("high", "normal")
+INTERRUPTED_TURN = (f"{PREFIX} Your previous turn was interrupted before it finished. Continue "
+                    "where you left off; check the board before repeating any action.")
+INTERRUPTED_CALL = ("Interrupted: this tool call did not finish (lace stopped mid-turn). Check "
+                    "the board (task_list, task_view) before trying it again.")
 
 
 def assignment(task: Task) -> str:
@@ -64,3 +80,62 @@ def prompt_changed(task: Task, changed_by: str) -> str:
         f"{PREFIX} {changed_by} changed the instructions of task '{task.id}' "
         f"(\"{task.title}\"):\n--- TASK DETAILS ---\n{task.prompt}\n--- END TASK DETAILS ---"
     )
+
+
+def reminder(task: Task) -> str:
+    """Tells an agent whose turn ended that its task is still open, once."""
+    return (f"{PREFIX} Your turn ended but task '{task.id}' (\"{task.title}\") is still "
+            f"{task.status}. Complete it with task_complete (the message is your result), or "
+            "mark it blocked with task_update and add a note saying why. If your turn ends again "
+            "without either, lace marks it blocked with your last answer as the reason.")
+
+
+def resumed(reason: str) -> str:
+    """Tells a stopped (or failed) agent that a person set it going again."""
+    return (f"{PREFIX} You were stopped ({reason}) and have been resumed. Continue your work; "
+            "check the board (task_list) first, your tasks may have changed meanwhile.")
+
+
+def message(sender: str, text: str, topic: str | None = None) -> str:
+    """A direct or topic message as its recipient reads it: who sent it, and where."""
+    where = f" on topic '{topic}'" if topic else ""
+    return f"[message from {sender}{where}]\n{text}"
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """What an assignment notice says: the task and its title."""
+
+    task_id: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a completion notice says: the task, its title, who completed it and the result."""
+
+    task_id: str
+    title: str
+    completed_by: str
+    result: str
+
+
+_ASSIGNED = re.compile(re.escape(PREFIX) + r" You have been assigned task '(?P<id>[^']+)':\n"
+                       r"Title: \"(?P<title>.*?)\"\nCreated by: ", re.DOTALL)
+_COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that you created has been "
+                        r"completed by (?P<by>\S+):\nTitle: \"(?P<title>.*?)\"\nStatus: completed"
+                        r"\n\nResult:\n(?P<result>.*)", re.DOTALL)
+
+
+def read_assignment(text: str) -> Assigned | None:
+    """The fields of an assignment notice (`assignment`'s text), or None for other text."""
+    found = _ASSIGNED.search(text)
+    return Assigned(found["id"], found["title"]) if found else None
+
+
+def read_completion(text: str) -> Completed | None:
+    """The fields of a completion notice (`completion`'s text), or None for other text."""
+    found = _COMPLETED.search(text)
+    if found is None:
+        return None
+    return Completed(found["id"], found["title"], found["by"], found["result"])

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+EVENT_TYPES: Final = ("system_prompt", "user_message", "agent_message", "tool_call", "tool_result",
+                      "notification", "error")
+APPROVAL_STATUSES: Final = ("pending", "approved", "approved_session", "denied")
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,11 @@ class InboxItem:
 
 @dataclass(frozen=True)
 class AgentPlan:
-    """Everything needed to create an agent: its model, profile, tools and type."""
+    """Everything needed to create an agent: its creator (the parent thread), model, profile,
+    tools and type. Made by one planner (`lace.tools.spawning.plan_spawn`); the store applies
+    it."""
 
+    parent_id: str
     provider: str
     model: str
     profile: str | None = None
@@ -118,6 +125,16 @@ class AgentPlan:
     instructions: str | None = None
     budget: dict[str, float] | None = None
     topics: tuple[str, ...] = ()
+
+    @property
+    def model_name(self) -> str:
+        """`provider/model`."""
+        return f"{self.provider}/{self.model}"
+
+    @property
+    def name(self) -> str:
+        """The agent's display name: its profile, else the last part of its model."""
+        return self.profile or self.model.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)

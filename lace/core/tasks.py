@@ -10,7 +10,9 @@ Status = Literal["pending", "in_progress", "blocked", "completed", "archived"]
 Priority = Literal["high", "medium", "low"]
 STATUSES: Final[tuple[str, ...]] = get_args(Status)
 PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
-OPEN_STATUSES: Final = ("pending", "in_progress", "blocked")
+ACTIVE_STATUSES: Final = ("pending", "in_progress")
+"""Work still to be done by someone: a wait on such a task goes on."""
+OPEN_STATUSES: Final = (*ACTIVE_STATUSES, "blocked")
 PRIORITY_RANK: Final = {"high": 0, "medium": 1, "low": 2}
 STATUS_SYMBOL: Final = {
     "pending": "○",

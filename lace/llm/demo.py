@@ -6,14 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from lace.core.notifications import PREFIX, read_assignment, read_completion
 from lace.llm.types import ScriptedReply
 
-NOTICE = "[LACE TASK SYSTEM]"
 WORKER_MODEL = "new:demo/worker"
-_ASSIGNED = re.compile(r"You have been assigned task '(?P<id>[^']+)':\nTitle: \"(?P<title>.*)\"")
-_COMPLETED = re.compile(r"Task '(?P<id>[^']+)' that you created has been completed by (?P<by>\S+):"
-                        r"\nTitle: \"(?P<title>.*)\"\nStatus: completed\n\nResult:\n(?P<result>.*)",
-                        re.DOTALL)
 _CREATED = re.compile(r"^Created task (\S+): ", re.MULTILINE)
 
 
@@ -43,15 +39,15 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
         return ScriptedReply(text=f"I split the request into {len(created)} tasks, each for a new "
                                   "demo worker. I will sum up when they report back.")
     request = _text(last)
-    if not request.startswith(NOTICE) or not created:
+    if not request.startswith(PREFIX) or not created:
         original = next((_text(m) for m in messages if m.get("role") == "user"
-                         and not _text(m).startswith(NOTICE)), request)
+                         and not _text(m).startswith(PREFIX)), request)
         tasks = [{"title": part[:200], "prompt": f"{part}. Report the result when done.",
                   "assigned_to": WORKER_MODEL} for part in split_request(original)]
         return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
-    results = {match["id"]: (match["title"], match["result"].strip())
+    results = {done.task_id: (done.title, done.result.strip())
                for message in messages if message.get("role") == "user"
-               for match in _COMPLETED.finditer(_text(message))}
+               if (done := read_completion(_text(message)))}
     if created and all(task in results for task in created):
         lines = [f"- {results[task][0]}: {results[task][1]}" for task in created]
         return ScriptedReply(text=f"All {len(created)} tasks are done.\n" + "\n".join(lines))
@@ -60,11 +56,11 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
 
 def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
     """A demo helper: one note, then completion."""
-    assignment = next((match for message in reversed(messages)
-                       if (match := _ASSIGNED.search(_text(message)))), None)
+    assignment = next((assigned for message in reversed(messages)
+                       if (assigned := read_assignment(_text(message)))), None)
     if assignment is None:
         return ScriptedReply(text="I have no task to work on.")
-    task_id, title = assignment["id"], assignment["title"]
+    task_id, title = assignment.task_id, assignment.title
     called = completed_calls(messages)
     if "task_add_note" not in called:
         return ScriptedReply(tool_calls=[("task_add_note", {
@@ -88,7 +84,7 @@ def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
 
 def assignment_message(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The latest task assignment in a conversation (or an empty message)."""
-    return next((m for m in reversed(messages) if _ASSIGNED.search(_text(m))), {})
+    return next((m for m in reversed(messages) if read_assignment(_text(m))), {})
 
 
 def completed_calls(messages: list[dict[str, Any]]) -> list[str]:

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lace.config import Profile
+from lace.core.agents import NOT_RUNNABLE
 from lace.core.assignee import HUMAN
+from lace.core.notifications import INTERRUPTED_CALL
 from lace.core.records import Agent, Event
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
-from lace.store.statements import NOT_RUNNABLE
+from lace.tools.base import ToolResult
 from lace.tools.names import ALL_TOOL_NAMES
 
-INTERRUPTED_RESULT = ("Interrupted: this tool call did not finish (lace stopped mid-turn). "
-                      "Check the board (task_list, task_view) before trying it again.")
+INTERRUPTED = ToolResult(INTERRUPTED_CALL, is_error=True, kind="Interrupted")
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,15 @@ def persisted_waits(events: list[Event]) -> dict[str, PendingWait]:
             if event.type == "tool_call" and event.data.get("waiting_for") is not None}
 
 
-def tool_result_data(call_id: str, tool_name: str, text: str, is_error: bool) -> dict[str, Any]:
-    """A `tool_result` event: the message for the model plus what a reader needs."""
-    return {"message": {"role": "tool", "tool_call_id": call_id, "content": text},
-            "call_id": call_id, "tool_name": tool_name, "is_error": is_error}
+def tool_result_data(call_id: str, tool_name: str, result: ToolResult, *,
+                     waited_for: Sequence[str] = (),
+                     files_changed: Sequence[str] = ()) -> dict[str, Any]:
+    """A `tool_result` event, one shape for every tool: the message for the model plus what a
+    reader needs (the error's kind, the tasks waited for, the workspace files changed)."""
+    return {"message": {"role": "tool", "tool_call_id": call_id, "content": result.text},
+            "call_id": call_id, "tool_name": tool_name, "is_error": result.is_error,
+            "error_kind": result.kind, "waited_for": list(waited_for),
+            "files_changed": list(files_changed)}
 
 
 def own_tools(agent: Agent) -> list[str]:
@@ -98,7 +104,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         if call_id in waits:
             resumed.append(waits[call_id])
         else:
-            append("tool_result", tool_result_data(call_id, name, INTERRUPTED_RESULT, True))
+            append("tool_result", tool_result_data(call_id, name, INTERRUPTED))
     items = [] if resumed else tx.take_inbox(thread_id)
     note = budget_note(tx) if items else None
     for number, item in enumerate(items, start=1):

@@ -21,13 +21,15 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from lace.core.effects import NO_EFFECTS, Effects
 from lace.store import Store, Tx
 from lace.store.db import LockBusyError, driver, raw_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
 Work = Callable[[Tx], Any]
-Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
+Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None, Effects]
+EffectHandler = Callable[[Effects], None]
 
 
 def _run_batch(connection: sa.Connection,
@@ -35,24 +37,36 @@ def _run_batch(connection: sa.Connection,
     """Run each work in its own SAVEPOINT inside the open transaction of `connection`."""
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
-        return [(future, work(Tx(connection)), None)]
+        tx = Tx(connection)
+        return [(future, work(tx), None, tx.effects)]
     raw = driver(connection)
     outcomes: list[Outcome] = []
     for work, future in batch:
         raw.execute("SAVEPOINT lace_work")
+        tx = Tx(connection)
         try:
-            result = work(Tx(connection))
+            result = work(tx)
         except Exception as error:  # only this work is undone; the others still commit
             raw.execute("ROLLBACK TO lace_work")
-            outcomes.append((future, None, error))
+            outcomes.append((future, None, error, NO_EFFECTS))
         else:
-            outcomes.append((future, result, None))
+            outcomes.append((future, result, None, tx.effects))
         raw.execute("RELEASE lace_work")
     return outcomes
 
 
-def _settle(outcomes: list[Outcome]) -> None:
-    for future, result, error in outcomes:
+def _ignore(_effects: Effects) -> None:
+    """The effect handler of a process that runs no agents (the command line)."""
+
+
+def _settle(outcomes: list[Outcome], on_commit: EffectHandler) -> None:
+    """After COMMIT: act on what the works caused, then resume their callers."""
+    caused = NO_EFFECTS
+    for _future, _result, _error, effects in outcomes:
+        caused = caused | effects
+    if caused:
+        on_commit(caused)
+    for future, result, error, _effects in outcomes:
         if future.cancelled():
             continue
         if error is None:
@@ -70,8 +84,10 @@ def _fail_all(batch: list[tuple[Work, asyncio.Future[Any]]], error: BaseExceptio
 class AsyncStore:
     """Runs store work on the event loop when SQLite's lock is free, else on a thread."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_commit: EffectHandler = _ignore) -> None:
         self.store = store
+        self.on_commit = on_commit
+        """Called with what each batch caused, once it committed (the runtime's wake-ups)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-store")
         self._writer: sa.Connection | None = None  # the event loop's own connections
         self._reader: sa.Connection | None = None
@@ -108,7 +124,7 @@ class AsyncStore:
         except Exception as error:  # the batch is rolled back: every caller hears why
             _fail_all(batch, error)
             return
-        _settle(outcomes)
+        _settle(outcomes, self.on_commit)
 
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
         def run() -> list[Outcome]:
@@ -120,7 +136,7 @@ class AsyncStore:
         except Exception as error:
             _fail_all(batch, error)
             return
-        _settle(outcomes)
+        _settle(outcomes, self.on_commit)
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait

@@ -56,7 +56,7 @@ class TurnFailed:
 
 @dataclass(frozen=True)
 class TasksChanged:
-    thread_id: str
+    task_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -12,24 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from lace.config import Settings
+from lace.core.agents import HELD_STATUSES
 from lace.core.assignee import HUMAN, parse_model
+from lace.core.effects import Effects
 from lace.core.ids import root_of
+from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
 from lace.core.records import Thread
 from lace.llm.types import ModelClient, ModelError
 from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import EventBus, TurnFailed
+from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
 from lace.runtime.tool_runner import ToolRunner
-from lace.runtime.turn_end import LACE_SENDER, fail_turn
+from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Store, Tx
-from lace.store.leases import HELD_STATUSES
-from lace.tools.base import ModelCheck, ToolContext, ToolResult, no_model_check
+from lace.tools.base import ModelCheck, ToolResult, no_model_check
 from lace.tools.names import ALL_TOOL_NAMES
 
 log = logging.getLogger("lace.runtime")
-RESUME_TEXT = ("[LACE TASK SYSTEM] Your previous turn was interrupted before it finished. "
-               "Continue where you left off; check the board before repeating any action.")
 POLL_S = 0.5
 
 
@@ -39,7 +39,7 @@ def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     resumed = tx.cut_off_agents(root_id, alive={process_id})
     for thread_id in resumed:
         tx.update_agent(thread_id, status="idle", lease_holder=None)
-        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=RESUME_TEXT,
+        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
                       priority="high")
     return resumed
 
@@ -58,6 +58,7 @@ class Supervisor:
     runner: TurnRunner = field(init=False)
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake_again: set[str] = field(default_factory=set)
+    _halting: set[str] = field(default_factory=set)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     process_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     sessions: set[str] = field(default_factory=set)
@@ -66,17 +67,30 @@ class Supervisor:
     def __post_init__(self) -> None:
         with self.store.transaction() as tx:
             tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
-        self.db = AsyncStore(self.store)
-        tools = ToolRunner(db=self.db, bus=self.bus, wake=self.wake, cancel=self.cancel,
-                           check_model=self.check_model, limits=self.settings.limits,
-                           profiles=self.settings.profiles, budgets=self.settings.budgets)
-        tools.workspace = self.workspace
+        self.db = AsyncStore(self.store, on_commit=self._apply)
+        tools = ToolRunner(db=self.db, bus=self.bus, check_model=self.check_model,
+                           limits=self.settings.limits, profiles=self.settings.profiles,
+                           budgets=self.settings.budgets, workspace=self.workspace)
         tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
                                     timeout_s=self.settings.limits.approval_timeout_s,
                                     changed=tools.change_signal)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
-                                 bus=self.bus, wake=self.wake, tools=tools,
-                                 budgets=self.settings.budgets, holder=self.process_id)
+                                 bus=self.bus, tools=tools, budgets=self.settings.budgets,
+                                 holder=self.process_id)
+
+    def _apply(self, effects: Effects) -> None:
+        """Act on what a committed write caused: announce new agents, let waiting tools look
+        again, cancel the turns of stopped agents, and wake every agent that was told
+        something."""
+        for spawned in effects.spawned:
+            self.bus.publish(ThreadSpawned(spawned.thread_id, spawned.parent_id,
+                                           spawned.model_name, spawned.task_id))
+        if effects.tasks or effects.notices:
+            self.bus.publish(TasksChanged(tuple(sorted(effects.tasks))))
+            self.runner.tools.changed()
+        self.cancel(list(effects.stopped))
+        for thread_id in effects.woken:
+            self.wake(thread_id)
 
     # sessions
 
@@ -90,31 +104,18 @@ class Supervisor:
             tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
             return root
 
-        root = await self.db.write(create)
-        self.wake(root.id)
-        return root
+        return await self.db.write(create)
 
     async def send(self, thread_id: str, text: str) -> None:
         """A person's message to any thread (through its inbox, so it works mid-turn)."""
         await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
                                                      text=text))
-        self.wake(thread_id)
 
     async def act_as_human(self, root_id: str, tool: str,
                            arguments: dict[str, Any]) -> ToolResult:
-        """Call a board tool as the person (`human`); agents it notifies are woken."""
-        woken: set[str] = set()
-
-        def collect(tx: Tx, _result: ToolResult) -> None:
-            woken.update(tx.woken)
-
-        context = ToolContext(store=self.store, thread_id=HUMAN, session_id=root_id,
-                              check_model=self.check_model, limits=self.settings.limits,
-                              profiles=self.settings.profiles, budgets=self.settings.budgets)
-        result = await self.runner.tools.execute(tool, arguments, context, record=collect)
-        for thread_id in woken:
-            self.wake(thread_id)
-        return result
+        """Call a tool as the person (`human`) through the one tool path."""
+        tools = self.runner.tools
+        return await tools.call(tools.human_context(root_id), tool, arguments)
 
     async def decide(self, approval_id: int, status: str) -> None:
         """The person's answer to an approval request (the app's prompt)."""
@@ -127,8 +128,6 @@ class Supervisor:
         From now on this process also takes over the session's agents if their holder dies."""
         self.sessions.add(root_id)
         resumed = await self.db.write(lambda tx: _resume_cut_off(tx, root_id, self.process_id))
-        for thread_id in resumed:
-            self.wake(thread_id)
         self._start_watch()
         return resumed
 
@@ -177,39 +176,38 @@ class Supervisor:
                                                       name=f"lace-turns-{thread_id}")
 
     def cancel(self, thread_ids: list[str]) -> None:
-        """Cancel the running turns of these (just stopped) agents at once."""
+        """Cancel the running turns of these (just stopped) agents at once, except a turn that
+        is stopping its own agent (it ends by itself)."""
         for thread_id in thread_ids:
             task = self.running.get(thread_id)
-            if task is not None and task is not asyncio.current_task():
+            if task is not None and thread_id not in self._halting:
                 task.cancel()
 
     async def stop_agent(self, thread_id: str, reason: str) -> list[str]:
         """Stop an agent and its subtree (the person's `lace stop`, the app, the watchdog)."""
-        stopped = await self.db.write(lambda tx: (tx.stop_subtree(thread_id, reason=reason),
-                                                  set(tx.woken)))
-        self.cancel(stopped[0])
-        for woken in stopped[1]:
-            self.wake(woken)
-        self.runner.tools.changed()
-        return stopped[0]
+        return await self.db.write(lambda tx: tx.stop_subtree(thread_id, reason=reason))
 
     async def resume_agent(self, thread_id: str) -> bool:
         """Resume a stopped agent: it continues its conversation."""
-        resumed = await self.db.write(lambda tx: tx.resume_agent(thread_id))
-        if resumed:
-            self.wake(thread_id)
-        return resumed
+        return await self.db.write(lambda tx: tx.resume_agent(thread_id))
 
     async def _drive(self, thread_id: str) -> None:
         try:
-            while await self.db.read(lambda tx: thread_id in tx.runnable_threads_of(thread_id)):
-                self._wake_again.discard(thread_id)
+            while True:
+                self._wake_again.discard(thread_id)  # this look covers every wake so far
+                if not await self.db.read(
+                        lambda tx: thread_id in tx.runnable_threads_of(thread_id)):
+                    return
                 try:
                     await self.runner.run(thread_id)
                 except AlreadyRunningError:
                     return
                 except HaltedError as halt:
-                    await self.stop_agent(halt.owner, halt.reason)
+                    self._halting.add(thread_id)
+                    try:
+                        await self.stop_agent(halt.owner, halt.reason)
+                    finally:
+                        self._halting.discard(thread_id)
                     self.bus.publish(TurnFailed(thread_id, f"stopped: {halt.reason}"))
                     return
                 except ModelError as error:
@@ -227,10 +225,8 @@ class Supervisor:
                 self.wake(thread_id)
 
     async def _fail(self, thread_id: str, error: str) -> None:
-        woken = await self.db.write(lambda tx: fail_turn(tx, thread_id, error))
+        await self.db.write(lambda tx: fail_turn(tx, thread_id, error))
         self.bus.publish(TurnFailed(thread_id, error))
-        for waiting in woken:
-            self.wake(waiting)
 
     async def run_until_quiet(self, root_id: str) -> None:
         """Run every agent of the session until none is running and no runnable row waits."""

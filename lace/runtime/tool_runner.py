@@ -1,17 +1,22 @@
-"""Running an agent's tool calls: a tool's effect and its `tool_result` event commit together;
-a waiting tool (delegate, spawn_await) waits for its tasks without holding a model slot."""
+"""The one tool path. Every caller (an agent's turn, the CLI, the app) runs a call through
+`ToolRunner.call`: validate, check the policy (asking for approval), execute, record the
+`tool_result` event, and report any error in one shape. A call's effects (agents woken,
+spawned or stopped) are acted on by the runtime once the write commits (`AsyncStore`'s commit
+hook), so no caller collects them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lace.config import Budgets, Limits, Profile
+from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent
@@ -19,8 +24,8 @@ from lace.runtime.approvals import Approvals
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import EventAppended, EventBus, TasksChanged, ThreadSpawned
-from lace.store import Tx
+from lace.runtime.events import EventAppended, EventBus
+from lace.store import Store, Tx
 from lace.tools.base import (
     ModelCheck,
     ToolContext,
@@ -28,42 +33,26 @@ from lace.tools.base import (
     ToolResult,
     WaitGraph,
     WaitingTool,
+    no_model_check,
 )
 from lace.tools.delegation import settled
-from lace.tools.registry import Recorder, ToolRegistry
+from lace.tools.registry import ToolRegistry
 from lace.tools.workspace import WorkspaceTool
 
 POLL_S = 0.5
-
-
-@dataclass
-class Effects:
-    """What a committed transaction did that the runtime must act on."""
-
-    woken: set[str] = field(default_factory=set)
-    spawned: list[tuple[str, str, str | None]] = field(default_factory=list)
-    stopped: list[str] = field(default_factory=list)
-
-    def collect(self, tx: Tx) -> None:
-        """Remember who was notified, spawned or stopped in `tx`."""
-        self.woken.update(tx.woken)
-        self.stopped.extend(tx.stopped)
-        for child in tx.spawned:
-            agent = tx.get_agent(child)
-            self.spawned.append((child, agent.model_name, agent.current_task))
+Arguments = str | dict[str, Any] | None
+Recorded = EventAppended | None
 
 
 @dataclass
 class ToolRunner:
-    """Runs tool calls for every agent of the process."""
+    """Runs tool calls for every caller of the process."""
 
     db: AsyncStore
-    bus: EventBus
-    wake: Callable[[str], None]
-    cancel: Callable[[list[str]], None]
-    check_model: ModelCheck
-    limits: Limits
-    profiles: Mapping[str, Profile]
+    bus: EventBus = field(default_factory=EventBus)
+    check_model: ModelCheck = no_model_check
+    limits: Limits = field(default_factory=Limits)
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=Budgets)
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     waits: WaitGraph = field(default_factory=WaitGraph)
@@ -75,11 +64,17 @@ class ToolRunner:
 
     def context(self, agent: Agent) -> ToolContext:
         """The tool context of an agent: its identity, its own tools, limits and profiles."""
-        return ToolContext(
-            store=self.db.store, thread_id=agent.thread_id,
-            session_id=root_of(agent.thread_id), check_model=self.check_model,
-            profiles=self.profiles, limits=self.limits, budgets=self.budgets, waits=self.waits,
-            tools=tuple(own_tools(agent)))
+        return self._context(agent.thread_id, root_of(agent.thread_id), tuple(own_tools(agent)))
+
+    def human_context(self, session_id: str) -> ToolContext:
+        """The tool context of the person (`human`), who may hand out any tool."""
+        return self._context(HUMAN, session_id, None)
+
+    def _context(self, thread_id: str, session_id: str,
+                 tools: tuple[str, ...] | None) -> ToolContext:
+        return ToolContext(thread_id=thread_id, session_id=session_id,
+                           check_model=self.check_model, profiles=self.profiles, tools=tools,
+                           limits=self.limits, budgets=self.budgets, waits=self.waits)
 
     def changed(self) -> None:
         """Something on the board changed: let every waiting tool look again."""
@@ -90,90 +85,55 @@ class ToolRunner:
         """The event the next change sets."""
         return self._changed
 
-    async def run(self, agent: Agent, call_id: str, name: str, arguments: str) -> dict[str, Any]:
-        """Run one call and return the tool message for the model."""
-        tool_class = self.registry.tools.get(name)
-        if tool_class is not None and issubclass(tool_class, WaitingTool):
-            text = await self._run_waiting(agent, call_id, name, arguments)
-        elif tool_class is not None and issubclass(tool_class, WorkspaceTool):
-            text = await self._run_workspace(agent, call_id, name, arguments)
-        else:
-            text = await self._run_plain(agent, call_id, name, arguments)
-        return {"role": "tool", "tool_call_id": call_id, "content": text}
-
-    async def _run_workspace(self, agent: Agent, call_id: str, name: str,
-                             arguments: str) -> str:
-        """Parse, ask the approval policy, act on the workspace, then record the result (with
-        the files it changed, so a person sees which agent changed what)."""
+    async def call(self, context: ToolContext, name: str, arguments: Arguments,
+                   call_id: str | None = None) -> ToolResult:
+        """Run one call. Inside an agent's turn (`call_id` given) its `tool_result` event
+        commits with the tool's effect, or alone when the call failed; a waiting tool waits
+        without holding a model slot, and a workspace tool runs after the approval policy."""
         try:
-            tool = self.registry.parse(name, arguments, agent.tools)
-            assert isinstance(tool, WorkspaceTool)
-            if self.approvals is None or self.workspace is None:
-                raise ToolError(f"{name} needs a workspace, and this runtime has none.")
-            denial = await self.approvals.check(agent.thread_id, name, tool.model_dump())
-            if denial is not None:
-                raise ToolError(denial)
-            result = await tool.perform(self.workspace)
-        except (LaceError, OSError) as error:
-            message = str(error)
-            return await self._finish(agent, call_id, name, lambda tx: (message, True))
-        return await self._finish(agent, call_id, name, lambda tx: (result.text, result.is_error),
-                                  extra={"files_changed": list(result.files_changed)})
-
-    async def _run_plain(self, agent: Agent, call_id: str, name: str, arguments: str) -> str:
-        effects = Effects()
-        recorded: list[tuple[int, dict[str, Any]]] = []
-
-        def record(tx: Tx, result: ToolResult) -> None:
-            data = tool_result_data(call_id, name, result.text, result.is_error)
-            recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
-            effects.collect(tx)
-
-        result = await self.execute(name, arguments, self.context(agent), allowed=agent.tools,
-                                    record=record)
-        crash_point("after_tool_effect")
-        self._after(agent, recorded, effects, board_changed=name.startswith("task_"))
-        return result.text
-
-    async def execute(self, name: str, arguments: str | dict[str, Any], context: ToolContext,
-                      *, allowed: list[str] | None = None,
-                      record: Recorder | None = None) -> ToolResult:
-        """Run a board tool's call: its effect and `record` commit together; an error writes
-        only `record` (what `ToolRegistry.execute` does, through the async store)."""
-        try:
-            tool = self.registry.parse(name, arguments, allowed)
-            return await self.db.write(lambda tx: self.registry.run(tx, tool, context, record))
+            tool = self.registry.parse(name, arguments, context.tools)
         except LaceError as error:
-            failure = self.registry.failure(error)
-            if record is not None:
-                await self.db.write(lambda tx: record(tx, failure))
-            return failure
+            return await self._record_alone(context, call_id, name, ToolResult.failure(error))
+        if call_id is not None and isinstance(tool, WaitingTool):
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+            return await self._start_wait(context, tool, PendingWait(call_id, name, text, []))
+        if call_id is not None and isinstance(tool, WorkspaceTool):
+            return await self._perform(context, tool, call_id)
 
-    async def _run_waiting(self, agent: Agent, call_id: str, name: str, arguments: str) -> str:
-        context, effects = self.context(agent), Effects()
+        def run(tx: Tx) -> tuple[ToolResult, Recorded]:
+            result = ToolResult(tool.run(tx, context))
+            return result, self._record(tx, context, call_id, name, result)
+
         try:
-            tool = self.registry.parse(name, arguments, agent.tools)
-            assert isinstance(tool, WaitingTool)
+            result, recorded = await self.db.write(run)
+        except LaceError as error:
+            return await self._record_alone(context, call_id, name, ToolResult.failure(error))
+        if call_id is not None:
+            crash_point("after_tool_effect")
+        self._publish(recorded)
+        return result
 
-            def start(tx: Tx) -> list[str]:
-                task_ids = tool.start(tx, context)
-                tx.mark_waiting(agent.thread_id, call_id, task_ids)
-                tx.set_status(agent.thread_id, "waiting")
-                effects.collect(tx)
-                return task_ids
+    async def _start_wait(self, context: ToolContext, tool: WaitingTool,
+                          wait: PendingWait) -> ToolResult:
+        def start(tx: Tx) -> list[str]:
+            task_ids = tool.start(tx, context)
+            tx.mark_waiting(context.thread_id, wait.call_id, task_ids)
+            tx.set_status(context.thread_id, "waiting")
+            return task_ids
 
+        try:
             task_ids = await self.db.write(start)
         except LaceError as error:
-            message = str(error)
-            self.waits.remove(agent.thread_id)
-            return await self._finish(agent, call_id, name, lambda tx: (message, True))
-        self._after(agent, [], effects, board_changed=True)
-        return await self.resume(agent, PendingWait(call_id, name, arguments, task_ids))
+            self.waits.remove(context.thread_id)
+            return await self._record_alone(context, wait.call_id, wait.tool_name,
+                                            ToolResult.failure(error), running=True)
+        return await self.resume(context, PendingWait(wait.call_id, wait.tool_name,
+                                                      wait.arguments, task_ids))
 
-    async def resume(self, agent: Agent, wait: PendingWait) -> str:
-        """Wait for the tasks of a waiting call (new, or persisted before a crash), then finish."""
-        context = self.context(agent)
-        tool = self.registry.parse(wait.tool_name, wait.arguments, agent.tools)
+    async def resume(self, context: ToolContext, wait: PendingWait) -> ToolResult:
+        """Wait for the tasks of a waiting call (new, or persisted before a crash), then record
+        its answer."""
+        tool = self.registry.parse(wait.tool_name, wait.arguments, context.tools)
         assert isinstance(tool, WaitingTool)
         began = time.monotonic()
         deadline = began + self.limits.delegate_timeout_s
@@ -184,45 +144,80 @@ class ToolRunner:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(POLL_S, remaining)):
                     await self._changed.wait()
-        self.waits.remove(agent.thread_id)
-        self.waited[agent.thread_id] = self.waited.get(agent.thread_id, 0.0) + \
+        self.waits.remove(context.thread_id)
+        self.waited[context.thread_id] = self.waited.get(context.thread_id, 0.0) + \
             time.monotonic() - began
 
-        def finish(tx: Tx) -> tuple[str, bool]:
-            tx.consume_notices(agent.thread_id, wait.task_ids)
-            return tool.finish(tx, context, wait.task_ids), False
+        def finish(tx: Tx) -> tuple[ToolResult, Recorded]:
+            tx.consume_notices(context.thread_id, wait.task_ids)
+            result = ToolResult(tool.finish(tx, context, wait.task_ids))
+            return result, self._record(tx, context, wait.call_id, wait.tool_name, result,
+                                        waited_for=wait.task_ids, running=True)
 
-        return await self._finish(agent, wait.call_id, wait.tool_name, finish,
-                                  waited_for=wait.task_ids)
+        result, recorded = await self.db.write(finish)
+        self._publish(recorded)
+        return result
 
-    async def _finish(self, agent: Agent, call_id: str, name: str,
-                      outcome: Callable[[Tx], tuple[str, bool]],
-                      waited_for: list[str] | None = None,
-                      extra: dict[str, Any] | None = None) -> str:
-        recorded: list[tuple[int, dict[str, Any]]] = []
+    async def _perform(self, context: ToolContext, tool: WorkspaceTool,
+                       call_id: str) -> ToolResult:
+        """Ask the approval policy, act on the workspace off the database, then record the
+        result with the files it changed (so a person sees which agent changed what)."""
+        files_changed: Sequence[str] = ()
+        try:
+            if self.approvals is None or self.workspace is None:
+                raise ToolError(f"{tool.name} needs a workspace, and this runtime has none.")
+            denial = await self.approvals.check(context.thread_id, tool.name, tool.model_dump())
+            if denial is not None:
+                raise ToolError(denial)
+            performed = await tool.perform(self.workspace)
+            result = ToolResult(performed.text, is_error=performed.is_error)
+            files_changed = performed.files_changed
+        except (LaceError, OSError) as error:
+            result = ToolResult.failure(error)
+        return await self._record_alone(context, call_id, tool.name, result,
+                                        files_changed=files_changed, running=True)
 
-        def write(tx: Tx) -> str:
-            text, is_error = outcome(tx)
-            data = {**tool_result_data(call_id, name, text, is_error),
-                    "waited_for": waited_for or [], **(extra or {})}
-            recorded.append((tx.append_event(agent.thread_id, "tool_result", data), data))
-            tx.set_status(agent.thread_id, "running")
-            return text
+    async def _record_alone(self, context: ToolContext, call_id: str | None, name: str,
+                            result: ToolResult, *, files_changed: Sequence[str] = (),
+                            running: bool = False) -> ToolResult:
+        """Record a result that no tool transaction recorded (a failure, a workspace call)."""
+        if call_id is not None:
+            self._publish(await self.db.write(lambda tx: self._record(
+                tx, context, call_id, name, result, files_changed=files_changed,
+                running=running)))
+        return result
 
-        text = await self.db.write(write)
-        self._after(agent, recorded, Effects(), board_changed=False)
-        return text
+    def _record(self, tx: Tx, context: ToolContext, call_id: str | None, name: str,
+                result: ToolResult, *, waited_for: Sequence[str] = (),
+                files_changed: Sequence[str] = (), running: bool = False) -> Recorded:
+        """The `tool_result` event of an agent's call (the person's calls have none), and the
+        agent back to `running` after a wait; to publish once the transaction commits."""
+        if call_id is None:
+            return None
+        data = tool_result_data(call_id, name, result, waited_for=waited_for,
+                                files_changed=files_changed)
+        event_id = tx.append_event(context.thread_id, "tool_result", data)
+        if running:
+            tx.set_status(context.thread_id, "running")
+        return EventAppended(context.thread_id, event_id, "tool_result", data)
 
-    def _after(self, agent: Agent, recorded: list[tuple[int, dict[str, Any]]], effects: Effects,
-               *, board_changed: bool) -> None:
-        for event_id, data in recorded:
-            self.bus.publish(EventAppended(agent.thread_id, event_id, "tool_result", data))
-        for child, model, task_id in effects.spawned:
-            self.bus.publish(ThreadSpawned(child, agent.thread_id, model, task_id))
-        if effects.woken or board_changed:
-            self.bus.publish(TasksChanged(agent.thread_id))
-            self.changed()
-        if effects.stopped:
-            self.cancel(effects.stopped)
-        for thread_id in effects.woken - {agent.thread_id}:
-            self.wake(thread_id)
+    def _publish(self, recorded: Recorded) -> None:
+        if recorded is not None:
+            self.bus.publish(recorded)
+
+
+def call_tool(store: Store, context: ToolContext, name: str, arguments: Arguments,
+              ) -> ToolResult:
+    """Run one call from synchronous code (the command line, scripts) through the one tool
+    path, with no runtime in this process: the agents it notifies run when a runtime (`lace
+    run --continue`, the app) next looks at the session."""
+
+    async def run() -> ToolResult:
+        db = AsyncStore(store)
+        try:
+            return await ToolRunner(db=db, limits=context.limits).call(context, name, arguments)
+        finally:
+            db.close()
+
+    return asyncio.run(run())
+

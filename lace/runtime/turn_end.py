@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-
+from lace.core import notifications
 from lace.core.records import Agent, Task
-from lace.store import Tx, schema
-
-LACE_SENDER = "lace"
-REMINDER = ("[LACE TASK SYSTEM] Your turn ended but task '{task_id}' (\"{title}\") is still "
-            "{status}. Complete it with task_complete (the message is your result), or mark it "
-            "blocked with task_update and add a note saying why. If your turn ends again without "
-            "either, lace marks it blocked with your last answer as the reason.")
+from lace.core.tasks import ACTIVE_STATUSES
+from lace.store import Tx
 
 
 def open_task_of(tx: Tx, agent: Agent) -> Task | None:
@@ -19,19 +13,12 @@ def open_task_of(tx: Tx, agent: Agent) -> Task | None:
     if not agent.current_task:
         return None
     task = tx.get_task(agent.current_task)
-    if task.assigned_to != agent.thread_id or task.status not in ("pending", "in_progress"):
+    if task.assigned_to != agent.thread_id or task.status not in ACTIVE_STATUSES:
         return None
     return task
 
 
-def _was_reminded(tx: Tx, thread_id: str, task_id: str) -> bool:
-    inbox = schema.inbox.c
-    row = tx.connection.execute(sa.select(inbox.id).where(
-        inbox.thread_id == thread_id, inbox.task_id == task_id, inbox.kind == "reminder")).first()
-    return row is not None
-
-
-def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> set[str]:
+def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> None:
     """Mark the agent idle. A spawned (ephemeral) agent's final answer completes its open task;
     a `new:` (persistent) agent that left its task open is reminded once, then the task is
     blocked with its last answer as the reason and the creator is told."""
@@ -43,15 +30,14 @@ def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> set[str]:
                          message=(final_text or "").strip() or "(no answer)")
     elif task is not None:
         _remind_or_block(tx, thread_id, task, final_text)
-    return {thread_id, *tx.woken}
 
 
 def _remind_or_block(tx: Tx, thread_id: str, task: Task, final_text: str | None) -> None:
     text = (final_text or "").strip() or "(no answer)"
-    if not _was_reminded(tx, thread_id, task.id):
+    if not tx.was_told(thread_id, task.id, "reminder"):
         tx.insert_note(task.id, thread_id, f"Turn ended without completing the task: {text}")
-        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="reminder", task_id=task.id,
-                      text=REMINDER.format(task_id=task.id, title=task.title, status=task.status),
+        tx.post_inbox(thread_id, sender=notifications.LACE_SENDER, kind="reminder",
+                      task_id=task.id, text=notifications.reminder(task),
                       priority="high")
         return
     reason = f"ended its turn twice without completing the task; last answer: {text}"
@@ -60,7 +46,7 @@ def _remind_or_block(tx: Tx, thread_id: str, task: Task, final_text: str | None)
                    changes={"status": "blocked"}, reason=reason)
 
 
-def fail_turn(tx: Tx, thread_id: str, error: str) -> set[str]:
+def fail_turn(tx: Tx, thread_id: str, error: str) -> None:
     """Mark the agent `error`; its open task is blocked with a note and the creator is told."""
     tx.set_status(thread_id, "error")
     tx.append_event(thread_id, "error", {"error": error})
@@ -71,4 +57,3 @@ def fail_turn(tx: Tx, thread_id: str, error: str) -> set[str]:
         tx.insert_note(task.id, thread_id, f"Blocked: {reason}")
         tx.update_task(task.id, session_id=task.thread_id, actor=thread_id,
                        changes={"status": "blocked"}, reason=reason)
-    return set(tx.woken)

@@ -24,6 +24,7 @@ from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
 from lace.store.budgets import budget_line, halt_before_call
+from lace.tools.base import ToolResult
 
 TRIMMED = "[trimmed to fit the context window; the full result is kept in the database]"
 
@@ -38,6 +39,11 @@ def trim_tool_results(messages: list[dict[str, Any]]) -> bool:
     for message in untrimmed[: max(1, len(untrimmed) // 2)]:
         message["content"] = TRIMMED
     return True
+
+
+def tool_message(call_id: str, result: ToolResult) -> dict[str, Any]:
+    """A tool call's answer as the model reads it."""
+    return {"role": "tool", "tool_call_id": call_id, "content": result.text}
 
 
 class AlreadyRunningError(Exception):
@@ -81,7 +87,6 @@ class TurnRunner:
     client: ModelClient
     limits: Limits
     bus: EventBus
-    wake: Callable[[str], None]
     tools: ToolRunner
     budgets: Budgets = field(default_factory=Budgets)
     watched: set[str] = field(default_factory=set)
@@ -105,9 +110,10 @@ class TurnRunner:
         for event in start.appended:
             self._published(thread_id, event.id, event.type, event.data)
         agent, messages = start.agent, start.messages
+        context = self.tools.context(agent)
         for wait in start.waits:
-            text = await self.tools.resume(agent, wait)
-            messages.append({"role": "tool", "tool_call_id": wait.call_id, "content": text})
+            result = await self.tools.resume(context, wait)
+            messages.append(tool_message(wait.call_id, result))
         tools = self.tools.registry.definitions(
             own_tools(agent), profiles=list(profiles),
             can_spawn=depth_of(thread_id) < self.limits.max_depth)
@@ -122,12 +128,11 @@ class TurnRunner:
             if not reply.tool_calls:
                 break
             results = await asyncio.gather(*(
-                self.tools.run(agent, call.id, call.name, call.arguments)
+                self.tools.call(context, call.name, call.arguments, call_id=call.id)
                 for call in reply.tool_calls))
-            messages.extend(results)
-        for woken in await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content)):
-            if woken != thread_id:  # Supervisor._drive looks at this inbox again anyway
-                self.wake(woken)
+            messages.extend(tool_message(call.id, result)
+                            for call, result in zip(reply.tool_calls, results, strict=True))
+        await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content))
         crash_point("after_turn_end")
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))

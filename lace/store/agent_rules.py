@@ -6,17 +6,17 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from lace.core import notifications
+from lace.core.agents import RESUMABLE_STATUSES
 from lace.core.clock import now_iso
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
+from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.leases import LeaseVerbs
 from lace.store.task_rules import TaskRules
-
-RESUMED = ("[LACE TASK SYSTEM] You were stopped ({reason}) and have been resumed. Continue your "
-           "work; check the board (task_list) first, your tasks may have changed meanwhile.")
 
 
 @dataclass(frozen=True)
@@ -84,21 +84,22 @@ class Tx(TaskRules, LeaseVerbs):
             tasks, _ = self.query_tasks(root_of(agent.thread_id),
                                         where=schema.tasks.c.assigned_to == agent.thread_id)
             for task in tasks:
-                if task.status in ("pending", "in_progress"):
+                if task.status in ACTIVE_STATUSES:
                     self.insert_note(task.id, agent.thread_id, f"Blocked: stopped: {reason}")
                     self.update_task(task.id, session_id=task.thread_id, actor=agent.thread_id,
                                      changes={"status": "blocked"}, reason=f"stopped: {reason}")
-        self.stopped.extend(stopped)
+        self._stopped.extend(stopped)
         return stopped
 
     def resume_agent(self, thread_id: str) -> bool:
         """A stopped (or failed, or interrupted) agent becomes idle with a `resume` message."""
         agent = self.get_agent(thread_id)
-        if agent.status not in ("stopped", "error", "interrupted"):
+        if agent.status not in RESUMABLE_STATUSES:
             return False
         self.update_agent(thread_id, status="idle", stop_reason=None)
-        self.post_inbox(thread_id, sender="lace", kind="resume", priority="high",
-                        text=RESUMED.format(reason=agent.stop_reason or agent.status))
+        self.post_inbox(thread_id, sender=notifications.LACE_SENDER, kind="resume",
+                        priority="high",
+                        text=notifications.resumed(agent.stop_reason or agent.status))
         return True
 
     # approvals

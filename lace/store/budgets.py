@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from lace.config import Budget, Budgets
+from lace.core.clock import seconds_since
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.records import Agent
 from lace.store.agent_rules import Tx
@@ -22,11 +22,6 @@ class Halt:
 
     owner: str
     reason: str
-
-
-def _seconds_since(iso: str) -> float:
-    started = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return (datetime.now(UTC) - started).total_seconds()
 
 
 def _chain(thread_id: str) -> list[str]:
@@ -61,7 +56,7 @@ def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
         usage = tx.subtree_usage(owner)
         yield owner, caps, {"tokens": usage.tokens, "cost_usd": usage.cost_usd,
                             "turns": usage.turns,
-                            "seconds": _seconds_since(chain[owner].created_at)}
+                            "seconds": seconds_since(chain[owner].created_at)}
 
 
 def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:

@@ -13,11 +13,11 @@ import time
 
 import sqlalchemy as sa
 
+from lace.core.agents import HELD_STATUSES
 from lace.core.clock import now_iso
 from lace.store import schema
 from lace.store.rows import RowVerbs
 
-HELD_STATUSES = ("running", "waiting")
 _FORGET_AFTER_S = 86_400.0
 
 

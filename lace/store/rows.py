@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from lace.core import ids
+from lace.core.agents import NOT_RUNNABLE
 from lace.core.clock import now_iso
+from lace.core.effects import Effects, Notice, Spawned
 from lace.core.errors import NotFoundError
 from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
-from lace.core.tasks import OPEN_STATUSES
+from lace.core.tasks import ACTIVE_STATUSES, OPEN_STATUSES
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.db import driver
 from lace.store.prepared import insert_into, update_by_key
-from lace.store.statements import NOT_RUNNABLE
 
 _TASK_ID_ATTEMPTS = 20
+RecordT = TypeVar("RecordT", Agent, Event, InboxItem, Note, Task, Thread)
 
 
-def _record(cls: type[Any], row: sa.Row[Any] | Mapping[str, Any]) -> Any:
+def _record(cls: type[RecordT], row: sa.Row[Any] | Mapping[str, Any]) -> RecordT:
     mapping = row._mapping if isinstance(row, sa.Row) else row
     return cls(**{key: mapping[key] for key in cls.__dataclass_fields__ if key in mapping})
 
@@ -33,11 +35,18 @@ class RowVerbs:
     def __init__(self, connection: sa.Connection) -> None:
         self.connection = connection
         self.raw = driver(connection)
-        self.woken: set[str] = set()
-        self.spawned: list[str] = []
-        self.stopped: list[str] = []
+        self._notices: list[Notice] = []
+        self._spawned: list[Spawned] = []
+        self._stopped: list[str] = []
+        self._tasks: set[str] = set()
         self._touched: set[str] = set()
         self._agents: dict[str, Agent] = {}  # rows read or written in this transaction
+
+    @property
+    def effects(self) -> Effects:
+        """What this transaction caused so far, for the runtime to act on once it commits."""
+        return Effects(notices=tuple(self._notices), spawned=tuple(self._spawned),
+                       stopped=tuple(self._stopped), tasks=frozenset(self._tasks))
 
     def _execute(self, statement: sa.Executable,
                  parameters: dict[str, Any] | None = None) -> sa.CursorResult[Any]:
@@ -59,14 +68,16 @@ class RowVerbs:
                           parent_thread_id=None, tools=tools)
         return thread
 
-    def create_child_thread(self, parent_id: str, title: str | None = None) -> Thread:
-        """Thread `<parent>.N`, N one more than the highest existing child of the parent."""
-        parent = self.get_thread(parent_id)
+    def create_child_thread(self, parent_id: str, title: str | None = None,
+                            root_id: str | None = None) -> Thread:
+        """Thread `<parent>.N`, N one more than the highest existing child of the parent
+        (`root_id`, the parent's session, saves reading the parent when the caller knows it)."""
+        root_id = root_id or self.get_thread(parent_id).root_id
         highest = sql.HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
                                                    "suffix_at": len(parent_id) + 2})
         now = now_iso()
         thread = Thread(id=ids.child_thread_id(parent_id, int(highest) + 1), parent_id=parent_id,
-                        root_id=parent.root_id, title=title, created_at=now, updated_at=now)
+                        root_id=root_id, title=title, created_at=now, updated_at=now)
         sql.INSERT_THREAD.run(self.raw, vars(thread))
         return thread
 
@@ -96,7 +107,7 @@ class RowVerbs:
         row = sql.THREAD_BY_ID.first(self.raw, {"thread": thread_id})
         if row is None:
             raise NotFoundError(f"Unknown thread {thread_id!r}.")
-        return _record(Thread, row)  # type: ignore[no-any-return]
+        return _record(Thread, row)
 
     def find_agent(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""
@@ -198,8 +209,15 @@ class RowVerbs:
         cursor = sql.INSERT_INBOX.run(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
             "text": text, "priority": priority, "created_at": now_iso()})
-        self.woken.add(thread_id)
+        self._notices.append(Notice(thread_id, kind, task_id))
         return int(cursor.lastrowid or 0)
+
+    def was_told(self, thread_id: str, task_id: str, kind: str) -> bool:
+        """Whether a thread ever got a notice of this kind about this task."""
+        inbox = schema.inbox.c
+        return self._execute(sa.select(inbox.id).where(
+            inbox.thread_id == thread_id, inbox.task_id == task_id, inbox.kind == kind)
+        ).first() is not None
 
     def insert_subscription(self, thread_id: str, topic: str) -> None:
         """Subscribe a thread to a topic (it must not be subscribed yet)."""
@@ -232,7 +250,7 @@ class RowVerbs:
         tasks = schema.tasks.c
         rows = self._execute(
             sa.select(tasks.created_by, sa.func.count().label("open"))
-            .where(tasks.thread_id == session_id, tasks.status.in_(("pending", "in_progress")),
+            .where(tasks.thread_id == session_id, tasks.status.in_(ACTIVE_STATUSES),
                    sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
             .group_by(tasks.created_by))
         return {str(row.created_by): int(row.open) for row in rows}
@@ -316,13 +334,14 @@ class RowVerbs:
         assigned_to: str | None = None, status: str = "pending",
     ) -> Task:
         """Insert one task row as given (rules live in `create_task`)."""
-        now = now_iso()
-        values = {"id": self._new_task_id(), "title": title, "description": description,
+        now, task_id = now_iso(), self._new_task_id()
+        values = {"id": task_id, "title": title, "description": description,
                   "prompt": prompt, "status": status, "priority": priority,
                   "assigned_to": assigned_to, "created_by": created_by,
                   "thread_id": session_id, "created_at": now, "updated_at": now}
         sql.INSERT_TASK.run(self.raw, values)
-        return _record(Task, {**values, "note_count": 0, "notes": ()})  # type: ignore[no-any-return]
+        self._tasks.add(task_id)
+        return _record(Task, {**values, "note_count": 0, "notes": ()})
 
     def get_task(self, task_id: str, *, session_id: str | None = None,
                  with_notes: bool = False) -> Task:
@@ -332,12 +351,13 @@ class RowVerbs:
             raise NotFoundError(
                 f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
         notes = tuple(self.task_notes(task_id)) if with_notes else ()
-        return _record(Task, {**row, "note_count": len(notes), "notes": notes})  # type: ignore[no-any-return]
+        return _record(Task, {**row, "note_count": len(notes), "notes": notes})
 
     def set_task_fields(self, task_id: str, **values: Any) -> str:
         """Change columns of a task row; returns its new `updated_at`."""
         values = {**values, "updated_at": now_iso()}
         update_by_key("tasks", tuple(values)).run(self.raw, {**values, "key_value": task_id})
+        self._tasks.add(task_id)
         return str(values["updated_at"])
 
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
@@ -345,6 +365,7 @@ class RowVerbs:
         now = now_iso()
         cursor = sql.INSERT_NOTE.run(self.raw, {"task_id": task_id, "author": author,
                                              "content": content, "created_at": now})
+        self._tasks.add(task_id)
         note_id = int(cursor.lastrowid or 0)
         return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
 

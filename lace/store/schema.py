@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from lace.core.agents import AGENT_STATUSES, AGENT_TYPES
+from lace.core.notifications import INBOX_KINDS, INBOX_PRIORITIES
+from lace.core.records import APPROVAL_STATUSES, EVENT_TYPES
 from lace.core.tasks import PRIORITIES, STATUSES
 
 metadata = sa.MetaData(
@@ -16,29 +19,6 @@ metadata = sa.MetaData(
     }
 )
 
-EVENT_TYPES = (
-    "system_prompt",
-    "user_message",
-    "agent_message",
-    "tool_call",
-    "tool_result",
-    "notification",
-    "error",
-)
-AGENT_TYPES = ("persistent", "ephemeral")
-AGENT_STATUSES = ("idle", "running", "waiting", "interrupted", "error", "stopped")
-INBOX_KINDS = (
-    "assignment",
-    "unassigned",
-    "completion",
-    "status",
-    "note",
-    "message",
-    "topic",
-    "reminder",
-    "resume",
-)
-INBOX_PRIORITIES = ("high", "normal")
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:
@@ -181,8 +161,6 @@ subscriptions = sa.Table(
     _created(),
     sa.Index(None, "topic"),
 )
-
-APPROVAL_STATUSES = ("pending", "approved", "approved_session", "denied")
 
 approvals = sa.Table(
     "approvals",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from lace.core.agents import NOT_RUNNABLE
 from lace.store import schema
 from lace.store.prepared import Prepared, insert_into, json_list
 
-NOT_RUNNABLE = ("stopped", "error", "running", "waiting")
 _agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
 _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
 AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))

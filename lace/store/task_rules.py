@@ -8,7 +8,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from lace.core import notifications
-from lace.core.assignee import HUMAN, NewAgentSpec, ThreadAssignee, parse_assignee
+from lace.core.assignee import HUMAN, Assignment, ThreadAssignee, assignee_text
+from lace.core.effects import Spawned
 from lace.core.errors import InvalidTransitionError, NotFoundError, PermissionDeniedError
 from lace.core.ids import is_thread_id
 from lace.core.records import AgentPlan, Task
@@ -23,17 +24,16 @@ UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description",
 class TaskRules(RowVerbs):
     """Row verbs plus the task board's rules."""
 
-    def check_assignee(self, session_id: str, assigned_to: str) -> str:
-        """Validate an assignee against this session; returns it unchanged."""
-        parsed = parse_assignee(assigned_to)
-        if isinstance(parsed, ThreadAssignee):
-            agent = self.find_agent(parsed.thread_id)
-            thread = self.get_thread(parsed.thread_id) if agent else None
-            if thread is None or thread.root_id != session_id:
-                raise NotFoundError(
-                    f"Unknown agent thread {parsed.thread_id!r} in this session. Assign to "
-                    "new:provider/model to spawn an agent, or to an existing agent's thread id.")
-        return assigned_to
+    def _check_assignee(self, session_id: str, assignee: Assignment) -> None:
+        """An existing agent assignee must be an agent of this session."""
+        if not isinstance(assignee, ThreadAssignee):
+            return
+        agent = self.find_agent(assignee.thread_id)
+        thread = self.get_thread(assignee.thread_id) if agent else None
+        if thread is None or thread.root_id != session_id:
+            raise NotFoundError(
+                f"Unknown agent thread {assignee.thread_id!r} in this session. Assign to "
+                "new:provider/model to spawn an agent, or to an existing agent's thread id.")
 
     def _notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
                 task_id: str) -> None:
@@ -51,99 +51,82 @@ class TaskRules(RowVerbs):
                 f"({task.assigned_to or 'nobody'}) of task {task.id} may change it; "
                 f"you are {actor}.")
 
-    def default_plan(self, spec: NewAgentSpec, parent: str) -> AgentPlan:
-        """The plan for a `new:` spec with no profile settings: the spec's model, else the
-        creator's; the creator's tools."""
-        creator = self.find_agent(parent)
-        if spec.provider and spec.model:
-            provider, model = spec.provider, spec.model
-        elif creator is not None:
-            provider, model = creator.provider, creator.model
-        else:
-            raise NotFoundError(f"{spec.text!r} names no model and there is no creator's "
-                                "model to take; use new:<profile>:<provider>/<model>.")
-        tools = tuple(creator.tools) if creator and creator.tools is not None else None
-        return AgentPlan(provider=provider, model=model, profile=spec.profile, tools=tools)
-
-    def spawn_for_task(self, task_id: str, *, actor: str, spec: NewAgentSpec,
-                       plan: AgentPlan | None = None, task: Task | None = None) -> Task:
-        """Create agent `<creator>.N` for a task (`task` is its row, if just read), assign the
-        task to it, set it in progress, and put the assignment in the new agent's inbox;
-        returns the task as it is now."""
-        before = task or self.get_task(task_id)
-        parent = actor if is_thread_id(actor) else before.thread_id
-        plan = plan or self.default_plan(spec, parent)
-        child = self.create_child_thread(parent, title=before.title)
-        self.create_agent(thread_id=child.id, name=plan.profile or plan.model.rsplit("/", 1)[-1],
-                          provider=plan.provider, model=plan.model, profile=plan.profile,
-                          type=plan.type, parent_thread_id=parent, created_for_task=task_id,
-                          current_task=task_id, instructions=plan.instructions,
+    def spawn_for_task(self, task: Task, *, actor: str, plan: AgentPlan) -> Task:
+        """Apply `plan` to `task` (its row as just read): create agent `<parent>.N` working
+        on it, assign the task to it in progress, and put the assignment in the new agent's
+        inbox; returns the task as it is now."""
+        child = self.create_child_thread(plan.parent_id, title=task.title, root_id=task.thread_id)
+        self.create_agent(thread_id=child.id, name=plan.name, provider=plan.provider,
+                          model=plan.model, profile=plan.profile, type=plan.type,
+                          parent_thread_id=plan.parent_id, created_for_task=task.id,
+                          current_task=task.id, instructions=plan.instructions,
                           tools=list(plan.tools) if plan.tools is not None else None,
                           budget=plan.budget)
         for topic in plan.topics:
             self.insert_subscription(child.id, topic)
-        status = before.status if before.status == "in_progress" else "in_progress"
-        if status != before.status:
-            check_transition(task_id, before.status, status)
-        updated_at = self.set_task_fields(task_id, assigned_to=child.id, status=status)
-        self.spawned.append(child.id)
-        after = replace(before, assigned_to=child.id, status=status, updated_at=updated_at)
-        self._tell_about_update(before, after, actor)
+        if task.status != "in_progress":
+            check_transition(task.id, task.status, "in_progress")
+        updated_at = self.set_task_fields(task.id, assigned_to=child.id, status="in_progress")
+        self._spawned.append(Spawned(child.id, plan.parent_id, plan.model_name, task.id))
+        after = replace(task, assigned_to=child.id, status="in_progress", updated_at=updated_at)
+        self._tell_about_update(task, after, actor)
         return after
 
     def create_task(
         self, *, session_id: str, actor: str, title: str, prompt: str,
         description: str | None = None, priority: str = "medium",
-        assigned_to: str | None = None, status: str = "pending", plan: AgentPlan | None = None,
+        assignee: Assignment | None = None, status: str = "pending",
     ) -> Task:
-        """Create a task; an agent assignee gets the assignment notification, and a `new:`
-        assignee is spawned (by `plan` when given)."""
+        """Create a task; an agent assignee gets the assignment notification, and a planned
+        new agent is spawned for it."""
         self.get_session(session_id)
-        spec = parse_assignee(assigned_to) if assigned_to is not None else None
-        if assigned_to is not None:
-            self.check_assignee(session_id, assigned_to)
+        if assignee is not None:
+            self._check_assignee(session_id, assignee)
+        existing = None if assignee is None or isinstance(assignee, AgentPlan) \
+            else assignee_text(assignee)
         task = self.insert_task(session_id=session_id, created_by=actor, title=title,
                                 prompt=prompt, description=description, priority=priority,
-                                assigned_to=None if isinstance(spec, NewAgentSpec) else assigned_to,
-                                status=status)
-        if isinstance(spec, NewAgentSpec):
-            return self.spawn_for_task(task.id, actor=actor, spec=spec, plan=plan, task=task)
+                                assigned_to=existing, status=status)
+        if isinstance(assignee, AgentPlan):
+            return self.spawn_for_task(task, actor=actor, plan=assignee)
         self._assign_to_agent(task, actor)
         return task
 
     def _assign_to_agent(self, task: Task, actor: str) -> None:
-        """Tell an agent assignee about its task and make it the agent's current task."""
+        """Tell an agent assignee about its task and make it the agent's current task (a
+        stopped agent is resumed by it)."""
         agent = self.find_agent(task.assigned_to) if task.assigned_to else None
-        if agent is not None:
+        if agent is not None and (agent.current_task != task.id or agent.status == "stopped"):
             resumed = {"status": "idle", "stop_reason": None} if agent.status == "stopped" else {}
             self.update_agent(agent.thread_id, current_task=task.id, **resumed)
         self._notify(task.assigned_to, sender=actor, kind="assignment",
                      text=notifications.assignment(task), task_id=task.id)
 
     def update_task(self, task_id: str, *, session_id: str, actor: str,
-                    changes: dict[str, Any], reason: str | None = None,
-                    plan: AgentPlan | None = None) -> Task:
-        """Apply field changes under the transition table; the other party is told."""
+                    changes: dict[str, Any], assignee: Assignment | None = None,
+                    reason: str | None = None) -> Task:
+        """Apply field changes (and a new assignee) under the transition table; the other
+        party is told."""
         changes = {key: value for key, value in changes.items() if value is not None}
-        if not changes:
+        if not changes and assignee is None:
             raise InvalidTransitionError(
                 f"Nothing to update: give at least one of {', '.join(UPDATABLE_FIELDS)}.")
         before = self.get_task(task_id, session_id=session_id)
         self._check_may_change(before, actor)
         if "status" in changes:
             check_transition(task_id, before.status, changes["status"])
-        new_assignee = changes.get("assigned_to")
-        if new_assignee is not None:
-            self.check_assignee(session_id, new_assignee)
-        spec = parse_assignee(new_assignee) if new_assignee is not None else None
-        if isinstance(spec, NewAgentSpec):
-            del changes["assigned_to"]
+        if assignee is not None:
+            self._check_assignee(session_id, assignee)
+            if not isinstance(assignee, AgentPlan):
+                changes["assigned_to"] = assignee_text(assignee)
+        after = before
         if changes:
             self.set_task_fields(task_id, **changes)
-            self._tell_about_update(before, self.get_task(task_id), actor, reason)
-        if isinstance(spec, NewAgentSpec):
-            self.spawn_for_task(task_id, actor=actor, spec=spec, plan=plan)
-        return self.get_task(task_id)
+            after = self.get_task(task_id)
+            self._tell_about_update(before, after, actor, reason)
+        if isinstance(assignee, AgentPlan):
+            after = self.spawn_for_task(after, actor=actor, plan=assignee)
+        return after
 
     def _tell_about_update(self, before: Task, after: Task, actor: str,
                            reason: str | None = None) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from lace.config import Budgets, Limits, Profile
 from lace.core.errors import LaceError
-from lace.store import Store, Tx
+from lace.store import Tx
 
 ModelCheck = Callable[[str, str], "str | None"]
 """Given a provider and a model, return why it cannot be called, or None if it can."""
@@ -27,10 +27,9 @@ def no_model_check(_provider: str, _model: str) -> str | None:
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool may use: the store, who is calling with which tools, the limits and
-    profiles in force, and ports to the rest of lace."""
+    """What a tool may use: who is calling with which tools, the limits and profiles in
+    force, and ports to the rest of lace (the transaction comes with each call)."""
 
-    store: Store
     thread_id: str
     session_id: str
     check_model: ModelCheck = no_model_check
@@ -77,6 +76,11 @@ class ToolResult:
     text: str
     is_error: bool = False
     kind: str | None = None
+
+    @classmethod
+    def failure(cls, error: Exception) -> ToolResult:
+        """The tool error a failed call returns: the error's message, named by its class."""
+        return cls(str(error), is_error=True, kind=type(error).__name__)
 
 
 class Tool(BaseModel):

@@ -10,13 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from lace.config import Budget
 from lace.core.errors import NotFoundError
 from lace.core.records import Task
+from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, WaitingTool, refuse_deadlock
 from lace.tools.messaging import Topic
-from lace.tools.names import ALL_TOOL_NAMES
 from lace.tools.schema import parameters_schema
-from lace.tools.spawning import plan_spawn
-from lace.tools.task_tools import Assignee, check_assignee_callable, plan_if_new
+from lace.tools.spawning import assignment, parse_assignment, plan_spawn, spawn_spec
+from lace.tools.task_tools import Assignee
 
 TITLE_LENGTH = 80
 
@@ -43,7 +43,7 @@ def job_block(tx: Tx, task_id: str, session_id: str, *, blocked_label: str) -> s
 
 def settled(tx: Tx, task_ids: list[str]) -> bool:
     """Whether no task is still pending or in progress (unknown ids count as settled)."""
-    return not any(task.status in ("pending", "in_progress")
+    return not any(task.status in ACTIVE_STATUSES
                    for task in tx.tasks_by_id(task_ids))
 
 
@@ -67,13 +67,12 @@ class Delegate(WaitingTool):
     budget: Budget | None = Field(default=None, description="Caps on each helper's subtree.")
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
-        for item in self.tasks:
-            check_assignee_callable(item.assigned_to, context)
+        assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
         created = [tx.create_task(
             session_id=context.session_id, actor=context.thread_id, title=item.title,
             prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
-            priority="high", assigned_to=item.assigned_to,
-            plan=plan_if_new(tx, context, item.assigned_to, self.budget)) for item in self.tasks]
+            priority="high", assignee=assignment(tx, context, assignee, self.budget))
+            for item, assignee in zip(self.tasks, assignees, strict=True)]
         refuse_deadlock(context, {task.assigned_to for task in created if task.assigned_to})
         return [task.id for task in created]
 
@@ -113,16 +112,15 @@ class Spawn(Tool):
         return schema
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        plan = plan_spawn(tx, context, ALL_TOOL_NAMES, profile=self.profile, model=self.model,
+        plan = plan_spawn(tx, context, spawn_spec(context, self.profile, self.model),
                           tools=self.tools, type="ephemeral", instructions=self.system_prompt,
                           budget=self.budget, topics=list(dict.fromkeys(self.auto_subscribe)))
         title = (self.task.strip().splitlines() or ["task"])[0][:TITLE_LENGTH]
         prompt = f"{self.context}\n\n{self.task}" if self.context else self.task
         task = tx.create_task(session_id=context.session_id, actor=context.thread_id,
-                              title=title, prompt=prompt,
-                              assigned_to=f"new:{plan.provider}/{plan.model}", plan=plan)
+                              title=title, prompt=prompt, assignee=plan)
         return (f"Spawned job {task.id} in thread {task.assigned_to} "
-                f"({plan.provider}/{plan.model}). Collect its result with spawn_await.")
+                f"({plan.model_name}). Collect its result with spawn_await.")
 
 
 JobIds = Annotated[str, Field(min_length=1, description='"id1,id2" or "*" for all not yet awaited')]

@@ -6,6 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
+from lace.core import notifications
 from lace.core.errors import NotFoundError
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError
@@ -13,12 +14,6 @@ from lace.tools.base import Tool, ToolContext, ToolError
 Topic = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$",
                              description="A topic name such as party-chat.")]
 Text = Annotated[str, Field(min_length=1, max_length=20_000)]
-
-
-def message_text(sender: str, text: str, topic: str | None = None) -> str:
-    """How a message reads in the recipient's conversation: who sent it, and where."""
-    where = f" on topic '{topic}'" if topic else ""
-    return f"[message from {sender}{where}]\n{text}"
 
 
 class SendMessage(Tool):
@@ -41,7 +36,7 @@ class SendMessage(Tool):
         if self.to == context.thread_id:
             raise ToolError("You cannot send a message to yourself.")
         tx.post_inbox(self.to, sender=context.thread_id, kind="message",
-                      text=message_text(context.thread_id, self.text))
+                      text=notifications.message(context.thread_id, self.text))
         return f"Message sent to {self.to}."
 
 
@@ -80,7 +75,7 @@ class Publish(Tool):
                       if thread != context.thread_id]
         for recipient in recipients:
             tx.post_inbox(recipient, sender=context.thread_id, kind="topic",
-                          text=message_text(context.thread_id, self.text, self.topic))
+                          text=notifications.message(context.thread_id, self.text, self.topic))
         if not recipients:
             return f"Published on '{self.topic}', but nobody else is subscribed to it."
         return f"Published on '{self.topic}' to {len(recipients)} subscriber(s)."

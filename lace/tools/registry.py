@@ -1,16 +1,15 @@
-"""Finds a tool by name, validates its arguments, runs it in one transaction, reports errors."""
+"""Describes the tools: their schemas per agent, and a call's arguments validated into its model
+(running a call is the runtime's `ToolRunner.call`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
-from lace.core.errors import LaceError
-from lace.store import Tx
-from lace.tools.base import Tool, ToolContext, ToolError, ToolResult
+from lace.tools.base import Tool, ToolError
 from lace.tools.delegation import DELEGATION_TOOLS, Spawn
 from lace.tools.files import FILE_TOOLS
 from lace.tools.lifetime import LIFETIME_TOOLS
@@ -28,7 +27,6 @@ KEY_SUGGESTIONS = {
     "taskId": "task_id",
     "includeCompleted": "include_completed",
 }
-Recorder = Callable[[Tx, ToolResult], None]
 
 
 def _shown(value: Any) -> str:
@@ -109,31 +107,3 @@ class ToolRegistry:
             return tool.model_validate(arguments)
         except ValidationError as error:
             raise ToolError(describe_validation_error(name, error)) from None
-
-    def execute(self, name: str, arguments: str | dict[str, Any] | None, context: ToolContext,
-                *, allowed: Sequence[str] | None = None,
-                record: Recorder | None = None) -> ToolResult:
-        """Run one call: its effect and `record` commit together; an error writes only `record`."""
-        try:
-            tool = self.parse(name, arguments, allowed)
-            with context.store.transaction() as tx:
-                return self.run(tx, tool, context, record)
-        except LaceError as error:
-            failure = self.failure(error)
-            if record is not None:
-                with context.store.transaction() as tx:
-                    record(tx, failure)
-            return failure
-
-    @staticmethod
-    def run(tx: Tx, tool: Tool, context: ToolContext, record: Recorder | None) -> ToolResult:
-        """Run a parsed call inside `tx`, with `record` in the same transaction."""
-        result = ToolResult(tool.run(tx, context))
-        if record is not None:
-            record(tx, result)
-        return result
-
-    @staticmethod
-    def failure(error: LaceError) -> ToolResult:
-        """The tool error a failed call returns to the model."""
-        return ToolResult(str(error), is_error=True, kind=type(error).__name__)

@@ -1,19 +1,28 @@
-"""Planning a new agent: its profile, model and tools (which only ever shrink), under the
-spawn limits. Every path that creates an agent goes through `plan_spawn`."""
+"""Parsing an assignee once and planning a new agent: its profile, model and tools (which only
+ever shrink), under the spawn limits. Every path that creates an agent goes through
+`plan_spawn`; the store applies the plan."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 
-from lace.config import Budget
-from lace.core.assignee import parse_model
+from lace.config import Budget, Profile
+from lace.core.assignee import (
+    EXPECTED_FORMS,
+    Assignee,
+    Assignment,
+    NewAgentSpec,
+    parse_assignee,
+    parse_model,
+)
+from lace.core.clock import iso_ago
 from lace.core.errors import InvalidAssigneeError
 from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan
 from lace.store import Tx
 from lace.store.budgets import remaining
 from lace.tools.base import ToolContext, ToolError
+from lace.tools.names import ALL_TOOL_NAMES
 
 SPAWNING_TOOLS = ("delegate", "spawn", "spawn_await")
 
@@ -41,56 +50,103 @@ def check_spawn_limits(tx: Tx, context: ToolContext) -> None:
         raise ToolError(f"Spawn refused: you have {live} live children, the limit is "
                         f"max_children = {limits.max_children} ([limits] max_children). Wait "
                         "for some to finish, or reuse one by assigning it a task.")
-    since = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    recent = tx.children_created_since(parent, since)
+    recent = tx.children_created_since(parent, iso_ago(60))
     if recent >= limits.spawns_per_minute:
         raise ToolError(f"Spawn refused: {recent} spawns in the last minute, the limit is "
                         f"spawns_per_minute = {limits.spawns_per_minute} ([limits] "
                         "spawns_per_minute). Wait a little, or reuse an agent.")
 
 
-def _creator_model(tx: Tx, context: ToolContext) -> str:
-    agent = tx.get_agent(spawner_thread(context))
-    return agent.model_name
+def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee | None:
+    """Parse an `assigned_to` value once; a `new:` spec must name a known profile and, when it
+    names a model, one that can be called."""
+    if assigned_to is None:
+        return None
+    assignee = parse_assignee(assigned_to)
+    if not isinstance(assignee, NewAgentSpec):
+        return assignee
+    if assignee.profile is not None and assignee.profile not in context.profiles:
+        known = ", ".join(sorted(context.profiles)) or "none are configured"
+        raise ToolError(f"Unknown profile {assignee.profile!r} in {assigned_to!r} (profiles: "
+                        f"{known}). {EXPECTED_FORMS}.")
+    if assignee.provider is not None and assignee.model is not None:
+        problem = context.check_model(assignee.provider, assignee.model)
+        if problem:
+            raise ToolError(f"{problem} in {assigned_to!r}. {EXPECTED_FORMS}.")
+    return assignee
 
 
-def plan_spawn(tx: Tx, context: ToolContext, every_tool: Sequence[str], *,
-               profile: str | None = None, model: str | None = None,
-               tools: Sequence[str] | None = None, type: str = "persistent",
-               instructions: str | None = None, budget: Budget | None = None,
-               topics: Sequence[str] = ()) -> AgentPlan:
-    """Check the limits, then choose the model (`model` > the profile's > the caller's) and
-    the tools (explicit > the profile's, intersected > the caller's); each only shrinks."""
-    check_spawn_limits(tx, context)
-    chosen_profile = None
-    if profile is not None:
-        chosen_profile = context.profiles.get(profile)
-        if chosen_profile is None:
-            known = ", ".join(sorted(context.profiles)) or "none are configured"
-            raise ToolError(f"Unknown profile {profile!r}; known profiles: {known}.")
-    model_name = model or (chosen_profile.model if chosen_profile else None) \
-        or _creator_model(tx, context)
+def spawn_spec(context: ToolContext, profile: str | None, model: str | None) -> NewAgentSpec:
+    """The spec of `spawn`'s `profile` and `model` arguments, checked like an assignee's."""
+    if profile is not None and profile not in context.profiles:
+        known = ", ".join(sorted(context.profiles)) or "none are configured"
+        raise ToolError(f"Unknown profile {profile!r}; known profiles: {known}.")
+    if model is None:
+        return NewAgentSpec(text=f"new:{profile}" if profile else "new:", profile=profile,
+                            provider=None, model=None)
     try:
-        provider, name = parse_model(model_name)
+        provider, name = parse_model(model)
     except InvalidAssigneeError as error:
         raise ToolError(str(error)) from None
     problem = context.check_model(provider, name)
     if problem:
         raise ToolError(f"{problem}.")
-    own = caller_tools(context, every_tool)
+    return NewAgentSpec(text=f"new:{model}", profile=profile, provider=provider, model=name)
+
+
+def assignment(tx: Tx, context: ToolContext, assignee: Assignee | None,
+               budget: Budget | None = None) -> Assignment | None:
+    """What the store applies for a parsed assignee: a plan for a `new:` spec, else itself."""
+    if isinstance(assignee, NewAgentSpec):
+        return plan_spawn(tx, context, assignee, budget=budget)
+    return assignee
+
+
+def _chosen_model(tx: Tx, context: ToolContext, spec: NewAgentSpec,
+                  profile: Profile | None) -> tuple[str, str]:
+    """`provider, model` of a new agent: the spec's (checked when parsed), else the
+    profile's, else its creator's."""
+    if spec.provider is not None and spec.model is not None:
+        return spec.provider, spec.model
+    if profile is not None and profile.model:
+        try:
+            provider, model = parse_model(profile.model)
+        except InvalidAssigneeError as error:
+            raise ToolError(str(error)) from None
+    else:
+        creator = tx.get_agent(spawner_thread(context))
+        provider, model = creator.provider, creator.model
+    problem = context.check_model(provider, model)
+    if problem:
+        raise ToolError(f"{problem}.")
+    return provider, model
+
+
+def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
+               tools: Sequence[str] | None = None, type: str = "persistent",
+               instructions: str | None = None, budget: Budget | None = None,
+               topics: Sequence[str] = ()) -> AgentPlan:
+    """The one planner of a new agent: check the limits, then choose the model (the spec's >
+    the profile's > the caller's) and the tools (explicit > the profile's, intersected > the
+    caller's); each only shrinks."""
+    check_spawn_limits(tx, context)
+    profile = context.profiles[spec.profile] if spec.profile is not None else None
+    provider, model = _chosen_model(tx, context, spec, profile)
+    own = caller_tools(context, ALL_TOOL_NAMES)
     if tools is not None:
         missing = [tool for tool in tools if tool not in own]
         if missing:
             raise ToolError(f"You cannot give {', '.join(map(repr, missing))}: a helper only "
                             f"gets tools you have yourself ({', '.join(own)}).")
         granted = tuple(dict.fromkeys(tools))
-    elif chosen_profile is not None and chosen_profile.tools:
-        granted = tuple(tool for tool in chosen_profile.tools if tool in own)
+    elif profile is not None and profile.tools:
+        granted = tuple(tool for tool in profile.tools if tool in own)
     else:
         granted = own
-    prompts = [text for text in (chosen_profile.system_prompt if chosen_profile else None,
-                                 instructions) if text]
-    return AgentPlan(provider=provider, model=name, profile=profile, tools=granted, type=type,
+    prompts = [text for text in (profile.system_prompt if profile else None, instructions)
+               if text]
+    return AgentPlan(parent_id=spawner_thread(context), provider=provider, model=model,
+                     profile=spec.profile, tools=granted, type=type,
                      instructions="\n\n".join(prompts) or None,
                      budget=clamped_budget(tx, context, budget), topics=tuple(topics))
 

@@ -6,15 +6,12 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lace.config import Budget
-from lace.core.assignee import EXPECTED_FORMS, NewAgentSpec, parse_assignee
-from lace.core.records import AgentPlan, Task
+from lace.core.records import Task
 from lace.core.tasks import STATUS_SYMBOL, Priority, Status
 from lace.store import Tx
 from lace.store.task_rules import TaskFilter
 from lace.tools.base import Tool, ToolContext, ToolError
-from lace.tools.names import ALL_TOOL_NAMES
-from lace.tools.spawning import plan_spawn
+from lace.tools.spawning import assignment, parse_assignment
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
@@ -29,31 +26,6 @@ Assignee = Annotated[
         ),
     ),
 ]
-
-
-def check_assignee_callable(assigned_to: str, context: ToolContext) -> None:
-    """Refuse a `new:` spec whose profile is unknown or whose model cannot be called."""
-    spec = parse_assignee(assigned_to)
-    if not isinstance(spec, NewAgentSpec):
-        return
-    if spec.profile is not None and spec.profile not in context.profiles:
-        known = ", ".join(sorted(context.profiles)) or "none are configured"
-        raise ToolError(f"Unknown profile {spec.profile!r} in {assigned_to!r} (profiles: {known}). "
-                        f"{EXPECTED_FORMS}.")
-    if spec.provider is not None and spec.model is not None:
-        problem = context.check_model(spec.provider, spec.model)
-        if problem:
-            raise ToolError(f"{problem} in {assigned_to!r}. {EXPECTED_FORMS}.")
-
-
-def plan_if_new(tx: Tx, context: ToolContext, assigned_to: str | None,
-                budget: Budget | None = None) -> AgentPlan | None:
-    """The plan for a `new:` assignee (limits, profile, model, tools, budget), else None."""
-    spec = parse_assignee(assigned_to) if assigned_to else None
-    if not isinstance(spec, NewAgentSpec):
-        return None
-    return plan_spawn(tx, context, ALL_TOOL_NAMES, profile=spec.profile,
-                      model=spec.model_name, budget=budget)
 
 
 def task_line(task: Task) -> str:
@@ -99,15 +71,13 @@ class TaskCreate(Tool):
     tasks: list[NewTask] = Field(min_length=1, max_length=20)
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        for item in self.tasks:
-            if item.assigned_to:
-                check_assignee_callable(item.assigned_to, context)
+        assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
         lines = []
-        for item in self.tasks:
+        for item, assignee in zip(self.tasks, assignees, strict=True):
             task = tx.create_task(
                 session_id=context.session_id, actor=context.thread_id, title=item.title,
                 prompt=item.prompt, description=item.description, priority=item.priority,
-                assigned_to=item.assigned_to, plan=plan_if_new(tx, context, item.assigned_to))
+                assignee=assignment(tx, context, assignee))
             suffix = f" (assigned to {task.assigned_to})" if task.assigned_to else ""
             lines.append(f"Created task {task.id}: {task.title}{suffix}")
         return "\n".join(lines)
@@ -163,12 +133,12 @@ class TaskUpdate(Tool):
         if not changes:
             raise ToolError("task_update needs at least one of status, assigned_to, priority, "
                             "title, description, prompt.")
-        if self.assigned_to:
-            check_assignee_callable(self.assigned_to, context)
+        assignee = parse_assignment(self.assigned_to, context)
         before = tx.get_task(self.task_id, session_id=context.session_id)
         after = tx.update_task(self.task_id, session_id=context.session_id,
-                               actor=context.thread_id, changes=changes,
-                               plan=plan_if_new(tx, context, self.assigned_to))
+                               actor=context.thread_id,
+                               changes={**changes, "assigned_to": None},
+                               assignee=assignment(tx, context, assignee))
         moves = [f"{key}: {getattr(before, key)} → {getattr(after, key)}"
                  if key in ("status", "assigned_to", "priority") else f"{key} changed"
                  for key in changes]

@@ -1,0 +1,51 @@
+"""What a committed transaction caused (notices posted, agents spawned or stopped, tasks
+changed): one value the store returns and the runtime acts on after COMMIT."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Notice:
+    """An inbox row posted: its thread must run a turn soon."""
+
+    thread_id: str
+    kind: str
+    task_id: str | None
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A new agent, created for a task."""
+
+    thread_id: str
+    parent_id: str
+    model_name: str
+    task_id: str
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Everything one transaction (or several, merged with `|`) did that others must hear of."""
+
+    notices: tuple[Notice, ...] = ()
+    spawned: tuple[Spawned, ...] = ()
+    stopped: tuple[str, ...] = ()
+    tasks: frozenset[str] = frozenset()
+    """Tasks created or changed (fields, status or notes)."""
+
+    @property
+    def woken(self) -> list[str]:
+        """Threads with new inbox rows, each once, in the order they were told."""
+        return list(dict.fromkeys(notice.thread_id for notice in self.notices))
+
+    def __bool__(self) -> bool:
+        return bool(self.notices or self.spawned or self.stopped or self.tasks)
+
+    def __or__(self, other: Effects) -> Effects:
+        return Effects(notices=self.notices + other.notices, spawned=self.spawned + other.spawned,
+                       stopped=self.stopped + other.stopped, tasks=self.tasks | other.tasks)
+
+
+NO_EFFECTS = Effects()

@@ -1,0 +1,68 @@
+"""The notices' wording is pinned (scripts and models read it), and their readers give back
+what the templates wrote."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lace.core import notifications
+from lace.core.records import Task
+
+TASK = Task(id="task_20261122_a1b2c3", title="Write the announcement", description=None,
+            prompt="Two paragraphs.", status="in_progress", priority="high",
+            assigned_to="lace_20261122_ab12cd.1", created_by="lace_20261122_ab12cd",
+            thread_id="lace_20261122_ab12cd", created_at="2026-11-22T04:18:37.123456Z",
+            updated_at="2026-11-22T04:18:37.123456Z")
+
+
+def test_the_notices_read_as_they_always_have() -> None:
+    assert notifications.assignment(TASK) == (
+        "[LACE TASK SYSTEM] You have been assigned task 'task_20261122_a1b2c3':\n"
+        'Title: "Write the announcement"\n'
+        "Created by: lace_20261122_ab12cd\n"
+        "Priority: high\n"
+        "Status: in_progress\n\n"
+        "--- TASK DETAILS ---\nTwo paragraphs.\n--- END TASK DETAILS ---\n\n"
+        "Use your task_add_note tool to record progress and task_complete tool when you are done.")
+    done = replace(TASK, status="completed")
+    assert notifications.completion(done, "lace_20261122_ab12cd.1", "Here it is.") == (
+        "[LACE TASK SYSTEM] Task 'task_20261122_a1b2c3' that you created has been completed by "
+        'lace_20261122_ab12cd.1:\nTitle: "Write the announcement"\nStatus: completed\n\n'
+        "Result:\nHere it is.")
+    blocked = replace(TASK, status="blocked")
+    assert notifications.status_changed(blocked, "human", "no access") == (
+        "[LACE TASK SYSTEM] Task 'task_20261122_a1b2c3' (\"Write the announcement\") is now "
+        "blocked, changed by human.\nReason: no access")
+    assert notifications.note_added(TASK, "human", "Shorter, please.") == (
+        "[LACE TASK SYSTEM] human added a note to task 'task_20261122_a1b2c3' "
+        "(\"Write the announcement\"):\nShorter, please.")
+    assert notifications.unassigned(TASK, "human") == (
+        "[LACE TASK SYSTEM] Task 'task_20261122_a1b2c3' (\"Write the announcement\") was "
+        "reassigned to lace_20261122_ab12cd.1 by human; you are no longer responsible for it.")
+    assert notifications.reminder(TASK) == (
+        "[LACE TASK SYSTEM] Your turn ended but task 'task_20261122_a1b2c3' (\"Write the "
+        "announcement\") is still in_progress. Complete it with task_complete (the message is "
+        "your result), or mark it blocked with task_update and add a note saying why. If your "
+        "turn ends again without either, lace marks it blocked with your last answer as the "
+        "reason.")
+    assert notifications.resumed("budget") == (
+        "[LACE TASK SYSTEM] You were stopped (budget) and have been resumed. Continue your "
+        "work; check the board (task_list) first, your tasks may have changed meanwhile.")
+    assert notifications.INTERRUPTED_TURN == (
+        "[LACE TASK SYSTEM] Your previous turn was interrupted before it finished. Continue "
+        "where you left off; check the board before repeating any action.")
+    assert notifications.message("lace_x.1", "hi", "news") == (
+        "[message from lace_x.1 on topic 'news']\nhi")
+
+
+@given(title=st.text(min_size=1, max_size=200), result=st.text(max_size=300))
+def test_the_readers_give_back_what_the_templates_wrote(title: str, result: str) -> None:
+    task = replace(TASK, title=title)
+    assert notifications.read_assignment(notifications.assignment(task)) == \
+        notifications.Assigned(TASK.id, title)
+    assert notifications.read_completion(notifications.completion(task, "human", result)) == \
+        notifications.Completed(TASK.id, title, "human", result)
+    assert notifications.read_assignment(notifications.completion(task, "human", result)) is None
