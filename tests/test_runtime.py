@@ -22,32 +22,7 @@ from tests.scripted import (
     text,
     tools_called,
 )
-
-NOTICE = "[LACE TASK SYSTEM]"
-
-
-
-def completions(messages: list[dict[str, Any]]) -> list[str]:
-    return [text(m) for m in messages if m["role"] == "user" and "has been completed by" in text(m)]
-
-
-def coordinator(*assignees: str, titles: tuple[str, ...] = ("Alpha", "Beta")) -> Any:
-    """Creates one task per assignee, then waits for every completion and sums them up."""
-
-    def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
-        last = messages[-1]
-        if last["role"] == "user" and not text(last).startswith(NOTICE):
-            return reply(None, ("task_create", {"tasks": [
-                {"title": title, "prompt": f"Do {title}", "assigned_to": who}
-                for title, who in zip(titles, assignees, strict=False)]}))
-        if last["role"] == "tool":
-            return reply("delegated; waiting")
-        done = completions(messages)
-        if len(done) == len(assignees):
-            return reply("all done: " + " | ".join(d.rsplit("\n", 1)[-1] for d in done))
-        return reply(f"{len(done)} done; waiting")
-
-    return handle
+from tests.scripted_coordinator import completions, coordinator
 
 
 async def test_root_delegates_to_two_concurrent_children(

@@ -3,63 +3,23 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 from textual.widgets import DataTable, Input
 
+from benchmarks.common import traced_statements
 from lace.llm.types import ScriptedReply
+from lace.store import Store, open_database
 from lace.tui.app import LaceApp
 from lace.tui.board import BoardScreen
 from lace.tui.factory import create_app
-from lace.tui.widgets.conversation import Conversation, ToolCallView
 from lace.tui.widgets.thread_tree import ThreadTree
-from tests.scripted import (
-    ScriptedModels,
-    assigned_task,
-    dutiful_worker,
-    reply,
-    text,
-    tools_called,
-)
-from tests.test_runtime import coordinator
-
-SIZE = (160, 45)
-
-
-def chatty_worker(messages: list[dict[str, Any]]) -> ScriptedReply:
-    """Works its task like a dutiful worker, and answers a person's message."""
-    last = messages[-1]
-    if last["role"] == "user" and not text(last).startswith("[LACE"):
-        return reply(f"you said: {text(last)}")
-    return dutiful_worker(f"result of {assigned_task(messages)}")(messages)
-
-
-def make_app(db_path: Path, models: ScriptedModels) -> LaceApp:
-    models.on("root", coordinator("new:scripted/worker", "new:scripted/worker"))
-    models.on("worker", chatty_worker)
-    return create_app(db=str(db_path), model="scripted/root")
-
-
-async def settle(app: LaceApp, pilot: Any) -> None:
-    """Let every agent finish, then let the screen catch up."""
-    assert app.session_id is not None
-    await pilot.pause()
-    await app.workers.wait_for_complete()
-    await app.runtime.run_until_quiet(app.session_id)
-    await app.refresh_view()
-    await pilot.pause()
-
-
-def conversation_texts(app: LaceApp) -> list[str]:
-    conversation = app.query_one(Conversation)
-    texts = []
-    for widget in conversation.children:
-        if isinstance(widget, ToolCallView):
-            texts.append(str(widget.title))
-        else:
-            texts.append(str(getattr(widget, "content", getattr(widget, "source", ""))))
-    return texts
+from tests.conftest import new_session, spawn_child
+from tests.piloted_app import SIZE, conversation_texts, make_app, settle
+from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
+from tests.scripted_coordinator import coordinator
 
 
 async def test_a_prompt_spawns_two_agents_to_switch_between(db_path: Path,
@@ -170,8 +130,6 @@ async def test_quitting_interrupts_running_turns(db_path: Path, models: Scripted
 async def test_another_process_session_shows_live_without_running_it(
         db_path: Path, models: ScriptedModels) -> None:
     """Agents a live process runs are shown, not run; new rows appear on the next poll."""
-    from lace.store import Store, open_database
-
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
         root = tx.create_session(provider="scripted", model="root", title="elsewhere")
@@ -198,8 +156,6 @@ async def test_another_process_session_shows_live_without_running_it(
 
 def test_continue_reopens_the_latest_or_named_session(db_path: Path,
                                                       models: ScriptedModels) -> None:
-    from lace.store import Store, open_database
-
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
         first = tx.create_session(provider="scripted", model="root")
@@ -263,3 +219,94 @@ async def test_the_app_stops_an_agent_and_shows_stopped_agents_and_subtree_total
                                   "thread_id = ?", (f"{root}.1",)).fetchone() == (
             "stopped", "not needed (by human)")
         assert connection.execute("SELECT status FROM tasks").fetchone() == ("blocked",)
+
+
+BOARD_TASKS = 2000
+
+
+async def test_the_board_is_read_on_a_thread_not_on_the_event_loop(
+        db_path: Path, store: Store) -> None:
+    """While the board opens on 2,000 tasks, SQLite runs every statement on the tasks table on
+    a thread other than the event loop's, which runs the agents and draws the screen."""
+    root = new_session(store).id
+    with store.transaction() as tx:
+        for number in range(BOARD_TASKS):
+            tx.insert_task(session_id=root, created_by="human", title=f"Task {number}",
+                           prompt="Do it")
+    app = create_app(db=str(db_path), continue_thread=root, model="demo/coordinator")
+    ran: list[tuple[int, str]] = []
+
+    def record(statement: str) -> None:
+        if "FROM tasks" in statement:
+            ran.append((threading.get_ident(), statement))
+
+    with traced_statements(app.runtime.store.database.engine, record):
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            ran.clear()
+            await pilot.press("escape", "b")
+            board = app.screen
+            assert isinstance(board, BoardScreen)
+            table = board.query_one(DataTable)
+            for _ in range(200):
+                if table.row_count == BOARD_TASKS:
+                    break
+                await pilot.pause(0.05)
+            assert table.row_count == BOARD_TASKS
+    loop = threading.get_ident()
+    assert ran
+    assert [statement for thread, statement in ran if thread == loop] == []
+
+
+def app_on_two_children(store: Store) -> tuple[LaceApp, str]:
+    """The app continuing a session whose root has spawned `.1` and `.2`; and the root's id."""
+    root = new_session(store).id
+    spawn_child(store, root)
+    spawn_child(store, root)
+    app = create_app(db=str(store.database.engine.url.database), continue_thread=root,
+                     model="demo/coordinator")
+    return app, root
+
+
+async def test_next_and_previous_follow_the_tree_as_drawn(store: Store) -> None:
+    """`.1`, `.2`, then `.1.1` are spawned; the tree draws `.1.1` under `.1`, and so go n/p."""
+    app, root = app_on_two_children(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        spawn_child(store, f"{root}.1")
+        await app.refresh_view()
+        tree = app.query_one(ThreadTree)
+        drawn = [root, f"{root}.1", f"{root}.1.1", f"{root}.2"]
+        assert tree.ordered_threads() == drawn
+        await pilot.press("escape")
+        visited = []
+        for _ in drawn:
+            await pilot.press("n")
+            visited.append(app.selected)
+            assert tree.cursor_node is not None and tree.cursor_node.data == app.selected
+        assert visited == [*drawn[1:], root]
+        went_back = []
+        for _ in drawn:
+            await pilot.press("p")
+            went_back.append(app.selected)
+        assert went_back == [*reversed(drawn[1:]), root]
+
+
+async def test_next_unfolds_a_folded_thread_and_lands_on_it(store: Store) -> None:
+    """`.2` is folded, then `.1.1` is drawn above its hidden child: `n` from `.2` opens `.2`
+    and puts the cursor on `.2.1`, not on the line `.2.1` had before."""
+    app, root = app_on_two_children(store)
+    spawn_child(store, f"{root}.2")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("escape", "n", "n", "space")
+        tree = app.query_one(ThreadTree)
+        assert app.selected == f"{root}.2"
+        assert not tree.nodes_by_thread[f"{root}.2"].is_expanded
+        spawn_child(store, f"{root}.1")
+        await app.refresh_view()
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.selected == f"{root}.2.1"
+        assert tree.nodes_by_thread[f"{root}.2"].is_expanded
+        assert tree.cursor_node is not None and tree.cursor_node.data == f"{root}.2.1"

@@ -13,8 +13,8 @@ import pytest
 from lace.core import ids
 from lace.llm.types import ScriptedReply
 from lace.tui.app import LaceApp
+from tests.piloted_app import SIZE, make_app, settle
 from tests.scripted import Handler, ScriptedModels, assigned_task, reply, text, tools_called
-from tests.test_tui import SIZE, make_app, settle
 
 
 @pytest.fixture

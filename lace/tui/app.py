@@ -1,9 +1,11 @@
 """The main screen: the thread tree, the selected conversation, an input line and a status bar.
-The runtime runs agents in this event loop; the app listens to its events and polls the store
-(on the store's thread), so it also shows sessions that another process is running."""
+The runtime runs agents in this event loop; the app listens to its events and polls the store,
+so it also shows sessions that another process is running. Every read it makes runs on its
+reader thread (`lace.tui.reader`): a read that grows with the database never stalls the loop."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 from textual import on
@@ -16,7 +18,9 @@ from lace.core.errors import LaceError
 from lace.core.records import Approval
 from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed
 from lace.runtime.supervisor import Supervisor
+from lace.store import Tx
 from lace.tui.board import BoardScreen
+from lace.tui.reader import Reader
 from lace.tui.session_view import SessionView, load_session_view
 from lace.tui.widgets.approval_modal import ApprovalModal
 from lace.tui.widgets.conversation import SHOWN_EVENTS, Conversation
@@ -53,12 +57,13 @@ class LaceApp(App[None]):
     def __init__(self, runtime: Supervisor, *, model: str, session_id: str | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.session_id = runtime, model, session_id
+        self.reader = Reader(runtime.store)
+        self.view_lock = asyncio.Lock()  # one refresh or switch reads and draws at a time
         self.session_view: SessionView | None = None
         self.pending_approvals: list[Approval] = []
         self.selected: str | None = session_id
         self.streamed: dict[str, str] = {}
         self.pending_refresh = True
-        self.refresh_running = False
         self.shown_thread: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -80,8 +85,7 @@ class LaceApp(App[None]):
             if resumed:
                 self.notify(f"Resuming {len(resumed)} interrupted agent(s): "
                             f"{', '.join(resumed)}", title="Interrupted turns")
-            for thread_id in await self.runtime.db.read(
-                    lambda tx: tx.runnable_threads(session_id)):
+            for thread_id in await self.reader.read(lambda tx: tx.runnable_threads(session_id)):
                 self.runtime.wake(thread_id)
         self.query_one(Input).focus()
         await self.refresh_view()
@@ -114,46 +118,57 @@ class LaceApp(App[None]):
             await self.refresh_view()
 
     async def refresh_view(self) -> None:
-        """Read the session and update the tree, conversation, status bar and board."""
-        if self.refresh_running or self.session_id is None:
+        """Read the session and update the tree, conversation, status bar and board; what is
+        drawn was read after this call began."""
+        if self.session_id is None:
             self._update_status()
             return
-        self.refresh_running, self.pending_refresh = True, False
-        try:
-            session_id, on_board = self.session_id, isinstance(self.screen, BoardScreen)
-            self.session_view = await self.runtime.db.read(
-                lambda tx: load_session_view(tx, session_id, with_tasks=on_board))
-            self.pending_approvals = await self.runtime.db.read(
-                lambda tx: tx.pending_approvals(session_id))
-            if not self.is_running:  # the app quit while the store was read
-                return
-            tree = self.query_one(ThreadTree)
-            tree.sync(self.session_view)
-            if self.selected is None or self.session_view.row(self.selected) is None:
-                self.selected = session_id
-            await self._show_selected()
-            self._update_status()
-            self._ask_next_approval()
-            if on_board and isinstance(self.screen, BoardScreen):
-                self.screen.show_tasks(self.session_view.tasks)
-        finally:
-            self.refresh_running = False
+        async with self.view_lock:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        session_id, on_board = self.session_id, isinstance(self.screen, BoardScreen)
+        if session_id is None:
+            return
+        self.pending_refresh = False
+
+        def read(tx: Tx) -> tuple[SessionView, list[Approval]]:
+            return (load_session_view(tx, session_id, with_tasks=on_board),
+                    tx.pending_approvals(session_id))
+
+        view, approvals = await self.reader.read(read)
+        if not self.is_running or self.session_id != session_id:  # quit or left meanwhile
+            return
+        self.session_view, self.pending_approvals = view, approvals
+        self.query_one(ThreadTree).sync(view)
+        if self.selected is None or view.row(self.selected) is None:
+            self.selected = session_id
+        await self._show_selected()
+        self._update_status()
+        self._ask_next_approval()
+        if on_board and isinstance(self.screen, BoardScreen):
+            self.screen.show_tasks(view.tasks)
 
     async def _show_selected(self) -> None:
+        """Show the selected thread's latest events, or append its new ones."""
         thread_id = self.selected
         if thread_id is None:
             return
         conversation = self.query_one(Conversation)
         self.runtime.runner.watched = {thread_id}
         if self.shown_thread != thread_id:
-            events, hidden = await self.runtime.db.read(
+            events, hidden = await self.reader.read(
                 lambda tx: tx.latest_events(thread_id, SHOWN_EVENTS))
+            if self.selected != thread_id or not self.is_running:  # another one was picked
+                return
             conversation.show(thread_id, events, hidden)
             self.shown_thread = thread_id
             self.query_one(ThreadTree).select_thread(thread_id)
         else:
             after = conversation.last_event_id
-            events = await self.runtime.db.read(lambda tx: tx.thread_events(thread_id, after))
+            events = await self.reader.read(lambda tx: tx.thread_events(thread_id, after))
+            if conversation.thread_id != thread_id or not self.is_running:
+                return
             if any(event.type == "agent_message" for event in events):
                 self.streamed.pop(thread_id, None)
             conversation.append(events)
@@ -233,7 +248,8 @@ class LaceApp(App[None]):
     async def switch_to(self, thread_id: str) -> None:
         """Show another thread of the session."""
         self.selected = thread_id
-        await self._show_selected()
+        async with self.view_lock:
+            await self._show_selected()
 
     async def _step(self, offset: int) -> None:
         order = self.query_one(ThreadTree).ordered_threads()
@@ -300,6 +316,9 @@ class LaceApp(App[None]):
 
     def action_leave_input(self) -> None:
         self.query_one(ThreadTree).focus()
+
+    def on_unmount(self) -> None:
+        self.reader.close()
 
     async def action_quit(self) -> None:
         """Stop running turns (marked interrupted, resumable) and leave."""

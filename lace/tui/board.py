@@ -108,7 +108,7 @@ class BoardScreen(Screen[str | None]):
 
     @work(exclusive=True, group="detail")
     async def _describe(self, task_id: str) -> None:
-        task = await self.lace.runtime.db.read(lambda tx: tx.get_task(task_id, with_notes=True))
+        task = await self.lace.reader.read(lambda tx: tx.get_task(task_id, with_notes=True))
         notes = "\n".join(f"{n}. {note.author}: {note.content}"
                           for n, note in enumerate(task.notes, start=1)) or "(no notes)"
         self.query_one("#task-detail", Static).update(

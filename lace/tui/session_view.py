@@ -1,5 +1,6 @@
 """A plain snapshot of one session for the screen: threads, agents, tasks and each thread's mark.
-Loaded on the store's thread; no Textual here, so it can be tested on its own."""
+Loaded in one read transaction on the app's reader thread; no Textual here, so it can be tested
+on its own."""
 
 from __future__ import annotations
 

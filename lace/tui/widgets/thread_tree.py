@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
@@ -41,11 +43,32 @@ class ThreadTree(Tree[str]):
                 self.labels[thread_id] = row.label
 
     def select_thread(self, thread_id: str) -> None:
-        """Put the cursor on a thread's line."""
+        """Put the cursor on a thread's line, opening any folded parent above it."""
         node = self.nodes_by_thread.get(thread_id)
-        if node is not None:
-            self.move_cursor(node)
+        if node is None:
+            return
+        for parent in _ancestors(node):
+            if not parent.is_expanded:
+                parent.expand()
+        _ = self.last_line  # lays out nodes added or unfolded since, so `node.line` is current
+        self.move_cursor(node)
 
     def ordered_threads(self) -> list[str]:
-        """Thread ids in the order they are shown, for next/previous."""
-        return list(self.nodes_by_thread)
+        """Thread ids as the tree draws them, each parent before its children (folded ones
+        included), for next/previous."""
+        return list(_depth_first(self.root))
+
+
+def _depth_first(node: TreeNode[str]) -> Iterator[str]:
+    if node.data is not None:
+        yield node.data
+    for child in node.children:
+        yield from _depth_first(child)
+
+
+def _ancestors(node: TreeNode[str]) -> Iterator[TreeNode[str]]:
+    """The nodes above `node`, nearest first, up to the hidden root."""
+    parent = node.parent
+    while parent is not None and not parent.is_root:
+        yield parent
+        parent = parent.parent
