@@ -98,3 +98,17 @@ def test_the_import_contracts_are_kept() -> None:
     done = subprocess.run([str(lint_imports), "--no-cache"], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_test_modules_share_helpers_through_helper_modules_only() -> None:
+    import ast
+
+    tests = Path(__file__).parent
+    crossings = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            crossings += [f"{path.name} imports {name}" for name in names
+                          if name.startswith("tests.test_")]
+    assert crossings == []
