@@ -10,7 +10,10 @@ short (a few statements, well under a millisecond), and a trip to a thread and b
 than the work (about 75 us, plus the two threads taking turns with the GIL). When another
 process holds the write lock, the batch goes to one store thread instead, which waits for the
 lock while the loop goes on. Work that opens its own transactions (`call`) always runs on that
-thread."""
+thread.
+
+What each committed batch caused (the `Effects` its verbs recorded) goes to `on_commit` before
+the callers resume: the runtime wakes, announces and cancels there, so no caller has to."""
 
 from __future__ import annotations
 
