@@ -1,12 +1,71 @@
-"""Where lace keeps its files; standard library only, so the settings and the store can both
-ask without importing each other."""
+"""Where lace keeps its files, and which environment variables hold credentials; standard library
+only, so the settings, the store and the tools can all ask without importing each other."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "ZENAPIKEY", "TOKEN", "SECRET", "PASSWORD",
+                              "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "JWT", "PAT"})
+"""A variable whose name has one of these words (`OPENAI_API_KEY`, `AWS_SESSION_TOKEN`,
+`AWS_BEARER_TOKEN_BEDROCK`, `WATSONX_APIKEY`, `PGPASSWORD`...) holds a credential; the words
+cover litellm's provider key variables."""
+DATABASE_SETTINGS = frozenset({"LACE_DB", "LACE_HOME", "DATABASE_URL"})
+"""Where lace's own database is; with `PG*` and `*_DATABASE_URL`, kept from tools."""
 
 
 def lace_home() -> Path:
     """The folder for lace's files: `$LACE_HOME`, else `~/.lace`."""
     return Path(os.environ.get("LACE_HOME") or Path.home() / ".lace").expanduser()
+
+
+def is_credential(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential."""
+    upper = name.upper()
+    return upper == "PGPASSWORD" or not CREDENTIAL_WORDS.isdisjoint(upper.split("_"))
+
+
+def is_database_setting(name: str) -> bool:
+    """Whether a variable says where a database is (lace's own, or PostgreSQL's `PG*`)."""
+    upper = name.upper()
+    return upper in DATABASE_SETTINGS or upper.startswith("PG") or upper.endswith("_DATABASE_URL")
+
+
+def withheld_from_tools(name: str) -> bool:
+    """Whether a variable is kept from the processes tools start (`bash`)."""
+    return is_credential(name) or is_database_setting(name)
+
+
+def _credential_values(environment: Mapping[str, str]) -> tuple[str, ...]:
+    values = {value for name, value in environment.items() if value and is_credential(name)}
+    for name, value in environment.items():
+        if is_database_setting(name) and "://" in value:
+            try:
+                password = urlsplit(value).password
+            except ValueError:
+                password = None
+            if password:
+                values.add(password)
+    return tuple(sorted(values))
+
+
+_cache: tuple[dict[Any, Any], tuple[str, ...]] = ({}, ())
+
+
+def credential_values() -> tuple[str, ...]:
+    """The values of the credential variables in lace's environment (and the passwords in its
+    database URLs), read again whenever the environment changed."""
+    global _cache
+    # os.environ's own store: comparing it costs about 0.4 us, reading the names 30 us
+    raw: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
+    seen, values = _cache
+    if raw != seen:
+        snapshot = dict(raw)
+        values = _credential_values({os.fsdecode(name): os.fsdecode(value)
+                                     for name, value in snapshot.items()})
+        _cache = (snapshot, values)  # one assignment: a thread never sees a mixed pair
+    return values

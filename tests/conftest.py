@@ -29,6 +29,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test touches ~/.lace or a real provider key."""
     home = tmp_path / "lace-home"
     monkeypatch.setenv("LACE_HOME", str(home))
+    monkeypatch.setenv("LACE_TEST_PROVIDERS", "1")  # the `scripted` provider exists in tests
     for name in ("LACE_DB", "LACE_MODEL", "LACE_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
                  "OPENAI_BASE_URL", "OPENAI_API_BASE"):
         monkeypatch.delenv(name, raising=False)

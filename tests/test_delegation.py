@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lace.config import Limits, Profile, Settings, load_settings
+from lace.core.assignee import ThreadAssignee
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
@@ -19,7 +20,7 @@ from lace.runtime.events import TurnEnded
 from lace.runtime.supervisor import Supervisor
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store
-from lace.tools.base import ToolContext
+from lace.tools.base import ToolContext, ToolError, refuse_deadlock
 from lace.tools.registry import ToolRegistry
 from tests.conftest import query
 from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
@@ -442,3 +443,63 @@ def test_a_missing_prompt_file_is_a_clear_error(tmp_path: Path,
 
     with pytest.raises(LaceError, match=r"Cannot read system_prompt_file .*nope\.md"):
         load_settings()
+
+
+async def test_spawn_await_star_refuses_a_wait_that_would_deadlock(
+        make_runtime: RuntimeFactory, models: ScriptedModels, db_path: Path) -> None:
+    runtime = make_runtime(delegate_timeout_s=20)
+    root_results: list[str] = []
+
+    async def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        results = tool_results(messages)
+        if not results:
+            return reply(None, ("spawn", {"task": "wait on your creator",
+                                          "model": "scripted/helper"}))
+        if len(results) == 1:  # once the helper waits on us, "*" would close the loop
+            async with asyncio.timeout(10):
+                while query(db_path, "SELECT status FROM agent_metadata WHERE thread_id LIKE "
+                                     "'%.1'") != [("waiting",)]:
+                    await asyncio.sleep(0.02)
+            return reply(None, ("spawn_await", {"job_ids": "*"}))
+        if len(results) == 2 and messages[-1]["role"] == "tool":
+            root_results.append(results[1])
+            return reply("I will wait for the notices instead")
+        if "You have been assigned task" in text(messages[-1]):
+            task_id = assigned_task(messages)
+            return reply(None, ("task_complete", {"task_id": task_id, "message": "here"}))
+        return reply("done")
+
+    def helper(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if not tool_results(messages):
+            creator = text(messages[0]).split("You were created by: ")[1].split(".\n")[0]
+            return reply(None, ("delegate", {"tasks": [item("Back", creator)]}))
+        return reply("got: " + tool_results(messages)[-1])
+
+    models.on("root", root)
+    models.on("helper", helper)
+    root_thread = await runtime.start_session("go", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(root_thread.id), 30)
+    assert len(root_results) == 1 and "would deadlock" in root_results[0]
+    assert query(db_path, "SELECT title, status FROM tasks ORDER BY title") == [
+        ("Back", "completed"), ("wait on your creator", "completed")]
+
+
+def test_the_wait_graph_is_read_from_what_committed(store: Store, db_path: Path) -> None:
+    with store.transaction() as tx:
+        session = tx.create_session(provider="scripted", model="root")
+    helper = child_context(store, session.id, ("delegate", "spawn_await", "task_complete"))
+    root = ToolContext(thread_id=session.id, session_id=session.id, check_model=check_model)
+    with store.transaction() as tx:  # the helper waits on the root, as a resumed turn would
+        task = tx.create_task(session_id=session.id, actor=helper.thread_id, title="Back",
+                              prompt="p", assignee=ThreadAssignee(session.id))
+        tx.append_event(helper.thread_id, "tool_call", {
+            "call_id": "c1", "tool_name": "delegate", "arguments": "{}",
+            "waiting_for": [task.id]})
+    with store.transaction() as tx:
+        assert tx.wait_edges(session.id) == {helper.thread_id: {session.id}}
+        with pytest.raises(ToolError, match="would deadlock"):
+            refuse_deadlock(tx, root, {helper.thread_id})
+    with store.transaction() as tx:  # answered: the wait is over
+        tx.append_event(helper.thread_id, "tool_result", {"call_id": "c1"})
+        assert tx.wait_edges(session.id) == {}
+        refuse_deadlock(tx, root, {helper.thread_id})

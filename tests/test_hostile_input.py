@@ -3,20 +3,23 @@ a tool error, never an exception, and a refused call leaves every row unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from lace.config import Limits
 from lace.llm.checks import check_provider
-from lace.runtime.tool_runner import call_tool
+from lace.runtime.database import AsyncStore
+from lace.runtime.tool_runner import ToolRunner, call_tool
 from lace.store import Store, open_database
-from lace.tools.base import ToolContext
+from lace.tools.base import ToolContext, ToolResult
 from lace.tools.registry import ToolRegistry
-from lace.tools.workspace import WorkspaceTool
+from lace.tools.workspace import Workspace, WorkspaceTool
 from tests.conftest import snapshot
 
 NASTY_TEXT = st.one_of(
@@ -28,7 +31,11 @@ JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | NASTY_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(NASTY_TEXT, inner, max_size=4),
     max_leaves=12)
+DEEP = "[" * 1100 + "]" * 1100
+DEEPLY_NESTED = st.sampled_from([DEEP, '{"tasks": ' + DEEP + "}", {"tasks": json.loads(
+    "[" * 900 + "]" * 900)}, '{"a":' * 1100 + "1" + "}" * 1100])
 ARGUMENTS = st.one_of(
+    DEEPLY_NESTED,
     st.dictionaries(st.sampled_from(["tasks", "task_id", "status", "assigned_to", "note",
                                      "message", "filter", "to", "text", "topic", "thread_id",
                                      "reason", "job_ids", "task", "tools", "profile", "title",
@@ -62,6 +69,67 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
         assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
         if result.is_error:
             assert snapshot(db_path) == before, (tool, arguments, result.text)
+        with sqlite3.connect(db_path) as connection:
+            foreign = connection.execute("SELECT title, status FROM tasks WHERE thread_id = ?",
+                                         (other.id,)).fetchall()
+        assert foreign == [("foreign", "pending")]
+
+    call()
+    store.close()
+
+
+UNCHANGED_BY_A_REFUSAL = ("tasks", "task_notes", "inbox", "subscriptions", "approvals",
+                          "llm_calls")
+
+
+def test_hostile_arguments_through_an_agents_own_tool_path(tmp_path: Path) -> None:
+    """The same, as an agent's turn calls tools (`ToolRunner.call` with a call id), so the
+    waiting tools (`delegate`, `spawn_await`) really start and wait: a refusal writes only its
+    `tool_result` event."""
+    db_path = tmp_path / "fuzz.db"
+    store = Store(open_database(str(db_path)))
+    with store.transaction() as tx:
+        session = tx.create_session(provider="demo", model="coordinator",
+                                    tools=list(ToolRegistry().names()))
+        other = tx.create_session(provider="demo", model="coordinator")
+        tx.create_task(session_id=other.id, actor=other.id, title="foreign", prompt="p")
+        agent = tx.get_agent(session.id)
+    calls = iter(range(1_000_000))
+
+    async def agent_call(tool: str, arguments: Any) -> ToolResult:
+        db = AsyncStore(store)
+        try:
+            runner = ToolRunner(db=db, check_model=check_provider,
+                                limits=Limits(delegate_timeout_s=0.01))
+            return await runner.call(runner.context(agent), tool, arguments,
+                                     call_id=f"call_{next(calls)}")
+        finally:
+            db.close()
+
+    task = {"title": "t", "prompt": "p", "expected_response": "r"}
+
+    @settings(max_examples=200, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(tool=st.sampled_from(AGENT_TOOLS), arguments=ARGUMENTS)
+    @example("delegate", {"tasks": [{**task, "assigned_to": "new:demo/worker"}]})
+    @example("delegate", {"tasks": [{**task, "assigned_to": session.id}]})
+    @example("delegate", {"tasks": [{**task, "assigned_to": "new:foo/bar"}] * 3})
+    @example("spawn", {"task": "x", "model": "demo/worker"})
+    @example("spawn_await", {"job_ids": "*"})
+    @example("spawn_await", {"job_ids": "task_20990101_000000, ,*,"})
+    @example("delegate", DEEP)
+    def call(tool: str, arguments: Any) -> None:
+        before = snapshot(db_path)
+        result = asyncio.run(agent_call(tool, arguments))
+        assert isinstance(result.text, str) and result.text
+        assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
+        after = snapshot(db_path)
+        if result.is_error:
+            assert {table: after[table] for table in UNCHANGED_BY_A_REFUSAL} == \
+                {table: before[table] for table in UNCHANGED_BY_A_REFUSAL}, (tool, arguments)
+        new_events = after["events"][len(before["events"]):]
+        assert [event[2] for event in new_events][-1:] == ["tool_result"]
+        assert json.loads(new_events[-1][3])["is_error"] == result.is_error
         with sqlite3.connect(db_path) as connection:
             foreign = connection.execute("SELECT title, status FROM tasks WHERE thread_id = ?",
                                          (other.id,)).fetchall()
@@ -123,7 +191,7 @@ def test_file_tools_answer_hostile_paths_and_never_touch_outside_the_workspace(
         try:
             parsed = registry.parse(tool, arguments, None)
             assert isinstance(parsed, WorkspaceTool)
-            result = asyncio.run(parsed.perform(workspace))
+            result = asyncio.run(parsed.perform(Workspace(workspace)))
             assert isinstance(result.text, str) and result.text
         except (LaceError, OSError) as error:  # a named kind the model can read and fix
             assert str(error)

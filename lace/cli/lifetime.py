@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lace.cli.board import open_store
+from lace.cli.board import open_store, say
 from lace.core.errors import LaceError
 
 
@@ -15,9 +15,10 @@ def stop_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     with store.transaction() as tx:
         tx.get_agent(args.thread_id)
-        stopped = tx.stop_subtree(args.thread_id, reason=f"{args.reason} (by human)")
-    print(f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}" if stopped
-          else f"{args.thread_id} and its subtree were already stopped.")
+        stopped = tx.stop_subtree(args.thread_id, reason=f"{args.reason} (by human)",
+                                   by_person=True)
+    say(f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}" if stopped
+        else f"{args.thread_id} and its subtree were already stopped.", one_line=True)
     return 0
 
 
@@ -26,8 +27,9 @@ def session_end_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     with store.transaction() as tx:
         root = tx.get_session(args.root_id)
-        stopped = tx.stop_subtree(root.id, reason=f"session ended: {args.reason} (by human)")
-    print(f"Session {root.id} ended; {len(stopped)} agent(s) stopped.")
+        stopped = tx.stop_subtree(root.id, reason=f"session ended: {args.reason} (by human)",
+                                   by_person=True)
+    say(f"Session {root.id} ended; {len(stopped)} agent(s) stopped.", one_line=True)
     return 0
 
 
@@ -39,7 +41,7 @@ def resume_command(args: argparse.Namespace) -> int:
         if not tx.resume_agent(args.thread_id):
             status = tx.get_agent(args.thread_id).status
             raise LaceError(f"{args.thread_id} is {status}, not stopped: nothing to resume.")
-    print(f"Resumed {args.thread_id}", file=sys.stderr)
+    say(f"Resumed {args.thread_id}", one_line=True, file=sys.stderr)
     from lace.cli.run import run_command
 
     run_args = argparse.Namespace(**{**vars(args), "continue_thread": args.thread_id,

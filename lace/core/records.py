@@ -47,11 +47,23 @@ class Agent:
     created_at: str
     updated_at: str
     lease_holder: str | None = None
+    lease_epoch: int = 0
+    stopped_by_person: bool = False
+    tokens_reserved: int = 0
 
     @property
     def model_name(self) -> str:
         """`provider/model`, as litellm takes it."""
         return f"{self.provider}/{self.model}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A process's claim on an agent for one turn: every write of the turn checks it."""
+
+    thread_id: str
+    holder: str
+    epoch: int
 
 
 @dataclass(frozen=True)

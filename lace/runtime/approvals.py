@@ -14,6 +14,7 @@ from lace.config import Policy, ToolSettings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
+from lace.core.records import Lease
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import ApprovalRequested, EventBus
 from lace.store import Tx
@@ -35,8 +36,10 @@ class Approvals:
         """The tool's policy."""
         return self.settings.policy_for(tool)
 
-    async def check(self, thread_id: str, tool: str, arguments: dict[str, Any]) -> str | None:
-        """None when the call may run, else why not (a tool result the agent can act on)."""
+    async def check(self, thread_id: str, tool: str, arguments: dict[str, Any],
+                    lease: Lease | None = None) -> str | None:
+        """None when the call may run, else why not (a tool result the agent can act on). The
+        agent's status changes only while its turn's `lease` holds."""
         policy = self.policy_for(tool)
         if policy == "allow":
             return None
@@ -47,14 +50,21 @@ class Approvals:
         if await self.db.read(lambda tx: tx.allowed_for_session(session_id, tool)):
             return None
 
-        def request(tx: Any) -> int:
+        def request(tx: Tx) -> int:
+            if lease is not None:
+                tx.check_lease(lease)
             tx.set_status(thread_id, "waiting")
             return int(tx.request_approval(thread_id, tool, arguments))
+
+        def resumed(tx: Tx) -> None:
+            if lease is not None:
+                tx.check_lease(lease)
+            tx.set_status(thread_id, "running")
 
         approval_id = await self.db.write(request)
         self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments))
         approval = await self._decision(approval_id)
-        await self.db.write(lambda tx: tx.set_status(thread_id, "running"))
+        await self.db.write(resumed)
         if approval.status in ("approved", "approved_session"):
             return None
         who = "the person" if approval.decided_by == HUMAN else approval.decided_by

@@ -10,7 +10,7 @@ from lace.config import Profile
 from lace.core.agents import NOT_RUNNABLE
 from lace.core.assignee import HUMAN
 from lace.core.notifications import INTERRUPTED_CALL
-from lace.core.records import Agent, Event
+from lace.core.records import Agent, Event, Lease
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
 from lace.tools.base import ToolResult
@@ -35,6 +35,7 @@ class TurnStart:
     any waits to finish before the model is called again."""
 
     agent: Agent
+    lease: Lease
     messages: list[dict[str, Any]]
     appended: list[Event]
     waits: list[PendingWait]
@@ -76,15 +77,15 @@ def own_tools(agent: Agent) -> list[str]:
 
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
                budget_note: Callable[[Tx], str | None] = lambda tx: None,
-               holder: str | None = None) -> TurnStart | None:
-    """Claim the agent for process `holder` (None if another process is running it: the
-    claim is its lease), seed its system prompt, close
+               holder: str = "") -> TurnStart | None:
+    """Claim the agent for process `holder` (None if another process is running it): a new
+    lease epoch, which every later write of the turn checks. Then seed its system prompt, close
     dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
     cut off mid-wait resumes the wait first, and leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
     if agent.status in NOT_RUNNABLE:
         return None
-    tx.update_agent(thread_id, status="running", lease_holder=holder)
+    lease = tx.claim(agent, holder)
     tx.count_turn(thread_id)
     events = tx.thread_events(thread_id)
     appended: list[Event] = []
@@ -115,4 +116,5 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
             "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id})
     messages = [event.data["message"] for event in [*events, *appended]
                 if event.type != "error" and "message" in event.data]
-    return TurnStart(agent=agent, messages=messages, appended=appended, waits=resumed)
+    return TurnStart(agent=agent, lease=lease, messages=messages, appended=appended,
+                     waits=resumed)

@@ -15,9 +15,11 @@ from lace.config import Settings
 from lace.core.agents import HELD_STATUSES
 from lace.core.assignee import HUMAN, parse_model
 from lace.core.effects import Effects
+from lace.core.errors import StorageError
 from lace.core.ids import root_of
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
-from lace.core.records import Thread
+from lace.core.records import Lease, Thread
+from lace.core.text import valid_text
 from lace.llm.types import ModelClient, ModelError
 from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
@@ -26,8 +28,11 @@ from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Store, Tx
+from lace.store.failures import storage_error
+from lace.store.leases import LeaseLostError
 from lace.tools.base import ModelCheck, ToolResult, no_model_check
 from lace.tools.names import ALL_TOOL_NAMES
+from lace.tools.workspace import Workspace
 
 log = logging.getLogger("lace.runtime")
 POLL_S = 0.5
@@ -38,7 +43,8 @@ def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     `interrupted`, and those marked running or waiting whose process has died."""
     resumed = tx.cut_off_agents(root_id, alive={process_id})
     for thread_id in resumed:
-        tx.update_agent(thread_id, status="idle", lease_holder=None)
+        tx.update_agent(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
+        tx.orphan_approvals(thread_id)
         tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
                       priority="high")
     return resumed
@@ -63,14 +69,18 @@ class Supervisor:
     process_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     sessions: set[str] = field(default_factory=set)
     _watch: asyncio.Task[None] | None = None
+    storage_failure: StorageError | None = None
 
     def __post_init__(self) -> None:
         with self.store.transaction() as tx:
             tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
         self.db = AsyncStore(self.store, on_commit=self._apply)
+        workspace = None if self.workspace is None else Workspace.for_lace(
+            self.workspace, database_url=self.store.database.url,
+            protected_paths=self.settings.tools.protected_paths)
         tools = ToolRunner(db=self.db, bus=self.bus, check_model=self.check_model,
                            limits=self.settings.limits, profiles=self.settings.profiles,
-                           budgets=self.settings.budgets, workspace=self.workspace)
+                           budgets=self.settings.budgets, workspace=workspace)
         tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
                                     timeout_s=self.settings.limits.approval_timeout_s,
                                     changed=tools.change_signal)
@@ -97,6 +107,7 @@ class Supervisor:
     async def start_session(self, prompt: str, model: str) -> Thread:
         """A new root thread whose inbox holds the person's prompt."""
         provider, name = parse_model(model)
+        prompt = valid_text(prompt)
 
         def create(tx: Tx) -> Thread:
             root = tx.create_session(provider=provider, model=name, title=prompt[:80],
@@ -109,7 +120,7 @@ class Supervisor:
     async def send(self, thread_id: str, text: str) -> None:
         """A person's message to any thread (through its inbox, so it works mid-turn)."""
         await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
-                                                     text=text))
+                                                     text=valid_text(text)))
 
     async def act_as_human(self, root_id: str, tool: str,
                            arguments: dict[str, Any]) -> ToolResult:
@@ -152,9 +163,21 @@ class Supervisor:
                     await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
                     for root_id in list(self.sessions):
                         await self.resume(root_id)
+                await self._cancel_stopped()
                 await self._wake_runnable()
-            except Exception:  # a busy database must not end the heartbeat
-                log.exception("the watch loop failed; trying again")
+            except Exception as error:  # a busy database must not end the heartbeat
+                if not self._storage_failed(error):
+                    log.exception("the watch loop failed; trying again")
+
+    async def _cancel_stopped(self) -> None:
+        """Cancel the turns of agents stopped meanwhile by another process (`lace stop`): their
+        tool calls, a running `bash` among them, end within a poll."""
+        if not self.running:
+            return
+        running = list(self.running)
+        stopped = await self.db.read(lambda tx: [
+            agent.thread_id for agent in tx.agents_by_id(running) if agent.status == "stopped"])
+        self.cancel(stopped)
 
     async def _wake_runnable(self) -> None:
         roots = list(self.sessions)
@@ -183,9 +206,17 @@ class Supervisor:
             if task is not None and thread_id not in self._halting:
                 task.cancel()
 
-    async def stop_agent(self, thread_id: str, reason: str) -> list[str]:
-        """Stop an agent and its subtree (the person's `lace stop`, the app, the watchdog)."""
-        return await self.db.write(lambda tx: tx.stop_subtree(thread_id, reason=reason))
+    async def stop_agent(self, thread_id: str, reason: str, *, by_person: bool = False,
+                         lease: Lease | None = None) -> list[str]:
+        """Stop an agent and its subtree: by a person (the app; it lasts until a person
+        resumes it), or by the watchdog or a budget (during a turn under `lease`)."""
+
+        def stop(tx: Tx) -> list[str]:
+            if lease is not None:
+                tx.check_lease(lease)
+            return tx.stop_subtree(thread_id, reason=reason, by_person=by_person)
+
+        return await self.db.write(stop)
 
     async def resume_agent(self, thread_id: str) -> bool:
         """Resume a stopped agent: it continues its conversation."""
@@ -203,34 +234,75 @@ class Supervisor:
                 except AlreadyRunningError:
                     return
                 except HaltedError as halt:
-                    self._halting.add(thread_id)
-                    try:
-                        await self.stop_agent(halt.owner, halt.reason)
-                    finally:
-                        self._halting.discard(thread_id)
-                    self.bus.publish(TurnFailed(thread_id, f"stopped: {halt.reason}"))
+                    await self._halt(thread_id, halt)
                     return
                 except ModelError as error:
                     await self._fail(thread_id, str(error))
                     return
+                except LeaseLostError as lost:
+                    log.info("abandoned the turn of %s: %s", thread_id, lost)
+                    return
                 except Exception as error:  # a bug must not take the session down
+                    if self._storage_failed(error):
+                        return
                     log.exception("turn of %s failed", thread_id)
                     await self._fail(thread_id, f"internal error: {error!r}")
                     return
+        except Exception as error:  # marking the failure failed too: a full disk ends the run
+            if not self._storage_failed(error):
+                raise
         finally:
             self.running.pop(thread_id, None)
+            self.runner.leases.pop(thread_id, None)
             self._changed.set()
             if thread_id in self._wake_again:
                 self._wake_again.discard(thread_id)
                 self.wake(thread_id)
 
+    def _storage_failed(self, error: Exception) -> bool:
+        """Whether `error` is the disk refusing a write (full, read-only). Then the run ends
+        (`run_until_quiet` raises it) and the agent is left as it is, not marked `error`: its
+        process is gone when the run ends, so `lace run --continue` resumes it."""
+        storage = storage_error(error, self.store.database.path)
+        if storage is None:
+            return False
+        self.storage_failure = self.storage_failure or storage
+        self._changed.set()
+        return True
+
+    async def _halt(self, thread_id: str, halt: HaltedError) -> None:
+        """Stop the subtree a halted turn names (while this turn still holds its lease)."""
+        self._halting.add(thread_id)
+        try:
+            await self.stop_agent(halt.owner, halt.reason, lease=self.runner.leases.get(
+                thread_id))
+        except LeaseLostError:
+            return
+        finally:
+            self._halting.discard(thread_id)
+        self.bus.publish(TurnFailed(thread_id, f"stopped: {halt.reason}"))
+
     async def _fail(self, thread_id: str, error: str) -> None:
-        await self.db.write(lambda tx: fail_turn(tx, thread_id, error))
+        """Mark a failed turn's agent `error` (while its turn still holds its lease)."""
+        lease = self.runner.leases.get(thread_id)
+
+        def fail(tx: Tx) -> None:
+            if lease is not None:
+                tx.check_lease(lease)
+            fail_turn(tx, thread_id, error)
+
+        try:
+            await self.db.write(fail)
+        except LeaseLostError:
+            return
         self.bus.publish(TurnFailed(thread_id, error))
 
     async def run_until_quiet(self, root_id: str) -> None:
         """Run every agent of the session until none is running and no runnable row waits."""
         while True:
+            if self.storage_failure is not None:
+                await self.stop()
+                raise self.storage_failure
             for thread_id in await self.db.read(lambda tx: tx.runnable_threads(root_id)):
                 self.wake(thread_id)
             if not self.running:
@@ -250,11 +322,15 @@ class Supervisor:
         await asyncio.gather(*self.running.values(), return_exceptions=True)
 
         def mark(tx: Tx) -> None:
-            for thread_id in cut:
-                if tx.get_agent(thread_id).status in HELD_STATUSES:
-                    tx.update_agent(thread_id, status="interrupted")
+            for agent in tx.agents_by_id(cut):
+                if agent.status in HELD_STATUSES and agent.lease_holder == self.process_id:
+                    tx.update_agent(agent.thread_id, status="interrupted")
 
-        await self.db.write(mark)
+        try:
+            await self.db.write(mark)
+        except Exception as error:  # a full disk: the dead process's agents resume anyway
+            if not self._storage_failed(error):
+                raise
         return cut
 
     def close(self) -> None:
@@ -262,5 +338,9 @@ class Supervisor:
         if self._watch is not None:
             self._watch.cancel()
         self.db.close()
-        with self.store.transaction() as tx:
-            tx.forget_process(self.process_id)
+        try:
+            with self.store.transaction() as tx:
+                tx.forget_process(self.process_id)
+        except Exception as error:  # a full disk: the row expires with the lease
+            if not self._storage_failed(error):
+                raise

@@ -10,16 +10,16 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lace.config import Budgets, Limits, Profile
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
-from lace.core.records import Agent
+from lace.core.records import Agent, Lease
+from lace.core.text import valid_text
 from lace.runtime.approvals import Approvals
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.crash import crash_point
@@ -31,17 +31,17 @@ from lace.tools.base import (
     ToolContext,
     ToolError,
     ToolResult,
-    WaitGraph,
     WaitingTool,
     no_model_check,
 )
 from lace.tools.delegation import settled
 from lace.tools.registry import ToolRegistry
-from lace.tools.workspace import WorkspaceTool
+from lace.tools.workspace import Workspace, WorkspaceTool
 
 POLL_S = 0.5
 Arguments = str | dict[str, Any] | None
 Recorded = EventAppended | None
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,26 +55,39 @@ class ToolRunner:
     profiles: Mapping[str, Profile] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=Budgets)
     registry: ToolRegistry = field(default_factory=ToolRegistry)
-    waits: WaitGraph = field(default_factory=WaitGraph)
-    workspace: Path | None = None
+    workspace: Workspace | None = None
     approvals: Approvals | None = None
     waited: dict[str, float] = field(default_factory=dict)
     """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def context(self, agent: Agent) -> ToolContext:
-        """The tool context of an agent: its identity, its own tools, limits and profiles."""
-        return self._context(agent.thread_id, root_of(agent.thread_id), tuple(own_tools(agent)))
+    def context(self, agent: Agent, lease: Lease | None = None) -> ToolContext:
+        """The tool context of an agent in a turn under `lease`: its identity, its own tools,
+        limits and profiles."""
+        return self._context(agent.thread_id, root_of(agent.thread_id), tuple(own_tools(agent)),
+                             lease)
 
     def human_context(self, session_id: str) -> ToolContext:
         """The tool context of the person (`human`), who may hand out any tool."""
-        return self._context(HUMAN, session_id, None)
+        return self._context(HUMAN, session_id, None, None)
 
-    def _context(self, thread_id: str, session_id: str,
-                 tools: tuple[str, ...] | None) -> ToolContext:
+    def _context(self, thread_id: str, session_id: str, tools: tuple[str, ...] | None,
+                 lease: Lease | None) -> ToolContext:
         return ToolContext(thread_id=thread_id, session_id=session_id,
                            check_model=self.check_model, profiles=self.profiles, tools=tools,
-                           limits=self.limits, budgets=self.budgets, waits=self.waits)
+                           limits=self.limits, budgets=self.budgets, lease=lease)
+
+    async def _write(self, context: ToolContext, work: Callable[[Tx], T]) -> T:
+        """A write for this caller: for an agent, only while its turn's lease holds."""
+        lease = context.lease
+        if lease is None:
+            return await self.db.write(work)
+
+        def fenced(tx: Tx) -> T:
+            tx.check_lease(lease)
+            return work(tx)
+
+        return await self.db.write(fenced)
 
     def changed(self) -> None:
         """Something on the board changed: let every waiting tool look again."""
@@ -105,7 +118,7 @@ class ToolRunner:
             return result, self._record(tx, context, call_id, name, result)
 
         try:
-            result, recorded = await self.db.write(run)
+            result, recorded = await self._write(context, run)
         except LaceError as error:
             return await self._record_alone(context, call_id, name, ToolResult.failure(error))
         if call_id is not None:
@@ -122,9 +135,8 @@ class ToolRunner:
             return task_ids
 
         try:
-            task_ids = await self.db.write(start)
+            task_ids = await self._write(context, start)
         except LaceError as error:
-            self.waits.remove(context.thread_id)
             return await self._record_alone(context, wait.call_id, wait.tool_name,
                                             ToolResult.failure(error), running=True)
         return await self.resume(context, PendingWait(wait.call_id, wait.tool_name,
@@ -144,7 +156,6 @@ class ToolRunner:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(POLL_S, remaining)):
                     await self._changed.wait()
-        self.waits.remove(context.thread_id)
         self.waited[context.thread_id] = self.waited.get(context.thread_id, 0.0) + \
             time.monotonic() - began
 
@@ -154,7 +165,7 @@ class ToolRunner:
             return result, self._record(tx, context, wait.call_id, wait.tool_name, result,
                                         waited_for=wait.task_ids, running=True)
 
-        result, recorded = await self.db.write(finish)
+        result, recorded = await self._write(context, finish)
         self._publish(recorded)
         return result
 
@@ -166,12 +177,13 @@ class ToolRunner:
         try:
             if self.approvals is None or self.workspace is None:
                 raise ToolError(f"{tool.name} needs a workspace, and this runtime has none.")
-            denial = await self.approvals.check(context.thread_id, tool.name, tool.model_dump())
+            denial = await self.approvals.check(context.thread_id, tool.name, tool.model_dump(),
+                                                context.lease)
             if denial is not None:
                 raise ToolError(denial)
             performed = await tool.perform(self.workspace)
             result = ToolResult(performed.text, is_error=performed.is_error)
-            files_changed = performed.files_changed
+            files_changed = [valid_text(path) for path in performed.files_changed]
         except (LaceError, OSError) as error:
             result = ToolResult.failure(error)
         return await self._record_alone(context, call_id, tool.name, result,
@@ -182,7 +194,7 @@ class ToolRunner:
                             running: bool = False) -> ToolResult:
         """Record a result that no tool transaction recorded (a failure, a workspace call)."""
         if call_id is not None:
-            self._publish(await self.db.write(lambda tx: self._record(
+            self._publish(await self._write(context, lambda tx: self._record(
                 tx, context, call_id, name, result, files_changed=files_changed,
                 running=running)))
         return result

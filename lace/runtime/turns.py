@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import random
@@ -10,22 +11,26 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
-from lace.core.records import Agent
+from lace.core.records import Agent, Lease
+from lace.core.text import MAX_NESTING, json_nesting
 from lace.llm.types import ModelClient, ModelError, ModelReply
-from lace.runtime.conversation import begin_turn, own_tools
+from lace.runtime.conversation import TurnStart, begin_turn, own_tools
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
-from lace.store.budgets import budget_line, halt_before_call
+from lace.store.budgets import budget_line, reserve_before_call
+from lace.store.leases import LeaseLostError
 from lace.tools.base import ToolResult
 
+T = TypeVar("T")
+RESERVATION_POLL_S = 0.05
 TRIMMED = "[trimmed to fit the context window; the full result is kept in the database]"
 
 
@@ -44,6 +49,27 @@ def trim_tool_results(messages: list[dict[str, Any]]) -> bool:
 def tool_message(call_id: str, result: ToolResult) -> dict[str, Any]:
     """A tool call's answer as the model reads it."""
     return {"role": "tool", "tool_call_id": call_id, "content": result.text}
+
+
+def fenced(lease: Lease, work: Callable[[Tx], T]) -> Callable[[Tx], T]:
+    """`work`, done only while `lease` still holds (checked in the same transaction)."""
+
+    def run(tx: Tx) -> T:
+        tx.check_lease(lease)
+        return work(tx)
+
+    return run
+
+
+def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """A generous estimate of a request's prompt tokens: one for every three characters."""
+    return sum(len(json.dumps(part, default=str)) for part in (messages, tools)) // 3
+
+
+def record_call(tx: Tx, *, thread_id: str, reserved: int, **call: Any) -> None:
+    """One `llm_calls` row, and the tokens reserved for that call given back."""
+    tx.record_llm_call(thread_id, **call)
+    tx.release_tokens(thread_id, reserved)
 
 
 class AlreadyRunningError(Exception):
@@ -90,14 +116,17 @@ class TurnRunner:
     tools: ToolRunner
     budgets: Budgets = field(default_factory=Budgets)
     watched: set[str] = field(default_factory=set)
-    holder: str | None = None
+    holder: str = ""
+    leases: dict[str, Lease] = field(default_factory=dict)
+    """The lease of each thread's latest turn, until its drive ends."""
     slots: Slots = field(init=False)
 
     def __post_init__(self) -> None:
         self.slots = Slots(self.limits)
 
     async def run(self, thread_id: str) -> str | None:
-        """One whole turn; returns the final answer. ModelError escapes after retries."""
+        """One whole turn; returns the final answer. ModelError escapes after retries, and
+        LeaseLostError once another process took the agent over (nothing more is written)."""
         profiles, started = self.tools.profiles, time.monotonic()
         self.tools.waited[thread_id] = 0.0
         start = await self.db.write(lambda tx: begin_turn(
@@ -105,25 +134,30 @@ class TurnRunner:
             self.holder))
         if start is None:
             raise AlreadyRunningError(thread_id)
+        self.leases[thread_id] = start.lease  # the supervisor drops it when the drive ends
+        return await self._run(start, started)
+
+    async def _run(self, start: TurnStart, started: float) -> str | None:
+        agent, lease, messages = start.agent, start.lease, start.messages
+        thread_id = agent.thread_id
         crash_point("after_inbox_consume")
         self.bus.publish(TurnStarted(thread_id))
         for event in start.appended:
             self._published(thread_id, event.id, event.type, event.data)
-        agent, messages = start.agent, start.messages
-        context = self.tools.context(agent)
+        context = self.tools.context(agent, lease)
         for wait in start.waits:
             result = await self.tools.resume(context, wait)
             messages.append(tool_message(wait.call_id, result))
         tools = self.tools.registry.definitions(
-            own_tools(agent), profiles=list(profiles),
+            own_tools(agent), profiles=list(self.tools.profiles),
             can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
             self._check_turn_time(thread_id, started)
-            reply, usage = await self._call_model(agent, messages, tools)
+            reply, usage = await self._call_model(agent, lease, messages, tools)
             message = reply.message()
             messages.append(message)
-            await self.db.write(functools.partial(self._record_reply, thread_id=thread_id,
-                                                  message=message, usage=usage))
+            await self.db.write(fenced(lease, functools.partial(
+                self._record_reply, thread_id=thread_id, message=message, usage=usage)))
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 break
@@ -132,7 +166,7 @@ class TurnRunner:
                 for call in reply.tool_calls))
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
-        await self.db.write(lambda tx: end_turn(tx, thread_id, reply.content))
+        await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, reply.content)))
         crash_point("after_turn_end")
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
@@ -159,14 +193,20 @@ class TurnRunner:
                                          f"turn_timeout_s = {self.limits.turn_timeout_s:g} "
                                          "([limits] turn_timeout_s)")
 
-    async def _call_model(self, agent: Agent, messages: list[dict[str, Any]],
+    async def _call_model(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
                           tools: list[dict[str, Any]],
                           ) -> tuple[ModelReply, Callable[[Tx], None]]:
-        """The reply, and its `llm_calls` row to write with it (one transaction fewer)."""
+        """The reply, and its `llm_calls` row (which settles the call's token reservation) to
+        write with it, one transaction fewer."""
         attempt, stall = 0, self.limits.stall_timeout_s
         while True:
-            halt = await self.db.read(
-                lambda tx: halt_before_call(tx, agent.thread_id, self.budgets))
+            reserved = estimate_tokens(messages, tools) + self.limits.reserve_tokens
+            halt = await self.db.write(fenced(lease, functools.partial(
+                reserve_before_call, thread_id=agent.thread_id, budgets=self.budgets,
+                tokens=reserved)))
+            if halt is not None and halt.wait:  # others' calls in flight may use what is left
+                await self._wait_for_reservations(agent.thread_id)
+                continue
             if halt is not None:
                 raise HaltedError(halt.owner, halt.reason)
             started = time.monotonic()
@@ -180,7 +220,7 @@ class TurnRunner:
                                 on_delta=self._streamer(agent))
                     except (TimeoutError, asyncio.CancelledError) as cut:
                         stalled = isinstance(cut, TimeoutError)
-                        await self._record_cut_call(agent, started, stalled)
+                        await self._record_cut_call(agent, lease, started, stalled, reserved)
                         if not stalled:
                             raise
                         raise HaltedError(agent.thread_id, f"watchdog: a model call made no "
@@ -189,10 +229,10 @@ class TurnRunner:
             except ModelError as error:
                 if agent.thread_id in self.watched:  # the half answer shown is void
                     self.bus.publish(TextStreamed(agent.thread_id, "", restart=True))
-                await self.db.write(functools.partial(
-                    Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
-                    prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
-                    latency_ms=(time.monotonic() - started) * 1000, error=str(error)))
+                await self.db.write(fenced(lease, functools.partial(
+                    record_call, thread_id=agent.thread_id, model=agent.model_name,
+                    reserved=reserved, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+                    latency_ms=(time.monotonic() - started) * 1000, error=str(error))))
                 if error.context_overflow and trim_tool_results(messages):
                     continue
                 if not error.transient or attempt >= self.limits.model_retries:
@@ -202,24 +242,32 @@ class TurnRunner:
                 continue
             empty = not reply.content and not reply.tool_calls
             usage = functools.partial(
-                Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
-                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                cost_usd=reply.cost_usd, latency_ms=(time.monotonic() - started) * 1000,
+                record_call, thread_id=agent.thread_id, model=agent.model_name,
+                reserved=reserved, prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
+                latency_ms=(time.monotonic() - started) * 1000,
                 error="empty answer" if empty else None)
             if empty and attempt < self.limits.model_retries:
-                await self.db.write(usage)
+                await self.db.write(fenced(lease, usage))
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1
                 continue
             return reply, usage
 
-    async def _record_cut_call(self, agent: Agent, started: float, stalled: bool) -> None:
+    async def _wait_for_reservations(self, thread_id: str) -> None:
+        """Give the calls in flight in `thread_id`'s capped subtrees time to settle (each is
+        bounded by `stall_timeout_s`), then look again."""
+        await asyncio.sleep(RESERVATION_POLL_S)
+
+    async def _record_cut_call(self, agent: Agent, lease: Lease, started: float, stalled: bool,
+                               reserved: int) -> None:
         """A model call cut off (stalled, or its agent stopped) still gets its usage row."""
-        await asyncio.shield(self.db.write(functools.partial(
-            Tx.record_llm_call, thread_id=agent.thread_id, model=agent.model_name,
-            prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
-            latency_ms=(time.monotonic() - started) * 1000,
-            error="stalled (watchdog)" if stalled else "cancelled (turn cut off)")))
+        with contextlib.suppress(LeaseLostError):
+            await asyncio.shield(self.db.write(fenced(lease, functools.partial(
+                record_call, thread_id=agent.thread_id, model=agent.model_name,
+                reserved=reserved, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+                latency_ms=(time.monotonic() - started) * 1000,
+                error="stalled (watchdog)" if stalled else "cancelled (turn cut off)"))))
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.limits.retry_max_s, self.limits.retry_base_s * 2 ** attempt)
@@ -232,9 +280,11 @@ class TurnRunner:
 
 
 def describe_call(call: dict[str, Any]) -> str:
-    """A tool call in one short line, for progress output."""
-    try:
-        arguments = json.dumps(json.loads(call.get("arguments") or "{}"), ensure_ascii=False)
-    except json.JSONDecodeError:
-        arguments = str(call.get("arguments"))
+    """A tool call in one short line, for progress output; arguments that are not JSON, or
+    nested too deep to decode, are shown as sent."""
+
+    arguments = str(call.get("arguments") or "{}")
+    if json_nesting(arguments) <= MAX_NESTING:
+        with contextlib.suppress(json.JSONDecodeError):
+            arguments = json.dumps(json.loads(arguments), ensure_ascii=False)
     return f"{call.get('tool_name')}({arguments[:100]}{'…' if len(arguments) > 100 else ''})"

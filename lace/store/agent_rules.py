@@ -12,7 +12,9 @@ from lace.core.clock import now_iso
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
+from lace.core.secrets import mask_data
 from lace.core.tasks import ACTIVE_STATUSES
+from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.leases import LeaseVerbs
@@ -26,6 +28,8 @@ class Usage:
     tokens: int
     cost_usd: float
     turns: int
+    reserved: int = 0
+    """Tokens set aside for model calls in flight."""
 
 
 class Tx(TaskRules, LeaseVerbs):
@@ -68,16 +72,20 @@ class Tx(TaskRules, LeaseVerbs):
                                               "before": f"{thread_id}/"})
         assert row is not None  # an aggregate always has its one row
         return Usage(tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]),
-                     turns=int(row["turns"]))
+                     turns=int(row["turns"]), reserved=int(row["reserved"]))
 
-    def stop_subtree(self, thread_id: str, *, reason: str) -> list[str]:
+    def stop_subtree(self, thread_id: str, *, reason: str, by_person: bool = False) -> list[str]:
         """Stop an agent and everything below it: status `stopped` with the reason, their open
-        tasks blocked with a note, and the creators of those tasks told."""
+        tasks blocked with a note, and the creators of those tasks told. A stop by a person
+        lasts until a person resumes the agent."""
         stopped = []
         for agent in self.subtree_agents(thread_id):
             if agent.status == "stopped":
+                if by_person and not agent.stopped_by_person:
+                    self.update_agent(agent.thread_id, stopped_by_person=True)
                 continue
-            self.update_agent(agent.thread_id, status="stopped", stop_reason=reason)
+            self.update_agent(agent.thread_id, status="stopped", stop_reason=reason,
+                              stopped_by_person=by_person)
             self.append_event(agent.thread_id, "error", {"error": f"stopped: {reason}",
                                                          "stopped": True})
             stopped.append(agent.thread_id)
@@ -96,7 +104,7 @@ class Tx(TaskRules, LeaseVerbs):
         agent = self.get_agent(thread_id)
         if agent.status not in RESUMABLE_STATUSES:
             return False
-        self.update_agent(thread_id, status="idle", stop_reason=None)
+        self.update_agent(thread_id, status="idle", stop_reason=None, stopped_by_person=False)
         self.post_inbox(thread_id, sender=notifications.LACE_SENDER, kind="resume",
                         priority="high",
                         text=notifications.resumed(agent.stop_reason or agent.status))
@@ -107,9 +115,19 @@ class Tx(TaskRules, LeaseVerbs):
     def request_approval(self, thread_id: str, tool: str, arguments: dict[str, object]) -> int:
         """A pending approval request; returns its id."""
         result = self._execute(schema.approvals.insert().values(
-            thread_id=thread_id, tool=tool, arguments=arguments, status="pending",
+            thread_id=thread_id, tool=tool, arguments=mask_data(arguments, credential_values()),
+            status="pending",
             created_at=now_iso()))
         return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def orphan_approvals(self, thread_id: str) -> None:
+        """Deny the agent's pending requests: the process that asked is gone, and the resumed
+        turn asks again if it still needs the tool."""
+        approvals = schema.approvals
+        self._execute(approvals.update().where(approvals.c.thread_id == thread_id,
+                                               approvals.c.status == "pending")
+                      .values(status="denied", decided_by="lace: the process that asked ended",
+                              decided_at=now_iso()))
 
     def get_approval(self, approval_id: int) -> Approval:
         """One approval request, or NotFoundError."""

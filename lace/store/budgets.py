@@ -22,6 +22,8 @@ class Halt:
 
     owner: str
     reason: str
+    wait: bool = False
+    """Not over the cap, but the calls in flight may take what is left: wait for them."""
 
 
 def _chain(thread_id: str) -> list[str]:
@@ -34,12 +36,14 @@ def _chain_agents(tx: Tx, thread_id: str) -> dict[str, Agent]:
     return {agent.thread_id: agent for agent in tx.agents_by_id(_chain(thread_id))}
 
 
-def caps_of(tx: Tx, thread_id: str, budgets: Budgets,
-            agent: Agent | None = None) -> Budget | None:
-    """The caps on the subtree rooted at `thread_id`: the session's for a root."""
+def caps_of(tx: Tx, thread_id: str, budgets: Budgets, agent: Agent | None = None,
+            real_caller: bool = False) -> Budget | None:
+    """The caps on the subtree rooted at `thread_id`: the session's for a root, where a call
+    to a real provider (by whichever agent of the session makes it) gets the default token
+    cap when none is configured."""
     agent = agent or tx.get_agent(thread_id)
     if "." not in thread_id:
-        budget = budgets.for_session(agent.provider not in LOCAL_PROVIDERS)
+        budget = budgets.for_session(real_caller)
         return None if budget == Budget() else budget
     return Budget.model_validate(agent.budget) if agent.budget else None
 
@@ -47,16 +51,19 @@ def caps_of(tx: Tx, thread_id: str, budgets: Budgets,
 def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
                      chain: dict[str, Agent] | None = None,
                      ) -> Iterator[tuple[str, Budget, dict[str, float]]]:
-    """(owner, caps, used) for the agent and each ancestor whose subtree is capped."""
+    """(owner, caps, used) for the agent and each ancestor whose subtree is capped; tokens
+    reserved for calls in flight count as used."""
     chain = chain if chain is not None else _chain_agents(tx, thread_id)
+    real_caller = chain[thread_id].provider not in LOCAL_PROVIDERS
     for owner in _chain(thread_id):
-        caps = caps_of(tx, owner, budgets, chain[owner])
+        caps = caps_of(tx, owner, budgets, chain[owner], real_caller)
         if caps is None:
             continue
         usage = tx.subtree_usage(owner)
         yield owner, caps, {"tokens": usage.tokens, "cost_usd": usage.cost_usd,
                             "turns": usage.turns,
-                            "seconds": seconds_since(chain[owner].created_at)}
+                            "seconds": seconds_since(chain[owner].created_at),
+                            "reserved": usage.reserved}
 
 
 def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
@@ -72,18 +79,39 @@ def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
 
 def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> Halt | None:
     """A reason to make no model call: the agent was stopped, or a cap in its chain is used."""
+    return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id))
+
+
+def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets, tokens: int) -> Halt | None:
+    """`halt_before_call`, and when the call may go ahead and tokens are capped in its chain,
+    `tokens` set aside for it (in this transaction), so calls made at once by many agents
+    cannot each spend what is left: a budget is overshot by at most the calls' estimates."""
     chain = _chain_agents(tx, thread_id)
+    halt = _halt(tx, thread_id, budgets, chain)
+    if halt is None and any(caps.tokens is not None
+                            for _, caps, _ in _capped_subtrees(tx, thread_id, budgets, chain)):
+        tx.reserve_tokens(thread_id, tokens)
+    return halt
+
+
+def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> Halt | None:
     agent = chain[thread_id]
     if agent.status == "stopped":
         return Halt(thread_id, agent.stop_reason or "stopped")
     for owner, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
         for dimension, unit in DIMENSIONS:
             cap = getattr(caps, dimension)
-            if cap is not None and used[dimension] >= cap:
-                where = "session" if "." not in owner else f"subtree of {owner}"
-                key = f"[budgets] session_{dimension}" if "." not in owner else "its budget"
+            held = used["reserved"] if dimension == "tokens" else 0
+            if cap is None or used[dimension] + held < cap:
+                continue
+            where = "session" if "." not in owner else f"subtree of {owner}"
+            key = f"[budgets] session_{dimension}" if "." not in owner else "its budget"
+            if used[dimension] >= cap:
                 return Halt(owner, f"budget reached: {where} used {used[dimension]:g} of "
                                    f"{cap:g} {unit} ({key})")
+            return Halt(thread_id, f"budget nearly reached: {where} used {used[dimension]:g} "
+                                   f"of {cap:g} {unit} ({key}) and {held:g} more are set aside "
+                                   "for the calls in flight", wait=True)
     return None
 
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from lace.core.agents import HELD_STATUSES
 from lace.core.clock import now_iso
+from lace.core.records import Agent, Lease
 from lace.store import schema
 from lace.store.rows import RowVerbs
 
@@ -32,8 +33,28 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
+class LeaseLostError(Exception):
+    """This process no longer holds the agent's lease: another took the agent over. The turn
+    is abandoned and nothing of it is committed."""
+
+
 class LeaseVerbs(RowVerbs):
-    """Process rows, heartbeats, and the agents whose holder is gone."""
+    """Process rows, heartbeats, the agents whose holder is gone, and the fence every write of a
+    turn passes."""
+
+    def claim(self, agent: Agent, holder: str) -> Lease:
+        """Claim `agent` (as just read) for a turn of process `holder`: a new epoch."""
+        lease = Lease(agent.thread_id, holder, agent.lease_epoch + 1)
+        self.update_agent(agent.thread_id, status="running", lease_holder=holder,
+                          lease_epoch=lease.epoch, tokens_reserved=0)
+        return lease
+
+    def check_lease(self, lease: Lease) -> None:
+        """Raise LeaseLostError unless `lease` is still the agent's, in this transaction."""
+        agent = self.get_agent(lease.thread_id)
+        if (agent.lease_holder, agent.lease_epoch) != (lease.holder, lease.epoch):
+            raise LeaseLostError(f"{lease.thread_id} is now held by {agent.lease_holder} "
+                                 f"(epoch {agent.lease_epoch}); this turn had epoch {lease.epoch}")
 
     def register_process(self, process_id: str, lease_timeout_s: float) -> None:
         """Add this process, and forget processes silent for a day (crashed long ago)."""

@@ -43,7 +43,8 @@ class Prepared:
         # literals in the statement (`status != 'stopped'`) are binds with a fixed value
         self._fixed = {name: self._binds[name](bind.value) if name in self._binds else bind.value
                        for name, bind in compiled.binds.items() if not bind.required}
-        selected = list(statement.selected_columns) if isinstance(statement, sa.Select) else []
+        selected = list(statement.selected_columns) \
+            if isinstance(statement, sa.Select | sa.TextualSelect) else []
         self.columns = tuple(str(column.key) for column in selected)
         self._results = tuple((index, processor) for index, column in enumerate(selected)
                               if (processor := _processor(column.type, result=True)))

@@ -14,7 +14,9 @@ from lace.core.clock import now_iso
 from lace.core.effects import Effects, Notice, Spawned
 from lace.core.errors import NotFoundError
 from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
+from lace.core.secrets import mask, mask_data
 from lace.core.tasks import ACTIVE_STATUSES, OPEN_STATUSES
+from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.db import driver
@@ -89,7 +91,7 @@ class RowVerbs:
         instructions: str | None = None, budget: dict[str, float] | None = None,
     ) -> Agent:
         """Write the `agent_metadata` row of a thread."""
-        now = now_iso()
+        now, instructions = now_iso(), mask_data(instructions, credential_values())
         agent = Agent(
             thread_id=thread_id, name=name, provider=provider, model=model, profile=profile,
             type=type, status=status, created_for_task=created_for_task,
@@ -144,9 +146,9 @@ class RowVerbs:
         sql.SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
 
     def update_agent(self, thread_id: str, **values: Any) -> None:
-        """Change columns of an agent row."""
+        """Change columns of an agent row (text credential-masked)."""
         self._agents.pop(thread_id, None)
-        values = {**values, "updated_at": now_iso()}
+        values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
         update_by_key("agent_metadata", tuple(values)).run(
             self.raw, {**values, "key_value": thread_id})
 
@@ -178,10 +180,11 @@ class RowVerbs:
     # events and inbox
 
     def append_event(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
-        """Append one conversation row; returns its id."""
+        """Append one conversation row (credential values masked); returns its id."""
         now = now_iso()
         cursor = sql.INSERT_EVENT.run(self.raw, {"thread_id": thread_id, "type": type,
-                                              "data": data, "created_at": now})
+                                              "data": mask_data(data, credential_values()),
+                                              "created_at": now})
         if thread_id not in self._touched:  # once per transaction is enough
             self._touched.add(thread_id)
             sql.TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
@@ -205,10 +208,11 @@ class RowVerbs:
         self, thread_id: str, *, sender: str, kind: str, text: str,
         task_id: str | None = None, priority: str = "normal",
     ) -> int:
-        """Put a message in a thread's inbox."""
+        """Put a message in a thread's inbox (credential values masked)."""
         cursor = sql.INSERT_INBOX.run(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
-            "text": text, "priority": priority, "created_at": now_iso()})
+            "text": mask(text, credential_values()), "priority": priority,
+            "created_at": now_iso()})
         self._notices.append(Notice(thread_id, kind, task_id))
         return int(cursor.lastrowid or 0)
 
@@ -291,6 +295,14 @@ class RowVerbs:
             self._execute(schema.events.update().where(events.id == row.id)
                           .values(data={**row.data, "waiting_for": task_ids}))
 
+    def wait_edges(self, session_id: str) -> dict[str, set[str]]:
+        """Who waits on whom in a session: each agent with a waiting call (`delegate`,
+        `spawn_await`) not yet answered, to the assignees of the open tasks it waits for."""
+        edges: dict[str, set[str]] = {}
+        for row in sql.WAIT_EDGES.rows(self.raw, {"session": session_id}):
+            edges.setdefault(row["waiter"], set()).add(row["assignee"])
+        return edges
+
     def live_children(self, parent_id: str) -> int:
         """Children of an agent that still count against `max_children`: not stopped, and
         their task neither completed nor archived."""
@@ -303,8 +315,10 @@ class RowVerbs:
     def record_llm_call(self, thread_id: str, *, model: str, prompt_tokens: int,
                         completion_tokens: int, cost_usd: float, latency_ms: float,
                         error: str | None = None) -> None:
-        """One `llm_calls` row, added to the agent's totals."""
+        """One `llm_calls` row (its error's credential values masked), added to the agent's
+        totals."""
         now = now_iso()
+        error = None if error is None else mask(error, credential_values())
         sql.INSERT_LLM_CALL.run(self.raw, {
             "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "cost_usd": cost_usd,
@@ -313,6 +327,16 @@ class RowVerbs:
         sql.ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
                                   "add_out": completion_tokens, "add_cost": cost_usd,
                                   "now": now})
+
+    def reserve_tokens(self, thread_id: str, tokens: int) -> None:
+        """Set tokens aside for a model call in flight: they count against budgets until
+        `release_tokens` gives them back (in the transaction that records the call)."""
+        self._agents.pop(thread_id, None)
+        sql.RESERVE_TOKENS.run(self.raw, {"agent": thread_id, "add": tokens})
+
+    def release_tokens(self, thread_id: str, tokens: int) -> None:
+        """Give back tokens reserved for a call that is over."""
+        self.reserve_tokens(thread_id, -tokens)
 
     def pending_inbox(self, thread_id: str) -> list[InboxItem]:
         """Unconsumed messages for a thread, high priority first, then oldest."""
@@ -335,6 +359,7 @@ class RowVerbs:
     ) -> Task:
         """Insert one task row as given (rules live in `create_task`)."""
         now, task_id = now_iso(), self._new_task_id()
+        title, prompt, description = mask_data([title, prompt, description], credential_values())
         values = {"id": task_id, "title": title, "description": description,
                   "prompt": prompt, "status": status, "priority": priority,
                   "assigned_to": assigned_to, "created_by": created_by,
@@ -354,15 +379,16 @@ class RowVerbs:
         return _record(Task, {**row, "note_count": len(notes), "notes": notes})
 
     def set_task_fields(self, task_id: str, **values: Any) -> str:
-        """Change columns of a task row; returns its new `updated_at`."""
-        values = {**values, "updated_at": now_iso()}
+        """Change columns of a task row (text credential-masked); returns its new
+        `updated_at`."""
+        values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
         update_by_key("tasks", tuple(values)).run(self.raw, {**values, "key_value": task_id})
         self._tasks.add(task_id)
         return str(values["updated_at"])
 
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
-        """Insert one note row."""
-        now = now_iso()
+        """Insert one note row (credential values masked)."""
+        now, content = now_iso(), mask(content, credential_values())
         cursor = sql.INSERT_NOTE.run(self.raw, {"task_id": task_id, "author": author,
                                              "content": content, "created_at": now})
         self._tasks.add(task_id)

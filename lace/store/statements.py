@@ -69,6 +69,23 @@ ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column na
         tokens_out=_agents.c.tokens_out + sa.bindparam("add_out"),
         cost_usd=_agents.c.cost_usd + sa.bindparam("add_cost"),
         updated_at=sa.bindparam("now")))
+RESERVE_TOKENS = Prepared(_agents.update().where(
+    _agents.c.thread_id == sa.bindparam("agent")).values(
+        tokens_reserved=sa.func.max(0, _agents.c.tokens_reserved + sa.bindparam("add"))))
+WAIT_EDGES = Prepared(sa.text("""
+    SELECT call.thread_id AS waiter, task.assigned_to AS assignee
+    FROM events AS call
+    JOIN json_each(json_extract(call.data, '$.waiting_for')) AS waited
+    JOIN tasks AS task ON task.id = waited.value
+    WHERE task.thread_id = :session AND task.status IN ('pending', 'in_progress')
+      AND task.assigned_to IS NOT NULL AND call.type = 'tool_call'
+      AND call.thread_id IN (SELECT id FROM threads WHERE root_id = :session)
+      AND json_extract(call.data, '$.waiting_for') IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM events AS answer
+                      WHERE answer.thread_id = call.thread_id AND answer.type = 'tool_result'
+                        AND json_extract(answer.data, '$.call_id')
+                            = json_extract(call.data, '$.call_id'))""")
+    .columns(waiter=sa.Text, assignee=sa.Text))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
 TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
 INSERT_TASK = insert_into("tasks", (
@@ -81,6 +98,7 @@ TASK_NOTES = Prepared(sa.select(_notes).where(_notes.c.task_id == sa.bindparam("
                       .order_by(_notes.c.id))
 SUBTREE_USAGE = Prepared(sa.select(
     sa.func.coalesce(sa.func.sum(_agents.c.tokens_in + _agents.c.tokens_out), 0).label("tokens"),
+    sa.func.coalesce(sa.func.sum(_agents.c.tokens_reserved), 0).label("reserved"),
     sa.func.coalesce(sa.func.sum(_agents.c.cost_usd), 0.0).label("cost_usd"),
     sa.func.coalesce(sa.func.sum(_agents.c.turns), 0).label("turns"))
     .where(sa.or_(_agents.c.thread_id == sa.bindparam("me"),  # the thread_id index serves it

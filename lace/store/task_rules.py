@@ -24,16 +24,21 @@ UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description",
 class TaskRules(RowVerbs):
     """Row verbs plus the task board's rules."""
 
-    def _check_assignee(self, session_id: str, assignee: Assignment) -> None:
-        """An existing agent assignee must be an agent of this session."""
+    def _check_assignee(self, session_id: str, assignee: Assignment, actor: str) -> None:
+        """An existing agent assignee must be an agent of this session, and one a person
+        stopped takes work only from a person."""
         if not isinstance(assignee, ThreadAssignee):
             return
         agent = self.find_agent(assignee.thread_id)
         thread = self.get_thread(assignee.thread_id) if agent else None
-        if thread is None or thread.root_id != session_id:
+        if agent is None or thread is None or thread.root_id != session_id:
             raise NotFoundError(
                 f"Unknown agent thread {assignee.thread_id!r} in this session. Assign to "
                 "new:provider/model to spawn an agent, or to an existing agent's thread id.")
+        if agent.status == "stopped" and agent.stopped_by_person and actor != HUMAN:
+            raise PermissionDeniedError(
+                f"{agent.thread_id} was stopped by a person ({agent.stop_reason}); only a "
+                "person can resume it. Assign the task to another agent or to new:...")
 
     def _notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
                 task_id: str) -> None:
@@ -81,7 +86,7 @@ class TaskRules(RowVerbs):
         new agent is spawned for it."""
         self.get_session(session_id)
         if assignee is not None:
-            self._check_assignee(session_id, assignee)
+            self._check_assignee(session_id, assignee, actor)
         existing = None if assignee is None or isinstance(assignee, AgentPlan) \
             else assignee_text(assignee)
         task = self.insert_task(session_id=session_id, created_by=actor, title=title,
@@ -116,7 +121,7 @@ class TaskRules(RowVerbs):
         if "status" in changes:
             check_transition(task_id, before.status, changes["status"])
         if assignee is not None:
-            self._check_assignee(session_id, assignee)
+            self._check_assignee(session_id, assignee, actor)
             if not isinstance(assignee, AgentPlan):
                 changes["assigned_to"] = assignee_text(assignee)
         after = before

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from lace.config import Budgets, Limits, Profile
 from lace.core.errors import LaceError
+from lace.core.records import Lease
+from lace.core.text import valid_text
 from lace.store import Tx
 
 ModelCheck = Callable[[str, str], "str | None"]
@@ -38,34 +40,8 @@ class ToolContext:
     """The caller's own tools; None for the person, who may hand out any tool."""
     limits: Limits = field(default_factory=Limits)
     budgets: Budgets = field(default_factory=Budgets)
-    waits: WaitGraph = field(default_factory=lambda: WaitGraph())
-
-
-class WaitGraph:
-    """Who waits on whom right now, so a wait that would close a loop is refused."""
-
-    def __init__(self) -> None:
-        self.edges: dict[str, set[str]] = {}
-
-    def reaches(self, start: str, goal: str) -> bool:
-        """Whether `start` waits, at any distance, on `goal`."""
-        seen, frontier = set(), [start]
-        while frontier:
-            current = frontier.pop()
-            if current == goal:
-                return True
-            if current not in seen:
-                seen.add(current)
-                frontier.extend(self.edges.get(current, ()))
-        return False
-
-    def add(self, waiter: str, on: set[str]) -> None:
-        """Record that `waiter` now waits on `on`."""
-        self.edges.setdefault(waiter, set()).update(on)
-
-    def remove(self, waiter: str) -> None:
-        """`waiter` waits on nobody any more."""
-        self.edges.pop(waiter, None)
+    lease: Lease | None = None
+    """An agent's claim on its turn: every write of the call checks it (None for the person)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +52,9 @@ class ToolResult:
     text: str
     is_error: bool = False
     kind: str | None = None
+
+    def __post_init__(self) -> None:  # a lone surrogate from a tool must not wedge the thread
+        object.__setattr__(self, "text", valid_text(self.text))
 
     @classmethod
     def failure(cls, error: Exception) -> ToolResult:
@@ -110,11 +89,27 @@ class WaitingTool(Tool):
         raise ToolError(f"{self.name} waits for other agents and runs only inside an agent's turn.")
 
 
-def refuse_deadlock(context: ToolContext, assignees: set[str]) -> None:
-    """Refuse a wait on agents that (at any distance) wait on the caller; else record it."""
+def refuse_deadlock(tx: Tx, context: ToolContext, assignees: set[str]) -> None:
+    """Refuse a wait on agents that (at any distance) wait on the caller. The waits are read
+    from the database in this transaction (every waiting call records what it waits for), so
+    the check sees other processes' waits and waits resumed after a restart, and a wait that
+    rolls back leaves nothing behind."""
     caller = context.thread_id
+    edges = tx.wait_edges(context.session_id)
     for assignee in sorted(assignees):
-        if assignee == caller or context.waits.reaches(assignee, caller):
+        if assignee == caller or _reaches(edges, assignee, caller):
             raise ToolError(f"Refused: {assignee} is waiting (directly or through others) on "
                             f"you, so waiting on it would deadlock. Do that part yourself.")
-    context.waits.add(caller, assignees)
+
+
+def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
+    """Whether `start` waits, at any distance, on `goal`."""
+    seen, frontier = set(), [start]
+    while frontier:
+        current = frontier.pop()
+        if current == goal:
+            return True
+        if current not in seen:
+            seen.add(current)
+            frontier.extend(edges.get(current, ()))
+    return False

@@ -73,7 +73,7 @@ class Delegate(WaitingTool):
             prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
             priority="high", assignee=assignment(tx, context, assignee, self.budget))
             for item, assignee in zip(self.tasks, assignees, strict=True)]
-        refuse_deadlock(context, {task.assigned_to for task in created if task.assigned_to})
+        refuse_deadlock(tx, context, {task.assigned_to for task in created if task.assigned_to})
         return [task.id for task in created]
 
     def finish(self, tx: Tx, context: ToolContext, task_ids: list[str]) -> str:
@@ -136,13 +136,14 @@ class SpawnAwait(WaitingTool):
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
         if self.job_ids.strip() == "*":
-            return tx.unawaited_jobs(context.thread_id)
-        wanted = [part.strip() for part in self.job_ids.split(",") if part.strip()]
-        if not wanted:
-            raise ToolError('job_ids: give job ids separated by commas, or "*".')
+            wanted = tx.unawaited_jobs(context.thread_id)
+        else:
+            wanted = [part.strip() for part in self.job_ids.split(",") if part.strip()]
+            if not wanted:
+                raise ToolError('job_ids: give job ids separated by commas, or "*".')
         assignees = {task.assigned_to for task in tx.tasks_by_id(wanted)
                      if task.assigned_to and task.thread_id == context.session_id}
-        refuse_deadlock(context, assignees)
+        refuse_deadlock(tx, context, assignees)
         return list(dict.fromkeys(wanted))
 
     def finish(self, tx: Tx, context: ToolContext, task_ids: list[str]) -> str:

@@ -1,0 +1,129 @@
+"""Fencing: a process that no longer holds an agent's lease commits nothing for it, whether it
+was paused (SIGSTOP) past its lease while another process took over, or its turn was frozen
+inside a tool meanwhile; it abandons the turn quietly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.config import Limits, Settings, ToolSettings
+from lace.llm.checks import check_model
+from lace.llm.client import LiteLLMClient
+from lace.llm.types import ScriptedReply
+from lace.runtime.supervisor import Supervisor
+from lace.store import Store
+from tests.conftest import query
+from tests.processes import MANY_PROMPT, lace_env
+from tests.scripted import ScriptedModels, reply
+
+LEASE_S = "1"
+
+
+def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+    if not (home / "lace.db").exists():
+        return []
+    try:
+        return query(home / "lace.db", sql)
+    except Exception:  # the other process is still creating the file
+        return []
+
+
+def duplicates(home: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Anything written twice: notes, tool results, tasks, deliveries."""
+    return {
+        "notes": rows(home, "SELECT task_id, content, COUNT(*) FROM task_notes "
+                            "GROUP BY task_id, content HAVING COUNT(*) > 1"),
+        "tool results": rows(home, "SELECT thread_id, json_extract(data, '$.call_id'), "
+                                   "COUNT(*) FROM events WHERE type = 'tool_result' "
+                                   "GROUP BY 1, 2 HAVING COUNT(*) > 1"),
+        "tasks": rows(home, "SELECT title, COUNT(*) FROM tasks GROUP BY title "
+                            "HAVING COUNT(*) > 1"),
+        "deliveries": rows(home, "SELECT json_extract(data, '$.inbox_id'), COUNT(*) FROM "
+                                 "events WHERE json_extract(data, '$.inbox_id') IS NOT NULL "
+                                 "GROUP BY 1 HAVING COUNT(*) > 1"),
+    }
+
+
+@pytest.mark.slow
+def test_a_process_paused_past_its_lease_commits_nothing_when_it_resumes(
+        tmp_path: Path) -> None:
+    env = lace_env(tmp_path, LACE_DEMO_DELAY="0.6", LACE_LIMITS__LEASE_TIMEOUT_S=LEASE_S)
+    first = subprocess.Popen([sys.executable, "-m", "lace", "run", MANY_PROMPT], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: rows(tmp_path, "SELECT COUNT(*) FROM events WHERE type = "
+                                        "'notification' AND thread_id LIKE '%.%'") == [(3,)],
+                 "three helpers starting their first model call")
+        time.sleep(0.2)  # inside their model calls, not inside a write
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(float(LEASE_S) * 2.5)  # the lease runs out
+        (root,), = rows(tmp_path, "SELECT id FROM threads WHERE parent_id IS NULL")
+        second = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 0, second.stderr
+        assert "All 3 tasks are done" in second.stdout
+        finished = rows(tmp_path, "SELECT COUNT(*) FROM events")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    _out, err = first.communicate(timeout=60)
+    assert duplicates(tmp_path) == {"notes": [], "tool results": [], "tasks": [],
+                                    "deliveries": []}, err
+    assert rows(tmp_path, "SELECT COUNT(*) FROM events") == finished  # the first wrote nothing
+    assert rows(tmp_path, "SELECT COUNT(*) FROM task_notes") == [(6,)]
+    assert set(rows(tmp_path, "SELECT status FROM agent_metadata")) == {("idle",)}
+
+
+async def test_a_turn_frozen_in_a_tool_while_its_lease_is_taken_commits_nothing(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.002),
+                        tools=ToolSettings(policy={"bash": "allow"}))
+    runtime = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
+                         check_model=check_model, workspace=tmp_path)
+    in_bash = asyncio.Event()
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if messages[-1]["role"] == "tool":
+            return reply("after bash")  # never reached: the turn is abandoned
+        in_bash.set()
+        return reply(None, ("bash", {"command": "sleep 1.5; echo done"}))
+
+    models.on("root", root)
+    try:
+        session = await runtime.start_session("go", "scripted/root")
+        async with asyncio.timeout(10):
+            await in_bash.wait()
+            while query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'tool_call'") \
+                    != [(1,)]:
+                await asyncio.sleep(0.01)
+        with store.transaction() as tx:  # another (live) process takes the agent over
+            tx.register_process("another-process", 60.0)
+            tx.update_agent(session.id, status="running", lease_holder="another-process",
+                            lease_epoch=tx.get_agent(session.id).lease_epoch + 1)
+        async with asyncio.timeout(10):
+            await runtime.run_until_quiet(session.id)
+        assert query(db_path, "SELECT type FROM events WHERE thread_id = ? ORDER BY id",
+                     session.id) == [("system_prompt",), ("user_message",), ("agent_message",),
+                                     ("tool_call",)]
+        assert query(db_path, "SELECT status, lease_holder FROM agent_metadata") == [
+            ("running", "another-process")]
+        assert len(models.calls_of("root")) == 1
+    finally:
+        await runtime.stop()
+        runtime.close()

@@ -1,0 +1,157 @@
+"""Stops that stick, stops from another process, budgets that hold when many agents call at
+once, and approvals left behind by a dead process."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.config import Budgets, Limits, Settings, ToolSettings
+from lace.core.assignee import ThreadAssignee
+from lace.llm.checks import check_model
+from lace.llm.client import LiteLLMClient
+from lace.llm.types import ScriptedReply
+from lace.runtime.supervisor import Supervisor
+from lace.store import Store
+from lace.store.budgets import remaining
+from tests.conftest import Caller, query, run_cli, spawn_child
+from tests.processes import lace_env
+from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
+
+
+def supervisor(store: Store, workspace: Path | None = None, **settings: Any) -> Supervisor:
+    quick = Limits(retry_base_s=0.001, retry_max_s=0.002)
+    return Supervisor(store=store, client=LiteLLMClient(), check_model=check_model,
+                      settings=Settings(**{"limits": quick, **settings}), workspace=workspace)
+
+
+def test_an_agent_a_person_stopped_takes_no_task_from_an_agent(
+        store: Store, session: Any, call: Caller, db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    child = spawn_child(store, session.id)
+    code, _out, _err = run_cli(capsys, "stop", child, "--reason", "wrong approach",
+                               "--db", str(db_path))
+    assert code == 0
+    refused = call("task_create", {"tasks": [{"title": "More", "prompt": "p",
+                                              "assigned_to": child}]})
+    assert refused.is_error and "stopped by a person" in refused.text
+    assert query(db_path, "SELECT COUNT(*) FROM tasks") == [(0,)]
+    assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?", child) == [
+        ("stopped",)]
+    by_person = call("task_create", {"tasks": [{"title": "Yours", "prompt": "p",
+                                                "assigned_to": child}]}, actor="human")
+    assert not by_person.is_error, by_person.text  # a person's task resumes it, as before
+    assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?", child) == [
+        ("idle",)]
+
+
+def test_an_agent_stopped_by_its_creator_is_resumed_by_a_new_task(
+        store: Store, session: Any, call: Caller, db_path: Path) -> None:
+    child = spawn_child(store, session.id)
+    assert not call("agent_stop", {"thread_id": child, "reason": "pause"}).is_error
+    again = call("task_create", {"tasks": [{"title": "Next", "prompt": "p",
+                                            "assigned_to": child}]})
+    assert not again.is_error, again.text
+    assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?", child) == [
+        ("idle",)]
+
+
+@pytest.mark.slow
+async def test_a_stop_from_another_process_ends_a_running_bash_at_once(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    runtime = supervisor(store, tools=ToolSettings(policy={"bash": "allow"}),
+                         workspace=workspace)
+    models.on("root", lambda messages: reply("stopped?") if messages[-1]["role"] == "tool"
+              else reply(None, ("bash", {"command": "sleep 37.25; touch late.txt"})))
+    try:
+        root = await runtime.start_session("go", "scripted/root")
+        async with asyncio.timeout(10):
+            while query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'tool_call'") \
+                    != [(1,)]:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # bash is running
+        stop = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lace", "stop", root.id, "--db", str(db_path),
+            env=lace_env(tmp_path / "home"), stdout=subprocess.DEVNULL)
+        assert await stop.wait() == 0
+        async with asyncio.timeout(3):  # the watch loop sees the stop and cancels the turn
+            while runtime.running:
+                await asyncio.sleep(0.05)
+        pgrep = await asyncio.create_subprocess_exec("pgrep", "-f", "sleep 37.25",
+                                                     stdout=subprocess.PIPE)
+        found, _ = await pgrep.communicate()
+        assert found == b""
+        assert not (workspace / "late.txt").exists()
+        assert query(db_path, "SELECT status, stopped_by_person FROM agent_metadata") == [
+            ("stopped", 1)]
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_call(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    cap, per_call = 3000, 600
+    runtime = supervisor(store, budgets=Budgets(session_tokens=cap),
+                         limits=Limits(retry_base_s=0.001, retry_max_s=0.002,
+                                       max_children=20, spawns_per_minute=20))
+
+    async def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
+        await asyncio.sleep(0.05)  # the calls overlap
+        task_id = assigned_task(messages)
+        step = ("task_complete", {"task_id": task_id, "message": "done"}) \
+            if "task_add_note" in tools_called(messages) else \
+            ("task_add_note", {"task_id": task_id, "note": "working"})
+        return ScriptedReply(None, [step], prompt_tokens=400, completion_tokens=200)
+
+    models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
+        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
+        for n in range(15)]})) if messages[-1]["role"] == "user" else reply("waiting"))
+    models.on("worker", worker)
+    try:
+        root = await runtime.start_session("go", "scripted/root")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    (used,), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens) FROM llm_calls")
+    assert cap <= used <= cap + per_call
+    assert query(db_path, "SELECT SUM(tokens_reserved) FROM agent_metadata") == [(0,)]
+    (reason,), = query(db_path, "SELECT stop_reason FROM agent_metadata WHERE thread_id = ?",
+                       root.id)
+    assert reason.startswith("budget reached: session used")
+
+
+def test_the_default_cap_follows_each_agents_own_provider(
+        store: Store, session: Any) -> None:
+    with store.transaction() as tx:
+        child = tx.create_child_thread(session.id)
+        tx.create_agent(thread_id=child.id, name="gpt", provider="openai", model="gpt-4o",
+                        parent_thread_id=session.id)
+        assert remaining(tx, session.id, Budgets()) == {}  # the root is the local demo
+        assert remaining(tx, child.id, Budgets()) == {"tokens": 2_000_000}
+
+
+async def test_an_approval_left_by_a_dead_process_is_not_left_pending(
+        store: Store, session: Any, db_path: Path) -> None:
+    with store.transaction() as tx:
+        tx.update_agent(session.id, status="waiting", lease_holder="a-process-that-died")
+        approval = tx.request_approval(session.id, "bash", {"command": "ls"})
+        task = tx.create_task(session_id=session.id, actor="human", title="t", prompt="p",
+                              assignee=ThreadAssignee(session.id))
+    runtime = supervisor(store)
+    try:
+        assert await runtime.resume(session.id) == [session.id]
+    finally:
+        await runtime.stop()
+        runtime.close()
+    assert query(db_path, "SELECT status, decided_by FROM approvals WHERE id = ?", approval) == [
+        ("denied", "lace: the process that asked ended")]
+    assert task.status == "pending"
