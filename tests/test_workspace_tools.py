@@ -12,7 +12,7 @@ import pytest
 
 from lace.tools.base import ToolError
 from lace.tools.registry import ToolRegistry
-from lace.tools.workspace import WorkspaceResult, WorkspaceTool
+from lace.tools.workspace import Workspace, WorkspaceResult, WorkspaceTool
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def workspace(tmp_path: Path) -> Path:
 async def run(workspace: Path, tool: str, **arguments: Any) -> WorkspaceResult:
     parsed = ToolRegistry().parse(tool, arguments)
     assert isinstance(parsed, WorkspaceTool)
-    return await parsed.perform(workspace)
+    return await parsed.perform(Workspace(workspace))
 
 
 async def fails(workspace: Path, tool: str, fragment: str, **arguments: Any) -> None:

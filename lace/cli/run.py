@@ -9,13 +9,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lace.cli.board import open_store, print_json
+from lace.cli.board import open_store, print_json, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.store import Store
+from lace.tools.workspace import DaemonThreads
 
 EXIT_QUIET, EXIT_ROOT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 
@@ -63,6 +64,9 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     from lace.llm.client import LiteLLMClient
     from lace.runtime.supervisor import Supervisor
 
+    # A thread that never returns (a tool stuck in a system call) must not keep the process
+    # alive after a timeout or Ctrl+C: asyncio.run and Python's exit wait for pool threads.
+    asyncio.get_running_loop().set_default_executor(DaemonThreads())
     supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
                             check_model=check_model, workspace=workspace_of(args))
     supervisor.bus.subscribe(progress_printer())
@@ -112,5 +116,5 @@ def _report(store: Store, root_id: str, as_json: bool) -> int:
                       "cost_usd": sum(a.cost_usd for a in agents)},
         })
     elif answer:
-        print(answer)
+        say(answer)
     return EXIT_ROOT_FAILED if root.status == "error" else EXIT_QUIET

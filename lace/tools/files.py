@@ -1,34 +1,39 @@
-"""File tools: read (numbered, paged), list, search (a regular expression, capped), write, edit."""
+"""File tools: read (numbered, paged), list, search (RE2, capped), write, edit. Each reads only
+what it returns or a bounded amount, and writes by replacing the file."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import fnmatch
-import re
-from pathlib import Path
-from typing import ClassVar
+import os
+import stat
+from typing import BinaryIO, ClassVar
 
 from pydantic import Field
 
 from lace.tools.base import ToolError
-from lace.tools.workspace import WorkspaceResult, WorkspaceTool, inside, is_binary, relative
+from lace.tools.patterns import Pattern, compile_pattern
+from lace.tools.reading import (
+    BINARY_PROBE,
+    is_binary,
+    lines_left,
+    listed,
+    next_line,
+    shown_line,
+    text_file,
+    walk,
+)
+from lace.tools.resolution import open_regular, replace_file
+from lace.tools.workspace import Workspace, WorkspaceResult, WorkspaceTool, off_loop
 
 READ_LIMIT = 200
 LIST_CAP = 500
 SEARCH_CAP = 100
-LINE_WIDTH = 400
-
-
-def _text_file(workspace: Path, path: str) -> tuple[Path, str]:
-    target = inside(workspace, path)
-    if not target.exists():
-        raise ToolError(f"{path!r} does not exist; file_list shows what is there.")
-    if not target.is_file():
-        raise ToolError(f"{path!r} is a directory; use file_list.")
-    if is_binary(target):
-        raise ToolError(f"{path!r} is a binary file of {target.stat().st_size:,} bytes; "
-                        "it is not shown as text.")
-    return target, target.read_text(encoding="utf-8", errors="replace")
+SEARCH_LINE_BYTES = 2**16
+SEARCH_BYTES_PER_FILE = 8 * 2**20
+SEARCH_BYTES_TOTAL = 64 * 2**20
+EDIT_BYTES = 16 * 2**20
+NAMED_CUT_FILES = 5
 
 
 class FileRead(WorkspaceTool):
@@ -39,17 +44,25 @@ class FileRead(WorkspaceTool):
     offset: int = Field(default=1, ge=1, description="First line to show (1-based).")
     limit: int = Field(default=READ_LIMIT, ge=1, le=2000)
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
-        _, text = await asyncio.to_thread(_text_file, workspace, self.path)
-        lines = text.splitlines()
-        shown = lines[self.offset - 1 : self.offset - 1 + self.limit]
-        body = "\n".join(f"{number:6}\t{line[:LINE_WIDTH]}"
-                         for number, line in enumerate(shown, start=self.offset))
-        rest = len(lines) - (self.offset - 1 + len(shown))
-        tail = f"\n… {rest} more lines (read on with offset={self.offset + len(shown)})" \
-            if rest > 0 else ""
-        return WorkspaceResult(body + tail if body else f"{self.path}: no lines from "
-                               f"{self.offset} (it has {len(lines)}).")
+    async def perform(self, workspace: Workspace) -> WorkspaceResult:
+        return WorkspaceResult(await off_loop(lambda: self._page(workspace)))
+
+    def _page(self, workspace: Workspace) -> str:
+        with text_file(workspace, self.path) as (stream, info):
+            number, shown = 0, list[str]()
+            while len(shown) < self.limit and (raw := next_line(stream)) is not None:
+                number += 1
+                if number >= self.offset:
+                    shown.append(f"{number:6}\t{shown_line(raw)}")
+            if not shown:
+                return f"{self.path}: no lines from {self.offset} (it has {number})."
+            left = lines_left(stream, info.st_size)
+            after = self.offset + len(shown)
+            if left is None:
+                return "\n".join(shown) + (f"\n… more lines, {info.st_size - stream.tell():,} "
+                                           f"bytes not read (read on with offset={after})")
+            return "\n".join(shown) + (f"\n… {left} more lines (read on with offset={after})"
+                                       if left else "")
 
 
 class FileList(WorkspaceTool):
@@ -59,57 +72,106 @@ class FileList(WorkspaceTool):
     path: str = "."
     pattern: str = Field(default="*", description="A glob such as *.py, matched on file names.")
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
-        def listing() -> str:
-            folder = inside(workspace, self.path)
-            if not folder.is_dir():
-                raise ToolError(f"{self.path!r} is not a folder of the workspace.")
-            found = sorted(relative(workspace, entry) + ("/" if entry.is_dir() else "")
-                           for entry in folder.rglob("*")
-                           if fnmatch.fnmatch(entry.name, self.pattern)
-                           and inside_quietly(workspace, entry))
-            more = f"\n… {len(found) - LIST_CAP} more" if len(found) > LIST_CAP else ""
-            return "\n".join(found[:LIST_CAP]) + more if found else "(nothing matches)"
+    async def perform(self, workspace: Workspace) -> WorkspaceResult:
+        return WorkspaceResult(await off_loop(lambda: self._listing(workspace)))
 
-        return WorkspaceResult(await asyncio.to_thread(listing))
-
-
-def inside_quietly(workspace: Path, entry: Path) -> bool:
-    """Whether an entry (a symlink, perhaps) stays inside the workspace."""
-    return entry.resolve().is_relative_to(workspace.resolve())
+    def _listing(self, workspace: Workspace) -> str:
+        found: list[str] = []
+        with contextlib.closing(walk(workspace, self.path, files_only=False)) as entries:
+            for relative, name, fd in entries:
+                if len(found) > LIST_CAP:
+                    break
+                shown = listed(workspace, relative, name, fd) \
+                    if fnmatch.fnmatch(name, self.pattern) else None
+                if shown is not None:
+                    found.append(shown)
+        found.sort()
+        more = "\n… more entries; narrow the path or the pattern" if len(found) > LIST_CAP \
+            else ""
+        return "\n".join(found[:LIST_CAP]) + more if found else "(nothing matches)"
 
 
 class FileSearch(WorkspaceTool):
-    """Search file contents with a regular expression (like ripgrep); at most 100 matches."""
+    """Search file contents with a regular expression (RE2 syntax, like ripgrep's: no
+    look-around or backreferences); at most 100 matches."""
 
     name: ClassVar[str] = "file_search"
-    pattern: str = Field(min_length=1, description="A Python regular expression.")
+    pattern: str = Field(min_length=1, max_length=2000, description="An RE2 regular expression.")
     path: str = "."
     glob: str = Field(default="*", description="Only files whose name matches this glob.")
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
+    async def perform(self, workspace: Workspace) -> WorkspaceResult:
+        expression = compile_pattern(self.pattern)
+        return WorkspaceResult(await off_loop(lambda: Search(expression).run(workspace, self)))
+
+
+class Search:
+    """One file_search: matches, and the bytes it may still read."""
+
+    def __init__(self, expression: Pattern) -> None:
+        self.expression = expression
+        self.matches: list[str] = []
+        self.budget = SEARCH_BYTES_TOTAL
+        self.cut_files: list[str] = []
+
+    def run(self, workspace: Workspace, tool: FileSearch) -> str:
+        with contextlib.closing(walk(workspace, tool.path, files_only=True)) as entries:
+            for relative, name, folder_fd in entries:
+                if len(self.matches) > SEARCH_CAP or self.budget <= 0:
+                    break
+                if fnmatch.fnmatch(name, tool.glob):
+                    self.search_file(relative, name, folder_fd)
+        return self.report()
+
+    def search_file(self, relative: str, name: str, folder_fd: int) -> None:
+        """Search one regular text file line by line, within its share of bytes; anything else
+        (a symlink, a FIFO, a file with several links, a binary file) is skipped unopened or
+        unread."""
         try:
-            expression = re.compile(self.pattern)
-        except re.error as error:
-            raise ToolError(f"Bad regular expression {self.pattern!r}: {error}.") from None
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=folder_fd)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb") as stream:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+                return
+            allowed = min(SEARCH_BYTES_PER_FILE, self.budget)
+            head = stream.read(min(BINARY_PROBE, allowed))
+            if is_binary(head):
+                self.budget -= len(head)
+                return
+            stream.seek(0)
+            self.budget -= self.scan(relative, stream, allowed)
+            if stream.tell() < info.st_size and len(self.matches) <= SEARCH_CAP:
+                self.cut_files.append(relative)
 
-        def search() -> str:
-            root = inside(workspace, self.path)
-            matches: list[str] = []
-            for file in sorted(p for p in root.rglob("*") if p.is_file()):
-                if not fnmatch.fnmatch(file.name, self.glob) or \
-                        not inside_quietly(workspace, file) or is_binary(file):
-                    continue
-                for number, line in enumerate(file.read_text(errors="replace").splitlines(), 1):
-                    if expression.search(line):
-                        matches.append(f"{relative(workspace, file)}:{number}: "
-                                       f"{line.strip()[:LINE_WIDTH]}")
-                        if len(matches) > SEARCH_CAP:
-                            return "\n".join(matches[:SEARCH_CAP]) + \
-                                f"\n… more than {SEARCH_CAP} matches; narrow the search"
-            return "\n".join(matches) or "No matches."
+    def scan(self, relative: str, stream: BinaryIO, allowed: int) -> int:
+        """Search up to `allowed` bytes of `stream`; returns the bytes read."""
+        number, read = 1, 0
+        while read < allowed and len(self.matches) <= SEARCH_CAP:
+            raw = stream.readline(min(SEARCH_LINE_BYTES, allowed - read))
+            if not raw:
+                break
+            read += len(raw)
+            if self.expression.search(raw.rstrip(b"\r\n")):
+                self.matches.append(f"{relative}:{number}: {shown_line(raw).strip()}")
+            number += raw.endswith(b"\n")  # a longer line is searched in pieces
+        return read
 
-        return WorkspaceResult(await asyncio.to_thread(search))
+    def report(self) -> str:
+        lines = self.matches[:SEARCH_CAP] or ["No matches."]
+        if len(self.matches) > SEARCH_CAP:
+            lines.append(f"… more than {SEARCH_CAP} matches; narrow the search")
+        if self.cut_files:
+            named = ", ".join(self.cut_files[:NAMED_CUT_FILES])
+            others = len(self.cut_files) - NAMED_CUT_FILES
+            lines.append(f"… searched only the first {SEARCH_BYTES_PER_FILE // 2**20} MB of "
+                         f"{named}" + (f" and {others} other files" if others > 0 else ""))
+        if self.budget <= 0:
+            lines.append(f"… stopped after reading {SEARCH_BYTES_TOTAL // 2**20} MB in all; "
+                         "narrow the path or the glob")
+        return "\n".join(lines)
 
 
 class FileWrite(WorkspaceTool):
@@ -119,16 +181,13 @@ class FileWrite(WorkspaceTool):
     path: str = Field(min_length=1)
     content: str = Field(max_length=2_000_000)
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
+    async def perform(self, workspace: Workspace) -> WorkspaceResult:
         def write() -> str:
-            target = inside(workspace, self.path)
-            if target.is_dir():
-                raise ToolError(f"{self.path!r} is a folder.")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(self.content, encoding="utf-8")
-            return relative(workspace, target)
+            with workspace.writing(self.path) as place:
+                replace_file(place, self.content.encode("utf-8", errors="replace"), self.path)
+                return place.relative
 
-        written = await asyncio.to_thread(write)
+        written = await off_loop(write)
         lines = self.content.count("\n") + (not self.content.endswith("\n") and bool(self.content))
         return WorkspaceResult(f"Wrote {written} ({lines} lines, {len(self.content)} chars).",
                                files_changed=(written,))
@@ -144,9 +203,23 @@ class FileEdit(WorkspaceTool):
     new_text: str
     replace_all: bool = False
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
-        def edit() -> tuple[str, int]:
-            target, text = _text_file(workspace, self.path)
+    async def perform(self, workspace: Workspace) -> WorkspaceResult:
+        changed, count = await off_loop(lambda: self._edit(workspace))
+        return WorkspaceResult(f"Edited {changed}: {count} replacement(s).",
+                               files_changed=(changed,))
+
+    def _edit(self, workspace: Workspace) -> tuple[str, int]:
+        with workspace.writing(self.path, make_folders=False) as place:
+            fd, info = open_regular(place, self.path)
+            with os.fdopen(fd, "rb") as stream:
+                if info.st_size > EDIT_BYTES:
+                    raise ToolError(f"{self.path!r} is too big to edit ({info.st_size:,} bytes; "
+                                    f"at most {EDIT_BYTES:,}); use bash for it.")
+                data = stream.read(EDIT_BYTES + 1)
+            if is_binary(data[:BINARY_PROBE]):
+                raise ToolError(f"{self.path!r} is a binary file of {len(data):,} bytes; it "
+                                "is not edited as text.")
+            text = data.decode("utf-8", errors="surrogateescape")
             count = text.count(self.old_text)
             if count == 0:
                 raise ToolError(f"old_text was not found in {self.path!r}; read the file and "
@@ -154,12 +227,13 @@ class FileEdit(WorkspaceTool):
             if count > 1 and not self.replace_all:
                 raise ToolError(f"old_text appears {count} times in {self.path!r}; include more "
                                 "surrounding text to make it unique, or set replace_all.")
-            target.write_text(text.replace(self.old_text, self.new_text), encoding="utf-8")
-            return relative(workspace, target), count
-
-        changed, count = await asyncio.to_thread(edit)
-        return WorkspaceResult(f"Edited {changed}: {count} replacement(s).",
-                               files_changed=(changed,))
+            try:
+                edited = text.replace(self.old_text, self.new_text).encode(
+                    "utf-8", errors="surrogateescape")
+            except UnicodeEncodeError as error:
+                raise ToolError(f"new_text cannot be written as UTF-8 ({error.reason}).") from None
+            replace_file(place, edited, self.path)
+            return place.relative, count
 
 
 FILE_TOOLS: tuple[type[WorkspaceTool], ...] = (FileRead, FileList, FileSearch, FileWrite,

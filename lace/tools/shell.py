@@ -1,29 +1,133 @@
-"""`bash`: a command in the workspace, output capped, exit code reported, and killed with its
-whole process group at the timeout."""
+"""`bash`: a command in the workspace, run without lace's credentials, its output capped while it
+streams, its exit code reported; every process it started is killed when the call ends, however
+it ends (returned, timed out, cancelled, or lace exiting)."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import codecs
 import contextlib
 import os
 import signal
-from pathlib import Path
+from collections import deque
 from typing import ClassVar
 
 from pydantic import Field
 
+from lace.config import load_settings
+from lace.paths import withheld_from_tools
 from lace.tools.workspace import WorkspaceResult, WorkspaceTool
 
 OUTPUT_CAP = 30_000
+GRACE_S = 0.5
+"""How long a process group has between SIGTERM and SIGKILL."""
+_live_groups: set[int] = set()
+"""Process groups of calls still running: killed at exit if no call's own cleanup could run."""
+_owner = os.getpid()
 
 
-def capped(output: str) -> str:
-    """Long output keeps its head and its tail."""
-    if len(output) <= OUTPUT_CAP:
-        return output
-    half = OUTPUT_CAP // 2
-    return (f"{output[:half]}\n… [{len(output) - OUTPUT_CAP:,} characters cut] …\n"
-            f"{output[-half:]}")
+class CappedOutput:
+    """Text kept while it streams: the first and the last `cap // 2` characters, whatever the
+    total, so memory stays bounded."""
+
+    def __init__(self, cap: int = OUTPUT_CAP) -> None:
+        self.half = cap // 2
+        self.head: list[str] = []
+        self.head_length = 0
+        self.tail: deque[str] = deque()
+        self.tail_length = 0
+        self.total = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, data: bytes, *, final: bool = False) -> None:
+        """Take more bytes (UTF-8, split anywhere); `final` flushes a cut character."""
+        text = self._decoder.decode(data, final=final)
+        self.total += len(text)
+        room = self.half - self.head_length
+        if room > 0:
+            self.head.append(text[:room])
+            self.head_length += len(self.head[-1])
+            text = text[room:]
+        if text:
+            self.tail.append(text)
+            self.tail_length += len(text)
+            while self.tail_length - len(self.tail[0]) >= self.half:
+                self.tail_length -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        """Everything, or the head and the tail with how much was cut between them."""
+        head, tail = "".join(self.head), "".join(self.tail)
+        if self.total <= 2 * self.half:
+            return head + tail
+        cut = self.total - 2 * self.half
+        return f"{head}\n… [{cut:,} characters cut] …\n{tail[-self.half:]}"
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Feeds the command's output into a `CappedOutput` as it arrives; notes when the command
+    exits and when its output closes (which a background child can hold open)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.output = CappedOutput()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.output.add(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.output.add(b"", final=True)
+            self.closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def _signal_group(group: int, signal_number: int) -> bool:
+    """Send a signal to a process group; False when no process of it is left."""
+    try:
+        os.killpg(group, signal_number)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only a process that changed its user is left: out of reach
+        return False
+    return True
+
+
+async def end_group(group: int) -> None:
+    """SIGTERM to the whole group, then SIGKILL to what is left after `GRACE_S`, even if this
+    wait is itself cancelled."""
+    try:
+        if not _signal_group(group, signal.SIGTERM):
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GRACE_S):
+                while _signal_group(group, 0):
+                    await asyncio.sleep(0.02)
+    finally:
+        _signal_group(group, signal.SIGKILL)
+        _live_groups.discard(group)
+
+
+@atexit.register
+def kill_running_commands() -> None:
+    """SIGKILL every command still running: at exit, and for any exit that skips `atexit`
+    (`os._exit`) to call first."""
+    if os.getpid() != _owner:  # a forked child exiting leaves its parent's commands alone
+        return
+    for group in list(_live_groups):
+        _signal_group(group, signal.SIGKILL)
+
+
+def tool_environment(pass_env: list[str]) -> dict[str, str]:
+    """lace's environment without credentials or database settings, except those named in
+    `[tools.bash] pass_env`."""
+    passed = set(pass_env)
+    return {name: value for name, value in os.environ.items()
+            if name in passed or not withheld_from_tools(name)}
 
 
 class Bash(WorkspaceTool):
@@ -34,40 +138,35 @@ class Bash(WorkspaceTool):
     command: str = Field(min_length=1, max_length=20_000)
     timeout_s: float = Field(default=60, gt=0, le=600)
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
-        process = await asyncio.create_subprocess_exec(
-            "bash", "-c", self.command, cwd=workspace, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True)
-        chunks: list[bytes] = []
-
-        async def pump() -> None:
-            assert process.stdout is not None
-            while chunk := await process.stdout.read(65536):
-                chunks.append(chunk)
-
-        reader = asyncio.create_task(pump())
+    async def perform(self, workspace: os.PathLike[str]) -> WorkspaceResult:
+        environment = tool_environment(load_settings().tools.bash.pass_env)
+        loop = asyncio.get_running_loop()
+        transport, collector = await loop.subprocess_exec(
+            lambda: _Collector(loop), "bash", "-c", self.command, cwd=workspace,
+            env=environment, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        group = transport.get_pid()  # a new session: its leader's pid is the group's id
+        _live_groups.add(group)
         timed_out = False
         try:
             async with asyncio.timeout(self.timeout_s):
-                await process.wait()
+                await collector.exited
         except TimeoutError:
             timed_out = True
         finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1):
-                    await reader
-            reader.cancel()
-        text = capped(b"".join(chunks).decode(errors="replace")).rstrip("\n")
+            try:
+                await end_group(group)
+                with contextlib.suppress(TimeoutError):  # every writer is gone: it closes
+                    async with asyncio.timeout(1):
+                        await asyncio.shield(collector.closed)
+            finally:
+                transport.close()
+        text = collector.output.text().rstrip("\n")
         if timed_out:
             return WorkspaceResult(f"{text}\n[killed after {self.timeout_s:g} s: timeout]"
                                    .lstrip("\n"), is_error=True)
-        return WorkspaceResult(f"{text}\n[exit code {process.returncode}]".lstrip("\n"),
-                               is_error=process.returncode != 0)
+        code = transport.get_returncode()
+        return WorkspaceResult(f"{text}\n[exit code {code}]".lstrip("\n"), is_error=code != 0)
 
 
 SHELL_TOOLS: tuple[type[WorkspaceTool], ...] = (Bash,)

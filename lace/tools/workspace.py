@@ -1,15 +1,70 @@
-"""The workspace: every path an agent names is resolved inside it, or refused; tools that act
-on it run outside the database, after the approval policy allowed them."""
+"""The workspace: every path an agent names is resolved inside it without races, or refused;
+lace's own files and git's are never written; tools that act on it run outside the database,
+after the approval policy allowed them."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError
+from lace.tools.protection import Protection
+from lace.tools.resolution import Location, located
 
-BINARY_PROBE = 8192
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The folder the tools act in, and what in it the file tools must never write."""
+
+    folder: Path
+    protection: Protection = field(default_factory=Protection)
+
+    @classmethod
+    def for_lace(cls, folder: Path, *, database_url: str | None,
+                 protected_paths: Sequence[str] = ()) -> Workspace:
+        """A workspace that also protects lace's database, home and configuration files, and
+        the `[tools] protected_paths`."""
+        return cls(folder, Protection.for_lace(database_url=database_url,
+                                               protected_paths=protected_paths))
+
+    def __fspath__(self) -> str:
+        return str(self.folder)
+
+    @contextlib.contextmanager
+    def reading(self, path: str) -> Iterator[Location]:
+        """Where `path` leads inside the workspace; a ToolError when it leaves it or a folder
+        on the way is missing."""
+        with located(self.folder, path) as place:
+            yield place
+
+    @contextlib.contextmanager
+    def writing(self, path: str, *, make_folders: bool = True) -> Iterator[Location]:
+        """Where a file tool may write `path` (missing folders created), or a ToolError that
+        says why not, before anything is created."""
+
+        root = self.folder.resolve()
+
+        def refuse_protected(parts: tuple[str, ...]) -> None:
+            why = self.protection.why(parts, root.joinpath(*parts))
+            if why is not None:
+                shown = "/".join(parts)
+                alias = f" (that is {shown!r})" if shown != path.strip("/") else ""
+                raise ToolError(f"{path!r}{alias} is protected: {why}. File tools never write "
+                                "it; ask a person to change it.")
+
+        with located(self.folder, path, refuse_protected if make_folders else None) as place:
+            refuse_protected(place.parts)
+            yield place
 
 
 @dataclass(frozen=True)
@@ -21,45 +76,42 @@ class WorkspaceResult:
     is_error: bool = False
 
 
-def inside(workspace: Path, path: str) -> Path:
-    """`path` resolved inside the workspace (symlinks followed), or a ToolError."""
-    if not path.strip():
-        raise ToolError("Give a path relative to the workspace, e.g. notes/plan.md.")
-    if "\0" in path:
-        raise ToolError(f"{path!r} holds a NUL character, which no file name can contain.")
-    if Path(path).is_absolute() or path.startswith("~"):
-        raise ToolError(f"{path!r} is absolute; paths are relative to the workspace.")
-    root = workspace.resolve()
-    resolved = (root / path).resolve()
-    if resolved != root and not resolved.is_relative_to(root):
-        raise ToolError(f"{path!r} leaves the workspace (through '..' or a symlink); "
-                        "stay inside it.")
-    return resolved
+class DaemonThreads(ThreadPoolExecutor):
+    """An executor that runs each call on a daemon thread of its own and never waits for them
+    at shutdown: a call that never returns (a hung file system) cannot keep the process from
+    ending, as it would in a ThreadPoolExecutor, which Python joins at exit."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        future: Future[T] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as error:  # handed to whoever awaits the future
+                future.set_exception(error)
+
+        threading.Thread(target=run, name="lace-daemon", daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to wait for: every thread is a daemon."""
 
 
-def relative(workspace: Path, path: Path) -> str:
-    """A path as the agent should see it: relative to the workspace."""
-    return str(path.relative_to(workspace.resolve())) or "."
+FILE_THREADS = DaemonThreads()
 
 
-def is_binary(path: Path) -> bool:
-    """A file whose first bytes hold a NUL or are not UTF-8 text."""
-    with path.open("rb") as stream:
-        head = stream.read(BINARY_PROBE)
-    if b"\0" in head:
-        return True
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return error.start < len(head) - 4  # a multi-byte character cut by the probe is fine
-    return False
+async def off_loop(work: Callable[[], T]) -> T:
+    """Run blocking file work off the event loop, on a daemon thread."""
+    return await asyncio.get_running_loop().run_in_executor(FILE_THREADS, work)
 
 
 class WorkspaceTool(Tool):
     """A tool that acts on the workspace: `perform` runs off the event loop and the store's
     thread, then the runtime records its result."""
 
-    async def perform(self, workspace: Path) -> WorkspaceResult:
+    async def perform(self, workspace: Workspace) -> WorkspaceResult:
         """Do the work; raise ToolError for input the model can fix."""
         raise NotImplementedError
 

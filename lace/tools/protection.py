@@ -1,0 +1,82 @@
+"""What the file tools never write: files that would give an agent powers it was not given
+(lace's settings, its database, git's hooks and config), and the `[tools] protected_paths`."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lace.paths import lace_home
+from lace.store.db import sqlite_path
+
+LACE_SETTINGS = "it holds settings lace reads (tool policies, limits, tool servers)"
+BUILT_IN_NAMES: tuple[tuple[str, str], ...] = (
+    ("lace.toml", LACE_SETTINGS),
+    (".mcp.json", LACE_SETTINGS),
+    (".lace*", "it is one of lace's own folders or files"),
+    (".git", "it belongs to git, whose config and hooks run commands"),
+)
+"""Names protected wherever they appear in a path, with why (matched case-insensitively)."""
+DATABASE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+SETTING = "it is in [tools] protected_paths"
+
+
+def _matches(text: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(text.casefold(), pattern.casefold())
+
+
+@dataclass(frozen=True)
+class Protection:
+    """Names protected in any folder, paths (or globs) relative to the workspace protected with
+    everything under them, and absolute paths of lace's own files."""
+
+    names: tuple[tuple[str, str], ...] = BUILT_IN_NAMES
+    relative: tuple[str, ...] = ()
+    absolute: tuple[tuple[Path, str], ...] = ()
+
+    def why(self, parts: Sequence[str], real_path: Path) -> str | None:
+        """Why the entry at `parts` (its real path relative to the workspace) is protected,
+        or None when a file tool may write it."""
+        for part in parts:
+            for pattern, reason in self.names:
+                if _matches(part, pattern):
+                    return reason
+        prefixes = ["/".join(parts[: end + 1]) for end in range(len(parts))]
+        if any(_matches(prefix, pattern) for prefix in prefixes for pattern in self.relative):
+            return SETTING
+        for protected, reason in self.absolute:
+            if real_path == protected or protected in real_path.parents:
+                return reason
+        return None
+
+    @classmethod
+    def for_lace(cls, *, database_url: str | None, protected_paths: Sequence[str]) -> Protection:
+        """lace's own files (its home folder, the configuration files it reads, the database
+        with its -wal and -shm), and each `protected_paths` entry: a name or glob without `/`
+        protects it in every folder, one with `/` is relative to the workspace, an absolute
+        or `~` path is that path."""
+        absolute = [(_real(lace_home()), "it is lace's home folder (settings and database)")]
+        if os.environ.get("LACE_CONFIG"):
+            absolute.append((_real(Path(os.environ["LACE_CONFIG"])), LACE_SETTINGS))
+        database = sqlite_path(database_url) if database_url else None
+        if database is not None:
+            absolute += [(_real(database.with_name(database.name + suffix)),
+                          "it is lace's database") for suffix in DATABASE_SUFFIXES]
+        names, relative = list(BUILT_IN_NAMES), []
+        for entry in protected_paths:
+            cleaned = entry.strip().removeprefix("./").rstrip("/")
+            if cleaned.startswith(("/", "~")):
+                absolute.append((_real(Path(cleaned)), SETTING))
+            elif "/" in cleaned:
+                relative.append(cleaned)
+            elif cleaned:
+                names.append((cleaned, SETTING))
+        return cls(names=tuple(names), relative=tuple(relative), absolute=tuple(absolute))
+
+
+def _real(path: Path) -> Path:
+    """The path with every symlink in it resolved, whether or not it exists."""
+    return Path(os.path.realpath(path.expanduser()))
