@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from lace.core.errors import LaceError
+from lace.core.tool_names import unknown_tool_problem
 from lace.paths import lace_home
 
 DEMO_MODEL = "demo/coordinator"
@@ -43,18 +44,35 @@ class Limits(BaseModel):
     lease_timeout_s: float = Field(default=15.0, gt=0,
                                    description="a process silent this long has died; its "
                                                "agents are taken over")
+    reserve_tokens: int = Field(default=4096, ge=0,
+                                description="tokens set aside for each model call's answer "
+                                            "(with its prompt's estimate) against budgets")
 
 
 Policy = Literal["allow", "ask", "deny"]
 WRITING_TOOLS = ("file_write", "file_edit", "bash")
 
 
+class BashSettings(BaseModel):
+    """`[tools.bash]`: `bash` runs without lace's credentials and database settings, except
+    the variables named in `pass_env`."""
+
+    model_config = ConfigDict(extra="forbid")
+    pass_env: list[str] = Field(default_factory=list,
+                                description="credential variables bash may see")
+
+
 class ToolSettings(BaseModel):
     """`[tools.policy]`: allow, ask or deny per tool; tools not named are allowed, except the
-    writing ones, which ask."""
+    writing ones, which ask. `[tools.bash]`: what bash's environment keeps."""
 
     model_config = ConfigDict(extra="forbid")
     policy: dict[str, Policy] = Field(default_factory=dict)
+    bash: BashSettings = Field(default_factory=BashSettings)
+    protected_paths: list[str] = Field(
+        default_factory=list, description="what file tools never write, besides lace's own "
+        "files and git's: a name or glob (any folder), a path relative to the workspace, or "
+        "an absolute path")
 
     def policy_for(self, tool: str) -> Policy:
         """The policy of one tool."""
@@ -67,7 +85,7 @@ class ToolSettings(BaseModel):
             policy = {tool: "allow" for tool in (*policy, *WRITING_TOOLS)}
         if read_only:
             policy.update({tool: "deny" for tool in WRITING_TOOLS})
-        return ToolSettings(policy=policy)
+        return self.model_copy(update={"policy": policy})
 
 
 class Budget(BaseModel):
@@ -160,12 +178,25 @@ def config_path() -> Path | None:
     return None
 
 
+def _check_tool_names(settings: Settings, source: Path | None) -> None:
+    """Every tool named in `[tools.policy]` and in each profile's `tools` must exist: a typo
+    (`Bash = "deny"`) would otherwise leave the real tool on its default, silently."""
+    named = [("tools.policy", tool) for tool in settings.tools.policy]
+    named += [(f"profiles.{name}.tools", tool) for name, profile in settings.profiles.items()
+              for tool in profile.tools]
+    for where, tool in named:
+        problem = unknown_tool_problem(tool)
+        if problem:
+            raise LaceError(f"Bad setting {where} in {source or 'the environment'}: {problem}")
+
+
 def load_settings(**overrides: Any) -> Settings:
     """The settings, or one clear error naming the bad key and the file it came from; profile
     prompt files are read here, so a missing one fails at start, not mid-session."""
     try:
         settings = Settings(**overrides)
         source = config_path()
+        _check_tool_names(settings, source)
         for name, profile in settings.profiles.items():
             if profile.model is not None and "/" not in profile.model:
                 raise LaceError(f"Bad setting profiles.{name}.model in {source}: expected "

@@ -199,3 +199,94 @@ def test_answering_an_unknown_request_is_one_line(capsys: Any, db_path: Path,
 
     code, _, err = run_cli(capsys, *argv, "--db", str(db_path))
     assert code == 2 and err == "lace: error: Unknown approval request 99.\n"
+
+
+PADDED = "ls" + " " * 300 + "; echo pwned > owned.txt"
+
+
+async def test_a_padded_command_is_never_cut_without_a_mark(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The hidden tail of a bash command (after 300 spaces) is either shown or announced, on
+    stderr and in `lace approvals`; `lace approvals --full` shows all of it."""
+    import io
+    import json
+
+    from lace.cli.progress import progress_printer
+    from tests.conftest import run_cli
+
+    runtime = make(store, tmp_path)
+    stderr = io.StringIO()
+    runtime.bus.subscribe(progress_printer(stderr))
+    models.on("root", lambda messages: reply(None, ("bash", {"command": PADDED}))
+              if not tools_called(messages) else reply("done"))
+    root = await runtime.start_session("go", "scripted/root")
+    run = asyncio.create_task(runtime.run_until_quiet(root.id))
+    async with asyncio.timeout(20):
+        while not query(db_path, "SELECT id FROM approvals WHERE status = 'pending'"):
+            await asyncio.sleep(0.02)
+    (stored,), = query(db_path, "SELECT arguments FROM approvals")
+    whole = json.dumps(json.loads(stored), ensure_ascii=False)
+    assert PADDED in whole
+    (asked,) = [line for line in stderr.getvalue().splitlines() if line.startswith("? approval")]
+    assert "; echo pwned" in asked or f"… ({len(whole) - 200} more characters; lace approvals " \
+                                      "--full shows all)" in asked, asked
+    code, listed, _ = run_cli(capsys, "approvals", "--db", str(db_path))
+    assert code == 0
+    assert "; echo pwned" in listed or f"… ({len(whole) - 200} more characters; lace " \
+                                       "approvals --full shows all)" in listed, listed
+    code, full, _ = run_cli(capsys, "approvals", "--full", "--db", str(db_path))
+    assert code == 0 and PADDED in full
+    (approval_id,), = query(db_path, "SELECT id FROM approvals")
+    await runtime.decide(approval_id, "denied")
+    await asyncio.wait_for(run, 20)
+    runtime.close()
+    assert not (tmp_path / "owned.txt").exists()
+
+
+def test_a_request_whose_process_died_is_reported_orphaned(tmp_path: Path) -> None:
+    """`lace run` asks, then is SIGKILLed: the request is listed as orphaned, `lace approve`
+    refuses it (nothing would run) and writes nothing, `lace deny` clears it."""
+    import signal
+
+    from tests.conftest import snapshot
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
+    env["LACE_HOME"] = str(tmp_path / "home")
+    lace = [sys.executable, "-m", "lace"]
+    run = subprocess.Popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert run.stderr is not None
+    asked = ""
+    deadline = time.monotonic() + 60
+    while "? approval #" not in asked and time.monotonic() < deadline:
+        asked = run.stderr.readline()
+    approval_id = re.search(r"\? approval #(\d+)", asked)[1]  # type: ignore[index]
+    listed = subprocess.run([*lace, "approvals"], env=env, capture_output=True, text=True)
+    assert f"#{approval_id}" in listed.stdout and "orphaned" not in listed.stdout
+    run.send_signal(signal.SIGKILL)
+    run.communicate(timeout=30)
+    listed = subprocess.run([*lace, "approvals"], env=env, capture_output=True, text=True)
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith(f"#{approval_id} ")]
+    assert line.endswith("(orphaned: the process that asked is gone; lace run --continue "
+                         f"{line.split()[1].split('.')[0]} asks again)"), line
+    as_json = subprocess.run([*lace, "approvals", "--json"], env=env, capture_output=True,
+                             text=True)
+    assert '"orphaned": true' in as_json.stdout
+    db_path = tmp_path / "home" / "lace.db"
+    before = snapshot(db_path)
+    approved = subprocess.run([*lace, "approve", approval_id], env=env, capture_output=True,
+                              text=True)
+    assert approved.returncode == 2 and approved.stdout == ""
+    assert approved.stderr.startswith(f"lace: error: Approval request #{approval_id} is orphaned")
+    assert approved.stderr.count("\n") == 1 and "lace run --continue" in approved.stderr
+    assert snapshot(db_path) == before
+    denied = subprocess.run([*lace, "deny", approval_id], env=env, capture_output=True,
+                            text=True)
+    assert denied.returncode == 0 and "denied" in denied.stdout and "orphaned" in denied.stdout
+    assert query(db_path, "SELECT status FROM approvals WHERE id = ?", approval_id) == [
+        ("denied",)]
+    assert not list(workspace.iterdir())

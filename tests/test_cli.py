@@ -21,7 +21,7 @@ CaptureFixture = pytest.CaptureFixture[str]
 def test_a_person_runs_the_board_by_hand(capsys: CaptureFixture, db_path: Path) -> None:
     db = str(db_path)
     code, out, err = lace(capsys, "tasks", "--db", db)
-    assert code == 2 and err.startswith("lace: error: No session yet") and err.count("\n") == 1
+    assert code == 0 and out.startswith("No tasks: no session yet") and err == ""
     code, out, err = lace(capsys, "--db", db, "task", "add", "Review the plan", "--assign",
                           "human", "--priority", "high")
     assert code == 0 and out.startswith("Created task task_") and "(assigned to human)" in out
@@ -108,3 +108,55 @@ def test_python_dash_m_lace_answers_help() -> None:
     result = subprocess.run([sys.executable, "-m", "lace", "--help"], capture_output=True,
                             text=True, check=True)
     assert "task board for LLM agents" in result.stdout and "tasks" in result.stdout
+
+
+HUGE = "99999999999999999999999"
+
+
+@pytest.mark.parametrize("argv", [
+    ["approve", HUGE], ["deny", HUGE], ["approve", "-1"], ["tasks", "--limit", HUGE + "999"],
+    ["run", "go", "--timeout", "nan"], ["run", "go", "--timeout", "inf"],
+    ["run", "go", "--timeout", "-inf"]])
+def test_out_of_range_numbers_get_one_line(capsys: CaptureFixture, db_path: Path,
+                                           argv: list[str]) -> None:
+    lace(capsys, "task", "add", "first", "--db", str(db_path))
+    before = snapshot(db_path)
+    code, out, err = lace(capsys, *argv, "--db", str(db_path))
+    assert (code, out) == (2, "") and err.startswith("lace") and err.count("\n") == 1, err
+    assert snapshot(db_path) == before
+
+
+def test_lace_resume_refuses_a_timeout_that_is_not_a_number(capsys: CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["resume", "x", "--timeout", "nan"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith("argument --timeout: must be a finite number of "
+                                            "seconds, got 'nan' (see lace resume --help)\n")
+
+
+def test_a_database_url_lace_cannot_use_is_one_line(capsys: CaptureFixture) -> None:
+    code, out, err = lace(capsys, "tasks", "--db", "postgresql://ann:s3cret@localhost/lace")
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "lace stores its board in SQLite" in err and "s3cret" not in err, err
+    code, _, err = lace(capsys, "tasks", "--db", "sqlite://")
+    assert code == 2 and err.count("\n") == 1 and "in memory" in err, err
+
+
+def test_a_missing_folder_is_refused_not_created(capsys: CaptureFixture, tmp_path: Path) -> None:
+    missing = tmp_path / "missing" / "dir"
+    code, out, err = lace(capsys, "task", "add", "x", "--db", str(missing / "x.db"))
+    assert (code, out) == (2, "")
+    assert err == (f"lace: error: the folder {missing} does not exist; create it, or leave out "
+                   "--db to use lace's own folder.\n")
+    assert not (tmp_path / "missing").exists()
+    code, out, err = lace(capsys, "tasks", "--db", str(tmp_path))
+    assert (code, out, err) == (2, "", f"lace: error: {tmp_path} is a folder; --db takes a "
+                                       "database file.\n")
+
+
+def test_tasks_on_a_database_with_no_session_is_an_empty_board(capsys: CaptureFixture,
+                                                               db_path: Path) -> None:
+    code, out, err = lace(capsys, "tasks", "--db", str(db_path))
+    assert (code, err) == (0, "") and out.startswith("No tasks: no session yet"), out
+    code, out, err = lace(capsys, "tasks", "--json", "--db", str(db_path))
+    assert (code, out, err) == (0, "[]\n", "")

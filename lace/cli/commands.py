@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +22,17 @@ def lazy(target: str) -> Handler:
     return handler
 
 
+LARGEST_ID = 2**63 - 1
+"""SQLite's largest integer: ids and counts past it cannot even be looked up."""
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= LARGEST_ID:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {LARGEST_ID}, got {text}")
     return value
 
 
@@ -33,6 +41,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
     return value
@@ -72,14 +82,16 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")
-    approve.add_argument("approval_id", type=int, metavar="ID")
+    approve.add_argument("approval_id", type=_positive_int, metavar="ID")
     approve.add_argument("--session", action="store_true",
                          help="allow this tool for the rest of the session")
     deny = add("deny", "Refuse a tool call an agent waits on.", "lace.cli.approvals:deny_command")
-    deny.add_argument("approval_id", type=int, metavar="ID")
+    deny.add_argument("approval_id", type=_positive_int, metavar="ID")
     approvals = add("approvals", "List the approval requests that wait for an answer.",
                     "lace.cli.approvals:approvals_command")
     approvals.add_argument("--json", action="store_true", help="print JSON")
+    approvals.add_argument("--full", action="store_true",
+                           help="print each request's arguments whole, however long")
 
     stop = add("stop", "Stop an agent and its whole subtree (their open tasks are blocked).",
                "lace.cli.lifetime:stop_command")

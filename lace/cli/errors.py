@@ -1,28 +1,71 @@
-"""Runs a command and turns the errors a person can fix into one line on stderr."""
+"""Runs a command and turns the errors a person can fix into one line on stderr: exit 2 for
+bad usage or a database lace will not use, 4 when the disk refused the file (full, read-only)."""
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 
-from lace.core.errors import LaceError
+from lace.core.errors import LaceError, StorageError
+from lace.core.secrets import mask
+from lace.core.text import printable
+from lace.paths import credential_values
+
+EXIT_USAGE = 2
+EXIT_STORAGE = 4
+STORAGE_HINT = ("free space or fix the disk, then run the command again (lace run --continue "
+                "resumes the agents it cut off)")
+
+
+def _database_file(args: argparse.Namespace) -> str:
+    """The file the command used, for messages ("the database" when it cannot be told)."""
+    from lace.store.db import resolve_db_url, sqlite_path
+
+    try:
+        path = sqlite_path(resolve_db_url(getattr(args, "db", None)))
+    except LaceError:
+        return "the database"
+    return str(path) if path else "the database"
+
+
+def _database_message(error: Exception, args: argparse.Namespace) -> tuple[str, int]:
+    """What a database error means, and the exit code."""
+    from lace.store.failures import damage_error, storage_error
+
+    where = _database_file(args)
+    storage = storage_error(error, where)
+    if storage is not None:
+        return f"storage error: {storage}; {STORAGE_HINT}", EXIT_STORAGE
+    damage = damage_error(error)
+    if damage is not None:
+        return (f"error: {where} is damaged ({damage}); restore a backup, or see what is wrong "
+                f"with: sqlite3 {where} 'PRAGMA integrity_check'", EXIT_USAGE)
+    original = getattr(error, "orig", None) or error
+    return f"error: database error: {original}", EXIT_USAGE
 
 
 def run_reporting_errors(args: argparse.Namespace) -> int:
-    """Call the command's handler; known errors print `lace: error: ...` and return 2."""
+    """Call the command's handler; known errors print one `lace: ...` line and return 2 (or 4
+    for a storage error)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         code: int = args.handler(args)
         return code
+    except StorageError as error:
+        message, exit_code = f"storage error: {error}; {STORAGE_HINT}", EXIT_STORAGE
     except LaceError as error:
-        message = str(error)
-    except SQLAlchemyError as error:
-        message = f"database error: {error.orig if hasattr(error, 'orig') else error!s}"
+        message, exit_code = f"error: {error}", EXIT_USAGE
+    except (SQLAlchemyError, sqlite3.Error) as error:
+        message, exit_code = _database_message(error, args)
     except OSError as error:
-        message = str(error)
+        message, exit_code = _database_message(error, args)
+        if exit_code != EXIT_STORAGE:
+            message = f"error: {error}"
     except KeyboardInterrupt:
         return 130
     one_line = "; ".join(line.strip().lstrip("- ") for line in message.splitlines() if line.strip())
-    print(f"lace: error: {one_line or 'failed'}", file=sys.stderr)
-    return 2
+    shown = printable(mask(one_line or "error: failed", credential_values()), one_line=True)
+    print(f"lace: {shown}", file=sys.stderr)
+    return exit_code

@@ -25,3 +25,9 @@ class InvalidAssigneeError(LaceError):
 
 class DatabaseRefusedError(LaceError):
     """A file that is not a lace database, or one written by a newer lace."""
+
+
+class StorageError(Exception):
+    """The disk refused lace's file: it is full, read-only or failing. Not a mistake in a call
+    (so not a LaceError, which would go back to a model as a tool error): whoever runs lace
+    frees space or fixes the disk, then resumes."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,19 +18,55 @@ from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
 from lace.paths import lace_home
+from lace.store.damage import WriteGuard
+from lace.store.failures import storage_error
 
-HEAD_REVISION = "lace_0006"
+HEAD_REVISION = "lace_0007"
 REVISION_PREFIX = "lace_"
 BUSY_TIMEOUT_MS = 10_000
 READONLY_OPTION = "lace_readonly"
 
 
 def resolve_db_url(db: str | None = None) -> str:
-    """A SQLAlchemy URL from `--db` (a path or a URL), else `$LACE_DB`, else the default file."""
+    """A SQLAlchemy URL from `--db` (a path or a URL), else `$LACE_DB`, else the default file;
+    a URL of another database, or of one in memory, is refused."""
     value = db or os.environ.get("LACE_DB") or str(lace_home() / "lace.db")
-    if "://" in value:
-        return value
-    return f"sqlite:///{Path(value).expanduser().resolve()}"
+    if "://" not in value:
+        return f"sqlite:///{Path(value).expanduser().resolve()}"
+    try:
+        url = sa.make_url(value)
+    except sa.exc.ArgumentError:
+        raise DatabaseRefusedError("--db takes a file path or a sqlite:/// URL; the URL given "
+                                   "does not parse.") from None
+    if url.get_backend_name() != "sqlite":
+        raise DatabaseRefusedError(
+            "lace stores its board in SQLite: --db takes a file path or a sqlite:/// URL, not "
+            f"{url.render_as_string(hide_password=True)}")
+    if url.database in (None, "", ":memory:"):
+        raise DatabaseRefusedError("a database in memory would be lost when lace exits: --db "
+                                   "takes a file path or a sqlite:///PATH URL.")
+    return value
+
+
+def prepare_file(path: Path) -> None:
+    """Create lace's own folder (0700) when the file goes there, refuse any other missing
+    folder, and create a new file as 0600: it holds conversations and tool output, and SQLite
+    gives its -wal and -shm files the same mode."""
+    if path.is_dir():
+        raise DatabaseRefusedError(f"{path} is a folder; --db takes a database file.")
+    home = lace_home().resolve()
+    if not path.parent.is_dir() and path.parent.resolve() != home:
+        raise DatabaseRefusedError(f"the folder {path.parent} does not exist; create it, or "
+                                   "leave out --db to use lace's own folder.")
+    try:
+        if not path.parent.is_dir():
+            missing = [folder for folder in (home, *home.parents) if not folder.exists()]
+            for folder in reversed(missing):
+                folder.mkdir(mode=0o700, exist_ok=True)
+        if not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError as error:
+        raise storage_error(error, path) or error from None
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -45,6 +82,21 @@ def migrations_dir() -> Path:
     package_dir = Path(__file__).resolve().parent.parent
     bundled = package_dir / "_migrations"
     return bundled if bundled.is_dir() else package_dir.parent / "migrations"
+
+
+_GUARDS: weakref.WeakKeyDictionary[Engine, WriteGuard] = weakref.WeakKeyDictionary()
+
+
+def _check_before_write(engine: Engine) -> None:
+    """Refuse to write into a damaged file: checked before the engine's first write."""
+    guard = _GUARDS.get(engine)
+    if guard is None:
+        return
+    problem = guard.before_write()
+    if problem is not None:
+        raise DatabaseRefusedError(
+            f"{guard.path} is damaged ({problem}); lace will not write to it. Restore a backup, "
+            f"or see what is wrong with: sqlite3 {guard.path} 'PRAGMA integrity_check'")
 
 
 def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
@@ -63,6 +115,8 @@ def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
         if driver(connection).in_transaction:
             return  # begun on the sqlite3 connection itself (`raw_transaction`): join it
         readonly = connection.get_execution_options().get(READONLY_OPTION, False)
+        if not readonly:
+            _check_before_write(connection.engine)
         connection.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
 
 
@@ -71,9 +125,10 @@ def create_engine(url: str, *, for_migrations: bool = False) -> Engine:
     path = sqlite_path(url)
     if path is None:
         return sa.create_engine(url, poolclass=NullPool if for_migrations else None)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    prepare_file(path)  # also for `alembic upgrade`, which reaches lace here
     engine = sa.create_engine(url, poolclass=NullPool if for_migrations else None)
     _configure_sqlite(engine, foreign_keys=not for_migrations)
+    _GUARDS[engine] = WriteGuard(path, BUSY_TIMEOUT_MS / 1000)
     return engine
 
 
@@ -96,6 +151,8 @@ def raw_transaction(connection: sa.Connection, *, write: bool) -> Iterator[None]
     joins it (the begin listener sees the open transaction and emits nothing). LockBusyError
     if another connection holds the lock past the busy timeout."""
     raw = driver(connection)
+    if write:
+        _check_before_write(connection.engine)
     try:
         raw.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
     except sqlite3.OperationalError as error:
@@ -133,6 +190,13 @@ def check_existing_file(path: Path) -> str | None:
                     f"{path} is not a lace database (it holds other tables).")
             row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
     except sqlite3.DatabaseError as error:
+        storage = storage_error(error, path)
+        if storage is not None:
+            raise storage from None
+        if getattr(error, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CORRUPT:
+            raise DatabaseRefusedError(f"{path} is damaged ({error}); lace will not use it. "
+                                       "Restore a backup, or see what is wrong with: sqlite3 "
+                                       f"{path} 'PRAGMA integrity_check'") from None
         raise DatabaseRefusedError(f"{path} is not a lace database ({error}).") from None
     revision = row[0] if row else None
     if revision is None or not revision.startswith(REVISION_PREFIX):
@@ -186,6 +250,11 @@ class Database:
     url: str
     engine: Engine
 
+    @property
+    def path(self) -> Path | None:
+        """The SQLite file, for messages (None for another database)."""
+        return sqlite_path(self.url)
+
     def close(self) -> None:
         """Release every pooled connection."""
         self.engine.dispose()
@@ -195,6 +264,8 @@ def open_database(db: str | None = None) -> Database:
     """Resolve, check (read-only first), migrate to head, and return the database."""
     url = resolve_db_url(db)
     path = sqlite_path(url)
+    if path is not None:
+        prepare_file(path)
     revision = check_existing_file(path) if path else current_revision(url)
     if revision != HEAD_REVISION:
         upgrade(url)

@@ -1,0 +1,14 @@
+"""Text shown to a person whole, or cut with a mark that says how much was left out: what a
+person approves must never end silently where a hidden part begins."""
+
+from __future__ import annotations
+
+
+def shown(text: str, limit: int, see_all: str = "") -> str:
+    """`text` if it has at most `limit` characters, else its first `limit` characters and
+    `… (N more characters)`, with `see_all` (how to see the rest) inside the parentheses."""
+    if len(text) <= limit:
+        return text
+    hidden = len(text) - limit
+    hint = f"; {see_all}" if see_all else ""
+    return f"{text[:limit]}… ({hidden} more characters{hint})"
