@@ -4,6 +4,7 @@ percentiles, and plain-text tables."""
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+
+os.environ.setdefault("LACE_TEST_PROVIDERS", "1")  # the benchmarks' `scripted` models
 
 from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.llm.checks import check_model

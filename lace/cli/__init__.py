@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from lace import __version__
 
@@ -42,11 +43,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def mask_log_records() -> None:
+    """Mask credential values in every log record as it is made, lace's and its libraries'
+    (litellm's) alike. A filter on the `lace` logger would not do: Python hands a record of
+    `lace.llm` to the handlers without asking the filters of its parent loggers."""
+    import logging
+
+    from lace.core.secrets import mask
+    from lace.paths import credential_values
+
+    make_record = logging.getLogRecordFactory()
+    if getattr(make_record, "masks_credentials", False):
+        return
+
+    def masked_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        secrets = credential_values()
+        if not secrets:
+            return record
+        with contextlib.suppress(Exception):  # a bad format string is reported when emitted
+            record.msg, record.args = mask(record.getMessage(), secrets), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = mask(record.exc_text, secrets)
+        if record.stack_info:
+            record.stack_info = mask(record.stack_info, secrets)
+        return record
+
+    masked_record.masks_credentials = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(masked_record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the command (the TUI when none is given); known errors
     become one line and exit code 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    mask_log_records()
     if getattr(args, "handler", None) is None:
         from lace.cli.commands import lazy
 

@@ -6,11 +6,12 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TextIO
 
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.records import Agent, Thread
+from lace.core.text import printable, printable_json, valid_text
 from lace.store import Store, Tx, open_database, resolve_db_url
 from lace.store.agent_rules import Usage
 from lace.store.db import upgrade
@@ -36,26 +37,36 @@ def pick_session(tx: Tx, session_id: str | None) -> Thread:
     return latest
 
 
+def say(text: str, *, one_line: bool = False, file: TextIO | None = None) -> None:
+    """Print text for a person with control characters escaped, so text from a model or the
+    database never drives the terminal; `one_line` escapes line breaks too."""
+    print(printable(text, one_line=one_line), file=file)
+
+
 def print_json(value: Any) -> None:
-    """Print a value as indented JSON."""
-    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    """Print a value as indented JSON (what a terminal would act on escaped as `\\uXXXX`)."""
+    print(printable_json(json.dumps(value, indent=2, default=str, ensure_ascii=False)))
 
 
 def tasks_command(args: argparse.Namespace) -> int:
     """`lace tasks`."""
     with open_store(args).reading() as tx:
+        if args.session is None and tx.latest_session() is None:
+            print("[]" if args.json else f"No tasks: {NO_SESSION[0].lower()}{NO_SESSION[1:]}")
+            return 0
         session = pick_session(tx, args.session)
         tasks, total = tx.query_tasks(session.id, include_closed=args.all, limit=args.limit)
     if args.json:
         print_json({"session": session.id, "total": total,
                     "tasks": [asdict(task) for task in tasks]})
         return 0
-    print(f"Session {session.id}" + (f": {session.title}" if session.title else ""))
+    say(f"Session {session.id}" + (f": {session.title}" if session.title else ""),
+        one_line=True)
     if not tasks:
         print("  (no open tasks)" if not args.all else "  (no tasks)")
     for task in tasks:
         notes = f"  ({task.note_count} note{'s' if task.note_count != 1 else ''})"
-        print(f"  {task_line(task)}{notes if task.note_count else ''}")
+        say(f"  {task_line(task)}{notes if task.note_count else ''}", one_line=True)
     if total > len(tasks):
         print(f"  … {total - len(tasks)} more")
     return 0
@@ -92,7 +103,7 @@ def threads_command(args: argparse.Namespace) -> int:
     titles = {task.id: task.title for task in tasks}
     for thread in sorted(threads, key=lambda t: [int(p) if p.isdigit() else 0
                                                  for p in t.id.split(".")[1:]]):
-        print(_agent_line(thread, agents.get(thread.id), titles, usage[thread.id]))
+        say(_agent_line(thread, agents.get(thread.id), titles, usage[thread.id]), one_line=True)
     return 0
 
 
@@ -122,11 +133,11 @@ def show_command(args: argparse.Namespace) -> int:
                     "events": [asdict(event) for event in events]})
         return 0
     who = f"  {agent.name}  {agent.model_name}  [{agent.status}]" if agent else ""
-    print(f"Thread {thread.id}{who}")
+    say(f"Thread {thread.id}{who}", one_line=True)
     for event in events:
-        print(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.type, event.data)}")
+        say(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.type, event.data)}")
         for changed in event.data.get("files_changed") or []:
-            print(f"    changed file: {changed}")
+            say(f"    changed file: {changed}", one_line=True)
     if not events:
         print("  (no events yet)")
     return 0
@@ -156,7 +167,7 @@ def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any]
     result = call_tool(store, human_context(session), tool, arguments)
     if result.is_error:
         raise LaceError(result.text)
-    print(result.text)
+    say(result.text)
     return 0
 
 
@@ -178,7 +189,7 @@ def task_add_command(args: argparse.Namespace) -> int:
             provider, model = parse_model(default_model())
             with store.transaction() as tx:
                 session_id = tx.create_session(provider=provider, model=model,
-                                               title=args.title).id
+                                               title=valid_text(args.title)).id
             print(f"Started session {session_id}", file=sys.stderr)
     return _run_as_human(args, "task_create", arguments, session_id)
 
@@ -226,12 +237,12 @@ def db_upgrade(args: argparse.Namespace) -> int:
     database = open_database(getattr(args, "db", None))
     database.close()
     upgrade(database.url)
-    print(f"{database.url}: schema up to date")
+    say(f"{database.url}: schema up to date", one_line=True)
     return 0
 
 
 def db_path(args: argparse.Namespace) -> int:
     """`lace db path`."""
     url = resolve_db_url(getattr(args, "db", None))
-    print(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
+    say(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url, one_line=True)
     return 0

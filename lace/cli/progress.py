@@ -1,4 +1,5 @@
-"""Headless progress: one stderr line per spawn, tool call, tool error, completion or failure."""
+"""Headless progress: one stderr line per spawn, tool call, tool error, completion or failure,
+with credential values masked."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import json
 import sys
 from typing import TextIO
 
+from lace.cli.approvals import SEE_ALL
+from lace.core.secrets import mask
+from lace.core.shown import shown
+from lace.core.text import printable
+from lace.paths import credential_values
 from lace.runtime.events import (
     ApprovalRequested,
     EventAppended,
@@ -23,7 +29,8 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
     def show(event: RuntimeEvent) -> None:
         line = None
         if isinstance(event, ApprovalRequested):
-            arguments = json.dumps(event.arguments, ensure_ascii=False)[:200]
+            arguments = shown(mask(json.dumps(event.arguments, ensure_ascii=False),
+                                   credential_values()), 200, SEE_ALL)  # masked whole, then cut
             line = (f"? approval #{event.approval_id}: {event.thread_id} wants {event.tool}"
                     f"({arguments}); answer with lace approve {event.approval_id} "
                     f"(--session) or lace deny {event.approval_id}")
@@ -36,13 +43,14 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
             if event.type == "tool_call":
                 line = f"  {event.thread_id} → {describe_call(data)}"
             elif event.type == "tool_result" and data.get("is_error"):
-                first = str(data["message"]["content"]).splitlines()[0]
+                first = (str(data["message"]["content"]).splitlines() or [""])[0]
                 line = f"  {event.thread_id} ✗ {data.get('tool_name')}: {first}"
             elif event.type == "notification" and data.get("kind") == "completion":
                 line = f"  {event.thread_id} ← {data.get('task_id')} completed"
         if line:  # one write per line: events may come from two threads at once
             out = stream or sys.stderr
-            out.write(line + "\n")
+            line = mask(line, credential_values())
+            out.write(printable(line, one_line=True) + "\n")  # model text never drives the terminal
             out.flush()
 
     return show

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from lace.core.errors import InvalidAssigneeError
@@ -15,7 +16,8 @@ EXPECTED_FORMS = (
     "Expected new:provider/model (e.g. new:openai/gpt-4o), new:<profile>:<provider>/<model>, "
     "new:<profile>, an existing thread id of this session, or 'human'"
 )
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A provider or profile name, matched whole (`fullmatch`: `$` would let a final newline in)."""
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,22 @@ def assignee_text(assignment: ThreadAssignee | HumanAssignee) -> str:
     return assignment.thread_id if isinstance(assignment, ThreadAssignee) else HUMAN
 
 
+def _visible(text: str) -> bool:
+    """Whether every character shows as itself: no space, control, bidi or other format
+    character, and no lone surrogate (Unicode categories Z* and C*)."""
+    return all(unicodedata.category(character)[0] not in "CZ" for character in text)
+
+
 def parse_model(text: str) -> tuple[str, str]:
-    """Split `provider/model` (the model may hold more `/` and `:`), or raise."""
+    """Split `provider/model` (the model may hold more `/` and `:`), or raise: no part between
+    slashes is empty, and the model is visible characters only (a name is shown in every
+    listing and becomes the agent's name)."""
     provider, slash, model = text.partition("/")
-    if not slash or not _NAME_RE.match(provider) or not model or model != model.strip():
-        raise InvalidAssigneeError(f"Expected provider/model (e.g. openai/gpt-4o), got {text!r}")
+    if (not slash or not _NAME_RE.fullmatch(provider) or not _visible(model)
+            or "" in model.split("/")):
+        raise InvalidAssigneeError(
+            "Expected provider/model (e.g. openai/gpt-4o): no empty part between slashes and "
+            f"no space or control character, got {text!r}")
     return provider, model
 
 
@@ -72,17 +85,19 @@ def parse_new_spec(text: str) -> NewAgentSpec:
     if ":" in head:
         profile, _, _ = head.partition(":")
         rest = rest[len(profile) + 1 :]
-        if not _NAME_RE.match(profile):
+        if not _NAME_RE.fullmatch(profile):
             raise InvalidAssigneeError(
                 f"Bad profile name {profile!r} in {text!r}. {EXPECTED_FORMS}.")
     if first_slash < 0 and profile is None:
-        if not _NAME_RE.match(rest):
+        if not _NAME_RE.fullmatch(rest):
             raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.")
         return NewAgentSpec(text=text, profile=rest, provider=None, model=None)
     try:
         provider, model = parse_model(rest)
     except InvalidAssigneeError:
-        raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.") from None
+        raise InvalidAssigneeError(
+            f"Malformed assignee {text!r}: the model needs a provider, no empty part between "
+            f"slashes and no space or control character. {EXPECTED_FORMS}.") from None
     return NewAgentSpec(text=text, profile=profile, provider=provider, model=model)
 
 

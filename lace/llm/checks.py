@@ -8,11 +8,27 @@ from urllib.parse import urlparse
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
 
+TEST_PROVIDERS = frozenset({"scripted"})
+"""Local providers that answer from a script a test installs; unknown anywhere else."""
+TEST_PROVIDERS_VARIABLE = "LACE_TEST_PROVIDERS"
+"""Set to 1 by lace's tests (and benchmarks) to make the test providers exist."""
+
+
+def are_test_providers_enabled() -> bool:
+    """Whether this process is a test that enabled the test providers."""
+    return os.environ.get(TEST_PROVIDERS_VARIABLE) == "1"
+
+
+def local_provider(provider: str) -> bool:
+    """Whether lace serves this provider itself: `demo` always, `scripted` only in tests."""
+    return provider in LOCAL_PROVIDERS and (provider not in TEST_PROVIDERS
+                                            or are_test_providers_enabled())
+
 
 def known_provider(provider: str) -> bool:
     """Whether litellm (or lace itself) knows this provider."""
     if provider in LOCAL_PROVIDERS:
-        return True
+        return local_provider(provider)
     return provider in {str(getattr(item, "value", item)) for item in litellm().provider_list}
 
 
@@ -42,7 +58,7 @@ def check_provider(provider: str, _model: str) -> str | None:
 def check_model(provider: str, model: str) -> str | None:
     """Why `provider/model` cannot be called (unknown provider, missing key), or None."""
     problem = check_provider(provider, model)
-    if problem or provider in LOCAL_PROVIDERS or has_custom_base_url(provider):
+    if problem or local_provider(provider) or has_custom_base_url(provider):
         return problem
     report = litellm().validate_environment(f"{provider}/{model}")
     missing = [key for key in report.get("missing_keys") or [] if key]

@@ -1,4 +1,5 @@
-"""Local litellm providers: `demo/...` (the offline demo) and `scripted/...` (tests, benchmarks).
+"""Local litellm providers: `demo/...` (the offline demo) and `scripted/...` (tests and benchmarks,
+which enable it with `LACE_TEST_PROVIDERS=1`; elsewhere it does not exist).
 Both make real litellm calls, tool calls and streaming included, with answers from a script."""
 
 from __future__ import annotations

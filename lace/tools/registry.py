@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lace.core.text import MAX_NESTING, json_nesting, valid_strings, value_nesting
 from lace.tools.base import Tool, ToolError
 from lace.tools.delegation import DELEGATION_TOOLS, Spawn
 from lace.tools.files import FILE_TOOLS
@@ -94,6 +95,12 @@ class ToolRegistry:
         if tool is None or (allowed is not None and name not in allowed):
             available = ", ".join(n for n in self.tools if allowed is None or n in allowed)
             raise ToolError(f"Unknown tool {name!r}. Available tools: {available}.")
+        depth = (json_nesting(arguments) if isinstance(arguments, str)
+                 else value_nesting(arguments))
+        if depth > MAX_NESTING:  # refused before decoding: Python's decoder recurses per level
+            raise ToolError(f"Invalid arguments for {name}: the JSON is nested deeper than "
+                            f"{MAX_NESTING} levels (arrays and objects inside each other). Send "
+                            "a flatter object.")
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
@@ -104,6 +111,6 @@ class ToolRegistry:
             raise ToolError(f"Arguments for {name} must be a JSON object, "
                             f"got {type(arguments).__name__}.")
         try:
-            return tool.model_validate(arguments)
+            return tool.model_validate(valid_strings(arguments))
         except ValidationError as error:
             raise ToolError(describe_validation_error(name, error)) from None

@@ -12,14 +12,17 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Input, Static, Tree
 
 from lace.core.errors import LaceError
 from lace.core.records import Approval
+from lace.core.text import printable
 from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed
 from lace.runtime.supervisor import Supervisor
 from lace.store import Tx
 from lace.tui.board import BoardScreen
+from lace.tui.literal import literal
 from lace.tui.reader import Reader
 from lace.tui.session_view import SessionView, load_session_view
 from lace.tui.widgets.approval_modal import ApprovalModal
@@ -201,7 +204,14 @@ class LaceApp(App[None]):
                     f"{view.tokens:,} tokens · ${view.cost_usd:.4f}")
             if self.pending_approvals:
                 text += f" · {len(self.pending_approvals)} approval(s) waiting"
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(literal(text))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """A toast that shows its text exactly (it often comes from a tool or a model), however
+        `markup` is asked for."""
+        super().notify(printable(message), title=printable(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Thread keys apply on the main screen only."""
@@ -301,7 +311,8 @@ class LaceApp(App[None]):
                            "session ended: ")
 
     async def _stop(self, thread_id: str, reason: str) -> None:
-        stopped = await self.runtime.stop_agent(thread_id, f"{reason} (by human)")
+        stopped = await self.runtime.stop_agent(thread_id, f"{reason} (by human)",
+                                                by_person=True)
         self.notify(f"Stopped {len(stopped)} agent(s)." if stopped else "Already stopped.")
         await self.refresh_view()
 

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from lace.core.records import Task
 from lace.core.tasks import PRIORITY_RANK, STATUS_SYMBOL
+from lace.tui.literal import literal, literal_line
 from lace.tui.widgets.prompt_modal import PromptModal
 
 if TYPE_CHECKING:
@@ -78,14 +79,15 @@ class BoardScreen(Screen[str | None]):
         self.tasks = ordered
         table.clear()
         for task in ordered:
-            table.add_row(STATUS_SYMBOL[task.status], task.status, task.priority, task.title,
-                          task.assigned_to or "—", str(task.note_count), task.id, key=task.id)
+            table.add_row(STATUS_SYMBOL[task.status], task.status, task.priority,
+                          literal_line(task.title), literal_line(task.assigned_to or "—"),
+                          str(task.note_count), literal_line(task.id), key=task.id)
         if current is not None and any(t.id == current.id for t in ordered):
             table.move_cursor(row=table.get_row_index(current.id))
-        self.query_one("#board-title", Static).update(
+        self.query_one("#board-title", Static).update(literal(
             f"Task board · {len(ordered)} tasks · "
             + " · ".join(f"{sum(t.status == s for t in ordered)} {s}" for s in STATUS_ORDER
-                         if any(t.status == s for t in ordered)))
+                         if any(t.status == s for t in ordered))))
         self.describe(self.selected())
 
     def selected(self) -> Task | None:
@@ -111,9 +113,9 @@ class BoardScreen(Screen[str | None]):
         task = await self.lace.reader.read(lambda tx: tx.get_task(task_id, with_notes=True))
         notes = "\n".join(f"{n}. {note.author}: {note.content}"
                           for n, note in enumerate(task.notes, start=1)) or "(no notes)"
-        self.query_one("#task-detail", Static).update(
+        self.query_one("#task-detail", Static).update(literal(
             f"{task.id} · {task.status} · {task.priority} · created by {task.created_by} · "
-            f"assigned to {task.assigned_to or 'nobody'}\n\n{task.prompt}\n\nNotes:\n{notes}")
+            f"assigned to {task.assigned_to or 'nobody'}\n\n{task.prompt}\n\nNotes:\n{notes}"))
 
     def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_jump()

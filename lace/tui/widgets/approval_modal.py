@@ -8,11 +8,13 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Label, Static
 
 from lace.core.records import Approval
+from lace.core.shown import shown
+from lace.tui.literal import literal
 
 
 class ApprovalModal(ModalScreen[str]):
@@ -32,12 +34,18 @@ class ApprovalModal(ModalScreen[str]):
         approval = self.approval
         arguments = json.dumps(approval.arguments, ensure_ascii=False, indent=2)
         with Vertical(id="approval-box"):
-            yield Label(f"Approval #{approval.id}: {approval.thread_id} wants to run "
-                        f"{approval.tool}" + (f"  ({self.waiting} waiting)"
-                                              if self.waiting > 1 else ""))
-            yield Static(arguments[:3000], id="approval-arguments", markup=False)
-            yield Label("a: allow once · s: allow for this session · d: deny")
+            yield Label(literal(f"Approval #{approval.id}: {approval.thread_id} wants to run "
+                                f"{approval.tool}" + (f"  ({self.waiting} waiting)"
+                                                      if self.waiting > 1 else "")))
+            with VerticalScroll(id="approval-scroll"):
+                yield Static(literal(shown(arguments, 100_000, "lace approvals --full shows all")),
+                             id="approval-arguments")
+            yield Label("a: allow once · s: allow for this session · d: deny · "
+                        "↑↓ PgUp PgDn: scroll")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#approval-scroll").focus()
 
     def action_answer(self, status: str) -> None:
         self.dismiss(status)

@@ -4,12 +4,15 @@ the answer being streamed; only the latest events are mounted, so switching stay
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
 from lace.core.records import Event
+from lace.core.text import MAX_NESTING, json_nesting, printable
+from lace.tui.literal import literal
 
 SHOWN_EVENTS = 120
 
@@ -20,10 +23,19 @@ def _short(text: str, width: int = 90) -> str:
 
 
 def _arguments(raw: str) -> str:
+    """Arguments pretty-printed, or as sent when they are not JSON or too deep to decode."""
+    if json_nesting(raw) > MAX_NESTING:
+        return raw
     try:
         return json.dumps(json.loads(raw or "{}"), ensure_ascii=False, indent=2)
     except json.JSONDecodeError:
         return raw
+
+
+def _title(text: str) -> str:
+    """A collapsible's title shown exactly: Collapsible parses a str title as markup, and takes
+    Content as it is (typed str only)."""
+    return cast(str, literal(text))
 
 
 class ToolCallView(Collapsible):
@@ -31,17 +43,17 @@ class ToolCallView(Collapsible):
 
     def __init__(self, name: str, arguments: str) -> None:
         self.call_name, self.arguments = name, arguments
-        self.body = Static(_arguments(arguments), classes="tool-body", markup=False)
-        super().__init__(self.body, title=f"→ {name}({_short(arguments, 70)})", collapsed=True,
-                         classes="tool-call")
+        self.body = Static(literal(_arguments(arguments)), classes="tool-body")
+        super().__init__(self.body, title=_title(f"→ {name}({_short(arguments, 70)})"),
+                         collapsed=True, classes="tool-call")
 
     def show_result(self, text: str, is_error: bool, files_changed: list[str]) -> None:
         """Fill in the result and mark the line ✓ or ✗ (and name the files it changed)."""
         mark = "✗" if is_error else "✓"
         changed = f" [changed {', '.join(files_changed)}]" if files_changed else ""
-        self.title = (f"{mark} {self.call_name}({_short(self.arguments, 50)}) → "
-                      f"{_short(text, 50)}{changed}")
-        self.body.update(f"{_arguments(self.arguments)}\n\n{text}")
+        self.title = _title(f"{mark} {self.call_name}({_short(self.arguments, 50)}) → "
+                            f"{_short(text, 50)}{changed}")
+        self.body.update(literal(f"{_arguments(self.arguments)}\n\n{text}"))
         self.set_class(is_error, "tool-error")
 
 
@@ -61,7 +73,7 @@ class Conversation(VerticalScroll):
         self.calls.clear()
         self.remove_children()
         if hidden:
-            self.mount(Static(f"… {hidden} earlier events (lace show {thread_id})",
+            self.mount(Static(literal(f"… {hidden} earlier events (lace show {thread_id})"),
                               classes="hidden-count"))
         self.append(events)
 
@@ -84,10 +96,10 @@ class Conversation(VerticalScroll):
     def stream(self, text: str) -> None:
         """Show the answer being written, below everything else."""
         if self.live is None:
-            self.live = Markdown(text, classes="agent streaming")
+            self.live = Markdown(printable(text), classes="agent streaming")
             self.mount(self.live)
         else:
-            self.live.update(text)
+            self.live.update(printable(text))
         self.scroll_end(animate=False)
 
     def _widget(self, event: Event) -> Widget | None:
@@ -95,16 +107,16 @@ class Conversation(VerticalScroll):
         message = data.get("message") or {}
         content = str(message.get("content") or "")
         if event.type == "system_prompt":
-            return Collapsible(Static(content, markup=False), title="system prompt",
+            return Collapsible(Static(literal(content)), title="system prompt",
                                collapsed=True, classes="system")
         if event.type == "user_message":
-            return Static(f"you: {content}", classes="user", markup=False)
+            return Static(literal(f"you: {content}"), classes="user")
         if event.type == "notification":
             sender = data.get("sender", "")
-            return Static(f"[{data.get('kind')} from {sender}]\n{content}",
-                          classes="notification", markup=False)
+            return Static(literal(f"[{data.get('kind')} from {sender}]\n{content}"),
+                          classes="notification")
         if event.type == "agent_message":
-            return Markdown(content, classes="agent") if content else None
+            return Markdown(printable(content), classes="agent") if content else None
         if event.type == "tool_call":
             view = ToolCallView(str(data.get("tool_name")), str(data.get("arguments") or ""))
             self.calls[str(data.get("call_id"))] = view
@@ -115,7 +127,7 @@ class Conversation(VerticalScroll):
                 pending.show_result(content, bool(data.get("is_error")),
                                     list(data.get("files_changed") or []))
                 return None
-            return Static(f"result: {_short(content)}", classes="tool-call", markup=False)
+            return Static(literal(f"result: {_short(content)}"), classes="tool-call")
         if event.type == "error":
-            return Static(f"error: {data.get('error')}", classes="error", markup=False)
+            return Static(literal(f"error: {data.get('error')}"), classes="error")
         return None

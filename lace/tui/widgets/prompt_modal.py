@@ -10,6 +10,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from lace.tui.literal import literal
+
 
 class PromptModal(ModalScreen[str | None]):
     """Asks for one line of text."""
@@ -22,7 +24,7 @@ class PromptModal(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt-box"):
-            yield Label(self.question)
+            yield Label(literal(self.question))  # it may quote a task title
             yield Input(placeholder=self.placeholder, id="prompt-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

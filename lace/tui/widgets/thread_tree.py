@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from lace.tui.literal import literal_line
 from lace.tui.session_view import SessionView
 
 
@@ -33,13 +34,14 @@ class ThreadTree(Tree[str]):
             node = self.nodes_by_thread.get(thread_id)
             if node is None:
                 parent = self.nodes_by_thread.get(row.thread.parent_id or "", self.root)
-                node = parent.add(row.label, data=thread_id, expand=True, allow_expand=False)
+                node = parent.add(literal_line(row.label), data=thread_id, expand=True,
+                                  allow_expand=False)
                 parent.allow_expand = True
                 parent.expand()
                 self.nodes_by_thread[thread_id] = node
                 self.labels[thread_id] = row.label
             elif self.labels[thread_id] != row.label:
-                node.set_label(row.label)
+                node.set_label(literal_line(row.label))
                 self.labels[thread_id] = row.label
 
     def select_thread(self, thread_id: str) -> None:
