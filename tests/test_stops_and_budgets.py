@@ -154,4 +154,6 @@ async def test_an_approval_left_by_a_dead_process_is_not_left_pending(
         runtime.close()
     assert query(db_path, "SELECT status, decided_by FROM approvals WHERE id = ?", approval) == [
         ("denied", "lace: the process that asked ended")]
-    assert task.status == "pending"
+    assert query(db_path, "SELECT kind FROM inbox WHERE thread_id = ? AND kind = 'resume'",
+                 session.id) == [("resume",)]
+    assert query(db_path, "SELECT status FROM tasks WHERE id = ?", task.id) == [("pending",)]

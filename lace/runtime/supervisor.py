@@ -65,6 +65,7 @@ class Supervisor:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _wake_again: set[str] = field(default_factory=set)
     _halting: set[str] = field(default_factory=set)
+    _stopping: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     process_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     sessions: set[str] = field(default_factory=set)
@@ -107,7 +108,7 @@ class Supervisor:
     async def start_session(self, prompt: str, model: str) -> Thread:
         """A new root thread whose inbox holds the person's prompt."""
         provider, name = parse_model(model)
-        prompt = valid_text(prompt)
+        prompt, self._stopping = valid_text(prompt), False
 
         def create(tx: Tx) -> Thread:
             root = tx.create_session(provider=provider, model=name, title=prompt[:80],
@@ -137,6 +138,7 @@ class Supervisor:
         """Queue a resume for every agent of the session whose turn was cut off (marked
         interrupted, or held by a process that died); a live process's turns are left alone.
         From now on this process also takes over the session's agents if their holder dies."""
+        self._stopping = False
         self.sessions.add(root_id)
         resumed = await self.db.write(lambda tx: _resume_cut_off(tx, root_id, self.process_id))
         self._start_watch()
@@ -189,7 +191,10 @@ class Supervisor:
     # scheduling
 
     def wake(self, thread_id: str) -> None:
-        """Make sure `thread_id` runs its pending inbox rows soon."""
+        """Make sure `thread_id` runs its pending inbox rows soon (unless this process is
+        stopping: its agents are left interrupted for the next one)."""
+        if self._stopping:
+            return
         self.sessions.add(root_of(thread_id))
         self._start_watch()
         if thread_id in self.running:
@@ -311,7 +316,9 @@ class Supervisor:
             await self._changed.wait()
 
     async def stop(self) -> list[str]:
-        """Cancel running turns and mark their agents `interrupted` (resumable)."""
+        """Cancel running turns and mark their agents `interrupted` (resumable); nothing is
+        started again afterwards."""
+        self._stopping = True
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -324,7 +331,7 @@ class Supervisor:
         def mark(tx: Tx) -> None:
             for agent in tx.agents_by_id(cut):
                 if agent.status in HELD_STATUSES and agent.lease_holder == self.process_id:
-                    tx.update_agent(agent.thread_id, status="interrupted")
+                    tx.update_agent(agent.thread_id, status="interrupted", tokens_reserved=0)
 
         try:
             await self.db.write(mark)

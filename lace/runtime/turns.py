@@ -161,9 +161,14 @@ class TurnRunner:
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 break
-            results = await asyncio.gather(*(
+            outcomes = await asyncio.gather(*(  # every call ends before the turn may
                 self.tools.call(context, call.name, call.arguments, call_id=call.id)
-                for call in reply.tool_calls))
+                for call in reply.tool_calls), return_exceptions=True)
+            results = []
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                results.append(outcome)
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, reply.content)))
@@ -198,15 +203,19 @@ class TurnRunner:
                           ) -> tuple[ModelReply, Callable[[Tx], None]]:
         """The reply, and its `llm_calls` row (which settles the call's token reservation) to
         write with it, one transaction fewer."""
-        attempt, stall = 0, self.limits.stall_timeout_s
+        attempt, stall, waiting_since = 0, self.limits.stall_timeout_s, None
         while True:
             reserved = estimate_tokens(messages, tools) + self.limits.reserve_tokens
             halt = await self.db.write(fenced(lease, functools.partial(
                 reserve_before_call, thread_id=agent.thread_id, budgets=self.budgets,
                 tokens=reserved)))
             if halt is not None and halt.wait:  # others' calls in flight may use what is left
-                await self._wait_for_reservations(agent.thread_id)
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > stall:  # they never settle: give up
+                    raise HaltedError(agent.thread_id, halt.reason)
+                await asyncio.sleep(RESERVATION_POLL_S)
                 continue
+            waiting_since = None
             if halt is not None:
                 raise HaltedError(halt.owner, halt.reason)
             started = time.monotonic()
@@ -253,11 +262,6 @@ class TurnRunner:
                 attempt += 1
                 continue
             return reply, usage
-
-    async def _wait_for_reservations(self, thread_id: str) -> None:
-        """Give the calls in flight in `thread_id`'s capped subtrees time to settle (each is
-        bounded by `stall_timeout_s`), then look again."""
-        await asyncio.sleep(RESERVATION_POLL_S)
 
     async def _record_cut_call(self, agent: Agent, lease: Lease, started: float, stalled: bool,
                                reserved: int) -> None:

@@ -85,7 +85,7 @@ class Tx(TaskRules, LeaseVerbs):
                     self.update_agent(agent.thread_id, stopped_by_person=True)
                 continue
             self.update_agent(agent.thread_id, status="stopped", stop_reason=reason,
-                              stopped_by_person=by_person)
+                              stopped_by_person=by_person, tokens_reserved=0)
             self.append_event(agent.thread_id, "error", {"error": f"stopped: {reason}",
                                                          "stopped": True})
             stopped.append(agent.thread_id)
