@@ -25,7 +25,7 @@ from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
-from lace.store.budgets import budget_line, reserve_before_call
+from lace.store.budgets import budget_line, check_before_call, reserve_before_call
 from lace.store.leases import LeaseLostError
 from lace.tools.base import ToolResult
 
@@ -61,15 +61,23 @@ def fenced(lease: Lease, work: Callable[[Tx], T]) -> Callable[[Tx], T]:
     return run
 
 
-def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    """A generous estimate of a request's prompt tokens: one for every three characters."""
-    return sum(len(json.dumps(part, default=str)) for part in (messages, tools)) // 3
+def estimate_tokens(messages: list[dict[str, Any]], schema_characters: int) -> int:
+    """A generous estimate of a request's prompt tokens: one for every three characters of
+    its texts and arguments and of its tools' schemas (`schema_characters`)."""
+    characters = schema_characters
+    for message in messages:
+        content = message.get("content")
+        characters += len(content) if isinstance(content, str) else len(str(content or ""))
+        for call in message.get("tool_calls") or ():
+            characters += len(str(call.get("function", {}).get("arguments") or "")) + 40
+    return characters // 3
 
 
 def record_call(tx: Tx, *, thread_id: str, reserved: int, **call: Any) -> None:
     """One `llm_calls` row, and the tokens reserved for that call given back."""
     tx.record_llm_call(thread_id, **call)
-    tx.release_tokens(thread_id, reserved)
+    if reserved:
+        tx.release_tokens(thread_id, reserved)
 
 
 class AlreadyRunningError(Exception):
@@ -204,11 +212,21 @@ class TurnRunner:
         """The reply, and its `llm_calls` row (which settles the call's token reservation) to
         write with it, one transaction fewer."""
         attempt, stall, waiting_since = 0, self.limits.stall_timeout_s, None
+        schema_characters: list[int] = []  # measured once, and only when a cap needs it
+
+        def estimate() -> int:
+            if not schema_characters:
+                schema_characters.append(len(json.dumps(tools)))
+            return estimate_tokens(messages, schema_characters[0]) + self.limits.reserve_tokens
+
         while True:
-            reserved = estimate_tokens(messages, tools) + self.limits.reserve_tokens
-            halt = await self.db.write(fenced(lease, functools.partial(
-                reserve_before_call, thread_id=agent.thread_id, budgets=self.budgets,
-                tokens=reserved)))
+            halt, capped = await self.db.read(functools.partial(
+                check_before_call, thread_id=agent.thread_id, budgets=self.budgets))
+            reserved = 0
+            if halt is None and capped:  # set tokens aside, checking again in the same write
+                halt, reserved = await self.db.write(fenced(lease, functools.partial(
+                    reserve_before_call, thread_id=agent.thread_id, budgets=self.budgets,
+                    estimate=estimate)))
             if halt is not None and halt.wait:  # others' calls in flight may use what is left
                 waiting_since = waiting_since or time.monotonic()
                 if time.monotonic() - waiting_since > stall:  # they never settle: give up

@@ -3,7 +3,7 @@ checked before every model call, and told to the agent at the start of each turn
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from lace.config import Budget, Budgets
@@ -82,16 +82,29 @@ def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> Halt | None:
     return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id))
 
 
-def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets, tokens: int) -> Halt | None:
+def check_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> tuple[Halt | None, bool]:
+    """`halt_before_call`, and whether tokens are capped in the chain (so the call must set
+    tokens aside in a write first): a read, enough for the many calls no cap concerns."""
+    chain = _chain_agents(tx, thread_id)
+    capped = any(caps.tokens is not None
+                 for _, caps, _ in _capped_subtrees(tx, thread_id, budgets, chain))
+    return _halt(tx, thread_id, budgets, chain), capped
+
+
+def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets,
+                        estimate: Callable[[], int]) -> tuple[Halt | None, int]:
     """`halt_before_call`, and when the call may go ahead and tokens are capped in its chain,
-    `tokens` set aside for it (in this transaction), so calls made at once by many agents
-    cannot each spend what is left: a budget is overshot by at most the calls' estimates."""
+    the `estimate()` of its tokens set aside for it (in this transaction), so calls made at
+    once by many agents cannot each spend what is left. Returns the halt and what was set
+    aside (to give back when the call is recorded)."""
     chain = _chain_agents(tx, thread_id)
     halt = _halt(tx, thread_id, budgets, chain)
-    if halt is None and any(caps.tokens is not None
-                            for _, caps, _ in _capped_subtrees(tx, thread_id, budgets, chain)):
-        tx.reserve_tokens(thread_id, tokens)
-    return halt
+    if halt is not None or not any(caps.tokens is not None for _, caps, _
+                                   in _capped_subtrees(tx, thread_id, budgets, chain)):
+        return halt, 0
+    tokens = estimate()
+    tx.reserve_tokens(thread_id, tokens)
+    return None, tokens
 
 
 def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> Halt | None:
