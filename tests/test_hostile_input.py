@@ -49,6 +49,18 @@ AGENT_TOOLS = [name for name, tool in ToolRegistry().tools.items()
                if not issubclass(tool, WorkspaceTool)]
 
 
+def assert_answered_and_foreign_untouched(result: ToolResult, db_path: Path,
+                                          other_session: str) -> None:
+    """A text for the model (an error of a named kind), and the other session's task as it
+    was."""
+    assert isinstance(result.text, str) and result.text
+    assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
+    with sqlite3.connect(db_path) as connection:
+        foreign = connection.execute("SELECT title, status FROM tasks WHERE thread_id = ?",
+                                     (other_session,)).fetchall()
+    assert foreign == [("foreign", "pending")]
+
+
 def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Path) -> None:
     db_path = tmp_path / "fuzz.db"
     store = Store(open_database(str(db_path)))
@@ -65,14 +77,9 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
     def call(tool: str, arguments: Any) -> None:
         before = snapshot(db_path)
         result = call_tool(store, context, tool, arguments)
-        assert isinstance(result.text, str) and result.text
-        assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
         if result.is_error:
             assert snapshot(db_path) == before, (tool, arguments, result.text)
-        with sqlite3.connect(db_path) as connection:
-            foreign = connection.execute("SELECT title, status FROM tasks WHERE thread_id = ?",
-                                         (other.id,)).fetchall()
-        assert foreign == [("foreign", "pending")]
+        assert_answered_and_foreign_untouched(result, db_path, other.id)
 
     call()
     store.close()
@@ -121,8 +128,6 @@ def test_hostile_arguments_through_an_agents_own_tool_path(tmp_path: Path) -> No
     def call(tool: str, arguments: Any) -> None:
         before = snapshot(db_path)
         result = asyncio.run(agent_call(tool, arguments))
-        assert isinstance(result.text, str) and result.text
-        assert result.kind in ERROR_KINDS if result.is_error else result.kind is None
         after = snapshot(db_path)
         if result.is_error:
             assert {table: after[table] for table in UNCHANGED_BY_A_REFUSAL} == \
@@ -130,10 +135,7 @@ def test_hostile_arguments_through_an_agents_own_tool_path(tmp_path: Path) -> No
         new_events = after["events"][len(before["events"]):]
         assert [event[2] for event in new_events][-1:] == ["tool_result"]
         assert json.loads(new_events[-1][3])["is_error"] == result.is_error
-        with sqlite3.connect(db_path) as connection:
-            foreign = connection.execute("SELECT title, status FROM tasks WHERE thread_id = ?",
-                                         (other.id,)).fetchall()
-        assert foreign == [("foreign", "pending")]
+        assert_answered_and_foreign_untouched(result, db_path, other.id)
 
     call()
     store.close()
