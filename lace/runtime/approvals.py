@@ -18,6 +18,7 @@ from lace.core.records import Lease
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import ApprovalRequested, EventBus
 from lace.store import Tx
+from lace.store.leases import fenced
 
 POLL_S = 0.25
 
@@ -51,20 +52,13 @@ class Approvals:
             return None
 
         def request(tx: Tx) -> int:
-            if lease is not None:
-                tx.check_lease(lease)
             tx.set_status(thread_id, "waiting")
             return int(tx.request_approval(thread_id, tool, arguments))
 
-        def resumed(tx: Tx) -> None:
-            if lease is not None:
-                tx.check_lease(lease)
-            tx.set_status(thread_id, "running")
-
-        approval_id = await self.db.write(request)
+        approval_id = await self.db.write(fenced(lease, request))
         self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments))
         approval = await self._decision(approval_id)
-        await self.db.write(resumed)
+        await self.db.write(fenced(lease, lambda tx: tx.set_status(thread_id, "running")))
         if approval.status in ("approved", "approved_session"):
             return None
         who = "the person" if approval.decided_by == HUMAN else approval.decided_by

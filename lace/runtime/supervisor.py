@@ -29,7 +29,7 @@ from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Store, Tx
 from lace.store.failures import storage_error
-from lace.store.leases import LeaseLostError
+from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ModelCheck, ToolResult, no_model_check
 from lace.tools.names import ALL_TOOL_NAMES
 from lace.tools.workspace import Workspace
@@ -216,12 +216,8 @@ class Supervisor:
         """Stop an agent and its subtree: by a person (the app; it lasts until a person
         resumes it), or by the watchdog or a budget (during a turn under `lease`)."""
 
-        def stop(tx: Tx) -> list[str]:
-            if lease is not None:
-                tx.check_lease(lease)
-            return tx.stop_subtree(thread_id, reason=reason, by_person=by_person)
-
-        return await self.db.write(stop)
+        return await self.db.write(fenced(lease, lambda tx: tx.stop_subtree(
+            thread_id, reason=reason, by_person=by_person)))
 
     async def resume_agent(self, thread_id: str) -> bool:
         """Resume a stopped agent: it continues its conversation."""
@@ -290,14 +286,8 @@ class Supervisor:
     async def _fail(self, thread_id: str, error: str) -> None:
         """Mark a failed turn's agent `error` (while its turn still holds its lease)."""
         lease = self.runner.leases.get(thread_id)
-
-        def fail(tx: Tx) -> None:
-            if lease is not None:
-                tx.check_lease(lease)
-            fail_turn(tx, thread_id, error)
-
         try:
-            await self.db.write(fail)
+            await self.db.write(fenced(lease, lambda tx: fail_turn(tx, thread_id, error)))
         except LeaseLostError:
             return
         self.bus.publish(TurnFailed(thread_id, error))

@@ -26,6 +26,7 @@ from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus
 from lace.store import Store, Tx
+from lace.store.leases import fenced
 from lace.tools.base import (
     ModelCheck,
     ToolContext,
@@ -79,15 +80,7 @@ class ToolRunner:
 
     async def _write(self, context: ToolContext, work: Callable[[Tx], T]) -> T:
         """A write for this caller: for an agent, only while its turn's lease holds."""
-        lease = context.lease
-        if lease is None:
-            return await self.db.write(work)
-
-        def fenced(tx: Tx) -> T:
-            tx.check_lease(lease)
-            return work(tx)
-
-        return await self.db.write(fenced)
+        return await self.db.write(fenced(context.lease, work))
 
     def changed(self) -> None:
         """Something on the board changed: let every waiting tool look again."""

@@ -26,7 +26,7 @@ from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
 from lace.store.budgets import budget_line, check_before_call, reserve_before_call
-from lace.store.leases import LeaseLostError
+from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ToolResult
 
 T = TypeVar("T")
@@ -49,16 +49,6 @@ def trim_tool_results(messages: list[dict[str, Any]]) -> bool:
 def tool_message(call_id: str, result: ToolResult) -> dict[str, Any]:
     """A tool call's answer as the model reads it."""
     return {"role": "tool", "tool_call_id": call_id, "content": result.text}
-
-
-def fenced(lease: Lease, work: Callable[[Tx], T]) -> Callable[[Tx], T]:
-    """`work`, done only while `lease` still holds (checked in the same transaction)."""
-
-    def run(tx: Tx) -> T:
-        tx.check_lease(lease)
-        return work(tx)
-
-    return run
 
 
 def estimate_tokens(messages: list[dict[str, Any]], schema_characters: int) -> int:

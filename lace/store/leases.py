@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
 
@@ -18,6 +20,11 @@ from lace.core.clock import now_iso
 from lace.core.records import Agent, Lease
 from lace.store import schema
 from lace.store.rows import RowVerbs
+
+if TYPE_CHECKING:
+    from lace.store.agent_rules import Tx
+
+T = TypeVar("T")
 
 _FORGET_AFTER_S = 86_400.0
 
@@ -36,6 +43,19 @@ def pid_exists(pid: int) -> bool:
 class LeaseLostError(Exception):
     """This process no longer holds the agent's lease: another took the agent over. The turn
     is abandoned and nothing of it is committed."""
+
+
+def fenced(lease: Lease | None, work: Callable[[Tx], T]) -> Callable[[Tx], T]:
+    """`work`, done only while `lease` still holds (checked in the same transaction); as it is
+    when there is no lease (the person's acts)."""
+    if lease is None:
+        return work
+
+    def run(tx: Tx) -> T:
+        tx.check_lease(lease)
+        return work(tx)
+
+    return run
 
 
 class LeaseVerbs(RowVerbs):
