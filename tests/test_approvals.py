@@ -4,7 +4,6 @@ request answered in the app; `lace approve` from a second process; the timeout."
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from tests.conftest import query
+from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply, text, tools_called
 
 
@@ -167,9 +167,7 @@ async def test_a_grandchilds_request_is_answered_in_the_app(
 def test_a_headless_run_waits_for_lace_approve_from_another_process(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
-    env["LACE_HOME"] = str(tmp_path / "home")
+    env = lace_env(tmp_path / "home")
     lace = [sys.executable, "-m", "lace"]
     run = subprocess.Popen([*lace, "run", "--workspace", str(workspace),
                             "Write a file with the plan and a file with the risks"],
@@ -253,9 +251,7 @@ def test_a_request_whose_process_died_is_reported_orphaned(tmp_path: Path) -> No
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
-    env["LACE_HOME"] = str(tmp_path / "home")
+    env = lace_env(tmp_path / "home")
     lace = [sys.executable, "-m", "lace"]
     run = subprocess.Popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
