@@ -15,6 +15,7 @@ import pytest
 
 from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli as lace
+from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -22,9 +23,7 @@ CaptureFixture = pytest.CaptureFixture[str]
 
 
 def test_the_offline_demo_runs_in_a_fresh_process(tmp_path: Path) -> None:
-    env = {key: value for key, value in os.environ.items()
-           if not key.endswith("_API_KEY") and not key.startswith("LACE_")}
-    env["LACE_HOME"] = str(tmp_path)
+    env = lace_env(tmp_path)
     result = subprocess.run([sys.executable, "-m", "lace", "run",
                              "Write the announcement and list the risks."],
                             capture_output=True, text=True, env=env, timeout=120)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import query, run_cli
+from tests.processes import lace_env
 
 CaptureFixture = pytest.CaptureFixture[str]
 
@@ -92,9 +93,7 @@ def test_a_full_disk_exits_with_its_own_code_and_continue_resumes(tmp_path: Path
     workspace = tmp_path / "ws"
     workspace.mkdir()
     with small_disk(tmp_path / "disk", "8M") as disk:
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
-        env.update(LACE_HOME=str(disk / "home"), LACE_LIMITS__APPROVAL_TIMEOUT_S="3")
+        env = lace_env(disk / "home", LACE_LIMITS__APPROVAL_TIMEOUT_S="3")
         lace = [sys.executable, "-m", "lace"]
         db = disk / "home" / "lace.db"
         run = subprocess.Popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
