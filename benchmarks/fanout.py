@@ -22,14 +22,14 @@ from lace.llm.types import DeltaCallback, ModelReply, ToolCallRequest
 
 ROOT_MODEL = "scripted/root"
 WORKER = "new:scripted/worker"
-WORKER_CALLS = 3  # task_add_note, task_complete, the final answer
+WORKER_CALLS = 2  # task_add_note, task_complete (its turn then ends without another call)
 TASKS_PER_CALL = 20  # task_create takes at most 20 tasks; more go in further calls of one reply
 ASSIGNED = re.compile(r"You have been assigned task '([^']+)'")
 TARGETS = {100: 1.10, 500: 1.25}
 CRITICAL_PATH = ("ideal = (1 + T) x L: the root's first call (task_create), then a child's T "
-                 "calls; the root's other calls (its answer to the tool results, the turn the "
-                 "notes wake, the final turn after the last completion) run alongside the "
-                 "children's calls 1, 2 and 3 in the ideal schedule.")
+                 "calls; the root's other calls (its answer to the tool results, the final turn "
+                 "after the last completion) run alongside the children's calls in the ideal "
+                 "schedule.")
 
 
 class BenchmarkError(AssertionError):
@@ -121,7 +121,7 @@ def assigned_task(messages: list[dict[str, Any]]) -> str:
 
 
 def worker_step(messages: list[dict[str, Any]]) -> Step:
-    """A worker: a note, then completion, then a short answer."""
+    """A worker: a note, then completion (a short answer, were it asked again)."""
     task_id = assigned_task(messages)
     answered = sum(message["role"] == "assistant" for message in messages)
     if answered == 0:

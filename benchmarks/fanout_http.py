@@ -84,7 +84,7 @@ async def run_lace(tasks: int) -> float:
 
 async def run_bare(tasks: int, tools: list[dict[str, Any]]) -> float:
     """The same conversations as plain `litellm.acompletion` calls: the root's first call, then
-    every worker's three calls; the root's last call starts when the last worker completes."""
+    every worker's two calls; the root's last call starts when the last worker completes."""
     from lace.llm.litellm_setup import litellm
 
     module = litellm()

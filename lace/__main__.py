@@ -1,5 +1,27 @@
-"""Run the command line with `python -m lace`."""
+"""Run the command line with `python -m lace` (and the `lace` script)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
 
 from lace.cli import main
 
-raise SystemExit(main())
+
+def entry() -> None:
+    """Run the command, then leave at once: every write is committed and the store closed by
+    then, so tearing the interpreter down (a second or more with litellm imported) is only
+    waiting. Output is flushed first; the exit code is the command's."""
+    code = main()
+    try:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # a reader that went away must not change the code
+        pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    entry()

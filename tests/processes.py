@@ -20,6 +20,13 @@ def lace_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, "LACE_HOME": str(home), **extra}
 
 
+DELIVERED = ("SELECT json_extract(data, '$.inbox_id') AS inbox_id FROM events "
+             "WHERE json_extract(data, '$.inbox_id') IS NOT NULL "
+             "UNION ALL SELECT delivered.value FROM events, "
+             "json_each(events.data, '$.inbox_ids') AS delivered")
+"""Every inbox row each event delivered (a progress block delivers several), one per line."""
+
+
 def lace(home: Path, *argv: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m lace *argv` run to its end; `crash_at` names a crash point to die at."""
     env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
@@ -46,13 +53,12 @@ def final_board(home: Path) -> dict[str, Any]:
         undelivered = connection.execute(
             "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL").fetchone()
         deliveries = connection.execute(
-            "SELECT json_extract(data, '$.inbox_id'), COUNT(*) FROM events WHERE "
-            "json_extract(data, '$.inbox_id') IS NOT NULL GROUP BY 1 HAVING COUNT(*) > 1"
+            f"SELECT inbox_id, COUNT(*) FROM ({DELIVERED}) GROUP BY 1 HAVING COUNT(*) > 1"
         ).fetchall()
         consumed = connection.execute("SELECT COUNT(*) FROM inbox WHERE consumed_at IS NOT "
                                       "NULL").fetchone()
-        delivered = connection.execute("SELECT COUNT(DISTINCT json_extract(data, '$.inbox_id')) "
-                                       "FROM events").fetchone()
+        delivered = connection.execute(
+            f"SELECT COUNT(DISTINCT inbox_id) FROM ({DELIVERED})").fetchone()
         checks = (connection.execute("PRAGMA integrity_check").fetchall(),
                   connection.execute("PRAGMA foreign_key_check").fetchall())
         statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}

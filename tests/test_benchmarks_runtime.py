@@ -97,3 +97,45 @@ def test_fanout_over_http_tiny(capsys: pytest.CaptureFixture[str],
     (row,) = fanout_http.main(["--tiny"])
     assert row.tasks == 3 and positive(row.lace_ratio) and positive(row.bare_ratio)
     assert "lace/bare" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_peers_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    """lace (`lace run` in a child) and the plain loop against the server; no peer venv."""
+    from benchmarks import peers
+
+    runs = peers.main(["--tiny"])
+    assert [(run.system, run.tasks) for run in runs] == [("lace", 3), ("plain", 3)]
+    by_system = {run.system: run for run in runs}
+    assert by_system["plain"].helper_calls == 2 * 3 and by_system["plain"].root_calls == 2
+    assert by_system["lace"].helper_calls >= 2 * 3 and by_system["lace"].root_calls >= 2
+    for run in runs:
+        assert positive(run.ratio) and positive(run.wall_s)
+        assert 0 < run.to_first_request_s < run.wall_s and run.last_reply_to_exit_s > 0
+        assert run.spawn_gap_median_s <= run.spawn_gap_max_s
+    out = capsys.readouterr().out
+    assert "cores, load average" in out and "lace venv: lace" in out
+    header = next(line for line in out.splitlines() if line.startswith("K ") and "ratio" in line)
+    assert header.split()[:4] == ["K", "system", "ratio", "root"]
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["3"]]
+    assert [row[1] for row in rows] == ["lace", "plain"] * 3  # calls, gaps, timeline
+
+
+def test_peers_refuses_a_run_that_missed_a_helper() -> None:
+    from benchmarks import peers
+
+    def call(role: str, job: int | None, step: int, at: float, tools: tuple[str, ...] = (),
+             results: int = 0) -> peers.Call:
+        caller = peers.Caller("plain", role, job, step, 2 if role == "root" else None,
+                              results, step == 1)
+        return peers.Call(caller, at, at + 0.5, tools)
+
+    finished = peers.Finished(0.0, 3.0, "")
+    calls = [call("root", None, 0, 0.1, ("run_job", "run_job")),
+             call("worker", 1, 0, 0.7, ("note",)), call("worker", 1, 1, 1.3, ("complete",)),
+             call("root", None, 1, 2.0, results=2)]
+    with pytest.raises(peers.BenchmarkError, match="helpers for jobs"):
+        peers.measure("plain", 2, 1, 0.5, calls, finished)
+    calls[3:3] = [call("worker", 2, 0, 0.7, ("note",)), call("worker", 2, 1, 1.3, ("complete",))]
+    run = peers.measure("plain", 2, 1, 0.5, calls, finished)
+    assert (run.root_calls, run.helper_calls) == (2, 4) and positive(run.ratio)

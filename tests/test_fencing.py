@@ -23,7 +23,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from tests.conftest import query
-from tests.processes import MANY_PROMPT, lace_env
+from tests.processes import DELIVERED, MANY_PROMPT, lace_env
 from tests.scripted import ScriptedModels, reply
 
 LEASE_S = "1"
@@ -56,8 +56,7 @@ def duplicates(home: Path) -> dict[str, list[tuple[Any, ...]]]:
                                    "GROUP BY 1, 2 HAVING COUNT(*) > 1"),
         "tasks": rows(home, "SELECT title, COUNT(*) FROM tasks GROUP BY title "
                             "HAVING COUNT(*) > 1"),
-        "deliveries": rows(home, "SELECT json_extract(data, '$.inbox_id'), COUNT(*) FROM "
-                                 "events WHERE json_extract(data, '$.inbox_id') IS NOT NULL "
+        "deliveries": rows(home, f"SELECT inbox_id, COUNT(*) FROM ({DELIVERED}) "
                                  "GROUP BY 1 HAVING COUNT(*) > 1"),
     }
 

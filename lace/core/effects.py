@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Notice:
-    """An inbox row posted: its thread must run a turn soon."""
+    """An inbox row posted: its thread must run a turn soon, unless the row only `wakes`
+    nobody (progress, read with the thread's next turn)."""
 
     thread_id: str
     kind: str
     task_id: str | None
+    wakes: bool = True
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,9 @@ class Effects:
 
     @property
     def woken(self) -> list[str]:
-        """Threads with new inbox rows, each once, in the order they were told."""
-        return list(dict.fromkeys(notice.thread_id for notice in self.notices))
+        """Threads with new inbox rows that start a turn, each once, in the order they were
+        told."""
+        return list(dict.fromkeys(notice.thread_id for notice in self.notices if notice.wakes))
 
     def __bool__(self) -> bool:
         return bool(self.notices or self.spawned or self.stopped or self.tasks)

@@ -66,6 +66,24 @@ def note_added(task: Task, author: str, note: str) -> str:
     return f"{PREFIX} {author} added a note to task '{task.id}' (\"{task.title}\"):\n{note}"
 
 
+PROGRESS_HEADER = f"{PREFIX} Progress on tasks you created, since your last turn:"
+
+
+def progress_note(task: Task, author: str, note: str) -> str:
+    """One line of progress: an assignee's note, as its creator reads it with its next turn."""
+    return f"- {author} noted on '{task.id}' (\"{task.title}\"): {note}"
+
+
+def progress_status(task: Task, changed_by: str) -> str:
+    """One line of progress: an assignee moved its task to an active status."""
+    return f"- {changed_by} set '{task.id}' (\"{task.title}\") to {task.status}"
+
+
+def progress_block(lines: list[str]) -> str:
+    """The progress rows a turn takes, as one message."""
+    return "\n".join([PROGRESS_HEADER, *lines])
+
+
 def unassigned(task: Task, changed_by: str) -> str:
     """Tells the previous assignee it is no longer responsible."""
     return (

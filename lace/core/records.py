@@ -120,6 +120,9 @@ class InboxItem:
     priority: str
     created_at: str
     consumed_at: str | None
+    wakes: bool = True
+    """False for progress (an assignee's notes and status changes to its creator): delivered
+    with the thread's next turn, never starting one."""
 
 
 @dataclass(frozen=True)

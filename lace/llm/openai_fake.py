@@ -1,6 +1,8 @@
 """A small OpenAI-compatible chat server on 127.0.0.1 for tests and benchmarks. It answers from a
 script after a fixed latency (JSON or SSE stream) and misbehaves on request: an HTTP error
-status or a stream dropped midway. It runs on its own thread and loop."""
+status or a stream dropped midway. It runs on its own thread and loop, and stamps each request's
+arrival and the end of its reply with `time.monotonic()` (on Linux the same clock in every
+process, so a benchmark can line the stamps up with its own)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -20,15 +23,30 @@ Script = Callable[[str, list[dict[str, Any]]], ScriptedReply]
 FAULTS = ("429", "500", "503", "drop_stream")
 
 
+@dataclass
+class Exchange:
+    """One request: its body, the reply the script gave (None for a fault status), and when
+    (`time.monotonic()`) it arrived and its reply was sent whole (None until then)."""
+
+    body: dict[str, Any]
+    arrived: float
+    reply: ScriptedReply | None = None
+    sent: float | None = None
+    status: int = 200
+
+
 class FakeOpenAI:
     """`with FakeOpenAI(script) as server:` then call `openai/<model>` at `server.base_url`.
-    Append to `faults` to make the next requests fail, one fault per request."""
+    Append to `faults` to make the next requests fail, one fault per request. `exchanges`
+    records every request with its timestamps; `backlog` is the listening socket's queue of
+    connections not yet accepted (raise it when hundreds of clients connect at once)."""
 
-    def __init__(self, script: Script, latency_s: float = 0.0) -> None:
-        self.script, self.latency_s = script, latency_s
+    def __init__(self, script: Script, latency_s: float = 0.0, *, backlog: int = 128) -> None:
+        self.script, self.latency_s, self.backlog = script, latency_s, backlog
         self.faults: list[str] = []  # of FAULTS
         self.echo_key = False  # errors repeat the caller's key, as careless providers do
         self.requests: list[dict[str, Any]] = []
+        self.exchanges: list[Exchange] = []
         self.base_url = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -52,21 +70,26 @@ class FakeOpenAI:
         app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=self.backlog)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.base_url = f"http://127.0.0.1:{port}/v1"
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.monotonic()
         body = await request.json()
         self.requests.append(body)
+        exchange = Exchange(body, arrived)
+        self.exchanges.append(exchange)
         fault = self.faults.pop(0) if self.faults else None
         if fault and fault.isdigit():
             key = f" for {request.headers.get('Authorization')}" if self.echo_key else ""
-            return web.json_response({"error": {"message": f"fake error {fault}{key}",
-                                                "type": "server_error"}}, status=int(fault))
+            exchange.status = int(fault)
+            return await self._send(request, exchange, web.json_response(
+                {"error": {"message": f"fake error {fault}{key}", "type": "server_error"}},
+                status=int(fault)))
         await asyncio.sleep(self.latency_s)
-        reply = self.script(body["model"], body["messages"])
+        reply = exchange.reply = self.script(body["model"], body["messages"])
         calls = [{"id": f"call_{next(self._ids)}", "type": "function",
                   "function": {"name": name, "arguments": arguments if isinstance(arguments, str)
                                else json.dumps(arguments)}}
@@ -79,11 +102,22 @@ class FakeOpenAI:
         if not body.get("stream"):
             message = {"role": "assistant", "content": reply.text, **({"tool_calls": calls}
                                                                       if calls else {})}
-            return web.json_response({**head, "object": "chat.completion", "usage": usage,
-                                      "choices": [{"index": 0, "message": message,
-                                                   "finish_reason": finish}]})
-        return await self._stream(request, head, reply.text or "", calls, usage, finish,
-                                  drop=fault == "drop_stream")
+            return await self._send(request, exchange, web.json_response(
+                {**head, "object": "chat.completion", "usage": usage,
+                 "choices": [{"index": 0, "message": message, "finish_reason": finish}]}))
+        response = await self._stream(request, head, reply.text or "", calls, usage, finish,
+                                      drop=fault == "drop_stream")
+        exchange.sent = time.monotonic()
+        return response
+
+    @staticmethod
+    async def _send(request: web.Request, exchange: Exchange,
+                    response: web.StreamResponse) -> web.StreamResponse:
+        """Write the whole response now (not after the handler returns), to stamp its end."""
+        await response.prepare(request)
+        await response.write_eof()
+        exchange.sent = time.monotonic()
+        return response
 
     @staticmethod
     async def _stream(request: web.Request, head: dict[str, Any], text: str,

@@ -9,8 +9,8 @@ from typing import Any
 from lace.config import Profile
 from lace.core.agents import NOT_RUNNABLE
 from lace.core.assignee import HUMAN
-from lace.core.notifications import INTERRUPTED_CALL
-from lace.core.records import Agent, Event, Lease
+from lace.core.notifications import INTERRUPTED_CALL, LACE_SENDER, progress_block
+from lace.core.records import Agent, Event, InboxItem, Lease
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
 from lace.tools.base import ToolResult
@@ -75,6 +75,25 @@ def own_tools(agent: Agent) -> list[str]:
     return list(agent.tools) if agent.tools is not None else list(ALL_TOOL_NAMES)
 
 
+def delivered(items: list[InboxItem]) -> list[tuple[dict[str, Any], bool]]:
+    """The events that deliver inbox rows (their data, and whether a person wrote them): the
+    progress rows first, together in one compact message, then every other row as itself."""
+    progress = [item for item in items if not item.wakes]
+    deliveries: list[tuple[dict[str, Any], bool]] = []
+    if progress:
+        deliveries.append(({
+            "message": {"role": "user", "content": progress_block([i.text for i in progress])},
+            "sender": LACE_SENDER, "kind": "progress", "task_id": None,
+            "inbox_ids": [item.id for item in progress]}, False))
+    for item in items:
+        if item.wakes:
+            deliveries.append(({
+                "message": {"role": "user", "content": item.text}, "sender": item.sender,
+                "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id},
+                item.sender == HUMAN and item.kind == "message"))
+    return deliveries
+
+
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
                budget_note: Callable[[Tx], str | None] = lambda tx: None,
                holder: str = "") -> TurnStart | None:
@@ -107,13 +126,12 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         else:
             append("tool_result", tool_result_data(call_id, name, INTERRUPTED))
     items = [] if resumed else tx.take_inbox(thread_id)
-    note = budget_note(tx) if items else None
-    for number, item in enumerate(items, start=1):
-        from_person = item.sender == HUMAN and item.kind == "message"
-        content = f"{item.text}\n\n{note}" if note and number == len(items) else item.text
-        append("user_message" if from_person else "notification", {
-            "message": {"role": "user", "content": content}, "sender": item.sender,
-            "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id})
+    deliveries = delivered(items)
+    note = budget_note(tx) if deliveries else None
+    for number, (data, from_person) in enumerate(deliveries, start=1):
+        if note and number == len(deliveries):
+            data["message"]["content"] += f"\n\n{note}"
+        append("user_message" if from_person else "notification", data)
     messages = [event.data["message"] for event in [*events, *appended]
                 if event.type != "error" and "message" in event.data]
     return TurnStart(agent=agent, lease=lease, messages=messages, appended=appended,

@@ -23,7 +23,7 @@ from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
 from lace.runtime.tool_runner import ToolRunner
-from lace.runtime.turn_end import end_turn
+from lace.runtime.turn_end import end_turn, finished_its_work
 from lace.store import Tx
 from lace.store.budgets import budget_line, check_before_call, reserve_before_call
 from lace.store.leases import LeaseLostError, fenced
@@ -169,11 +169,23 @@ class TurnRunner:
                 results.append(outcome)
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
+            if await self._work_done(thread_id, reply, results):
+                break
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, reply.content)))
         crash_point("after_turn_end")
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
+
+    async def _work_done(self, thread_id: str, reply: ModelReply,
+                         results: list[ToolResult]) -> bool:
+        """Whether the reply's only calls were a successful `task_complete` that left a `new:`
+        helper with nothing to do: no result is left for the model to read, so the turn ends
+        here instead of paying a model call to hear "done"."""
+        if any(call.name != "task_complete" for call in reply.tool_calls) or any(
+                result.is_error for result in results):
+            return False
+        return await self.db.read(lambda tx: finished_its_work(tx, thread_id))
 
     def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
                       usage: Callable[[Tx], None]) -> None:

@@ -206,14 +206,15 @@ class RowVerbs:
 
     def post_inbox(
         self, thread_id: str, *, sender: str, kind: str, text: str,
-        task_id: str | None = None, priority: str = "normal",
+        task_id: str | None = None, priority: str = "normal", wakes: bool = True,
     ) -> int:
-        """Put a message in a thread's inbox (credential values masked)."""
+        """Put a message in a thread's inbox (credential values masked); a row that does not
+        `wake` the thread waits for its next turn."""
         cursor = sql.INSERT_INBOX.run(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
-            "text": mask(text, credential_values()), "priority": priority,
+            "text": mask(text, credential_values()), "priority": priority, "wakes": wakes,
             "created_at": now_iso()})
-        self._notices.append(Notice(thread_id, kind, task_id))
+        self._notices.append(Notice(thread_id, kind, task_id, wakes))
         return int(cursor.lastrowid or 0)
 
     def was_told(self, thread_id: str, task_id: str, kind: str) -> bool:
@@ -236,16 +237,17 @@ class RowVerbs:
         return items
 
     def runnable_threads(self, root_id: str) -> list[str]:
-        """Threads of a session with pending inbox rows whose agent may start a turn: not
-        stopped, not failed, and not already running (here or in another process)."""
+        """Threads of a session with pending inbox rows that wake them (progress waits for a
+        turn started by something else) whose agent may start a turn: not stopped, not
+        failed, and not already running (here or in another process)."""
         return [row["thread_id"] for row in sql.RUNNABLE.rows(self.raw, {"root": root_id})]
 
     def runnable_threads_of(self, thread_id: str) -> list[str]:
-        """`[thread_id]` if it has pending inbox rows and may run, else `[]`."""
+        """`[thread_id]` if it has pending inbox rows that wake it and may run, else `[]`."""
         agent = self.find_agent(thread_id)
         if agent is None or agent.status in NOT_RUNNABLE:
             return []
-        row = sql.HAS_PENDING_INBOX.first(self.raw, {"thread": thread_id})
+        row = sql.HAS_WAKING_INBOX.first(self.raw, {"thread": thread_id})
         return [thread_id] if row else []
 
     def open_tasks_by_creator(self, session_id: str) -> dict[str, int]:
@@ -258,6 +260,10 @@ class RowVerbs:
                    sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
             .group_by(tasks.created_by))
         return {str(row.created_by): int(row.open) for row in rows}
+
+    def count_active_tasks_of(self, thread_id: str) -> int:
+        """How many pending or in-progress tasks are assigned to an agent."""
+        return int(sql.COUNT_ACTIVE_ASSIGNED.scalar(self.raw, {"agent": thread_id}))
 
     def tasks_by_id(self, task_ids: list[str]) -> list[Task]:
         """The tasks among `task_ids` that exist, in no particular order."""
@@ -277,12 +283,14 @@ class RowVerbs:
         return [job for job in jobs if job not in awaited]
 
     def consume_notices(self, thread_id: str, task_ids: list[str]) -> None:
-        """Mark a thread's pending completion notices for these tasks delivered: the result
-        already reached it as a tool result, so it must not wake it a second time."""
+        """Mark a thread's pending completion notices for these tasks, and the progress that
+        led to them, delivered: the result already reached it as a tool result, so it must
+        not wake it a second time, nor come back as stale news on its next turn."""
         inbox = schema.inbox.c
         self._execute(schema.inbox.update().where(
             inbox.thread_id == thread_id, inbox.task_id.in_(task_ids),
-            inbox.kind == "completion", inbox.consumed_at.is_(None)).values(consumed_at=now_iso()))
+            sa.or_(inbox.kind == "completion", sa.not_(inbox.wakes)),
+            inbox.consumed_at.is_(None)).values(consumed_at=now_iso()))
 
     def mark_waiting(self, thread_id: str, call_id: str, task_ids: list[str]) -> None:
         """Persist what a tool call waits for (in its `tool_call` event), so a turn resumed
@@ -423,3 +431,17 @@ class RowVerbs:
         statement = (sa.select(tasks, note_count).where(*conditions)
                      .order_by(rank, tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit))
         return [_record(Task, row) for row in self._execute(statement)], int(total)
+
+    def runnable_anywhere(self) -> list[str]:
+        """`runnable_threads` of every session of the database."""
+        return [row["thread_id"] for row in sql.RUNNABLE_ANYWHERE.rows(self.raw, {})]
+
+    def count_agents_in(self, root_id: str, statuses: tuple[str, ...]) -> int:
+        """How many agents of the session have one of `statuses`."""
+        return int(sql.SESSION_AGENTS_IN.scalar(
+            self.raw, {"root": root_id, "statuses": json.dumps(list(statuses))}))
+
+    def sessions_with_agents_in(self, statuses: tuple[str, ...]) -> dict[str, int]:
+        """Each session that has agents with one of `statuses`, and how many."""
+        rows = sql.SESSIONS_WITH_AGENTS_IN.rows(self.raw, {"statuses": json.dumps(list(statuses))})
+        return {str(row["root_id"]): int(row["agents"]) for row in rows}

@@ -136,6 +136,7 @@ inbox = sa.Table(
     sa.Column("priority", sa.Text, nullable=False, server_default="normal"),
     _created(),
     sa.Column("consumed_at", sa.Text, nullable=True),
+    sa.Column("wakes", sa.Boolean, nullable=False, server_default="1"),
     sa.CheckConstraint(_one_of("kind", INBOX_KINDS), name="kind"),
     sa.CheckConstraint(_one_of("priority", INBOX_PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "consumed_at"),

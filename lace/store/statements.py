@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from lace.core.agents import NOT_RUNNABLE
+from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import schema
 from lace.store.prepared import Prepared, insert_into, json_list
 
@@ -23,8 +24,12 @@ RUNNABLE = Prepared(
     sa.select(_inbox.c.thread_id).distinct()
     .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
     .join(_threads, _threads.c.id == _inbox.c.thread_id)
-    .where(_inbox.c.consumed_at.is_(None), _threads.c.root_id == sa.bindparam("root"),
+    .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
+           _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
+COUNT_ACTIVE_ASSIGNED = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
+    _tasks.c.assigned_to == sa.bindparam("agent"),
+    sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES))))
 COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
                       .values(turns=_agents.c.turns + 1))
 HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
@@ -42,12 +47,13 @@ EVENTS_AFTER = Prepared(sa.select(_events).where(
     _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
     .order_by(_events.c.id))
 INSERT_INBOX = insert_into("inbox", ("thread_id", "sender", "task_id", "kind", "text",
-                                     "priority", "created_at"))
+                                     "priority", "wakes", "created_at"))
 PENDING_INBOX = Prepared(sa.select(_inbox).where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
     .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
-HAS_PENDING_INBOX = Prepared(sa.select(_inbox.c.id).where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).limit(1))
+HAS_WAKING_INBOX = Prepared(sa.select(_inbox.c.id).where(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
+    _inbox.c.wakes).limit(1))
 CONSUME_INBOX = Prepared(_inbox.update().where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).values(
         consumed_at=sa.bindparam("now")))
@@ -105,3 +111,16 @@ SUBTREE_USAGE = Prepared(sa.select(
                   sa.and_(_agents.c.thread_id > sa.bindparam("after"),
                           _agents.c.thread_id < sa.bindparam("before")))))
 
+RUNNABLE_ANYWHERE = Prepared(  # RUNNABLE without the session: `lace worker` serving them all
+    sa.select(_inbox.c.thread_id).distinct()
+    .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
+    .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
+           *(_agents.c.status != status for status in NOT_RUNNABLE)))
+SESSION_AGENTS_IN = Prepared(
+    sa.select(sa.func.count()).select_from(_agents)
+    .join(_threads, _threads.c.id == _agents.c.thread_id)
+    .where(_threads.c.root_id == sa.bindparam("root"), json_list(_agents.c.status, "statuses")))
+SESSIONS_WITH_AGENTS_IN = Prepared(
+    sa.select(_threads.c.root_id, sa.func.count().label("agents")).select_from(_agents)
+    .join(_threads, _threads.c.id == _agents.c.thread_id)
+    .where(json_list(_agents.c.status, "statuses")).group_by(_threads.c.root_id))

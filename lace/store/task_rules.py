@@ -13,7 +13,7 @@ from lace.core.effects import Spawned
 from lace.core.errors import InvalidTransitionError, NotFoundError, PermissionDeniedError
 from lace.core.ids import is_thread_id
 from lace.core.records import AgentPlan, Task
-from lace.core.tasks import check_transition
+from lace.core.tasks import ACTIVE_STATUSES, check_transition
 from lace.store import schema
 from lace.store.rows import RowVerbs
 
@@ -41,12 +41,13 @@ class TaskRules(RowVerbs):
                 "person can resume it. Assign the task to another agent or to new:...")
 
     def _notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
-                task_id: str) -> None:
+                task_id: str, wakes: bool = True) -> None:
         """Put a notice in an agent's inbox; people and the sender themselves get none."""
         if not recipient or recipient in (sender, HUMAN) or not is_thread_id(recipient):
             return
         if self.find_agent(recipient) is not None:
-            self.post_inbox(recipient, sender=sender, kind=kind, text=text, task_id=task_id)
+            self.post_inbox(recipient, sender=sender, kind=kind, text=text, task_id=task_id,
+                            wakes=wakes)
 
     @staticmethod
     def _check_may_change(task: Task, actor: str) -> None:
@@ -149,6 +150,9 @@ class TaskRules(RowVerbs):
         if after.status == "completed":
             self._notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
                          text=notifications.completion(after, actor, "(no message)"))
+        elif actor == after.assigned_to and after.status in ACTIVE_STATUSES:  # progress
+            self._notify(after.created_by, sender=actor, kind="status", task_id=after.id,
+                         text=notifications.progress_status(after, actor), wakes=False)
         else:
             self._notify(after.created_by, sender=actor, kind="status", text=text,
                          task_id=after.id)
@@ -157,13 +161,18 @@ class TaskRules(RowVerbs):
                          task_id=after.id)
 
     def add_note(self, task_id: str, *, session_id: str, actor: str, content: str) -> Task:
-        """Add a note; the creator and the assignee hear of it unless they wrote it."""
+        """Add a note; the creator and the assignee hear of it unless they wrote it (the
+        assignee's own notes are progress, read with the creator's next turn)."""
         task = self.get_task(task_id, session_id=session_id)
         self._check_may_change(task, actor)
         self.insert_note(task_id, actor, content)
-        text = notifications.note_added(task, actor, content)
-        for recipient in dict.fromkeys((task.created_by, task.assigned_to)):
-            self._notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
+        if actor == task.assigned_to:  # progress: the creator reads it with its next turn
+            self._notify(task.created_by, sender=actor, kind="note", task_id=task_id,
+                         text=notifications.progress_note(task, actor, content), wakes=False)
+        else:
+            text = notifications.note_added(task, actor, content)
+            for recipient in dict.fromkeys((task.created_by, task.assigned_to)):
+                self._notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
         return replace(task, note_count=self.count_notes(task_id))
 
     def complete_task(self, task_id: str, *, session_id: str, actor: str, message: str) -> Task:
