@@ -18,10 +18,11 @@ from lace.tools.base import ToolContext, ToolResult
 
 @pytest.fixture(autouse=True)
 def no_remote_model_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the local demo and scripted providers can be called from a test."""
-    from lace.llm.client import LiteLLMClient
+    """Only the local demo and scripted providers, and servers on 127.0.0.1, can be called from
+    a test, by any of lace's clients."""
+    from lace.llm.calls import ProviderClient
 
-    monkeypatch.setattr(LiteLLMClient, "allow_remote_calls", False)
+    monkeypatch.setattr(ProviderClient, "allow_remote_calls", False)
 
 
 @pytest.fixture(autouse=True)

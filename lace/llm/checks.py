@@ -10,6 +10,7 @@ from lace.llm.litellm_setup import litellm
 
 TEST_PROVIDERS = frozenset({"scripted"})
 """Local providers that answer from a script a test installs; unknown anywhere else."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 TEST_PROVIDERS_VARIABLE = "LACE_TEST_PROVIDERS"
 """Set to 1 by lace's tests (and benchmarks) to make the test providers exist."""
 
@@ -26,9 +27,11 @@ def local_provider(provider: str) -> bool:
 
 
 def known_provider(provider: str) -> bool:
-    """Whether litellm (or lace itself) knows this provider."""
+    """Whether litellm (or lace itself) knows this provider; `openai` without asking litellm."""
     if provider in LOCAL_PROVIDERS:
         return local_provider(provider)
+    if provider == "openai":
+        return True
     return provider in {str(getattr(item, "value", item)) for item in litellm().provider_list}
 
 
@@ -47,7 +50,7 @@ def has_custom_base_url(provider: str) -> bool:
 def on_this_machine(provider: str) -> bool:
     """Whether the provider's endpoint is a loopback address (a local server or a test fake)."""
     url = custom_base_url(provider)
-    return url is not None and urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+    return url is not None and urlparse(url).hostname in LOOPBACK_HOSTS
 
 
 def check_provider(provider: str, _model: str) -> str | None:
@@ -60,9 +63,17 @@ def check_model(provider: str, model: str) -> str | None:
     problem = check_provider(provider, model)
     if problem or local_provider(provider) or has_custom_base_url(provider):
         return problem
-    report = litellm().validate_environment(f"{provider}/{model}")
-    missing = [key for key in report.get("missing_keys") or [] if key]
+    missing = missing_keys(provider, model)
     if missing:
         return (f"Cannot call {provider}/{model}: set {', '.join(missing)} in the environment "
                 "(or pick another model)")
     return None
+
+
+def missing_keys(provider: str, model: str) -> list[str]:
+    """The key variables `provider/model` needs and the environment lacks; for `openai` the
+    one litellm's `validate_environment` asks for, without importing litellm."""
+    if provider == "openai":
+        return [] if "OPENAI_API_KEY" in os.environ else ["OPENAI_API_KEY"]
+    report = litellm().validate_environment(f"{provider}/{model}")
+    return [key for key in report.get("missing_keys") or [] if key]

@@ -39,9 +39,9 @@ def create_app(*, db: str | None = None, model: str | None = None,
             else:
                 session_id = tx.get_thread(continue_thread).root_id
     if client is None:
-        from lace.llm.client import LiteLLMClient
+        from lace.llm.client import default_client
 
-        client = LiteLLMClient()
+        client = default_client()
     runtime = Supervisor(store=store, client=client, settings=settings, check_model=check_model,
                          workspace=workspace or Path.cwd())
     app = LaceApp(runtime, model=model, session_id=session_id)

@@ -1,0 +1,96 @@
+"""What lace's provider clients share, importable without litellm or the openai SDK: the guards
+before a call, the cleanup of what is sent, the sorting of errors and the reply built from an
+answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from lace.core.providers import LOCAL_PROVIDERS
+from lace.core.text import MAX_NESTING, json_nesting, valid_strings, valid_text
+from lace.llm.checks import TEST_PROVIDERS, are_test_providers_enabled, on_this_machine
+from lace.llm.types import ModelError, ModelReply, ToolCallRequest
+
+log = logging.getLogger("lace.llm")
+_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|token)-[A-Za-z0-9_\-]{8,}"
+                      r"|\b(?=[A-Za-z_\-]*\d)(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}")
+TRANSIENT_KINDS = frozenset({
+    "RateLimitError", "Timeout", "APIConnectionError", "ServiceUnavailableError",
+    "InternalServerError", "BadGatewayError", "MidStreamFallbackError"})
+"""Kinds of error (litellm's exception names) worth retrying."""
+
+OMITTED_ARGUMENTS = json.dumps({"omitted": f"nested deeper than {MAX_NESTING} levels; "
+                                           "refused by lace"})
+
+
+def outgoing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of the conversation that a provider accepts: no lone surrogate (a thread stored by
+    an earlier lace may hold one), and no tool-call arguments too deep for the JSON decoding
+    some providers' adapters do (lace refused such a call; the event keeps what was sent)."""
+    copy: list[dict[str, Any]] = valid_strings(messages)
+    for message in copy:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            if json_nesting(str(function.get("arguments") or "")) > MAX_NESTING:
+                function["arguments"] = OMITTED_ARGUMENTS
+    return copy
+
+
+def redact(text: str) -> str:
+    """Hide anything that looks like a key in a provider's error text."""
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+def model_error(kind: str, text: str) -> ModelError:
+    """A failed call of this kind: transient (rate limits, timeouts, 5xx) unless the text is
+    about a missing key; permanent otherwise; a context overflow says so."""
+    message = valid_text(redact(text))
+    missing_key = "credentials" in message.lower() or "api key" in message.lower()
+    first_line = message.strip().splitlines()[0] if message.strip() else kind
+    return ModelError(f"{kind}: {first_line[:300]}",
+                      transient=kind in TRANSIENT_KINDS and not missing_key,
+                      context_overflow=kind == "ContextWindowExceededError")
+
+
+class ProviderClient:
+    """The guards and the reply of a client that calls providers (litellm or the openai SDK)."""
+
+    allow_remote_calls = True
+    """Tests set this False (on this class, so it holds for every client), so no test can ever
+    reach a real provider (only 127.0.0.1)."""
+
+    def __init__(self) -> None:
+        self._unpriced: set[str] = set()
+
+    def check_allowed(self, model: str) -> None:
+        """Refuse the test provider outside tests, and remote calls where they are disabled."""
+        provider = model.split("/", 1)[0]
+        if provider in TEST_PROVIDERS and not are_test_providers_enabled():
+            raise ModelError(f"{model}: the {provider} provider exists only in lace's tests",
+                             transient=False)
+        if not self.allow_remote_calls and not (provider in LOCAL_PROVIDERS
+                                                or on_this_machine(provider)):
+            raise ModelError(f"remote model calls are disabled here ({model})", transient=False)
+
+    def is_unpriced(self, model: str) -> bool:
+        """Whether this model already turned out to have no known price."""
+        return model in self._unpriced
+
+    def reply(self, model: str, message: Any, usage: Any, cost: float | None) -> ModelReply:
+        """The reply from an answer's message (`content`, `tool_calls`) and usage; model text is
+        made valid UTF-8 here, where it enters lace. A model without a price is logged once."""
+        calls = tuple(
+            ToolCallRequest(id=valid_text(str(call.id)), name=valid_text(call.function.name or ""),
+                            arguments=valid_text(call.function.arguments or "{}"))
+            for call in (message.tool_calls or []))
+        if cost is None and model not in self._unpriced:
+            self._unpriced.add(model)
+            log.info("no known price for %s; its calls count as $0 (tokens still add up)", model)
+        return ModelReply(
+            content=valid_text(message.content) if message.content else None, tool_calls=calls,
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            cost_usd=float(cost or 0.0), priced=cost is not None)

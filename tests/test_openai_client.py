@@ -1,0 +1,372 @@
+"""`openai/...` models through the openai SDK directly (`OpenAIClient`, chosen by
+`default_client()`) behave as they do through litellm (`LiteLLMClient`): the same request on the
+wire, the same replies, usage and prices, the same decisions on faults, and the same `llm_calls`
+rows from a whole turn; all against the OpenAI-compatible fake on 127.0.0.1. And none of it
+imports litellm."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from lace.config import Limits, Settings
+from lace.llm.checks import check_model, known_provider
+from lace.llm.client import LiteLLMClient, RoutingClient, default_client
+from lace.llm.litellm_setup import litellm
+from lace.llm.openai_client import OpenAIClient, served_directly
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.prices import call_cost
+from lace.llm.types import ModelClient, ModelError, ModelReply, ScriptedReply
+from lace.runtime.supervisor import Supervisor
+from lace.store import Store, open_database
+from lace.tools.registry import ToolRegistry
+from tests.conftest import query
+from tests.processes import lace_env
+
+KEY = "sk-test-0123456789abcdefSECRET"
+MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "list the tasks \ud800 please"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "task_list", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "no tasks"}]
+TOOLS = ToolRegistry().definitions()
+
+
+def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """A reply by model name: text, tool calls, or both, with usage."""
+    if model.startswith("tools"):
+        return ScriptedReply(tool_calls=[("task_list", {}), ("task_view", '{"task_id": ')],
+                             prompt_tokens=321, completion_tokens=12)
+    calls: list[tuple[str, dict[str, Any] | str]] = [("task_list", {"status": "open"})]
+    return ScriptedReply(text="two words \ud83d then more", tool_calls=calls,
+                         prompt_tokens=1234, completion_tokens=56)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(script) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        yield fake
+
+
+def without_ids(reply: ModelReply) -> tuple[Any, ...]:
+    """A reply with its tool-call ids left out (the fake numbers every call anew)."""
+    return (reply.content, [(call.name, call.arguments) for call in reply.tool_calls],
+            reply.prompt_tokens, reply.completion_tokens, reply.cost_usd, reply.priced)
+
+
+async def through(client: ModelClient, server: FakeOpenAI, model: str, *, streamed: bool,
+                  messages: list[dict[str, Any]] = MESSAGES,
+                  ) -> tuple[ModelReply, list[str], list[dict[str, Any]]]:
+    """One call: the reply, the text deltas passed on, and the request the server got."""
+    deltas: list[str] = []
+    sent = len(server.requests)
+    reply = await client.complete(model, messages, TOOLS,
+                                  on_delta=deltas.append if streamed else None)
+    return reply, deltas, server.requests[sent:]
+
+
+# the same request, reply and usage
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "openai/tools-local", "openai/o3"])
+async def test_a_call_is_the_same_through_both_clients(server: FakeOpenAI, model: str,
+                                                       streamed: bool) -> None:
+    by_litellm = await through(LiteLLMClient(), server, model, streamed=streamed)
+    direct = await through(OpenAIClient(), server, model, streamed=streamed)
+    assert without_ids(direct[0]) == without_ids(by_litellm[0])
+    assert direct[1:] == by_litellm[1:]  # the same deltas, the same request on the wire
+    reply, deltas, (request,) = direct
+    assert all(call.id.startswith("call_") for call in reply.tool_calls)
+    assert "content" not in request["messages"][2]  # None-valued keys are left out
+    assert request.get("stream", False) is streamed
+    if model == "openai/tools-local":
+        assert reply.content is None and not reply.priced and deltas == []
+        assert [call.arguments for call in reply.tool_calls] == ["{}", '{"task_id": ']
+    else:
+        assert reply.content == "two words \ufffd then more"  # valid UTF-8 from here on
+        assert reply.priced and reply.cost_usd > 0
+        assert "".join(deltas) == (reply.content if streamed else "")
+    if model == "openai/o3":  # litellm's o-series rule: its system message goes as a user one
+        assert request["messages"][0] == {"content": "You are terse.", "role": "user"}
+
+
+async def test_the_routing_client_sends_openai_models_direct_and_others_to_litellm(
+        server: FakeOpenAI, models: Any) -> None:
+    client = default_client()
+    assert isinstance(client, RoutingClient)
+    models.on("root", lambda messages: ScriptedReply(text="scripted answer"))
+    reply, _, (request,) = await through(client, server, "openai/gpt-4o-mini", streamed=False)
+    assert reply.priced and request["model"] == "gpt-4o-mini"
+    scripted = await client.complete("scripted/root", MESSAGES, [])
+    assert scripted.content == "scripted answer" and len(server.requests) == 1
+    assert served_directly("openai/gpt-4o-mini") and served_directly("openai/my-local-model")
+    assert not served_directly("anthropic/claude-sonnet-4-5")
+    assert not served_directly("demo/coordinator")
+    assert not served_directly("openai/o3-pro")  # a Responses API model in litellm's table
+
+
+def test_gpt_5_4_and_later_go_through_litellm_on_openais_own_endpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not served_directly("openai/gpt-5.4") and not served_directly("openai/gpt-5.5-mini")
+    assert served_directly("openai/gpt-5.2") and served_directly("openai/gpt-4.1")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")
+    assert served_directly("openai/gpt-5.4")  # litellm keeps chat completions elsewhere
+
+
+# faults
+
+@pytest.mark.parametrize("fault", ["429", "500", "503", "400", "401", "404", "418", "501",
+                                   "drop_stream"])
+async def test_a_fault_gets_the_same_decision_from_both_clients(server: FakeOpenAI,
+                                                                fault: str) -> None:
+    outcomes = []
+    for client in (LiteLLMClient(), OpenAIClient()):
+        server.faults.append(fault)
+        sent = len(server.requests)
+        with pytest.raises(ModelError) as raised:
+            await client.complete("openai/gpt-4o-mini", MESSAGES, TOOLS,
+                                  on_delta=(lambda _: None) if fault == "drop_stream" else None)
+        assert len(server.requests) == sent + 1  # no retry of the SDK's own
+        error = raised.value
+        outcomes.append((str(error).split(":")[0], error.transient, error.context_overflow))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[1][1] is (fault in ("429", "500", "503", "drop_stream"))
+
+
+async def test_a_key_echoed_in_an_error_is_redacted_by_both(server: FakeOpenAI) -> None:
+    server.echo_key = True
+    for client in (LiteLLMClient(), OpenAIClient()):
+        server.faults.append("500")
+        with pytest.raises(ModelError) as raised:
+            await client.complete("openai/gpt-4o-mini", MESSAGES, [])
+        assert KEY not in str(raised.value) and "Bearer [redacted]" in str(raised.value)
+
+
+async def test_without_a_key_both_fail_for_good(server: FakeOpenAI,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    for client in (LiteLLMClient(), OpenAIClient()):
+        with pytest.raises(ModelError, match="Missing credentials") as raised:
+            await client.complete("openai/gpt-4o-mini", MESSAGES, [])
+        assert not raised.value.transient
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "OPENAI_API_BASE_URL"])
+async def test_remote_calls_stay_disabled_in_tests(monkeypatch: pytest.MonkeyPatch,
+                                                   variable: str) -> None:
+    # a remote endpoint; or a local one in a variable litellm ignores (the call would go to
+    # api.openai.com)
+    url = "https://api.example.com/v1" if variable == "OPENAI_BASE_URL" else "http://127.0.0.1:9"
+    monkeypatch.setenv(variable, url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    for client in (OpenAIClient(), default_client()):
+        with pytest.raises(ModelError, match="remote model calls are disabled"):
+            await client.complete("openai/gpt-4o-mini", MESSAGES, [])
+
+
+async def test_hundreds_of_calls_at_once_share_one_sdk_client(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    client = OpenAIClient()
+    with FakeOpenAI(script, latency_s=0.2) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        replies = await asyncio.gather(*(client.complete("openai/gpt-4o-mini", MESSAGES, [])
+                                         for _ in range(300)))
+        shared = OpenAIClient._shared
+        await OpenAIClient().complete("openai/gpt-4o-mini", MESSAGES, [])
+        assert OpenAIClient._shared is shared  # another instance, the same SDK client
+    assert {reply.content for reply in replies} == {"two words \ufffd then more"}
+    assert len(fake.requests) == 301
+
+
+async def odd_reply(request: web.Request) -> web.StreamResponse:
+    """What the fake does not do: a context overflow, and answers without usage."""
+    body = await request.json()
+    if body["model"] == "overflow":
+        return web.json_response({"error": {
+            "message": "This model's maximum context length is 8192 tokens. However, your "
+                       "messages resulted in 9000 tokens.", "type": "invalid_request_error",
+            "param": "messages", "code": "context_length_exceeded"}}, status=400)
+    head = {"id": "chatcmpl-1", "created": 1, "model": body["model"]}
+    if not body.get("stream"):
+        return web.json_response({**head, "object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hello world"},
+             "finish_reason": "stop"}]})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for word in ("hello", " world"):
+        chunk = {**head, "object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+@pytest.fixture
+async def odd_server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", odd_reply)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    yield
+    await runner.cleanup()
+
+
+@pytest.mark.usefixtures("odd_server")
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+async def test_a_context_overflow_and_missing_usage_are_handled_alike(streamed: bool) -> None:
+    on_delta = (lambda _: None) if streamed else None
+    outcomes = []
+    for client in (LiteLLMClient(), OpenAIClient()):
+        with pytest.raises(ModelError) as raised:
+            await client.complete("openai/overflow", MESSAGES, [], on_delta=on_delta)
+        error = raised.value
+        assert str(error).startswith("ContextWindowExceededError: ")
+        assert error.context_overflow and not error.transient
+        outcomes.append(await client.complete("openai/gpt-4o-mini", MESSAGES, [],
+                                              on_delta=on_delta))
+    assert without_ids(outcomes[0]) == without_ids(outcomes[1])
+    assert (outcomes[1].prompt_tokens > 0) is streamed  # estimated as litellm does
+
+
+# prices
+
+@pytest.mark.parametrize("name", ["gpt-4o-mini", "gpt-4.1", "gpt-4o-2024-08-06", "gpt-5",
+                                  "gpt-5.4", "o3", "GPT-4O-MINI",
+                                  "ft:gpt-4o-mini-2024-07-18:acme::a1b2c3"])
+@pytest.mark.parametrize(("prompt", "completion", "cached"),
+                         [(1234, 56, 0), (1000, 10, 600), (300_000, 2000, 100_000)])
+def test_a_price_is_litellms(name: str, prompt: int, completion: int, cached: int) -> None:
+    module = litellm()
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion,
+                             "prompt_tokens_details": {"cached_tokens": cached}}
+    response = module.ModelResponse(model=name, usage=usage, choices=[
+        {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}])
+    expected = module.completion_cost(completion_response=response, model=name,
+                                      custom_llm_provider="openai")
+    assert call_cost(name, prompt, completion, cached) == pytest.approx(expected, rel=1e-12)
+    assert expected > 0
+
+
+def test_an_unknown_model_has_no_price() -> None:
+    assert call_cost("my-local-model", 100, 10) is None
+    assert call_cost("claude-3-5-sonnet-20241022", 100, 10) is None  # not an openai entry
+
+
+# a whole turn
+
+def board_script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """Lists the tasks, then answers."""
+    if not any(message["role"] == "tool" for message in messages):
+        return ScriptedReply(text="Let me look.", tool_calls=[("task_list", {})],
+                             prompt_tokens=900, completion_tokens=40)
+    return ScriptedReply(text="The board is empty.", prompt_tokens=1100, completion_tokens=25)
+
+
+async def run_turn(client: ModelClient, db_path: Path, *, streamed: bool) -> dict[str, Any]:
+    """One root turn on `openai/gpt-4o-mini` (a 503 first), and what it recorded."""
+    store = Store(open_database(str(db_path)))
+    settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
+    runtime = Supervisor(store=store, client=client, settings=settings, check_model=check_model)
+    with FakeOpenAI(board_script) as fake:
+        fake.faults.append("503")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("OPENAI_BASE_URL", fake.base_url)
+            patch.setenv("OPENAI_API_KEY", KEY)
+            try:
+                root = await runtime.start_session("What is on the board?",
+                                                   "openai/gpt-4o-mini")
+                if streamed:
+                    runtime.runner.watched.add(root.id)
+                await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
+            finally:
+                await runtime.stop()
+                runtime.close()
+    calls = query(db_path, "SELECT model, prompt_tokens, completion_tokens, cost_usd, error "
+                           "FROM llm_calls ORDER BY id")
+    return {
+        "calls": [(*row[:4], row[4] and row[4].split(":")[0]) for row in calls],
+        "agent": query(db_path, "SELECT status, tokens_in, tokens_out, cost_usd "
+                                "FROM agent_metadata"),
+        "answers": query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
+                                  "WHERE type = 'agent_message' ORDER BY id"),
+        "requests": [(body.get("stream", False), [message["role"] for message in body["messages"]])
+                     for body in fake.requests]}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+async def test_a_whole_turn_records_the_same_calls_through_either_client(
+        tmp_path: Path, streamed: bool) -> None:
+    by_litellm = await run_turn(LiteLLMClient(), tmp_path / "litellm.db", streamed=streamed)
+    routed = await run_turn(default_client(), tmp_path / "routed.db", streamed=streamed)
+    assert routed == by_litellm
+    price = call_cost("gpt-4o-mini", 900, 40)
+    assert routed["calls"][:2] == [("openai/gpt-4o-mini", 0, 0, 0.0, "ServiceUnavailableError"),
+                                   ("openai/gpt-4o-mini", 900, 40, price, None)]
+    assert routed["answers"][-1] == ("The board is empty.",)
+    assert {stream for stream, _ in routed["requests"]} == {streamed}
+
+
+# nothing here imports litellm
+
+CALL_WITHOUT_LITELLM = """
+import asyncio, os, sys
+import lace.llm.client, lace.llm.openai_client
+assert "litellm" not in sys.modules and "openai" not in sys.modules
+from lace.llm.checks import check_model, known_provider
+from lace.llm.client import default_client
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
+
+assert known_provider("openai")
+assert check_model("openai", "x") == ("Cannot call openai/x: set OPENAI_API_KEY in the "
+                                      "environment (or pick another model)")
+os.environ["OPENAI_API_KEY"] = "not-a-real-key"
+assert check_model("openai", "x") is None
+
+async def main():
+    client = default_client()
+    whole = await client.complete("openai/gpt-4o-mini", [{"role": "user", "content": "hi"}], [])
+    streamed = await client.complete("openai/gpt-4o-mini", [{"role": "user", "content": "hi"}],
+                                     [], on_delta=lambda delta: None)
+    assert whole.content == streamed.content == "hello there" and whole.priced
+
+with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello there")) as fake:
+    os.environ["OPENAI_BASE_URL"] = fake.base_url
+    asyncio.run(main())
+assert "litellm" not in sys.modules, "litellm was imported"
+print("ok")
+"""
+
+
+def test_an_openai_call_and_its_checks_never_import_litellm(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", CALL_WITHOUT_LITELLM], capture_output=True,
+                          text=True, env=lace_env(tmp_path), timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+def test_other_providers_are_still_checked_by_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not known_provider("no-such-provider") and known_provider("anthropic")
+    assert check_model("anthropic", "claude-sonnet-4-5") == (
+        "Cannot call anthropic/claude-sonnet-4-5: set ANTHROPIC_API_KEY in the environment "
+        "(or pick another model)")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    assert check_model("openai", "anything") is None  # a local server needs no real key
