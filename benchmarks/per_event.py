@@ -41,7 +41,8 @@ TARGET_RATIO, TARGET_MS = 3.0, 1.0
 class NoterModel:
     """A zero-latency scripted `ModelClient`. The root assigns one task to a `noter` agent and
     then blocks in its next call until the noter is done (so only the noter touches the
-    database); the noter makes `calls` task_add_note calls, one per reply, then completes.
+    database); the noter makes `calls` task_add_note calls, one per reply, then completes (which
+    ends its turn).
     `gaps[i]` is the time from lace receiving reply i (a note) to lace's next request."""
 
     calls: int
@@ -81,11 +82,9 @@ class NoterModel:
         if answered < self.calls:
             return ModelReply(None, (self._call(
                 "task_add_note", {"task_id": task_id, "note": f"Progress note {answered}."}),))
-        if answered == self.calls:
-            return ModelReply(None, (self._call(
-                "task_complete", {"task_id": task_id, "message": "All noted."}),))
-        self.noter_done.set()
-        return ModelReply("Done.")
+        self.noter_done.set()  # its last reply: completing ends its turn
+        return ModelReply(None, (self._call(
+            "task_complete", {"task_id": task_id, "message": "All noted."}),))
 
 
 @dataclass
@@ -183,7 +182,7 @@ def write_groups(number: int, root: str, child: str, task: str) -> list[list[Sta
          ("INSERT INTO task_notes (task_id, author, content, created_at) VALUES (?, ?, ?, ?)",
           (task, child, f"Progress note {number}.", now)),
          ("INSERT INTO inbox (thread_id, sender, task_id, kind, text, priority, created_at) "
-          "VALUES (?, ?, ?, 'note', ?, 'normal', ?)", (root, child, task, "a note", now)),
+          "VALUES (?, ?, ?, 'note', ?, 'normal', 0, ?)", (root, child, task, "a note", now)),
          (EVENT_SQL, (child, "tool_result", json.dumps(result), now))],
     ]
 

@@ -88,17 +88,6 @@ def test_profile_runtime_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.count("lace function") == 2 and "store/" in out
 
 
-def test_fanout_over_http_tiny(capsys: pytest.CaptureFixture[str],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchmarks import fanout_http
-
-    monkeypatch.setenv("OPENAI_BASE_URL", "set by the benchmark")  # restored afterwards
-    monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
-    (row,) = fanout_http.main(["--tiny"])
-    assert row.tasks == 3 and positive(row.lace_ratio) and positive(row.bare_ratio)
-    assert "lace/bare" in capsys.readouterr().out
-
-
 @pytest.mark.slow
 def test_peers_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     """lace (`lace run` in a child) and the plain loop against the server; no peer venv."""
