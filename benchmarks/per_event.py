@@ -181,7 +181,8 @@ def write_groups(number: int, root: str, child: str, task: str) -> list[list[Sta
         [("SELECT title, created_by, assigned_to FROM tasks WHERE id = ?", (task,)),
          ("INSERT INTO task_notes (task_id, author, content, created_at) VALUES (?, ?, ?, ?)",
           (task, child, f"Progress note {number}.", now)),
-         ("INSERT INTO inbox (thread_id, sender, task_id, kind, text, priority, created_at) "
+         ("INSERT INTO inbox (thread_id, sender, task_id, kind, text, priority, wakes, "
+          "created_at) "
           "VALUES (?, ?, ?, 'note', ?, 'normal', 0, ?)", (root, child, task, "a note", now)),
          (EVENT_SQL, (child, "tool_result", json.dumps(result), now))],
     ]
