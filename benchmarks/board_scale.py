@@ -373,10 +373,13 @@ def quiet(command: Callable[[argparse.Namespace], int], **arguments: Any) -> int
 
 
 def rolled_back_turn(store: Store, thread_id: str) -> int:
-    """begin_turn in a write transaction that is rolled back, so the file stays as built."""
+    """begin_turn (of a message) in a write transaction that is rolled back, so the file stays
+    as built."""
     with store.database.engine.connect() as connection:
         transaction = connection.begin()
-        start = begin_turn(Tx(connection), thread_id, {}, holder="board-scale")
+        tx = Tx(connection)
+        tx.post_inbox(thread_id, sender="human", kind="message", text="a turn starts")
+        start = begin_turn(tx, thread_id, {}, holder="board-scale")
         transaction.rollback()
     assert start is not None, f"{thread_id} is not idle"
     return len(start.messages)

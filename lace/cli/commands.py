@@ -48,6 +48,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
+MAX_WORKERS = 64
+
+
+def _worker_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_WORKERS}, got {text}")
+    return count
+
+
 def add_workspace_flags(parser: argparse.ArgumentParser) -> None:
     """--workspace, --yes and --read-only, shared by `lace` and `lace run`."""
     parser.add_argument("--workspace", metavar="DIR", default=None,
@@ -78,7 +91,21 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
                      help="stop after S seconds (running turns are marked interrupted)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
+    run.add_argument("--workers", type=_worker_count, default=0, metavar="N",
+                     help="also run the session's agents in N `lace worker` processes (for "
+                          "fan-outs that keep one core busy); they end with the run")
     add_workspace_flags(run)
+
+    worker = add("worker", "Run the agents of every session of the database (or of the named "
+                           "ones) until SIGINT or SIGTERM, beside any other lace process.",
+                 "lace.cli.worker:worker_command")
+    worker.add_argument("--session", dest="sessions", action="append", metavar="ID",
+                        help="run only this session's agents (repeat for more)")
+    worker.add_argument("--max-agents", type=_positive_int, default=None, metavar="N",
+                        help="run at most N turns at once; the rest are left to other "
+                             "processes")
+    worker.add_argument("--until-eof", action="store_true", help=argparse.SUPPRESS)
+    add_workspace_flags(worker)
 
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")

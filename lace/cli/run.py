@@ -7,7 +7,7 @@ import asyncio
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import open_store, print_json, say
 from lace.cli.progress import progress_printer
@@ -17,6 +17,11 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
+
+if TYPE_CHECKING:
+    from lace.llm.client import RoutingClient
+    from lace.llm.types import ModelClient
+    from lace.runtime.supervisor import Supervisor
 
 EXIT_QUIET, EXIT_ROOT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 
@@ -59,17 +64,37 @@ def run_command(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any) -> int:
+def model_client() -> RoutingClient:
+    """The client every lace process calls models with."""
+    from lace.llm.client import default_client
+
+    return default_client()
+
+
+def new_supervisor(args: argparse.Namespace, store: Store, settings: Settings,
+                   client: ModelClient, **sharing: Any) -> Supervisor:
+    """The runtime of `lace run` and `lace worker`, narrating on stderr; `sharing` says how
+    it shares the database with other processes (see `Supervisor`)."""
     from lace.llm.checks import check_model
-    from lace.llm.client import LiteLLMClient
     from lace.runtime.supervisor import Supervisor
+
+    supervisor = Supervisor(store=store, client=client, settings=settings,
+                            check_model=check_model, workspace=workspace_of(args), **sharing)
+    supervisor.bus.subscribe(progress_printer())
+    return supervisor
+
+
+async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any) -> int:
+    from lace.cli.worker import Workers
+    from lace.runtime.worker import change_feed
 
     # A thread that never returns (a tool stuck in a system call) must not keep the process
     # alive after a timeout or Ctrl+C: asyncio.run and Python's exit wait for pool threads.
     asyncio.get_running_loop().set_default_executor(DaemonThreads())
-    supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                            check_model=check_model, workspace=workspace_of(args))
-    supervisor.bus.subscribe(progress_printer())
+    workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
+    sharing = {"feed": change_feed(store), "share_work": True} if workers_wanted else {}
+    supervisor = new_supervisor(args, store, settings, model_client(), **sharing)
+    workers = Workers()
     try:
         if args.continue_thread:
             root_id = root_of(args.continue_thread)
@@ -82,19 +107,27 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
         else:
             root_id = (await supervisor.start_session(args.prompt, model)).id
             print(f"Session {root_id}", file=sys.stderr)
+        workers.start(args, store.database.url, root_id, workers_wanted)
         try:
             async with asyncio.timeout(args.timeout):
                 await supervisor.run_until_quiet(root_id)
         except asyncio.CancelledError:  # Ctrl+C: stop cleanly, resumable with --continue
+            workers.terminate()
             await supervisor.stop()
             raise
         except TimeoutError:
-            cut = await supervisor.stop()
-            print(f"lace: timed out after {args.timeout}s; {len(cut)} turn(s) marked interrupted; "
+            workers.terminate()
+            await supervisor.stop()
+            await workers.stop()
+            cut = await supervisor.db.read(
+                lambda tx: tx.count_agents_in(root_id, ("interrupted",)))
+            print(f"lace: timed out after {args.timeout}s; {cut} turn(s) marked interrupted; "
                   f"resume with lace run --continue {root_id}", file=sys.stderr)
             return EXIT_TIMEOUT
+        await workers.stop()
         return _report(store, root_id, args.json)
     finally:
+        await workers.stop()
         supervisor.close()
 
 

@@ -85,11 +85,15 @@ class RoutingClient:
         self.direct, self.litellm = OpenAIClient(), LiteLLMClient()
 
     @staticmethod
-    def warm_up() -> None:
-        """Import litellm (and with it the openai SDK) and load the price table (seconds, once;
-        call it from a thread to keep a UI responsive)."""
-        LiteLLMClient.warm_up()
+    def warm_up(litellm_too: bool = True) -> None:
+        """Import the openai SDK, load the price table and, unless told not to, import litellm
+        (seconds, once; call it from a thread to keep a UI responsive). A worker leaves litellm
+        until a model needs it: its import is seconds of a core another process could use."""
+        import openai  # noqa: F401  (the direct path's SDK)
+
         price_table()
+        if litellm_too:
+            LiteLLMClient.warm_up()
 
     async def complete(self, model: str, messages: list[dict[str, Any]],
                        tools: list[dict[str, Any]], *,

@@ -97,13 +97,14 @@ def delivered(items: list[InboxItem]) -> list[tuple[dict[str, Any], bool]]:
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
                budget_note: Callable[[Tx], str | None] = lambda tx: None,
                holder: str = "") -> TurnStart | None:
-    """Claim the agent for process `holder` (None if another process is running it): a new
-    lease epoch, which every later write of the turn checks. Then seed its system prompt, close
-    dangling calls, and move its pending inbox rows into `events`, in one transaction. A turn
-    cut off mid-wait resumes the wait first, and leaves the inbox for the next turn."""
+    """Claim the agent for process `holder` (None if another process is running it, or has
+    taken its rows since it was woken): a new lease epoch, which every later write of the turn
+    checks. Then seed its system prompt, close dangling calls, and move its pending inbox rows
+    into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
+    leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
-    if agent.status in NOT_RUNNABLE:
-        return None
+    if agent.status in NOT_RUNNABLE or not tx.runnable_threads_of(thread_id):
+        return None  # running elsewhere, or another process ran its rows since it was woken
     lease = tx.claim(agent, holder)
     tx.count_turn(thread_id)
     events = tx.thread_events(thread_id)

@@ -1,15 +1,20 @@
 """The supervisor: runs a turn for every thread with pending inbox rows, concurrently, in one
-asyncio process; idle agents hold no coroutine."""
+asyncio process; idle agents hold no coroutine. Several processes may run the agents of one
+session (`lace run --workers`, `lace worker`): each claims a thread in the transaction that
+starts its turn, learns of rows the others wrote through a `ChangeFeed`, and takes only its
+share of the turns at once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
+import random
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lace.config import Settings
 from lace.core.agents import HELD_STATUSES
@@ -36,6 +41,53 @@ from lace.tools.workspace import Workspace
 
 log = logging.getLogger("lace.runtime")
 POLL_S = 0.5
+DEFER_S = 0.1
+"""How long a process at its share of the turns leaves a woken thread for the others before it
+claims the thread itself (if it is still unclaimed: no thread waits on a process that never
+comes)."""
+BUSY = (*HELD_STATUSES, "interrupted")
+"""An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
+
+
+class ChangeFeed(Protocol):
+    """How a process hears that other processes committed rows: SQLite changes `PRAGMA
+    data_version` (`lace.runtime.worker.SQLiteChanges`); PostgreSQL would LISTEN for a
+    NOTIFY. `Polling` hears nothing and only waits."""
+
+    async def wait(self, timeout: float) -> None:
+        """Return once the database may have changed, or `notify` was called, or after
+        `timeout` seconds."""
+
+    def notify(self) -> None:
+        """Make `wait` return now: this process wants another look."""
+
+    def close(self) -> None:
+        """Release what the feed holds."""
+
+
+class Polling:
+    """The feed of a process that runs its sessions alone: no news, a look every timeout."""
+
+    def __init__(self) -> None:
+        self._told = asyncio.Event()
+
+    async def _nap(self, timeout: float) -> bool:
+        """Sleep `timeout` seconds or until notified; whether it was notified."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._told.wait()
+        told = self._told.is_set()
+        self._told.clear()
+        return told
+
+    async def wait(self, timeout: float) -> None:
+        await self._nap(timeout)
+
+    def notify(self) -> None:
+        self._told.set()
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
@@ -71,8 +123,21 @@ class Supervisor:
     sessions: set[str] = field(default_factory=set)
     _watch: asyncio.Task[None] | None = None
     storage_failure: StorageError | None = None
+    feed: ChangeFeed = field(default_factory=Polling)
+    serve_all: bool = False
+    """Serve every session of the database, new ones too (`lace worker` without --session)."""
+    max_agents: int | None = None
+    """At most this many turns at once here; threads past it are left for other processes."""
+    share_work: bool = False
+    """Other processes run these sessions' agents too: claim at once only a fair share of the
+    turns (see `wake`), and count a session quiet only when the database says so."""
+    _share: float = math.inf
+    _deferred: set[str] = field(default_factory=set)
+    _left_some: bool = False
 
     def __post_init__(self) -> None:
+        if self.share_work:
+            self._share = 1  # until the watch has counted the turns and the processes
         with self.store.transaction() as tx:
             tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
         self.db = AsyncStore(self.store, on_commit=self._apply)
@@ -151,25 +216,36 @@ class Supervisor:
             self._watch = asyncio.create_task(self._watch_loop(), name="lace-watch")
 
     async def _watch_loop(self) -> None:
-        """Every POLL_S wake the runnable threads of this process's sessions (rows another
-        process wrote); every fifth of the lease timeout renew the heartbeat and take over
-        the agents of processes that died."""
+        """Whenever the feed says the database changed (at least every POLL_S), wake the
+        runnable threads of this process's sessions (rows another process wrote); every fifth
+        of the lease timeout renew the heartbeat and take over the agents of processes that
+        died."""
+        loop = asyncio.get_running_loop()
         lease_timeout = self.settings.limits.lease_timeout_s
         beat_every = lease_timeout / 5
-        last_beat = asyncio.get_running_loop().time()
+        next_beat = loop.time() + beat_every
         while True:
-            await asyncio.sleep(min(POLL_S, beat_every))
             try:
-                if asyncio.get_running_loop().time() - last_beat >= beat_every:
-                    last_beat = asyncio.get_running_loop().time()
+                await self.feed.wait(max(0.0, min(POLL_S, next_beat - loop.time())))
+                self._changed.set()  # a session quiet here may not be quiet elsewhere
+                if loop.time() >= next_beat:
+                    next_beat = loop.time() + beat_every
                     await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
-                    for root_id in list(self.sessions):
-                        await self.resume(root_id)
+                    await self._take_over()
                 await self._cancel_stopped()
                 await self._wake_runnable()
             except Exception as error:  # a busy database must not end the heartbeat
                 if not self._storage_failed(error):
                     log.exception("the watch loop failed; trying again")
+                await asyncio.sleep(POLL_S)
+
+    async def _take_over(self) -> None:
+        """Resume the cut-off agents of every session served (serving all: of every session
+        with agents running, waiting or interrupted)."""
+        roots = sorted(await self.db.read(lambda tx: tx.sessions_with_agents_in(BUSY))
+                       if self.serve_all else self.sessions)
+        for root_id in roots:
+            await self.resume(root_id)
 
     async def _cancel_stopped(self) -> None:
         """Cancel the turns of agents stopped meanwhile by another process (`lace stop`): their
@@ -182,17 +258,38 @@ class Supervisor:
         self.cancel(stopped)
 
     async def _wake_runnable(self) -> None:
-        roots = list(self.sessions)
-        runnable = await self.db.read(
-            lambda tx: [thread for root_id in roots for thread in tx.runnable_threads(root_id)])
+        """Wake the runnable threads of the sessions served, in random order (processes that
+        look at once try different threads first); when sharing, count this process's share
+        of the turns: those running or runnable, over the live processes."""
+        roots = None if self.serve_all else list(self.sessions)
+        if roots == []:
+            return
+
+        def look(tx: Tx) -> list[str]:
+            runnable = tx.runnable_anywhere() if roots is None else [
+                thread for root_id in roots for thread in tx.runnable_threads(root_id)]
+            if self.share_work:
+                held = (sum(tx.sessions_with_agents_in(HELD_STATUSES).values()) if roots is None
+                        else sum(tx.count_agents_in(root_id, HELD_STATUSES)
+                                 for root_id in roots))
+                processes = max(1, len(tx.live_processes()))
+                self._share = max(1, math.ceil((held + len(runnable)) / processes))
+            return runnable
+
+        runnable = await self.db.read(look)
+        random.shuffle(runnable)
         for thread_id in runnable:
             self.wake(thread_id)
 
     # scheduling
 
-    def wake(self, thread_id: str) -> None:
+    def wake(self, thread_id: str, *, late: bool = False) -> None:
         """Make sure `thread_id` runs its pending inbox rows soon (unless this process is
-        stopping: its agents are left interrupted for the next one)."""
+        stopping: its agents are left interrupted for the next one).
+
+        Past `max_agents` turns the thread is left to other processes (looked at again when a
+        turn here ends). When sharing, a process already running its share of the turns
+        leaves the thread to the others for DEFER_S, then claims it if nobody did (`late`)."""
         if self._stopping:
             return
         self.sessions.add(root_of(thread_id))
@@ -200,8 +297,22 @@ class Supervisor:
         if thread_id in self.running:
             self._wake_again.add(thread_id)
             return
+        if self.max_agents is not None and len(self.running) >= self.max_agents:
+            self._left_some = True
+            return
+        if not late and len(self.running) >= self._share:
+            if thread_id not in self._deferred:
+                self._deferred.add(thread_id)
+                asyncio.get_running_loop().call_later(DEFER_S, self._wake_late, thread_id)
+            return
+        self._deferred.discard(thread_id)
         self.running[thread_id] = asyncio.create_task(self._drive(thread_id),
                                                       name=f"lace-turns-{thread_id}")
+
+    def _wake_late(self, thread_id: str) -> None:
+        if thread_id in self._deferred:  # not started here meanwhile
+            self._deferred.discard(thread_id)
+            self.wake(thread_id, late=True)
 
     def cancel(self, thread_ids: list[str]) -> None:
         """Cancel the running turns of these (just stopped) agents at once, except a turn that
@@ -256,6 +367,9 @@ class Supervisor:
             self.running.pop(thread_id, None)
             self.runner.leases.pop(thread_id, None)
             self._changed.set()
+            if self._left_some:  # a slot is free for a thread left past max_agents
+                self._left_some = False
+                self.feed.notify()
             if thread_id in self._wake_again:
                 self._wake_again.discard(thread_id)
                 self.wake(thread_id)
@@ -293,17 +407,37 @@ class Supervisor:
         self.bus.publish(TurnFailed(thread_id, error))
 
     async def run_until_quiet(self, root_id: str) -> None:
-        """Run every agent of the session until none is running and no runnable row waits."""
+        """Run every agent of the session until none is running and no runnable row waits;
+        when other processes share the session, until no agent of it is running, waiting or
+        interrupted in any process either (the database says so)."""
         while True:
             if self.storage_failure is not None:
                 await self.stop()
                 raise self.storage_failure
-            for thread_id in await self.db.read(lambda tx: tx.runnable_threads(root_id)):
+            runnable, busy = await self.db.read(lambda tx: (
+                tx.runnable_threads(root_id),
+                self.share_work and tx.count_agents_in(root_id, BUSY)))
+            for thread_id in runnable:
                 self.wake(thread_id)
-            if not self.running:
+            if not self.running and not (self.share_work and (runnable or busy)):
                 return
             self._changed.clear()
             await self._changed.wait()
+
+    async def serve(self) -> None:
+        """Run the agents of the sessions served (`sessions`, or all with `serve_all`) until
+        cancelled, then stop (running turns are marked interrupted, for any process to
+        resume). Raises the storage failure that ends it early."""
+        try:
+            await self._take_over()
+            self._start_watch()
+            while self.storage_failure is None:
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
+            await self.stop()
+        if self.storage_failure is not None:
+            raise self.storage_failure
 
     async def stop(self) -> list[str]:
         """Cancel running turns and mark their agents `interrupted` (resumable); nothing is
@@ -334,6 +468,7 @@ class Supervisor:
         """Stop the store thread, close the store's connections and give up the lease."""
         if self._watch is not None:
             self._watch.cancel()
+        self.feed.close()
         self.db.close()
         try:
             with self.store.transaction() as tx:

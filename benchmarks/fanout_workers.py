@@ -1,0 +1,152 @@
+"""Fan-out through `lace run` with and without `--workers N`: a root assigns K tasks to
+`new:openai/worker` agents of a small OpenAI-compatible server (its own process) that waits L
+per call; each `lace run` is a real process, its workers too.
+
+    python -m benchmarks.fanout_workers [--tasks 40 100] [--latency-ms 500] [--workers 0 1 2]
+
+Two figures per run: `wall`, the whole `lace run` as a person sees it (start-up, the root,
+the fan-out, the workers' start and stop); and `fan-out`, from the root's task_create reply to
+its final answer, with the root waiting (listing tasks) until the run's workers are up, so
+that they can take part (`--no-wait`: it fans out at once, as a real run does). `cpu` is the
+CPU time of the run and its workers together; `processes` how many ran the helpers' last turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import re
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from multiprocessing.synchronize import Event as ProcessEvent
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import table
+from benchmarks.fanout import root_step, worker_step
+
+PROMPT = "Fan out {tasks} tasks once {processes} processes run on {db}"
+
+
+def script(model: str, messages: list[dict[str, Any]]) -> Any:
+    """The root lists tasks until the run's processes are up, then fans out; workers note and
+    complete their task."""
+    from lace.llm.types import ScriptedReply
+
+    if model != "root":
+        text, calls = worker_step(messages)
+        return ScriptedReply(text=text, tool_calls=list(calls))
+    prompt = next(str(message["content"]) for message in messages if message["role"] == "user")
+    found = re.match(PROMPT.format(tasks=r"(\d+)", processes=r"(\d+)", db=r"(\S+)"), prompt)
+    assert found is not None, prompt  # the budget line may follow the prompt
+    tasks, processes, db = found.groups()
+    started = any(message["role"] == "assistant" and any(
+        call["function"]["name"] == "task_create" for call in message.get("tool_calls") or [])
+        for message in messages)
+    if not started:
+        with sqlite3.connect(db) as connection:
+            (live,), = connection.execute("SELECT COUNT(*) FROM processes WHERE expires_at >= ?",
+                                          (time.time(),))
+        if live < int(processes):
+            return ScriptedReply(tool_calls=[("task_list", {})])
+        messages = [message for message in messages if message["role"] in ("system", "user")]
+    text, calls = root_step(messages, int(tasks), "new:openai/worker")
+    return ScriptedReply(text=text, tool_calls=list(calls))
+
+
+def serve(latency_s: float, address: Any, stop: ProcessEvent) -> None:
+    """The server process: answer from `script` until `stop` is set."""
+    from lace.llm.openai_fake import FakeOpenAI
+
+    with FakeOpenAI(script, latency_s, backlog=1024) as server:
+        address.put(server.base_url)
+        stop.wait()
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def run_once(base_url: str, tasks: int, workers: int, wait: bool = True) -> dict[str, float]:
+    """One `lace run` on a fresh database: wall, fan-out and CPU seconds, and how many
+    processes ran the helpers' last turns."""
+    with tempfile.TemporaryDirectory(prefix="lace-bench-") as folder:
+        db = Path(folder) / "lace.db"
+        env = {key: value for key, value in os.environ.items() if not key.startswith("LACE_")}
+        env.update(LACE_HOME=folder, OPENAI_BASE_URL=base_url, OPENAI_API_KEY="sk-not-real",
+                   LACE_LIMITS__MAX_RUNNING=str(tasks + 1), LACE_LIMITS__MAX_CHILDREN=str(tasks),
+                   LACE_LIMITS__SPAWNS_PER_MINUTE=str(tasks))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
+        run = subprocess.run(
+            [sys.executable, "-m", "lace", "run", "--model", "openai/root",
+             *(["--workers", str(workers)] if workers else []),
+             PROMPT.format(tasks=tasks, processes=workers + 1 if wait else 1, db=db)],
+            env=env, capture_output=True, text=True, timeout=600, cwd=folder)
+        wall = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if run.returncode != 0 or f"All {tasks} tasks are done" not in run.stdout:
+            raise AssertionError(f"the run failed: {run.stderr[-2000:]}")
+        with sqlite3.connect(db) as connection:
+            created, = connection.execute(
+                "SELECT MIN(created_at) FROM events WHERE type = 'tool_call' AND "
+                "json_extract(data, '$.tool_name') = 'task_create'").fetchone()
+            ended, = connection.execute(
+                "SELECT MAX(created_at) FROM events WHERE type = 'agent_message'").fetchone()
+            holders, = connection.execute(
+                "SELECT COUNT(DISTINCT lease_holder) FROM agent_metadata "
+                "WHERE thread_id LIKE '%.%'").fetchone()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "fanout": stamp(ended) - stamp(created), "cpu": cpu,
+            "holders": holders}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fanout_workers",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, nargs="+", default=[40, 100])
+    parser.add_argument("--latency-ms", type=float, default=500.0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-wait", action="store_true",
+                        help="the root fans out at once, before the workers are up")
+    args = parser.parse_args(argv)
+    context = multiprocessing.get_context("spawn")
+    address, stop = context.Queue(), context.Event()
+    server = context.Process(target=serve, args=(args.latency_ms / 1000, address, stop),
+                             daemon=True)
+    server.start()
+    try:
+        base_url = address.get(timeout=30)
+        print(f"L = {args.latency_ms:g} ms per call; {os.cpu_count()} cores; the server runs in "
+              "its own process; `fan-out` = root's task_create reply to its final answer")
+        rows = []
+        for tasks in args.tasks:
+            baseline = None
+            for workers in args.workers:
+                for _ in range(args.repeat):
+                    result = run_once(base_url, tasks, workers, wait=not args.no_wait)
+                    baseline = baseline or result
+                    rows.append([tasks, workers, f"{result['wall']:.2f}",
+                                 f"{result['wall'] / baseline['wall']:.2f}",
+                                 f"{result['fanout']:.2f}",
+                                 f"{result['fanout'] / baseline['fanout']:.2f}",
+                                 f"{result['cpu']:.1f}", result["holders"]])
+                    print(rows[-1], flush=True)
+    finally:
+        stop.set()
+        server.join(10)
+    print(table(["K", "--workers", "wall s", "wall ratio", "fan-out s", "fan-out ratio",
+                 "cpu s", "processes"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""`lace worker`: a process that runs the agents of every session of the database (or of the
+named ones) until SIGINT or SIGTERM; and the workers `lace run --workers N` starts."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from lace.cli.board import open_store
+from lace.cli.run import model_client, new_supervisor, with_tool_flags, workspace_of
+from lace.config import Settings, load_settings
+from lace.store import Store
+from lace.tools.workspace import DaemonThreads
+
+GRACE_S = 3.0
+"""How long a worker has to stop after SIGTERM before it is killed."""
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    """Check the sessions named, then serve until a signal (or the end of stdin with
+    --until-eof, as started by `lace run --workers`)."""
+    settings = with_tool_flags(load_settings(), args)
+    workspace_of(args)
+    store = open_store(args)
+    with store.reading() as tx:
+        roots = [tx.get_session(root_id).id for root_id in args.sessions or []]
+    return asyncio.run(_serve(args, store, settings, roots))
+
+
+async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
+                 roots: list[str]) -> int:
+    from lace.runtime.worker import change_feed
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
+    main = asyncio.current_task()
+    if main is None:
+        raise RuntimeError("lace worker runs as asyncio's main task")
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, main.cancel)
+    if args.until_eof:
+        def read_stdin() -> None:
+            if not os.read(sys.stdin.fileno(), 4096):  # the run that started it has ended
+                loop.remove_reader(sys.stdin.fileno())
+                main.cancel()
+
+        loop.add_reader(sys.stdin.fileno(), read_stdin)
+    try:
+        client = model_client()  # its SDK imported before this process takes agents
+        await asyncio.to_thread(client.warm_up, litellm_too=False)
+        supervisor = new_supervisor(
+            args, store, settings, client, feed=change_feed(store), share_work=True,
+            sessions=set(roots), serve_all=not roots, max_agents=args.max_agents)
+        try:
+            print(f"lace worker {supervisor.process_id[:8]} (pid {os.getpid()}) runs the agents "
+                  f"of {', '.join(roots) or 'every session'}", file=sys.stderr)
+            await supervisor.serve()
+        finally:
+            supervisor.close()
+    except asyncio.CancelledError:  # SIGINT or SIGTERM: stopped cleanly
+        return 0
+    return 0
+
+
+class Workers:
+    """The `lace worker` processes of one `lace run --workers N`. They end with the run however
+    it ends: stopped by it (SIGTERM, then SIGKILL after GRACE_S), or, should the run be killed,
+    at the end of their stdin, a pipe from the run."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, args: argparse.Namespace, database_url: str, root_id: str,
+              count: int) -> None:
+        """Start `count` workers for the session, with the run's workspace and tool flags (and
+        its environment and folder, so its settings)."""
+        argv = [sys.executable, "-m", "lace", "worker", "--db", database_url,
+                "--session", root_id, "--workspace", str(workspace_of(args)), "--until-eof",
+                *(["--yes"] if args.yes else []), *(["--read-only"] if args.read_only else [])]
+        for _ in range(count):
+            self.processes.append(subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                                   stdout=subprocess.DEVNULL))
+
+    def terminate(self) -> None:
+        """Ask every worker still running to stop (its running turns become interrupted)."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+
+    async def stop(self) -> None:
+        """Stop every worker and wait for it; kill those still running after GRACE_S."""
+        ended_alone = [process for process in self.processes if process.poll() is not None]
+        self.terminate()
+        deadline = time.monotonic() + GRACE_S
+        while any(process.poll() is None for process in self.processes):
+            if time.monotonic() > deadline:
+                for process in self.processes:
+                    if process.poll() is None:
+                        process.kill()
+                        process.wait()
+                break
+            await asyncio.sleep(0.01)
+        for process in self.processes:
+            if process.stdin is not None:
+                process.stdin.close()
+            if process in ended_alone and process.returncode != 0:
+                print(f"lace: worker pid {process.pid} ended with exit code "
+                      f"{process.returncode}", file=sys.stderr)
+        self.processes.clear()

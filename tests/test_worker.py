@@ -1,0 +1,387 @@
+"""`lace worker` and `lace run --workers N`: real processes on one SQLite file. A worker runs
+sessions other processes wrote (new ones too); workers share agents without running one twice;
+a worker killed mid-turn is taken over once its lease runs out; SIGTERM interrupts its turns
+cleanly; a run's workers share its fan-out and never outlive it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.core.assignee import HUMAN
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
+from lace.runtime.worker import SQLiteChanges
+from lace.store import Store, open_database
+from lace.tools.names import ALL_TOOL_NAMES
+from tests.processes import DELIVERED, MANY_PROMPT, final_board, lace_env
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+HELD = "('running', 'waiting')"
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) -> None:
+    """Poll `condition` until it holds; fail (never pass) when `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except sqlite3.OperationalError:  # a writer holds the file for a moment
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db, timeout=10) as connection:
+        return connection.execute(sql, params).fetchall()
+
+
+def value(db: Path, sql: str, *params: Any) -> Any:
+    return rows(db, sql, *params)[0][0]
+
+
+def live_processes(db: Path) -> list[str]:
+    return [row[0] for row in rows(db, "SELECT id FROM processes WHERE expires_at >= ?",
+                                   time.time())]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def workers_of(pid: int) -> list[int]:
+    """The `lace worker` processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if parent == pid and b"worker" in command:
+            found.append(int(entry.name))
+    return found
+
+
+def new_database(tmp_path: Path) -> Path:
+    db = tmp_path / "home" / "lace.db"
+    db.parent.mkdir(mode=0o700)
+    Store(open_database(str(db))).close()
+    return db
+
+
+def write_session(db: Path, prompt: str = MANY_PROMPT) -> str:
+    """A session of the demo coordinator with the person's prompt in its inbox, written as
+    another process would (`lace task add`, the app, a `lace run` on another host)."""
+    store = Store(open_database(str(db)))
+    try:
+        with store.transaction() as tx:
+            root = tx.create_session(provider="demo", model="coordinator", title=prompt[:80],
+                                     tools=list(ALL_TOOL_NAMES))
+            tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+        return root.id
+    finally:
+        store.close()
+
+
+def done(db: Path, root_id: str) -> bool:
+    """The demo coordinator summed up, and nothing of the session is running or pending."""
+    summed_up = value(db, "SELECT COUNT(*) FROM events WHERE thread_id = ? AND type = "
+                          "'agent_message' AND data LIKE '%tasks are done%'", root_id)
+    busy = value(db, "SELECT COUNT(*) FROM agent_metadata JOIN threads ON threads.id = "
+                     "agent_metadata.thread_id WHERE threads.root_id = ? AND status != 'idle'",
+                 root_id)
+    pending = value(db, "SELECT COUNT(*) FROM inbox JOIN threads ON threads.id = "
+                        "inbox.thread_id WHERE threads.root_id = ? AND consumed_at IS NULL",
+                    root_id)
+    return bool(summed_up) and not busy and not pending
+
+
+def assert_delivered_once(db: Path) -> None:
+    """Every inbox row of every session was delivered, and none twice; no tool call has two
+    results; every task completed."""
+    assert rows(db, f"SELECT inbox_id, COUNT(*) FROM ({DELIVERED}) GROUP BY 1 "
+                    "HAVING COUNT(*) > 1") == []
+    assert value(db, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL") == 0
+    assert value(db, f"SELECT COUNT(DISTINCT inbox_id) FROM ({DELIVERED})") == value(
+        db, "SELECT COUNT(*) FROM inbox")
+    assert rows(db, "SELECT thread_id, json_extract(data, '$.call_id'), COUNT(*) FROM events "
+                    "WHERE type = 'tool_result' GROUP BY 1, 2 HAVING COUNT(*) > 1") == []
+    assert {row[0] for row in rows(db, "SELECT status FROM tasks")} == {"completed"}
+
+
+@contextmanager
+def worker(tmp_path: Path, db: Path, *argv: str, name: str,
+           **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`lace worker --db DB *argv`, its stderr in tmp_path/NAME.log; killed if the test left
+    it running."""
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "lace", "worker", "--db", str(db),
+                                    *argv], env=lace_env(tmp_path / "home", **env),
+                                   stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def ready(db: Path, count: int) -> None:
+    """Wait until `count` lace processes hold a lease (a worker takes one once ready)."""
+    wait_for(lambda: len(live_processes(db)) == count, f"{count} live lace processes")
+
+
+def turn_in_model_call(db: Path, root_id: str) -> str:
+    """Wait until the root's first turn is in its model call; the process running it."""
+    wait_for(lambda: rows(db, "SELECT status FROM agent_metadata WHERE thread_id = ?",
+                          root_id) == [("running",)]
+             and value(db, "SELECT COUNT(*) FROM events WHERE thread_id = ? AND type = "
+                           "'user_message'", root_id), "the root's turn to start")
+    return str(value(db, "SELECT lease_holder FROM agent_metadata WHERE thread_id = ?",
+                     root_id))
+
+
+async def test_the_sqlite_feed_hears_commits_of_other_connections_and_notify(
+        store: Store, db_path: Path) -> None:
+    feed = SQLiteChanges(store)
+    try:
+        waiting = asyncio.create_task(feed.wait(600))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # nothing committed
+        with sqlite3.connect(db_path) as other:  # another process's commit
+            other.execute("INSERT INTO processes (id, pid, host, started_at, heartbeat_at, "
+                          "expires_at) VALUES ('other', 1, 'elsewhere', '', 0, 0)")
+        async with asyncio.timeout(30):
+            await waiting
+        waiting = asyncio.create_task(feed.wait(600))
+        feed.notify()  # this process wants another look
+        async with asyncio.timeout(30):
+            await waiting
+    finally:
+        feed.close()
+
+
+@pytest.mark.slow
+def test_a_worker_runs_sessions_other_processes_write_new_ones_too(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    with worker(tmp_path, db, name="worker") as process:
+        ready(db, 1)
+        (worker_id,) = live_processes(db)
+        first = write_session(db)
+        wait_for(lambda: done(db, first), "the first session to finish")
+        second = write_session(db, "Plan the party and book the room")
+        wait_for(lambda: done(db, second), "a session written later to finish")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    assert_delivered_once(db)
+    assert {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")} == {worker_id}
+    assert rows(db, "SELECT id FROM processes") == []  # it gave up its lease
+
+
+@pytest.mark.slow
+def test_two_workers_share_sessions_and_never_run_one_agent_twice(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    with worker(tmp_path, db, name="a", LACE_DEMO_DELAY="0.05") as first, \
+            worker(tmp_path, db, name="b", LACE_DEMO_DELAY="0.05") as second:
+        ready(db, 2)
+        workers = set(live_processes(db))
+        roots = [write_session(db, f"{MANY_PROMPT} number {n}") for n in range(4)]
+        wait_for(lambda: all(done(db, root) for root in roots), "four sessions to finish")
+        for process in (first, second):
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0
+    assert_delivered_once(db)
+    assert value(db, "SELECT COUNT(*) FROM tasks") == 12
+    assert {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")} <= workers
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_turn_is_taken_over_after_its_lease_runs_out(
+        tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    lease = {"LACE_LIMITS__LEASE_TIMEOUT_S": "1.5"}
+    with worker(tmp_path, db, name="stuck", LACE_DEMO_DELAY="600", **lease) as stuck:
+        ready(db, 1)
+        root = write_session(db)
+        (stuck_id,) = live_processes(db)
+        assert turn_in_model_call(db, root) == stuck_id
+        with worker(tmp_path, db, name="survivor", **lease) as survivor:
+            ready(db, 2)
+            (survivor_id,) = set(live_processes(db)) - {stuck_id}
+            stuck.kill()  # not reaped yet: its pid still exists, so only the lease tells
+            wait_for(lambda: done(db, root), "the survivor to finish the session")
+            survivor.send_signal(signal.SIGTERM)
+            assert survivor.wait(timeout=30) == 0
+    assert_delivered_once(db)
+    assert {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")} == {
+        survivor_id}
+    assert rows(db, "SELECT kind FROM inbox WHERE thread_id = ? ORDER BY id", root)[:2] == [
+        ("message",), ("resume",)]
+
+
+@pytest.mark.slow
+def test_sigterm_interrupts_a_workers_turns_for_any_process_to_resume(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    with worker(tmp_path, db, name="stopped", LACE_DEMO_DELAY="600") as stopped:
+        ready(db, 1)
+        root = write_session(db)
+        turn_in_model_call(db, root)
+        stopped.send_signal(signal.SIGTERM)
+        assert stopped.wait(timeout=30) == 0
+    assert rows(db, "SELECT status FROM agent_metadata") == [("interrupted",)]
+    assert rows(db, "SELECT id FROM processes") == []
+    with worker(tmp_path, db, name="next") as process:
+        wait_for(lambda: done(db, root), "another worker to resume and finish the session")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    assert_delivered_once(db)
+
+
+@pytest.mark.slow
+def test_max_agents_caps_the_turns_a_worker_runs_at_once(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    most = 0
+    with worker(tmp_path, db, "--max-agents", "1", name="one", LACE_DEMO_DELAY="0.1") as process:
+        ready(db, 1)
+        root = write_session(db)
+
+        def finished() -> bool:
+            nonlocal most
+            most = max(most, value(db, f"SELECT COUNT(*) FROM agent_metadata WHERE status IN "
+                                       f"{HELD}"))
+            return done(db, root)
+
+        wait_for(finished, "the session to finish one turn at a time")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    assert most == 1
+    assert_delivered_once(db)
+
+
+# lace run --workers
+
+FANOUT = 8
+
+
+def fan_out_script(db: Path) -> Callable[[str, list[dict[str, Any]]], ScriptedReply]:
+    """The root lists tasks until the run's two workers are up (three live processes), then
+    creates FANOUT tasks for `new:openai/worker` agents and sums up once all are done; each
+    helper notes and completes its task."""
+
+    def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+        said = [str(message.get("content") or "") for message in messages]
+        if model == "worker":
+            task_id = re.findall(r"assigned task '([^']+)'", "\n".join(said))[-1]
+            answered = sum(message["role"] == "assistant" for message in messages)
+            step: list[tuple[str, dict[str, Any] | str]] = [
+                ("task_add_note", {"task_id": task_id, "note": "on it"}),
+                ("task_complete", {"task_id": task_id, "message": "done"})]
+            return ScriptedReply("Done." if answered >= 2 else None, step[answered:answered + 1])
+        if not any("Created task" in text for text in said):
+            if len(live_processes(db)) < 3:
+                return ScriptedReply(tool_calls=[("task_list", {})])
+            return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+                {"title": f"Part {n}", "prompt": f"Do part {n}.",
+                 "assigned_to": "new:openai/worker"} for n in range(1, FANOUT + 1)]})])
+        completed = sum("has been completed by" in text for text in said)
+        return ScriptedReply(f"All {FANOUT} tasks are done." if completed >= FANOUT
+                             else f"{completed} of {FANOUT} done.")
+
+    return script
+
+
+@pytest.mark.slow
+def test_lace_run_with_two_workers_spreads_a_fan_out_and_leaves_no_worker(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    db = new_database(tmp_path)
+    with FakeOpenAI(fan_out_script(db), latency_s=0.2) as server:
+        run = subprocess.run(
+            [sys.executable, "-m", "lace", "run", "--workers", "2", "--model", "openai/root",
+             "--timeout", "120", "Fan out."], capture_output=True, text=True, timeout=180,
+            env=lace_env(home, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-fake-key"))
+    assert run.returncode == 0, run.stderr
+    assert f"All {FANOUT} tasks are done." in run.stdout
+    final_board(home)
+    helpers = {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata "
+                                          "WHERE thread_id LIKE '%.%'")}
+    assert len(helpers) >= 2, run.stderr  # the helpers ran in more than one process
+    pids = [int(pid) for pid in re.findall(r"lace worker \w+ \(pid (\d+)\)", run.stderr)]
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+    assert rows(db, "SELECT id FROM processes") == []
+
+
+def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """`lace run --workers 2 ... MANY_PROMPT` whose demo model never answers, once it started
+    its two workers; the run and its workers' pids."""
+    home = tmp_path / "home"
+    new_database(tmp_path)
+    with (tmp_path / "run.log").open("wb") as log:
+        run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workers", "2", *argv,
+                                MANY_PROMPT], stdout=subprocess.DEVNULL, stderr=log,
+                               env=lace_env(home, LACE_DEMO_DELAY="600", PYTHONFAULTHANDLER="1"))
+    wait_for(lambda: len(workers_of(run.pid)) == 2, "the run's two workers")
+    return run, workers_of(run.pid)
+
+
+def ended(run: subprocess.Popen[bytes], tmp_path: Path) -> int:
+    """The run's exit code; a run still going after a minute fails the test with its threads'
+    stacks (SIGABRT makes faulthandler print them to its log)."""
+    try:
+        return run.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGABRT)
+        run.wait()
+        raise AssertionError((tmp_path / "run.log").read_text()) from None
+
+
+@pytest.mark.slow
+def test_a_timeout_stops_the_runs_workers(tmp_path: Path) -> None:
+    run, pids = start_run(tmp_path, "--timeout", "5")
+    assert ended(run, tmp_path) == 3
+    db = tmp_path / "home" / "lace.db"
+    assert not any(alive(pid) for pid in pids)
+    assert rows(db, f"SELECT * FROM agent_metadata WHERE status IN {HELD}") == []
+    assert rows(db, "SELECT id FROM processes") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_no_worker_outlives_an_interrupted_or_killed_run(tmp_path: Path, signum: int) -> None:
+    run, pids = start_run(tmp_path)
+    try:
+        ready(tmp_path / "home" / "lace.db", 3)
+        os.kill(run.pid, signum)
+        assert ended(run, tmp_path) == (130 if signum == signal.SIGINT else -signal.SIGKILL)
+        wait_for(lambda: not any(alive(pid) for pid in pids), "the workers to end")
+    finally:
+        run.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    db = tmp_path / "home" / "lace.db"
+    left = value(db, "SELECT COUNT(*) FROM processes")
+    assert left == (0 if signum == signal.SIGINT else 1)  # a killed run leaves its own row
