@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -14,12 +15,10 @@ def entry() -> None:
     then, so tearing the interpreter down (a second or more with litellm imported) is only
     waiting. Output is flushed first; the exit code is the command's."""
     code = main()
-    try:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (BrokenPipeError, OSError):  # a reader that went away must not change the code
-        pass
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):  # a reader that went away must not change the code
+        with contextlib.suppress(OSError):
+            stream.flush()
     os._exit(code)
 
 

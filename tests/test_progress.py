@@ -8,9 +8,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from lace.core.assignee import ThreadAssignee
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
-from tests.conftest import query
+from lace.store import Store
+from tests.conftest import new_session, query, spawn_child
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 from tests.scripted_coordinator import completions
 
@@ -177,3 +179,44 @@ async def test_a_helper_with_more_open_work_goes_on_after_completing_a_task(
     calls = models.calls_of("worker")  # first done, second still open: it went on
     assert calls[1][-1]["role"] == "tool" and "Completed task" in calls[1][-1]["content"]
     assert tools_called(calls[-1]).count("task_complete") == 2
+
+
+async def test_a_persons_note_on_a_task_assigned_to_human_wakes_the_creator(
+        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if not tools_called(messages):
+            return reply(None, ("task_create", {"tasks": [
+                {"title": "Pick a name", "prompt": "Which name?", "assigned_to": "human"}]}))
+        return reply("ok")
+
+    models.on("root", root)
+    session = await runtime.start_session("Ask the person.", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)
+    asked = len(models.calls_of("root"))
+    (task_id,), = query(db_path, "SELECT id FROM tasks")
+    for tool, arguments in (("task_add_note", {"task_id": task_id, "note": "Call it Zephyr"}),
+                            ("task_update", {"task_id": task_id, "status": "in_progress"})):
+        result = await runtime.act_as_human(session.id, tool, arguments)
+        assert not result.is_error, result.text
+    await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)
+    assert len(models.calls_of("root")) > asked  # the person's answer is input, not progress
+    told = " ".join(str(message.get("content")) for message in models.calls_of("root")[-1])
+    assert "Call it Zephyr" in told and "is now in_progress, changed by human" in told
+    assert query(db_path, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL OR NOT wakes"
+                 ) == [(0,)]
+
+
+def test_a_wait_that_times_out_keeps_the_progress_of_tasks_still_running(
+        store: Store, db_path: Path) -> None:
+    root = new_session(store)
+    helper = spawn_child(store, root.id)
+    with store.transaction() as tx:
+        running, done = (tx.create_task(session_id=root.id, actor=root.id, title=title,
+                                        prompt=title, assignee=ThreadAssignee(helper))
+                         for title in ("Running", "Done"))
+        for task in (running, done):
+            tx.add_note(task.id, session_id=root.id, actor=helper, content="started")
+        tx.complete_task(done.id, session_id=root.id, actor=helper, message="result")
+        tx.consume_notices(root.id, [running.id, done.id])  # what a waiting tool's end does
+    assert query(db_path, "SELECT task_id, kind FROM inbox WHERE thread_id = ? AND "
+                          "consumed_at IS NULL", root.id) == [(running.id, "note")]

@@ -283,13 +283,17 @@ class RowVerbs:
         return [job for job in jobs if job not in awaited]
 
     def consume_notices(self, thread_id: str, task_ids: list[str]) -> None:
-        """Mark a thread's pending completion notices for these tasks, and the progress that
-        led to them, delivered: the result already reached it as a tool result, so it must
-        not wake it a second time, nor come back as stale news on its next turn."""
-        inbox = schema.inbox.c
+        """Mark a thread's pending completion notices for these tasks, and the progress of
+        those that settled, delivered: the result already reached it as a tool result, so it
+        must not wake it a second time, nor come back as stale news on its next turn (the
+        progress of a task still running stays, for a wait that timed out)."""
+        inbox, tasks = schema.inbox.c, schema.tasks.c
+        settled = sa.select(tasks.id).where(tasks.id.in_(task_ids),
+                                            tasks.status.not_in(ACTIVE_STATUSES))
         self._execute(schema.inbox.update().where(
             inbox.thread_id == thread_id, inbox.task_id.in_(task_ids),
-            sa.or_(inbox.kind == "completion", sa.not_(inbox.wakes)),
+            sa.or_(inbox.kind == "completion",
+                   sa.and_(sa.not_(inbox.wakes), inbox.task_id.in_(settled))),
             inbox.consumed_at.is_(None)).values(consumed_at=now_iso()))
 
     def mark_waiting(self, thread_id: str, call_id: str, task_ids: list[str]) -> None:

@@ -21,6 +21,13 @@ TaskFilter = Literal["mine", "created", "thread", "all"]
 UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt")
 
 
+def is_progress(actor: str, task: Task) -> bool:
+    """Whether a change to `task` by `actor` is progress, which waits for the creator's next
+    turn: made by the agent assigned to it. A person's note or move (on a task assigned to
+    `human`) is input, and wakes the creator at once."""
+    return actor == task.assigned_to and is_thread_id(actor)
+
+
 class TaskRules(RowVerbs):
     """Row verbs plus the task board's rules."""
 
@@ -150,7 +157,7 @@ class TaskRules(RowVerbs):
         if after.status == "completed":
             self._notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
                          text=notifications.completion(after, actor, "(no message)"))
-        elif actor == after.assigned_to and after.status in ACTIVE_STATUSES:  # progress
+        elif is_progress(actor, after) and after.status in ACTIVE_STATUSES:
             self._notify(after.created_by, sender=actor, kind="status", task_id=after.id,
                          text=notifications.progress_status(after, actor), wakes=False)
         else:
@@ -166,7 +173,7 @@ class TaskRules(RowVerbs):
         task = self.get_task(task_id, session_id=session_id)
         self._check_may_change(task, actor)
         self.insert_note(task_id, actor, content)
-        if actor == task.assigned_to:  # progress: the creator reads it with its next turn
+        if is_progress(actor, task):  # the creator reads it with its next turn
             self._notify(task.created_by, sender=actor, kind="note", task_id=task_id,
                          text=notifications.progress_note(task, actor, content), wakes=False)
         else:
