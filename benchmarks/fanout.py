@@ -26,10 +26,9 @@ WORKER_CALLS = 2  # task_add_note, task_complete (its turn then ends without ano
 TASKS_PER_CALL = 20  # task_create takes at most 20 tasks; more go in further calls of one reply
 ASSIGNED = re.compile(r"You have been assigned task '([^']+)'")
 TARGETS = {100: 1.10, 500: 1.25}
-CRITICAL_PATH = ("ideal = (1 + T) x L: the root's first call (task_create), then a child's T "
-                 "calls; the root's other calls (its answer to the tool results, the final turn "
-                 "after the last completion) run alongside the children's calls in the ideal "
-                 "schedule.")
+CRITICAL_PATH = ("ideal = (2 + T) x L: the root's first call (task_create), a child's T calls, "
+                 "then the root's final turn after the last completion; its answer to the "
+                 "tool results runs alongside the children's calls.")
 
 
 class BenchmarkError(AssertionError):
@@ -145,7 +144,7 @@ class FanoutRun:
     @property
     def ideal_s(self) -> float:
         """The critical path of model latencies (see CRITICAL_PATH)."""
-        return (1 + WORKER_CALLS) * self.latency_s
+        return (2 + WORKER_CALLS) * self.latency_s
 
     @property
     def ratio(self) -> float:

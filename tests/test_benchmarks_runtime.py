@@ -23,7 +23,7 @@ def test_fanout_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert run.root_calls >= 3  # create, answer the tool results, sum up
     assert positive(run.ideal_s) and positive(run.ratio)
     out = capsys.readouterr().out
-    assert "limits raised for 3 children" in out and "ideal = (1 + T) x L" in out
+    assert "limits raised for 3 children" in out and "ideal = (2 + T) x L" in out
     header, rule, row = out.strip().splitlines()[-3:]
     assert header.split()[:4] == ["K", "ideal", "ms", "actual"]
     assert set(rule) <= {"-", " "} and row.split()[0] == "3"
