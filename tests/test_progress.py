@@ -5,6 +5,7 @@ notes, which reach it with its next turn in one block."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,25 @@ from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from tests.conftest import new_session, query, spawn_child
-from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
+from tests.scripted import Handler, ScriptedModels, assigned_task, reply, tools_called
 from tests.scripted_coordinator import completions
 
 HELPERS = 5
+
+
+def one_task_root(title: str, assigned_to: str,
+                  heard: Callable[[str], None] = lambda text: None) -> Handler:
+    """A root that creates one task, then answers "ok" to whatever it is told (handed to
+    `heard`)."""
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if not tools_called(messages):
+            return reply(None, ("task_create", {"tasks": [
+                {"title": title, "prompt": title, "assigned_to": assigned_to}]}))
+        heard(str(messages[-1].get("content")))
+        return reply("ok")
+
+    return root
 
 
 async def test_a_fan_out_costs_two_calls_per_helper_and_no_root_call_for_their_notes(
@@ -76,12 +92,6 @@ async def test_a_fan_out_costs_two_calls_per_helper_and_no_root_call_for_their_n
 
 async def test_progress_reaches_the_creator_in_one_block_with_its_next_turn(
         runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
-    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
-        if not tools_called(messages):
-            return reply(None, ("task_create", {"tasks": [
-                {"title": "Alpha", "prompt": "a", "assigned_to": "new:scripted/worker"}]}))
-        return reply("ok")
-
     def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
         task_id, done = assigned_task(messages), tools_called(messages)
         steps = [("task_update", {"task_id": task_id, "status": "pending"}),
@@ -90,7 +100,7 @@ async def test_progress_reaches_the_creator_in_one_block_with_its_next_turn(
                  ("task_complete", {"task_id": task_id, "message": "the answer"})]
         return reply(None, steps[len(done)])
 
-    models.on("root", root)
+    models.on("root", one_task_root("Alpha", "new:scripted/worker"))
     models.on("worker", worker)
     session = await asyncio.wait_for(runtime.start_session("go", "scripted/root"), 10)
     await asyncio.wait_for(runtime.run_until_quiet(session.id), 60)
@@ -115,13 +125,9 @@ async def test_blocked_and_messages_still_wake_the_creator_at_once(
         runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
     told = asyncio.Event()
 
-    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
-        if not tools_called(messages):
-            return reply(None, ("task_create", {"tasks": [
-                {"title": "Alpha", "prompt": "a", "assigned_to": "new:scripted/worker"}]}))
-        if "is now blocked" in str(messages[-1].get("content")):
+    def heard(text: str) -> None:
+        if "is now blocked" in text:
             told.set()  # woken by the block while the helper still waits
-        return reply("ok")
 
     async def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
         task_id, done = assigned_task(messages), tools_called(messages)
@@ -130,7 +136,7 @@ async def test_blocked_and_messages_still_wake_the_creator_at_once(
         await asyncio.wait_for(told.wait(), 20)
         return reply("I need help.")
 
-    models.on("root", root)
+    models.on("root", one_task_root("Alpha", "new:scripted/worker", heard))
     models.on("worker", worker)
     session = await runtime.start_session("go", "scripted/root")
     await asyncio.wait_for(runtime.run_until_quiet(session.id), 60)
@@ -183,13 +189,7 @@ async def test_a_helper_with_more_open_work_goes_on_after_completing_a_task(
 
 async def test_a_persons_note_on_a_task_assigned_to_human_wakes_the_creator(
         runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
-    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
-        if not tools_called(messages):
-            return reply(None, ("task_create", {"tasks": [
-                {"title": "Pick a name", "prompt": "Which name?", "assigned_to": "human"}]}))
-        return reply("ok")
-
-    models.on("root", root)
+    models.on("root", one_task_root("Pick a name", "human"))
     session = await runtime.start_session("Ask the person.", "scripted/root")
     await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)
     asked = len(models.calls_of("root"))

@@ -103,7 +103,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
     leaves the inbox for the next turn."""
     agent = tx.get_agent(thread_id)
-    if agent.status in NOT_RUNNABLE or not tx.runnable_threads_of(thread_id):
+    if agent.status in NOT_RUNNABLE or not tx.has_waking_inbox(thread_id):
         return None  # running elsewhere, or another process ran its rows since it was woken
     lease = tx.claim(agent, holder)
     tx.count_turn(thread_id)

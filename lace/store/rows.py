@@ -247,8 +247,11 @@ class RowVerbs:
         agent = self.find_agent(thread_id)
         if agent is None or agent.status in NOT_RUNNABLE:
             return []
-        row = sql.HAS_WAKING_INBOX.first(self.raw, {"thread": thread_id})
-        return [thread_id] if row else []
+        return [thread_id] if self.has_waking_inbox(thread_id) else []
+
+    def has_waking_inbox(self, thread_id: str) -> bool:
+        """Whether a thread has a pending inbox row that starts a turn."""
+        return sql.HAS_WAKING_INBOX.first(self.raw, {"thread": thread_id}) is not None
 
     def open_tasks_by_creator(self, session_id: str) -> dict[str, int]:
         """How many pending or in-progress tasks each creator waits on (not counting tasks
