@@ -73,7 +73,7 @@ def test_the_llm_seam_imports_only_the_core_and_litellm_only_when_first_called()
                                 "lace.runtime", "lace.tui", "lace.cli")) == set()
 
 
-def test_the_openai_client_imports_neither_litellm_nor_the_openai_sdk_until_called() -> None:
+def test_the_openai_client_imports_neither_litellm_nor_the_openai_sdk() -> None:
     loaded = modules_after_import("lace.llm.client", "lace.llm.openai_client", "lace.llm.prices")
     assert "lace.llm.openai_client" in loaded
     assert loaded_from(loaded, ("litellm", "openai", "httpx")) == set()

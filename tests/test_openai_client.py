@@ -176,7 +176,7 @@ async def test_remote_calls_stay_disabled_in_tests(monkeypatch: pytest.MonkeyPat
             await client.complete("openai/gpt-4o-mini", MESSAGES, [])
 
 
-async def test_hundreds_of_calls_at_once_share_one_sdk_client(
+async def test_hundreds_of_calls_at_once_share_one_endpoint(
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = OpenAIClient()
     with FakeOpenAI(script, latency_s=0.2) as fake:
@@ -186,7 +186,7 @@ async def test_hundreds_of_calls_at_once_share_one_sdk_client(
                                          for _ in range(300)))
         shared = OpenAIClient._shared
         await OpenAIClient().complete("openai/gpt-4o-mini", MESSAGES, [])
-        assert OpenAIClient._shared is shared  # another instance, the same SDK client
+        assert OpenAIClient._shared is shared  # another instance, the same connections
     assert {reply.content for reply in replies} == {"two words \ufffd then more"}
     assert len(fake.requests) == 301
 
@@ -200,6 +200,14 @@ async def odd_reply(request: web.Request) -> web.StreamResponse:
                        "messages resulted in 9000 tokens.", "type": "invalid_request_error",
             "param": "messages", "code": "context_length_exceeded"}}, status=400)
     head = {"id": "chatcmpl-1", "created": 1, "model": body["model"]}
+    if body["model"] == "not-json":
+        return web.Response(text="<html>Bad gateway, try later</html>", status=200)
+    if body["model"] == "error-event":  # a provider that fails inside the stream
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"error": {"message": "overloaded, try again", '
+                             b'"type": "server_error"}}\n\n')
+        return response
     if not body.get("stream"):
         return web.json_response({**head, "object": "chat.completion", "choices": [
             {"index": 0, "message": {"role": "assistant", "content": "hello world"},
@@ -244,6 +252,35 @@ async def test_a_context_overflow_and_missing_usage_are_handled_alike(streamed: 
                                               on_delta=on_delta))
     assert without_ids(outcomes[0]) == without_ids(outcomes[1])
     assert (outcomes[1].prompt_tokens > 0) is streamed  # estimated as litellm does
+
+
+@pytest.mark.usefixtures("odd_server")
+@pytest.mark.parametrize("model", ["not-json", "error-event"])
+async def test_an_answer_that_is_not_json_or_an_error_event_is_sorted_alike(model: str) -> None:
+    outcomes = []
+    for client in (LiteLLMClient(), OpenAIClient()):
+        with pytest.raises(ModelError) as raised:
+            await client.complete(f"openai/{model}", MESSAGES, [],
+                                  on_delta=(lambda _: None) if model == "error-event" else None)
+        outcomes.append((str(raised.value).split(":")[0], raised.value.transient))
+    assert outcomes[0] == outcomes[1] and outcomes[1][1]
+    if model == "error-event":
+        assert "overloaded, try again" in str(raised.value)
+
+
+async def test_a_streamed_tool_call_of_megabytes_arrives_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One server-sent event far past the line limit of aiohttp's `readline` (the fake sends
+    each tool call in one chunk)."""
+    arguments = json.dumps({"title": "x" * 3_000_000})
+    with FakeOpenAI(lambda model, messages: ScriptedReply(
+            tool_calls=[("task_create", arguments)])) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        reply = await OpenAIClient().complete("openai/gpt-4o-mini", MESSAGES, [],
+                                              on_delta=lambda _: None)
+    assert [(call.name, call.arguments) for call in reply.tool_calls] == [
+        ("task_create", arguments)]
 
 
 # prices
@@ -325,7 +362,7 @@ async def test_a_whole_turn_records_the_same_calls_through_either_client(
     assert {stream for stream, _ in routed["requests"]} == {streamed}
 
 
-# nothing here imports litellm
+# nothing here imports litellm or the openai SDK (a second of start-up)
 
 CALL_WITHOUT_LITELLM = """
 import asyncio, os, sys
@@ -353,11 +390,12 @@ with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello there")) as fa
     os.environ["OPENAI_BASE_URL"] = fake.base_url
     asyncio.run(main())
 assert "litellm" not in sys.modules, "litellm was imported"
+assert not {"openai", "httpx"} & set(sys.modules), "the openai SDK was imported"
 print("ok")
 """
 
 
-def test_an_openai_call_and_its_checks_never_import_litellm(tmp_path: Path) -> None:
+def test_an_openai_call_and_its_checks_import_neither_litellm_nor_the_sdk(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", CALL_WITHOUT_LITELLM], capture_output=True,
                           text=True, env=lace_env(tmp_path), timeout=60, check=False)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr

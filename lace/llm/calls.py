@@ -56,7 +56,7 @@ def model_error(kind: str, text: str) -> ModelError:
 
 
 class ProviderClient:
-    """The guards and the reply of a client that calls providers (litellm or the openai SDK)."""
+    """The guards and the reply of a client that calls providers (litellm or directly)."""
 
     allow_remote_calls = True
     """Tests set this False (on this class, so it holds for every client), so no test can ever

@@ -1,5 +1,5 @@
-"""The clients lace calls models with: `default_client()` sends `openai/...` chat models to the
-openai SDK (`OpenAIClient`) and every other model to litellm (`LiteLLMClient`: one `acompletion`
+"""The clients lace calls models with: `default_client()` calls `openai/...` chat models directly
+(`OpenAIClient`) and every other model to litellm (`LiteLLMClient`: one `acompletion`
 call, streamed when watched); both sort errors by kind."""
 
 from __future__ import annotations
@@ -78,19 +78,17 @@ class LiteLLMClient(ProviderClient):
 
 
 class RoutingClient:
-    """The client lace uses: `openai/...` chat models through the openai SDK (no litellm import,
-    a fraction of its CPU per call), every other model through litellm."""
+    """The client lace uses: `openai/...` chat models called directly (no litellm import, a
+    fraction of its CPU per call), every other model through litellm."""
 
     def __init__(self) -> None:
         self.direct, self.litellm = OpenAIClient(), LiteLLMClient()
 
     @staticmethod
     def warm_up(litellm_too: bool = True) -> None:
-        """Import the openai SDK, load the price table and, unless told not to, import litellm
-        (seconds, once; call it from a thread to keep a UI responsive). A worker leaves litellm
-        until a model needs it: its import is seconds of a core another process could use."""
-        import openai  # noqa: F401  (the direct path's SDK)
-
+        """Load the price table and, unless told not to, import litellm (seconds, once; call it
+        from a thread to keep a UI responsive). A worker leaves litellm until a model needs it:
+        its import is seconds of a core another process could use."""
         price_table()
         if litellm_too:
             LiteLLMClient.warm_up()

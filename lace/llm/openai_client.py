@@ -1,7 +1,8 @@
-"""`openai/...` models called with the openai SDK directly, as litellm would call them, without
-litellm's import (seconds) and per-call cost (milliseconds of CPU). The request, the reply, the
-usage, the price and the sorting of errors are litellm's; `served_directly` leaves to litellm
-the models it would call differently (the Responses API)."""
+"""`openai/...` models called directly, as litellm would call them (through the openai SDK),
+without litellm's import (seconds) and per-call cost (milliseconds of CPU), nor the SDK's import
+(a second). The request, the reply, the usage, the price and the sorting of errors are
+litellm's; `served_directly` leaves to litellm the models it would call differently (the
+Responses API)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,21 @@ import inspect
 import os
 import re
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
+
+import aiohttp
 
 from lace.core.text import valid_text
 from lace.llm.calls import ProviderClient, model_error, outgoing
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
+from lace.llm.openai_http import Endpoint, chunks
 from lace.llm.prices import call_cost, model_entry, price_table
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
-if TYPE_CHECKING:
-    from openai import AsyncOpenAI, RequestOptions
-
 OPENAI_URL = "https://api.openai.com/v1"
-MAX_CONNECTIONS = 1000
-"""Connections the shared client may open (and keep): enough for hundreds of agents at once."""
 COMPLETIONS = "/chat/completions"
-AS_CREATE_DOES: RequestOptions = {"security": {"bearer_auth": True}}
-"""The request options `chat.completions.create` sends (the API key as a bearer token)."""
 _GPT_VERSION = re.compile(r"^gpt-(\d+)(?:\.(\d+))?(?=[.-]|$)")
 
 
@@ -75,11 +72,11 @@ def request(name: str, messages: list[dict[str, Any]],
 
 
 class OpenAIClient(ProviderClient):
-    """Calls `openai/<name>` with one shared `openai.AsyncOpenAI` (per event loop and settings),
+    """Calls `openai/<name>` through one shared `Endpoint` (per event loop and settings),
     streamed when `on_delta` is given; no retries of its own (lace's backoff is the one retry
     policy, and every attempt is an `llm_calls` row)."""
 
-    _shared: ClassVar[tuple[tuple[Any, ...], AsyncOpenAI, asyncio.Task[None]] | None] = None
+    _shared: ClassVar[tuple[tuple[Any, ...], Endpoint, asyncio.Task[None]] | None] = None
 
     def check_allowed(self, model: str) -> None:
         """The shared guards, and with remote calls disabled the endpoint this client calls
@@ -97,59 +94,44 @@ class OpenAIClient(ProviderClient):
         arguments = request(name, messages, tools)
         sent = arguments["messages"]
         try:
-            sdk = self._sdk()
-            from openai import AsyncStream
-            from openai.types.chat import ChatCompletion, ChatCompletionChunk
-
-            # `post` with the body as it is: what `chat.completions.create` sends, without its
-            # walk of every message and tool schema against the SDK's types (half its CPU)
+            endpoint = self._endpoint()
             if on_delta is None:
-                response = await sdk.post(COMPLETIONS, body=arguments, cast_to=ChatCompletion,
-                                          options=AS_CREATE_DOES)
-                message, usage = response.choices[0].message, response.usage
+                answer = await endpoint.post(COMPLETIONS, arguments)
+                message, usage = _message(answer["choices"][0]["message"]), answer.get("usage")
             else:
-                stream = await sdk.post(
-                    COMPLETIONS, body={**arguments, "stream": True,
-                                       "stream_options": {"include_usage": True}},
-                    cast_to=ChatCompletion, options=AS_CREATE_DOES, stream=True,
-                    stream_cls=AsyncStream[ChatCompletionChunk])
+                stream = await endpoint.stream(COMPLETIONS, {
+                    **arguments, "stream": True, "stream_options": {"include_usage": True}})
         except Exception as error:
-            raise openai_error(error, status=getattr(error, "status_code", 500)) from error
+            raise openai_error(error, status=getattr(error, "status_code", None) or 500) \
+                from error
         if on_delta is not None:
             message, usage = await self._streamed(stream, name, sent, on_delta)
-        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0)
-        cost = None if self.is_unpriced(model) else call_cost(
-            name, int(getattr(usage, "prompt_tokens", 0) or 0),
-            int(getattr(usage, "completion_tokens", 0) or 0), int(cached or 0))
-        return self.reply(model, message, usage, cost)
+        usage = usage if isinstance(usage, dict) else {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        prompt, completion = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
+        cost = None if self.is_unpriced(model) else call_cost(name, prompt, completion,
+                                                               int(cached))
+        return self.reply(model, message, SimpleNamespace(prompt_tokens=prompt,
+                                                          completion_tokens=completion), cost)
 
-    def _sdk(self) -> AsyncOpenAI:
-        """The shared client, made on first use inside the running loop (its connections belong
-        to that loop), and again when the loop or the endpoint settings change. Its HTTP goes
-        through aiohttp, as litellm's does: httpx's own pool costs CPU in proportion to the
-        calls in flight."""
+    def _endpoint(self) -> Endpoint:
+        """The shared endpoint, made on first use inside the running loop (its connections
+        belong to that loop), and again when the loop or the endpoint settings change."""
         loop = asyncio.get_running_loop()
         settings = (loop, base_url(), os.environ.get("OPENAI_API_KEY"),
                     os.environ.get("OPENAI_ORGANIZATION") or None,
                     float(os.environ.get("REQUEST_TIMEOUT") or 600))
         shared = OpenAIClient._shared
         if shared is None or shared[0] != settings:
-            import httpx
-            import openai
-
+            endpoint = Endpoint(*settings[1:])
             if shared is not None and not shared[2].get_loop().is_closed():
-                shared[2].get_loop().call_soon_threadsafe(shared[2].cancel)  # closes its client
-            http = openai.DefaultAioHttpClient(limits=httpx.Limits(
-                max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS))
-            client = openai.AsyncOpenAI(base_url=settings[1], api_key=settings[2],
-                                        organization=settings[3], timeout=settings[4],
-                                        max_retries=0, http_client=http)
-            OpenAIClient._shared = shared = (settings, client,
-                                             loop.create_task(_closed_at_the_end(client)))
+                shared[2].get_loop().call_soon_threadsafe(shared[2].cancel)  # closes it
+            OpenAIClient._shared = shared = (settings, endpoint,
+                                             loop.create_task(_closed_at_the_end(endpoint)))
         return shared[1]
 
     @staticmethod
-    async def _streamed(stream: Any, name: str, sent: list[dict[str, Any]],
+    async def _streamed(stream: aiohttp.ClientResponse, name: str, sent: list[dict[str, Any]],
                         on_delta: DeltaCallback) -> tuple[Any, Any]:
         """The streamed answer put together as litellm's `stream_chunk_builder` does: text
         deltas passed on as they come, tool-call fragments joined by index, the usage chunk."""
@@ -157,46 +139,58 @@ class OpenAIClient(ProviderClient):
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
-            async for chunk in stream:
-                usage, answered_as = chunk.usage or usage, chunk.model or answered_as
-                if not chunk.choices:
+            async for chunk in chunks(stream):
+                usage, answered_as = chunk.get("usage") or usage, chunk.get("model") or answered_as
+                if not chunk.get("choices"):
                     continue
-                delta = chunk.choices[0].delta
-                if delta.content:
-                    text.append(delta.content)
-                    await _passed_on(on_delta, valid_text(delta.content))
-                for call in delta.tool_calls or []:
-                    joined = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-                    joined["id"] = call.id or joined["id"]
-                    if call.function is not None:
-                        joined["name"] = call.function.name or joined["name"]
-                        joined["arguments"] += call.function.arguments or ""
+                delta = chunk["choices"][0].get("delta") or {}
+                if delta.get("content"):
+                    text.append(delta["content"])
+                    await _passed_on(on_delta, valid_text(delta["content"]))
+                for call in delta.get("tool_calls") or []:
+                    joined = calls.setdefault(call["index"],
+                                              {"id": "", "name": "", "arguments": ""})
+                    joined["id"] = call.get("id") or joined["id"]
+                    function = call.get("function") or {}
+                    joined["name"] = function.get("name") or joined["name"]
+                    joined["arguments"] += function.get("arguments") or ""
         except ModelError:
             raise
         except Exception as error:
             raise openai_error(error, status=getattr(error, "status_code", None),
                                mid_stream=True) from error
-        tool_calls = [SimpleNamespace(id=call["id"], function=SimpleNamespace(
-            name=call["name"], arguments=call["arguments"])) for call in calls.values()]
-        message = SimpleNamespace(content="".join(text) or None, tool_calls=tool_calls)
+        message = _message({"content": "".join(text) or None, "tool_calls": [
+            {"id": call["id"], "function": {"name": call["name"], "arguments": call["arguments"]}}
+            for call in calls.values()]})
         if usage is None:  # the server ignored include_usage: litellm estimates the tokens
             counter = litellm().token_counter
             output = "".join(text) + "".join(call["arguments"] for call in calls.values())
-            usage = SimpleNamespace(
-                prompt_tokens=counter(model=answered_as, messages=sent),
-                completion_tokens=counter(model=answered_as, text=output,
-                                          count_response_tokens=True))
+            usage = {"prompt_tokens": counter(model=answered_as, messages=sent),
+                     "completion_tokens": counter(model=answered_as, text=output,
+                                                  count_response_tokens=True)}
         return message, usage
 
 
-async def _closed_at_the_end(client: AsyncOpenAI) -> None:
-    """Wait until cancelled, then close `client`: `asyncio.run` cancels the tasks left when its
-    main coroutine ends and waits for them, so the client's connections close with the loop
-    still running (aiohttp complains of a session left open)."""
+def _message(answer: dict[str, Any]) -> SimpleNamespace:
+    """An answer's message (`content`, `tool_calls` with their `function`) as `reply` reads it."""
+    return SimpleNamespace(content=answer.get("content"), tool_calls=[
+        SimpleNamespace(id=call.get("id"), function=SimpleNamespace(**{
+            "name": None, "arguments": None, **(call.get("function") or {})}))
+        for call in answer.get("tool_calls") or []])
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    return int(usage.get(key) or 0)
+
+
+async def _closed_at_the_end(endpoint: Endpoint) -> None:
+    """Wait until cancelled, then close `endpoint`: `asyncio.run` cancels the tasks left when
+    its main coroutine ends and waits for them, so the connections close with the loop still
+    running (aiohttp complains of a session left open)."""
     try:
         await asyncio.get_running_loop().create_future()
     finally:
-        await client.close()
+        await endpoint.close()
 
 
 async def _passed_on(on_delta: DeltaCallback, delta: str) -> None:
@@ -268,7 +262,7 @@ def _context_window_exceeded(lower: str) -> bool:
 
 def openai_error(error: Exception, *, status: int | None,
                  mid_stream: bool = False) -> ModelError:
-    """The ModelError litellm's decisions give an openai SDK error. Before the answer starts an
+    """The ModelError litellm's decisions give a failed request. Before the answer starts an
     error without a status counts as a 500 (litellm wraps it so); once a stream has started,
     anything but a client error is a broken stream, worth retrying."""
     text = str(error)
