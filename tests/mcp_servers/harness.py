@@ -30,10 +30,11 @@ def notes_stdio(**env: str) -> McpServer:
 
 
 def runtime_with(store: Store, servers: dict[str, McpServer],
-                 policy: dict[str, Any] | None = None, **limits: Any) -> Supervisor:
+                 policy: dict[str, Any] | None = None, *, tools: ToolSettings | None = None,
+                 **limits: Any) -> Supervisor:
     """A runtime whose settings name these servers (and this tool policy)."""
     settings = Settings(limits=Limits(**{**QUICK, **limits}),
-                        tools=ToolSettings(policy=policy or {}), mcp_servers=servers)
+                        tools=tools or ToolSettings(policy=policy or {}), mcp_servers=servers)
     return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
                       check_model=check_model)
 
