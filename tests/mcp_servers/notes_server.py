@@ -1,11 +1,14 @@
 """A small MCP server for tests: `python notes_server.py [--http PORT]`. Its pid goes to the file
-`$NOTES_PID_FILE` names (when set), so a test can tell whether it outlived lace."""
+`$NOTES_PID_FILE` names (when set), so a test can tell whether it outlived lace; with
+`$NOTES_STUBBORN` set it does not end when its stdin closes (only a signal ends it), so a test
+can tell whether lace stopped it or it merely left."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -75,3 +78,5 @@ if __name__ == "__main__":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run()
+        if os.environ.get("NOTES_STUBBORN"):
+            time.sleep(3600)
