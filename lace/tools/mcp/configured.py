@@ -79,8 +79,8 @@ def read_mcp_json(workspace: Path) -> tuple[dict[str, McpServer], list[str]]:
         except ValidationError as error:
             problem = error.errors(include_url=False)[0]
             where = ".".join(str(part) for part in problem["loc"])
-            warnings.append(f"MCP server {name!r} in {path} left out: {where} {problem['msg']}"
-                            .replace("  ", " "))
+            warnings.append(f"MCP server {name!r} in {path} left out: "
+                            + (f"{where}: " if where else "") + problem["msg"])
         except LaceError as error:
             warnings.append(f"MCP server {name!r} in {path} left out: {error}")
     return servers, warnings
