@@ -20,7 +20,14 @@ from lace.runtime.events import Warned
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from tests.conftest import query
-from tests.mcp_servers.harness import QUICK, alive, notes_over_http, notes_stdio, runtime_with
+from tests.mcp_servers.harness import (
+    NOTES_SERVER,
+    QUICK,
+    alive,
+    notes_over_http,
+    notes_stdio,
+    runtime_with,
+)
 from tests.scripted import ScriptedModels, reply, text, tools_called
 
 RESULTS = ("SELECT json_extract(data, '$.tool_name'), json_extract(data, '$.server'), "
@@ -269,3 +276,35 @@ async def test_a_slow_call_times_out_as_a_tool_error_and_keys_are_masked(
     assert query(db_path, "SELECT COUNT(*) FROM events WHERE data LIKE '%tok-configured%'") \
         == [(0,)]
     assert len(flood[3]) < 30_100 and "[70,000 characters cut]" in flood[3]
+
+
+FLAKY = """
+import os, sys
+marker = sys.argv[1]
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    sys.exit("not today")
+os.execv(sys.executable, [sys.executable, sys.argv[2]])
+"""
+
+
+async def test_a_server_that_failed_to_start_is_tried_again_later(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    flaky = McpServer(command=sys.executable,
+                      args=["-c", FLAKY, str(tmp_path / "tried"), str(NOTES_SERVER)])
+    runtime = runtime_with(store, {"flaky": flaky}, mcp_retry_s=0.2)
+    requests = recording(runtime)
+    models.on("root", lambda messages: reply(None, ("mcp__flaky__echo", {"text": "hi"}))
+              if messages[-1]["role"] == "user" else reply("ok"))
+    root = await runtime.start_session("first", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    await asyncio.sleep(0.3)  # past mcp_retry_s: the next turn starts the server again
+    await runtime.send(root.id, "second")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    await runtime.stop()
+    runtime.close()
+    (failed, worked) = query(db_path, RESULTS)
+    assert failed[:3] == ("mcp__flaky__echo", None, 1)
+    assert failed[3].startswith("MCP server flaky is not running (")
+    assert worked == ("mcp__flaky__echo", "flaky", 0, "hi")
+    assert "mcp__flaky__echo" not in requests.offered[0]

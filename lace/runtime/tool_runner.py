@@ -206,7 +206,7 @@ class ToolRunner:
         policy (with the server's read-only hint) decides, then the server answers."""
         server = None
         try:
-            tool = None if self.mcp is None else self.mcp.tools.get(name)
+            tool = None if self.mcp is None else await self.mcp.find(name)
             if context.tools is not None and not grants(context.tools, name):
                 servers = [] if self.mcp is None else [
                     known for known in self.mcp.tools if grants(context.tools, known)]

@@ -108,13 +108,31 @@ class McpServers:
         for name in [name for name, tool in self.tools.items() if tool.server == server]:
             del self.tools[name]
 
+    def _server_of(self, name: str) -> str | None:
+        """The configured server whose tools' names begin like `name`."""
+        matching = [server for server in self.connections
+                    if name.startswith(mcp_tool_name(server, ""))]
+        return max(matching, key=len) if matching else None
+
+    async def find(self, name: str) -> ServerTool | None:
+        """The tool named `name`, waiting first for a start of its server under way (a retry
+        or a restart), so a call made meanwhile is not lost."""
+        server = self._server_of(name)
+        if name not in self.tools and server is not None:
+            under_way = self._starts.get(server) or self._restarts.get(server)
+            if under_way is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(under_way)
+        return self.tools.get(name)
+
     def unavailable(self, name: str) -> str:
         """Why `name` is not a tool now: its server failed, or no server offers it."""
-        for server, connection in self.connections.items():
-            if name.startswith(mcp_tool_name(server, "")) and connection.state != "ready":
-                return (f"MCP server {server} is not running ({connection.error or 'stopped'}); "
-                        f"it is tried again within {self.limits.mcp_retry_s:g} s. Do without "
-                        "it for now.")
+        server = self._server_of(name)
+        connection = None if server is None else self.connections[server]
+        if connection is not None and connection.state != "ready":
+            return (f"MCP server {server} is not running ({connection.error or 'stopped'}); "
+                    f"it is tried again within {self.limits.mcp_retry_s:g} s. Do without it "
+                    "for now.")
         return f"Unknown tool {name!r}: no running MCP server offers it."
 
     async def call(self, tool: ServerTool, arguments: dict[str, Any]) -> ToolResult:
