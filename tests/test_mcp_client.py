@@ -308,3 +308,25 @@ async def test_a_server_that_failed_to_start_is_tried_again_later(
     assert failed[3].startswith("MCP server flaky is not running (")
     assert worked == ("mcp__flaky__echo", "flaky", 0, "hi")
     assert "mcp__flaky__echo" not in requests.offered[0]
+
+
+async def test_hostile_arguments_come_back_as_tool_errors_and_images_as_descriptions(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    runtime = runtime_with(store, {"notes": notes_stdio()})
+    nested = "[" * 500 + "]" * 500
+    models.on("root", lambda messages: reply(None, ("mcp__notes__add_note", nested),
+                                             ("mcp__notes__add_note", "{not json"),
+                                             ("mcp__notes__add_note", "[1, 2]"),
+                                             ("mcp__notes__echo", {"wrong": "key"}),
+                                             ("mcp__notes__picture", {}))
+              if messages[-1]["role"] == "user" else reply("ok"))
+    await run_session(runtime)
+    results = query(db_path, RESULTS)
+    assert [row[1:3] for row in results] == [("notes", 1)] * 4 + [("notes", 0)]
+    assert results[0][3].startswith("Invalid arguments for mcp__notes__add_note: the JSON is "
+                                    "nested deeper than")
+    assert results[1][3].startswith("Invalid JSON arguments for mcp__notes__add_note")
+    assert results[2][3] == "Arguments for mcp__notes__add_note must be a JSON object, got list."
+    assert results[3][3].startswith("MCP server notes, tool echo returned an error: ")
+    assert results[4][3] == "a red dot\n[image image/png, about 300 bytes, not shown]"
+    assert query(db_path, "SELECT COUNT(*) FROM approvals") == [(0,)]  # refused before asking

@@ -106,7 +106,7 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
     assert done.returncode == 1
     assert lines[0] == "missing  (/nonexistent/server)  failed to start: command not found: " \
                        "/nonexistent/server"
-    assert lines[1] == f"notes  ({sys.executable} {NOTES_SERVER})  8 tool(s)"
+    assert lines[1] == f"notes  ({sys.executable} {NOTES_SERVER})  9 tool(s)"
     assert "  mcp__notes__echo  [allow]  Return the text unchanged." in lines
     assert done.stderr.splitlines() == [
         f"lace: warning: MCP server 'old' in {tmp_path / '.mcp.json'} left out: type sse is "

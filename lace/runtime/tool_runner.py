@@ -214,7 +214,8 @@ class ToolRunner:
             if tool is None:
                 raise ToolError("No MCP server is configured." if self.mcp is None
                                 else self.mcp.unavailable(name))
-            server, decoded = tool.server, decoded_arguments(name, arguments)
+            server = tool.server
+            decoded = decoded_arguments(name, arguments)
             if call_id is not None:
                 if self.approvals is None:
                     raise ToolError(f"{name} needs an approval policy, and this runtime has "

@@ -6,13 +6,14 @@ can tell whether lace stopped it or it merely left."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import sys
 import time
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import ImageContent, TextContent, ToolAnnotations
 
 server = MCPServer("notes")
 NOTES: list[str] = []
@@ -61,6 +62,14 @@ async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def picture() -> list[TextContent | ImageContent]:
+    """A caption and a small image."""
+    return [TextContent(type="text", text="a red dot"),
+            ImageContent(type="image", data=base64.b64encode(b"\x89PNG" + b"0" * 296).decode(),
+                         mime_type="image/png")]
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
