@@ -140,6 +140,7 @@ class Supervisor:
     def __post_init__(self) -> None:
         if self.share_work:
             self._share = 1  # until the watch has counted the turns and the processes
+        servers, warnings = configured_servers(self.settings, self.workspace)  # may refuse
         with self.store.transaction() as tx:
             tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
         self.db = AsyncStore(self.store, on_commit=self._apply)
@@ -152,7 +153,6 @@ class Supervisor:
         tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
                                     timeout_s=self.settings.limits.approval_timeout_s,
                                     changed=tools.change_signal)
-        servers, warnings = configured_servers(self.settings, self.workspace)
         if servers or warnings:
             tools.mcp = McpServers(servers, self.settings.limits,
                                    lambda text: self.bus.publish(Warned(text)), warnings)
