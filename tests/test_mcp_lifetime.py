@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from lace.config import McpServer
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
@@ -67,12 +68,16 @@ def wait_for_server(pid_file: Path, process: subprocess.Popen[str]) -> int:
 
 def test_a_quiet_run_stops_its_server(tmp_path: Path, leftovers: Path) -> None:
     config(tmp_path, leftovers)
+    with (tmp_path / "lace.toml").open("a") as file:
+        file.write('[mcp_servers.missing]\ncommand = "/nonexistent/server"\n')
     with FakeOpenAI(calling("mcp__notes__pid", {})) as fake:
         process = start_lace(tmp_path, fake)
         out, err = process.communicate(timeout=120)
     (pid,) = pids_in(leftovers)
     assert (process.returncode, out) == (0, f"result: {pid}\n"), err
     assert not alive(pid)
+    assert ("! MCP server missing failed to start: command not found: /nonexistent/server; its "
+            "tools are left out, and it is tried again in 60 s\n") in err
 
 
 @pytest.mark.parametrize("ending", ["timeout", "sigterm"])
@@ -127,3 +132,45 @@ def test_mcp_list_with_nothing_configured_and_a_bad_entry(tmp_path: Path) -> Non
     assert done.stderr == ("lace: error: Bad setting mcp_servers.both in lace.toml: Value "
                            "error, give either command (a server lace starts) or url (one it "
                            "reaches over streamable HTTP)\n")
+
+
+async def test_the_app_warns_of_a_server_that_failed_and_quitting_stops_the_others(
+        db_path: Path, tmp_path: Path, models: Any) -> None:
+    import asyncio
+
+    from lace.config import Settings
+    from lace.tui.factory import create_app
+    from tests.mcp_servers.harness import notes_stdio
+    from tests.piloted_app import SIZE
+    from tests.scripted import reply
+
+    pid_file = tmp_path / "app-pids"
+    settings = Settings(mcp_servers={
+        "missing": McpServer(command="/nonexistent/server"),
+        "notes": notes_stdio(NOTES_PID_FILE=str(pid_file), NOTES_STUBBORN="1")})
+    models.on("root", lambda messages: reply("hello"))
+    app = create_app(db=str(db_path), model="scripted/root", settings=settings,
+                     workspace=tmp_path)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press(*"hi", "enter")
+            for _ in range(600):
+                said = [notification.message for notification in app._notifications]
+                if said and pids_in(pid_file):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("no warning, or the notes server never started")
+            assert said == ["MCP server missing failed to start: command not found: "
+                            "/nonexistent/server; its tools are left out, and it is tried "
+                            "again in 60 s"]
+            (pid,) = pids_in(pid_file)
+            assert alive(pid)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+        assert not alive(pid)
+    finally:
+        app.runtime.close()
+        for pid in pids_in(pid_file):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
