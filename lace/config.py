@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -17,6 +17,7 @@ from pydantic_settings import (
 
 from lace.core.errors import LaceError
 from lace.core.tool_names import unknown_tool_problem
+from lace.core.tool_sets import EVERY_MCP_TOOL, is_mcp_tool, matches
 from lace.paths import lace_home
 
 DEMO_MODEL = "demo/coordinator"
@@ -47,6 +48,13 @@ class Limits(BaseModel):
     reserve_tokens: int = Field(default=4096, ge=0,
                                 description="tokens set aside for each model call's answer "
                                             "(with its prompt's estimate) against budgets")
+    mcp_start_timeout_s: float = Field(default=30.0, gt=0,
+                                       description="how long an MCP server may take to start")
+    mcp_call_timeout_s: float = Field(default=120.0, gt=0,
+                                      description="longest MCP tool call")
+    mcp_retry_s: float = Field(default=60.0, gt=0,
+                               description="how long a server that failed to start is left "
+                                           "out before it is tried again")
 
 
 Policy = Literal["allow", "ask", "deny"]
@@ -63,29 +71,44 @@ class BashSettings(BaseModel):
 
 
 class ToolSettings(BaseModel):
-    """`[tools.policy]`: allow, ask or deny per tool; tools not named are allowed, except the
-    writing ones, which ask. `[tools.bash]`: what bash's environment keeps."""
+    """`[tools.policy]`: allow, ask or deny per tool or pattern (`"mcp__git__*"`); tools not
+    named are allowed, except the writing ones and MCP tools not marked read-only, which ask.
+    `[tools.bash]`: what bash's environment keeps."""
 
     model_config = ConfigDict(extra="forbid")
     policy: dict[str, Policy] = Field(default_factory=dict)
+    _read_only: bool = PrivateAttr(default=False)
     bash: BashSettings = Field(default_factory=BashSettings)
     protected_paths: list[str] = Field(
         default_factory=list, description="what file tools never write, besides lace's own "
         "files and git's: a name or glob (any folder), a path relative to the workspace, or "
         "an absolute path")
 
-    def policy_for(self, tool: str) -> Policy:
-        """The policy of one tool."""
-        return self.policy.get(tool, "ask" if tool in WRITING_TOOLS else "allow")
+    def policy_for(self, tool: str, *, read_only_hint: bool = False) -> Policy:
+        """The policy of one tool: its own entry, else the longest pattern that covers it, else
+        the default (an MCP tool's server says whether it only reads: `read_only_hint`)."""
+        writes = tool in WRITING_TOOLS or (is_mcp_tool(tool) and not read_only_hint)
+        if self._read_only and writes:
+            return "deny"
+        if tool in self.policy:
+            return self.policy[tool]
+        patterns = [entry for entry in self.policy if entry.endswith("*") and
+                    matches(entry, tool)]
+        if patterns:
+            return self.policy[max(patterns, key=len)]
+        return "ask" if writes else "allow"
 
     def overridden(self, *, allow_all: bool = False, read_only: bool = False) -> ToolSettings:
-        """`--yes` allows every tool for a run; `--read-only` denies every tool that writes."""
+        """`--yes` allows every tool for a run; `--read-only` denies every tool that writes
+        (an MCP tool writes unless its server marks it read-only)."""
         policy = dict(self.policy)
         if allow_all:
-            policy = {tool: "allow" for tool in (*policy, *WRITING_TOOLS)}
+            policy = {tool: "allow" for tool in (*policy, *WRITING_TOOLS, EVERY_MCP_TOOL)}
         if read_only:
             policy.update({tool: "deny" for tool in WRITING_TOOLS})
-        return self.model_copy(update={"policy": policy})
+        copy = self.model_copy(update={"policy": policy})
+        copy._read_only = self._read_only or read_only
+        return copy
 
 
 class Budget(BaseModel):
@@ -141,6 +164,32 @@ class Profile(BaseModel):
             raise LaceError(f"Cannot read system_prompt_file {path}: {error.strerror}") from None
 
 
+class McpServer(BaseModel):
+    """`[mcp_servers.NAME]`: a server lace starts (`command`, `args`, `env`, `cwd`: stdio) or
+    reaches (`url`, `headers`: streamable HTTP). `${VAR}` and `${VAR:-default}` in any of them
+    are read from the environment, as in `.mcp.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["stdio", "http", "streamable-http"] | None = None
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = Field(default=None, min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a server lace starts) or url (one it "
+                             "reaches over streamable HTTP)")
+        if self.url is not None and (self.args or self.env or self.cwd):
+            raise ValueError("args, env and cwd are for a command; a url server takes headers")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a url server; a command takes env")
+        return self
+
+
 class Settings(BaseSettings):
     """Everything configurable; unknown keys are errors so typos do not pass silently."""
 
@@ -151,6 +200,7 @@ class Settings(BaseSettings):
     budgets: Budgets = Field(default_factory=Budgets)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(

@@ -4,7 +4,7 @@ only, so the settings, the store and the tools can all ask without importing eac
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,11 +54,20 @@ def _credential_values(environment: Mapping[str, str]) -> tuple[str, ...]:
 
 
 _cache: tuple[dict[Any, Any], tuple[str, ...]] = ({}, ())
+_configured: tuple[str, ...] = ()
+"""Credentials written in lace's configuration rather than its environment (an MCP server's
+`env` keys and `headers`), masked like the environment's."""
+
+
+def add_credential_values(values: Iterable[str]) -> None:
+    """Mask these values too from now on (configured keys, e.g. an MCP server's token)."""
+    global _configured
+    _configured = tuple(sorted({*_configured, *(value for value in values if value)}))
 
 
 def credential_values() -> tuple[str, ...]:
     """The values of the credential variables in lace's environment (and the passwords in its
-    database URLs), read again whenever the environment changed."""
+    database URLs), read again whenever the environment changed, and the configured ones."""
     global _cache
     # os.environ's own store: comparing it costs about 0.4 us, reading the names 30 us
     raw: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
@@ -68,4 +77,4 @@ def credential_values() -> tuple[str, ...]:
         values = _credential_values({os.fsdecode(name): os.fsdecode(value)
                                      for name, value in snapshot.items()})
         _cache = (snapshot, values)  # one assignment: a thread never sees a mixed pair
-    return values
+    return values + _configured if _configured else values

@@ -80,16 +80,16 @@ def test_the_openai_client_imports_neither_litellm_nor_the_openai_sdk() -> None:
 
 
 def test_the_tools_import_neither_the_llm_nor_the_runtime() -> None:
-    loaded = modules_after_import(*modules_of("lace.tools"))
-    assert "lace.tools.registry" in loaded
-    assert loaded_from(loaded, ("litellm", "textual")) == set()
+    loaded = modules_after_import(*modules_of("lace.tools"), *modules_of("lace.tools.mcp"))
+    assert "lace.tools.registry" in loaded and "lace.tools.mcp.servers" in loaded
+    assert loaded_from(loaded, ("litellm", "textual", "mcp", "mcp_types")) == set()
     assert loaded_from(loaded, ("lace.llm", "lace.runtime", "lace.tui", "lace.cli")) == set()
 
 
 def test_the_runtime_knows_nothing_of_the_ui() -> None:
     loaded = modules_after_import(*modules_of("lace.runtime"), "lace.llm.client")
     assert "lace.runtime.supervisor" in loaded
-    assert loaded_from(loaded, ("textual", "litellm")) == set()
+    assert loaded_from(loaded, ("textual", "litellm", "mcp", "mcp_types")) == set()
     assert loaded_from(loaded, ("lace.tui", "lace.cli")) == set()
 
 

@@ -187,6 +187,18 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     task_complete.add_argument("task_id")
     task_complete.add_argument("message")
 
+    mcp = add("mcp", "MCP servers: those agents use (list).", "lace.cli.mcp_list:mcp_help_command")
+    mcp_actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION",
+                                     parser_class=type(mcp))
+    mcp_list = mcp_actions.add_parser(
+        "list", parents=[common], help="Start each configured MCP server and list its tools.",
+        description="Start each MCP server of [mcp_servers] and the workspace's .mcp.json as "
+                    "a run would, and print whether it started and its tools, each with its "
+                    "policy; exit 1 when a server does not start.")
+    mcp_list.set_defaults(handler=lazy("lace.cli.mcp_list:mcp_list_command"))
+    mcp_list.add_argument("--json", action="store_true", help="print JSON")
+    add_workspace_flags(mcp_list)
+
     database = add("db", "Database maintenance.", "lace.cli.board:db_help_command")
     db_actions = database.add_subparsers(dest="db_command", metavar="ACTION",
                                          parser_class=type(database))

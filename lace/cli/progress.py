@@ -19,6 +19,7 @@ from lace.runtime.events import (
     Subscriber,
     ThreadSpawned,
     TurnFailed,
+    Warned,
 )
 from lace.runtime.turns import describe_call
 
@@ -36,6 +37,8 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
                     f"(--session) or lace deny {event.approval_id}")
         elif isinstance(event, ThreadSpawned):
             line = f"+ {event.thread_id} spawned ({event.model}) for {event.task_id}"
+        elif isinstance(event, Warned):
+            line = f"! {event.text}"
         elif isinstance(event, TurnFailed):
             line = f"! {event.thread_id} failed: {event.error}"
         elif isinstance(event, EventAppended):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from lace.runtime.supervisor import Supervisor
 
 EXIT_QUIET, EXIT_ROOT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 def workspace_of(args: argparse.Namespace) -> Path:
@@ -62,6 +64,9 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("lace: interrupted; resume with lace run --continue", file=sys.stderr)
         return 130
+    except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
+        print("lace: terminated; resume with lace run --continue", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 def model_client() -> RoutingClient:
@@ -90,7 +95,11 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
 
     # A thread that never returns (a tool stuck in a system call) must not keep the process
     # alive after a timeout or Ctrl+C: asyncio.run and Python's exit wait for pool threads.
-    asyncio.get_running_loop().set_default_executor(DaemonThreads())
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(DaemonThreads())
+    main = asyncio.current_task()
+    if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)
     workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
     sharing = {"feed": change_feed(store), "share_work": True} if workers_wanted else {}
     supervisor = new_supervisor(args, store, settings, model_client(), **sharing)
@@ -128,6 +137,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
         return _report(store, root_id, args.json)
     finally:
         await workers.stop()
+        await supervisor.stop_servers()
         supervisor.close()
 
 

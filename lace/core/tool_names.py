@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 TASK_TOOL_NAMES = ("task_create", "task_list", "task_view", "task_update", "task_add_note",
                    "task_complete")
@@ -23,9 +24,21 @@ def nearest_tool_name(name: str) -> str | None:
     return lowered[close[0]] if close else None
 
 
+MCP_ENTRY = re.compile(r"mcp__(\*|[A-Za-z0-9_-]+\*?)")
+"""An MCP tool's name (`mcp__<server>__<tool>`) or a pattern of them (`mcp__git__*`, `mcp__*`):
+which servers exist is known only once they start, so the shape is all that is checked."""
+
+
 def unknown_tool_problem(name: str) -> str | None:
-    """None for a known tool name, else what is wrong with it and the nearest valid name."""
-    if name in ALL_TOOL_NAMES:
+    """None for a known tool name, an MCP tool name or a prefix pattern (`file_*`,
+    `mcp__git__*`) that covers a tool, else what is wrong with it and the nearest valid name."""
+    if name in ALL_TOOL_NAMES or MCP_ENTRY.fullmatch(name):
+        return None
+    if name.startswith("mcp__"):
+        return (f"bad MCP tool name {name!r}: expected mcp__<server>__<tool> (letters, digits, "
+                "_ and -) or a pattern ending in * (mcp__<server>__*)")
+    if name.endswith("*") and "*" not in name[:-1] and any(
+            known.startswith(name[:-1]) for known in ALL_TOOL_NAMES):
         return None
     nearest = nearest_tool_name(name)
     hint = f"did you mean {nearest!r}?" if nearest else f"the tools are {', '.join(ALL_TOOL_NAMES)}"

@@ -33,15 +33,15 @@ class Approvals:
     timeout_s: float
     changed: Callable[[], asyncio.Event]
 
-    def policy_for(self, tool: str) -> Policy:
-        """The tool's policy."""
-        return self.settings.policy_for(tool)
+    def policy_for(self, tool: str, *, read_only_hint: bool = False) -> Policy:
+        """The tool's policy (an MCP server says whether its tool only reads)."""
+        return self.settings.policy_for(tool, read_only_hint=read_only_hint)
 
     async def check(self, thread_id: str, tool: str, arguments: dict[str, Any],
-                    lease: Lease | None = None) -> str | None:
+                    lease: Lease | None = None, *, read_only_hint: bool = False) -> str | None:
         """None when the call may run, else why not (a tool result the agent can act on). The
         agent's status changes only while its turn's `lease` holds."""
-        policy = self.policy_for(tool)
+        policy = self.policy_for(tool, read_only_hint=read_only_hint)
         if policy == "allow":
             return None
         if policy == "deny":

@@ -11,10 +11,10 @@ from lace.core.agents import NOT_RUNNABLE
 from lace.core.assignee import HUMAN
 from lace.core.notifications import INTERRUPTED_CALL, LACE_SENDER, progress_block
 from lace.core.records import Agent, Event, InboxItem, Lease
+from lace.core.tool_sets import EVERY_TOOL
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
 from lace.tools.base import ToolResult
-from lace.tools.names import ALL_TOOL_NAMES
 
 INTERRUPTED = ToolResult(INTERRUPTED_CALL, is_error=True, kind="Interrupted")
 
@@ -61,18 +61,24 @@ def persisted_waits(events: list[Event]) -> dict[str, PendingWait]:
 
 def tool_result_data(call_id: str, tool_name: str, result: ToolResult, *,
                      waited_for: Sequence[str] = (),
-                     files_changed: Sequence[str] = ()) -> dict[str, Any]:
+                     files_changed: Sequence[str] = (),
+                     server: str | None = None) -> dict[str, Any]:
     """A `tool_result` event, one shape for every tool: the message for the model plus what a
-    reader needs (the error's kind, the tasks waited for, the workspace files changed)."""
-    return {"message": {"role": "tool", "tool_call_id": call_id, "content": result.text},
+    reader needs (the error's kind, the tasks waited for, the workspace files changed, and
+    for an MCP tool its server)."""
+    data = {"message": {"role": "tool", "tool_call_id": call_id, "content": result.text},
             "call_id": call_id, "tool_name": tool_name, "is_error": result.is_error,
             "error_kind": result.kind, "waited_for": list(waited_for),
             "files_changed": list(files_changed)}
+    if server is not None:
+        data["server"] = server
+    return data
 
 
 def own_tools(agent: Agent) -> list[str]:
-    """The tools an agent may call: its stored list, else every tool."""
-    return list(agent.tools) if agent.tools is not None else list(ALL_TOOL_NAMES)
+    """The tools an agent may call (names and patterns): its stored list, else every tool,
+    MCP servers' included."""
+    return list(agent.tools) if agent.tools is not None else list(EVERY_TOOL)
 
 
 def delivered(items: list[InboxItem]) -> list[tuple[dict[str, Any], bool]]:

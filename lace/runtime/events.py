@@ -67,8 +67,15 @@ class ApprovalRequested:
     arguments: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Warned:
+    """Something a person should know that is no agent's doing (an MCP server that failed)."""
+
+    text: str
+
+
 RuntimeEvent = (ThreadSpawned | EventAppended | TextStreamed | TurnStarted | TurnEnded
-                | TurnFailed | TasksChanged | ApprovalRequested)
+                | TurnFailed | TasksChanged | ApprovalRequested | Warned)
 Subscriber = Callable[[RuntimeEvent], None]
 
 

@@ -25,10 +25,11 @@ from lace.core.ids import root_of
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
 from lace.core.records import Lease, Thread
 from lace.core.text import valid_text
+from lace.core.tool_sets import EVERY_TOOL
 from lace.llm.types import ModelClient, ModelError
 from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
+from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed, Warned
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
@@ -36,7 +37,8 @@ from lace.store import Store, Tx
 from lace.store.failures import storage_error
 from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ModelCheck, ToolResult, no_model_check
-from lace.tools.names import ALL_TOOL_NAMES
+from lace.tools.mcp.configured import configured_servers
+from lace.tools.mcp.servers import McpServers
 from lace.tools.workspace import Workspace
 
 log = logging.getLogger("lace.runtime")
@@ -138,6 +140,7 @@ class Supervisor:
     def __post_init__(self) -> None:
         if self.share_work:
             self._share = 1  # until the watch has counted the turns and the processes
+        servers, warnings = configured_servers(self.settings, self.workspace)  # may refuse
         with self.store.transaction() as tx:
             tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
         self.db = AsyncStore(self.store, on_commit=self._apply)
@@ -150,6 +153,9 @@ class Supervisor:
         tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
                                     timeout_s=self.settings.limits.approval_timeout_s,
                                     changed=tools.change_signal)
+        if servers or warnings:
+            tools.mcp = McpServers(servers, self.settings.limits,
+                                   lambda text: self.bus.publish(Warned(text)), warnings)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, tools=tools, budgets=self.settings.budgets,
                                  holder=self.process_id)
@@ -177,7 +183,7 @@ class Supervisor:
 
         def create(tx: Tx) -> Thread:
             root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                                     tools=list(ALL_TOOL_NAMES))
+                                     tools=list(EVERY_TOOL))
             tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
             return root
 
@@ -462,7 +468,14 @@ class Supervisor:
         except Exception as error:  # a full disk: the dead process's agents resume anyway
             if not self._storage_failed(error):
                 raise
+        finally:
+            await self.stop_servers()
         return cut
+
+    async def stop_servers(self) -> None:
+        """Stop the process's MCP servers (every exit path of lace comes here)."""
+        if self.runner.tools.mcp is not None:
+            await self.runner.tools.mcp.stop()
 
     def close(self) -> None:
         """Stop the store thread, close the store's connections and give up the lease."""

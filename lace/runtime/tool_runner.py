@@ -20,6 +20,7 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Lease
 from lace.core.text import valid_text
+from lace.core.tool_sets import grants, is_mcp_tool
 from lace.runtime.approvals import Approvals
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.crash import crash_point
@@ -36,7 +37,8 @@ from lace.tools.base import (
     no_model_check,
 )
 from lace.tools.delegation import settled
-from lace.tools.registry import ToolRegistry
+from lace.tools.mcp.servers import McpServers
+from lace.tools.registry import ToolRegistry, decoded_arguments
 from lace.tools.workspace import Workspace, WorkspaceTool
 
 POLL_S = 0.5
@@ -58,6 +60,8 @@ class ToolRunner:
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     workspace: Workspace | None = None
     approvals: Approvals | None = None
+    mcp: McpServers | None = None
+    """The process's MCP servers (None when none is configured)."""
     waited: dict[str, float] = field(default_factory=dict)
     """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -91,11 +95,25 @@ class ToolRunner:
         """The event the next change sets."""
         return self._changed
 
+    async def definitions(self, agent: Agent, *, can_spawn: bool) -> list[dict[str, Any]]:
+        """The function definitions of an agent's tools: lace's, then those of the running MCP
+        servers it may use (the servers are started first, the first time)."""
+        own = own_tools(agent)
+        servers = [] if self.mcp is None else [
+            tool for tool in await self.mcp.ready() if grants(own, tool.name)]
+        return self.registry.definitions(
+            own, profiles=list(self.profiles), can_spawn=can_spawn,
+            also_granted=[tool.name for tool in servers]) + [
+            tool.definition() for tool in servers]
+
     async def call(self, context: ToolContext, name: str, arguments: Arguments,
                    call_id: str | None = None) -> ToolResult:
         """Run one call. Inside an agent's turn (`call_id` given) its `tool_result` event
         commits with the tool's effect, or alone when the call failed; a waiting tool waits
-        without holding a model slot, and a workspace tool runs after the approval policy."""
+        without holding a model slot, and a workspace or MCP tool runs after the approval
+        policy."""
+        if is_mcp_tool(name):
+            return await self._call_server(context, name, arguments, call_id)
         try:
             tool = self.registry.parse(name, arguments, context.tools)
         except LaceError as error:
@@ -182,25 +200,58 @@ class ToolRunner:
         return await self._record_alone(context, call_id, tool.name, result,
                                         files_changed=files_changed, running=True)
 
+    async def _call_server(self, context: ToolContext, name: str, arguments: Arguments,
+                           call_id: str | None) -> ToolResult:
+        """An MCP tool: the caller must have it and its server must be running; the approval
+        policy (with the server's read-only hint) decides, then the server answers."""
+        server = None
+        try:
+            tool = None if self.mcp is None else await self.mcp.find(name)
+            if context.tools is not None and not grants(context.tools, name):
+                servers = [] if self.mcp is None else [
+                    known for known in self.mcp.tools if grants(context.tools, known)]
+                raise ToolError(self.registry.unknown(name, context.tools, servers))
+            if tool is None:
+                raise ToolError("No MCP server is configured." if self.mcp is None
+                                else self.mcp.unavailable(name))
+            server = tool.server
+            decoded = decoded_arguments(name, arguments)
+            if call_id is not None:
+                if self.approvals is None:
+                    raise ToolError(f"{name} needs an approval policy, and this runtime has "
+                                    "none.")
+                denial = await self.approvals.check(context.thread_id, name, decoded,
+                                                    context.lease, read_only_hint=tool.read_only)
+                if denial is not None:
+                    raise ToolError(denial)
+            assert self.mcp is not None
+            result = await self.mcp.call(tool, decoded)
+        except LaceError as error:
+            result = ToolResult.failure(error)
+        return await self._record_alone(context, call_id, name, result, running=True,
+                                        server=server)
+
     async def _record_alone(self, context: ToolContext, call_id: str | None, name: str,
                             result: ToolResult, *, files_changed: Sequence[str] = (),
-                            running: bool = False) -> ToolResult:
-        """Record a result that no tool transaction recorded (a failure, a workspace call)."""
+                            running: bool = False, server: str | None = None) -> ToolResult:
+        """Record a result that no tool transaction recorded (a failure, a workspace or MCP
+        call)."""
         if call_id is not None:
             self._publish(await self._write(context, lambda tx: self._record(
                 tx, context, call_id, name, result, files_changed=files_changed,
-                running=running)))
+                running=running, server=server)))
         return result
 
     def _record(self, tx: Tx, context: ToolContext, call_id: str | None, name: str,
                 result: ToolResult, *, waited_for: Sequence[str] = (),
-                files_changed: Sequence[str] = (), running: bool = False) -> Recorded:
+                files_changed: Sequence[str] = (), running: bool = False,
+                server: str | None = None) -> Recorded:
         """The `tool_result` event of an agent's call (the person's calls have none), and the
         agent back to `running` after a wait; to publish once the transaction commits."""
         if call_id is None:
             return None
         data = tool_result_data(call_id, name, result, waited_for=waited_for,
-                                files_changed=files_changed)
+                                files_changed=files_changed, server=server)
         event_id = tx.append_event(context.thread_id, "tool_result", data)
         if running:
             tx.set_status(context.thread_id, "running")

@@ -18,7 +18,7 @@ from lace.core.ids import depth_of
 from lace.core.records import Agent, Lease
 from lace.core.text import MAX_NESTING, json_nesting
 from lace.llm.types import ModelClient, ModelError, ModelReply
-from lace.runtime.conversation import TurnStart, begin_turn, own_tools
+from lace.runtime.conversation import TurnStart, begin_turn
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
@@ -146,9 +146,8 @@ class TurnRunner:
         for wait in start.waits:
             result = await self.tools.resume(context, wait)
             messages.append(tool_message(wait.call_id, result))
-        tools = self.tools.registry.definitions(
-            own_tools(agent), profiles=list(self.tools.profiles),
-            can_spawn=depth_of(thread_id) < self.limits.max_depth)
+        tools = await self.tools.definitions(
+            agent, can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
             self._check_turn_time(thread_id, started)
             reply, usage = await self._call_model(agent, lease, messages, tools)

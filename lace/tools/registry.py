@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lace.core.text import MAX_NESTING, json_nesting, valid_strings, value_nesting
+from lace.core.tool_sets import grants
 from lace.tools.base import Tool, ToolError
 from lace.tools.delegation import DELEGATION_TOOLS, Spawn
 from lace.tools.files import FILE_TOOLS
@@ -57,8 +58,8 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS + DELEGATION_TOOLS
                  + MESSAGING_TOOLS + LIFETIME_TOOLS + FILE_TOOLS + SHELL_TOOLS) -> None:
         self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
-        self._definitions: dict[tuple[tuple[str, ...], tuple[str, ...], bool],
-                                list[dict[str, Any]]] = {}
+        self._definitions: dict[tuple[tuple[str, ...], tuple[str, ...], bool,
+                                      tuple[str, ...]], list[dict[str, Any]]] = {}
 
     def names(self) -> list[str]:
         """Every tool name, in registration order."""
@@ -66,25 +67,29 @@ class ToolRegistry:
 
     def definitions(self, allowed: Sequence[str] | None = None, *,
                     profiles: Sequence[str] = (), can_spawn: bool = True,
-                    ) -> list[dict[str, Any]]:
-        """Function definitions for the tools an agent may call (all when `allowed` is None):
-        `spawn` lists only the agent's own tools and the profile names as enums, and an agent
-        at the depth limit does not see the spawning tools at all."""
-        own = tuple(name for name in self.tools if allowed is None or name in allowed)
-        key = (own, tuple(sorted(profiles)), can_spawn)
+                    also_granted: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Function definitions for the lace tools an agent may call (all when `allowed` is
+        None; its entries may be patterns): `spawn` lists only the agent's own tools (with
+        `also_granted`, its MCP tools) and the profile names as enums, and an agent at the
+        depth limit does not see the spawning tools at all."""
+        own = tuple(name for name in self.tools if allowed is None or grants(allowed, name))
+        key = (own, tuple(sorted(profiles)), can_spawn, tuple(also_granted))
         if key not in self._definitions:  # building schemas costs ms; every turn asks
-            self._definitions[key] = self._build_definitions(own, key[1], can_spawn)
+            self._definitions[key] = self._build_definitions(own, key[1], can_spawn,
+                                                             key[3])
         return self._definitions[key]
 
     def _build_definitions(self, own: tuple[str, ...], profiles: tuple[str, ...],
-                           can_spawn: bool) -> list[dict[str, Any]]:
+                           can_spawn: bool, also_granted: tuple[str, ...],
+                           ) -> list[dict[str, Any]]:
         definitions = []
         for name in own:
             if not can_spawn and name in SPAWNING_TOOLS:
                 continue
             definition = function_definition(self.tools[name])
             if self.tools[name] is Spawn:
-                definition["function"]["parameters"] = Spawn.schema_for(own, list(profiles))
+                definition["function"]["parameters"] = Spawn.schema_for(
+                    own + also_granted, list(profiles))
             definitions.append(definition)
         return definitions
 
@@ -92,25 +97,37 @@ class ToolRegistry:
               allowed: Sequence[str] | None = None) -> Tool:
         """Validate a call's arguments into the tool's model, or raise ToolError."""
         tool = self.tools.get(name)
-        if tool is None or (allowed is not None and name not in allowed):
-            available = ", ".join(n for n in self.tools if allowed is None or n in allowed)
-            raise ToolError(f"Unknown tool {name!r}. Available tools: {available}.")
-        depth = (json_nesting(arguments) if isinstance(arguments, str)
-                 else value_nesting(arguments))
-        if depth > MAX_NESTING:  # refused before decoding: Python's decoder recurses per level
-            raise ToolError(f"Invalid arguments for {name}: the JSON is nested deeper than "
-                            f"{MAX_NESTING} levels (arrays and objects inside each other). Send "
-                            "a flatter object.")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as error:
-                raise ToolError(f"Invalid JSON arguments for {name}: {error.msg} at position "
-                                f"{error.pos}. Send one JSON object.") from None
-        if not isinstance(arguments, dict):
-            raise ToolError(f"Arguments for {name} must be a JSON object, "
-                            f"got {type(arguments).__name__}.")
+        if tool is None or (allowed is not None and not grants(allowed, name)):
+            raise ToolError(self.unknown(name, allowed))
         try:
-            return tool.model_validate(valid_strings(arguments))
+            return tool.model_validate(decoded_arguments(name, arguments))
         except ValidationError as error:
             raise ToolError(describe_validation_error(name, error)) from None
+
+    def unknown(self, name: str, allowed: Sequence[str] | None,
+                also_granted: Sequence[str] = ()) -> str:
+        """The error for a call of a tool the caller does not have."""
+        available = ", ".join([n for n in self.tools if allowed is None or grants(allowed, n)]
+                              + list(also_granted))
+        return f"Unknown tool {name!r}. Available tools: {available}."
+
+
+def decoded_arguments(name: str, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A call's arguments as one JSON object (text made valid), or a ToolError the model can
+    act on; nesting is measured before decoding (Python's decoder recurses per level)."""
+    depth = json_nesting(arguments) if isinstance(arguments, str) else value_nesting(arguments)
+    if depth > MAX_NESTING:
+        raise ToolError(f"Invalid arguments for {name}: the JSON is nested deeper than "
+                        f"{MAX_NESTING} levels (arrays and objects inside each other). Send "
+                        "a flatter object.")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as error:
+            raise ToolError(f"Invalid JSON arguments for {name}: {error.msg} at position "
+                            f"{error.pos}. Send one JSON object.") from None
+    if not isinstance(arguments, dict):
+        raise ToolError(f"Arguments for {name} must be a JSON object, "
+                        f"got {type(arguments).__name__}.")
+    decoded: dict[str, Any] = valid_strings(arguments)
+    return decoded

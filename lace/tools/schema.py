@@ -20,24 +20,33 @@ def _without_null(node: dict[str, Any]) -> dict[str, Any]:
     return {**kept, **merged}
 
 
-def _inline(node: Any, definitions: dict[str, Any]) -> Any:
+MAX_REFERENCES = 8
+"""How many `$ref`s deep a schema is inlined; a recursive one is cut there to an open object."""
+
+
+def inline_references(node: Any, definitions: dict[str, Any], depth: int = 0) -> Any:
+    """A schema with its local `$ref`s replaced by their definitions, titles and `$defs`
+    dropped, and optional nulls folded (an unknown or too deep `$ref` becomes `{}`)."""
     if isinstance(node, list):
-        return [_inline(item, definitions) for item in node]
+        return [inline_references(item, definitions, depth) for item in node]
     if not isinstance(node, dict):
         return node
     node = _without_null(node)
     if "$ref" in node:
-        target = definitions[node["$ref"].rsplit("/", 1)[-1]]
+        target = definitions.get(str(node["$ref"]).rsplit("/", 1)[-1])
+        if not isinstance(target, dict) or depth >= MAX_REFERENCES:
+            return {}
         extra = {key: value for key, value in node.items() if key != "$ref"}
-        return _inline({**target, **extra}, definitions)
+        return inline_references({**target, **extra}, definitions, depth + 1)
     cleaned: dict[str, Any] = {}
     for key, value in node.items():
-        if key in ("title", "$defs"):
+        if key in ("title", "$defs", "definitions"):
             continue
-        if key == "properties":
-            cleaned[key] = {name: _inline(item, definitions) for name, item in value.items()}
+        if key == "properties" and isinstance(value, dict):
+            cleaned[key] = {name: inline_references(item, definitions, depth)
+                            for name, item in value.items()}
         else:
-            cleaned[key] = _inline(value, definitions)
+            cleaned[key] = inline_references(value, definitions, depth)
     return cleaned
 
 
@@ -49,7 +58,7 @@ def describe(tool: type[Any]) -> str:
 def parameters_schema(tool: type[Tool]) -> dict[str, Any]:
     """The tool's arguments as a self-contained JSON schema."""
     raw = tool.model_json_schema()
-    schema: dict[str, Any] = _inline(raw, raw.get("$defs", {}))
+    schema: dict[str, Any] = inline_references(raw, raw.get("$defs", {}))
     schema.pop("description", None)
     return schema
 

@@ -19,10 +19,10 @@ from lace.core.clock import iso_ago
 from lace.core.errors import InvalidAssigneeError
 from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan
+from lace.core.tool_sets import EVERY_TOOL, intersect, uncovered
 from lace.store import Tx
 from lace.store.budgets import remaining
 from lace.tools.base import ToolContext, ToolError
-from lace.tools.names import ALL_TOOL_NAMES
 
 SPAWNING_TOOLS = ("delegate", "spawn", "spawn_await")
 
@@ -132,15 +132,15 @@ def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
     check_spawn_limits(tx, context)
     profile = context.profiles[spec.profile] if spec.profile is not None else None
     provider, model = _chosen_model(tx, context, spec, profile)
-    own = caller_tools(context, ALL_TOOL_NAMES)
+    own = caller_tools(context, EVERY_TOOL)
     if tools is not None:
-        missing = [tool for tool in tools if tool not in own]
+        missing = uncovered(tools, own)
         if missing:
             raise ToolError(f"You cannot give {', '.join(map(repr, missing))}: a helper only "
                             f"gets tools you have yourself ({', '.join(own)}).")
         granted = tuple(dict.fromkeys(tools))
     elif profile is not None and profile.tools:
-        granted = tuple(tool for tool in profile.tools if tool in own)
+        granted = intersect(profile.tools, own)
     else:
         granted = own
     prompts = [text for text in (profile.system_prompt if profile else None, instructions)

@@ -18,7 +18,7 @@ from textual.widgets import Footer, Input, Static, Tree
 from lace.core.errors import LaceError
 from lace.core.records import Approval
 from lace.core.text import printable
-from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed
+from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed, Warned
 from lace.runtime.supervisor import Supervisor
 from lace.store import Tx
 from lace.tui.board import BoardScreen
@@ -102,6 +102,9 @@ class LaceApp(App[None]):
     # runtime events arrive on this loop; they only mark work for the next flush
 
     def _on_runtime_event(self, event: RuntimeEvent) -> None:
+        if isinstance(event, Warned):
+            self.notify(event.text, title="MCP", severity="warning")
+            return
         if isinstance(event, TextStreamed):
             before = "" if event.restart else self.streamed.get(event.thread_id, "")
             self.streamed[event.thread_id] = before + event.delta

@@ -1,0 +1,129 @@
+"""MCP settings and names: `[mcp_servers]` and `.mcp.json`, `${VAR}`, tool names and patterns in
+the policy and in profiles, the 64-character names, a helper's tools narrowed exactly, and
+input schemas adapted for providers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lace.config import McpServer, Settings, ToolSettings, load_settings
+from lace.core.errors import LaceError
+from lace.core.tool_sets import EVERY_TOOL, granted, intersect, mcp_tool_name, uncovered
+from lace.paths import credential_values
+from lace.tools.mcp.configured import configured_servers
+from lace.tools.mcp.results import adapted_schema
+
+
+def test_patterns_and_names_in_the_policy_and_profiles_are_accepted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lace.toml").write_text(
+        '[tools.policy]\n"mcp__git__*" = "allow"\n"mcp__git__git_commit" = "deny"\n'
+        '"file_*" = "ask"\n[profiles.reader]\ntools = ["file_read", "mcp__time__*"]\n')
+    tools = load_settings().tools
+    assert [tools.policy_for(name) for name in (
+        "mcp__git__git_status", "mcp__git__git_commit", "mcp__other__x", "file_read",
+        "task_list")] == ["allow", "deny", "ask", "ask", "allow"]
+    assert tools.policy_for("mcp__other__x", read_only_hint=True) == "allow"
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("mcp__git__bad name", "bad MCP tool name 'mcp__git__bad name'"),
+    ("mcp__*__x", "bad MCP tool name"),
+    ("nope_*", "unknown tool 'nope_*'"),
+])
+def test_a_bad_tool_name_or_pattern_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               name: str, problem: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lace.toml").write_text(f'[tools.policy]\n"{name}" = "allow"\n')
+    with pytest.raises(LaceError, match="Bad setting tools.policy in lace.toml: " +
+                       problem.replace("*", r"\*")):
+        load_settings()
+
+
+def test_yes_allows_and_read_only_denies_mcp_tools_that_write() -> None:
+    yes = ToolSettings(policy={"mcp__git__*": "deny"}).overridden(allow_all=True)
+    assert yes.policy_for("mcp__git__git_commit") == "allow"
+    read_only = ToolSettings(policy={"mcp__git__*": "allow"}).overridden(read_only=True)
+    assert read_only.policy_for("mcp__git__git_commit") == "deny"
+    assert read_only.policy_for("mcp__git__git_status", read_only_hint=True) == "allow"
+    both = ToolSettings().overridden(allow_all=True, read_only=True)
+    assert (both.policy_for("mcp__a__b"), both.policy_for("bash")) == ("deny", "deny")
+
+
+def test_a_helper_gets_exactly_what_it_asks_for_within_its_creators_tools() -> None:
+    assert intersect(["mcp__git__*", "task_list"], EVERY_TOOL) == ("mcp__git__*", "task_list")
+    assert intersect(["mcp__*"], ["mcp__git__*", "mcp__time__now"]) == (
+        "mcp__git__*", "mcp__time__now")
+    assert intersect(["mcp__git__*"], ["mcp__time__*", "bash"]) == ()
+    assert intersect(["file_*"], ["file_read", "bash"]) == ("file_read",)
+    assert uncovered(["mcp__git__*", "mcp__git__log"], ["mcp__git__log"]) == ["mcp__git__*"]
+    assert granted(["mcp__git__*"], ["mcp__git__log", "mcp__gitx__a", "bash"]) == [
+        "mcp__git__log"]
+
+
+def test_tool_names_are_shortened_to_64_characters_stably() -> None:
+    assert mcp_tool_name("git", "git_status") == "mcp__git__git_status"
+    assert mcp_tool_name("my.server", "do it!") == "mcp__my_server__do_it_"
+    long = mcp_tool_name("a-server-with-a-long-name", "and_a_tool_with_an_even_longer_name_x")
+    assert len(long) == 64 and long.startswith("mcp__a-server-with-a-long-name__and_a_tool")
+    assert long == mcp_tool_name("a-server-with-a-long-name",
+                                 "and_a_tool_with_an_even_longer_name_x")
+    assert long != mcp_tool_name("a-server-with-a-long-name",
+                                 "and_a_tool_with_an_even_longer_name_y")
+    clash = mcp_tool_name("s", "a.b", taken=["mcp__s__a_b"])
+    assert clash != "mcp__s__a_b" and clash.startswith("mcp__s__a_b_") and len(clash) == 20
+
+
+def test_mcp_json_is_read_with_variables_and_lace_toml_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_REPO", "/srv/repo")
+    monkeypatch.delenv("UNSET_VARIABLE", raising=False)
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {
+        "git": {"command": "uvx", "args": ["mcp-server-git", "--repository", "${GIT_REPO}"],
+                "env": {"GITHUB_TOKEN": "${TOKEN:-ghp_from_the_default_1234}"}},
+        "web": {"type": "http", "url": "http://127.0.0.1:9/mcp",
+                "headers": {"Authorization": "Bearer web-secret-token-5678"}},
+        "time": {"command": "from-mcp-json"},
+        "needs": {"command": "x", "args": ["${UNSET_VARIABLE}"]},
+        "odd": {"command": "x", "unknown": 1}}}))
+    settings = Settings(mcp_servers={"time": McpServer(command="mcp-server-time")})
+    servers, warnings = configured_servers(settings, tmp_path)
+    assert sorted(servers) == ["git", "time", "web"]
+    assert servers["git"].args == ["mcp-server-git", "--repository", "/srv/repo"]
+    assert servers["time"].command == "mcp-server-time"
+    assert warnings == [
+        f"MCP server 'odd' in {tmp_path / '.mcp.json'} left out: unknown: Extra inputs are not "
+        "permitted", "MCP server 'needs' left out: ${UNSET_VARIABLE} is not set"]
+    secrets = credential_values()
+    assert {"ghp_from_the_default_1234", "Bearer web-secret-token-5678",
+            "web-secret-token-5678"} <= set(secrets)
+
+
+def test_a_broken_mcp_json_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text("{not json")
+    with pytest.raises(LaceError, match=r"Cannot read .*\.mcp\.json: Expecting property name"):
+        configured_servers(Settings(), tmp_path)
+
+
+def test_schemas_are_adapted_for_providers() -> None:
+    recursive = {"type": "object", "title": "Args", "$schema": "x",
+                 "properties": {"tree": {"$ref": "#/$defs/Node"},
+                                "when": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                                         "default": None}},
+                 "$defs": {"Node": {"type": "object", "title": "Node", "properties": {
+                     "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}}
+    adapted = adapted_schema(recursive)
+    assert adapted is not None and "$defs" not in json.dumps(adapted)
+    assert "$ref" not in json.dumps(adapted) and "title" not in json.dumps(adapted)
+    assert adapted["properties"]["when"] == {"type": "string"}
+    assert adapted_schema({}) == {"type": "object", "properties": {}}
+    assert adapted_schema({"type": "string"}) == {"type": "object", "properties": {}}
+    nested: dict[str, object] = {}
+    for _ in range(200):
+        nested = {"type": "object", "properties": {"x": nested}}
+    assert adapted_schema(nested) is None
+    assert adapted_schema({"type": "object", "description": "y" * 60_000}) is None
