@@ -17,8 +17,10 @@ from lace.config import Settings, load_settings
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
 
-GRACE_S = 3.0
-"""How long a worker has to stop after SIGTERM before it is killed."""
+GRACE_S = 10.0
+"""How long a worker has to stop after SIGTERM before it is killed: it takes milliseconds, but
+seconds on a swamped machine, and a killed worker leaves its agents held until its lease runs
+out."""
 
 
 def worker_command(args: argparse.Namespace) -> int:
