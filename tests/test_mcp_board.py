@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import mcp.types as types
 from mcp import Client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from lace.cli.mcp_board import BoardServer
 from lace.config import Limits, Settings
@@ -292,3 +293,24 @@ async def test_no_key_is_served(runtime: Supervisor, session: Thread, models: Sc
                   (await client.read_resource(f"lace://thread/{session.id}.1")).contents[0].text]
     assert all(SECRET not in str(item) for item in served)
     assert "the key is [redacted]" in str(served[2])
+
+
+async def test_a_client_of_the_2025_protocol_subscribes_to_a_thread(
+        runtime: Supervisor, session: Thread, models: ScriptedModels) -> None:
+    models.on("worker", dutiful_worker("done"))
+    updated: asyncio.Queue[str] = asyncio.Queue()
+
+    async def receive(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updated.put_nowait(str(message.params.uri))
+
+    board = BoardServer(runtime, session.id)
+    async with Client(board.server, mode="legacy", message_handler=receive) as client:
+        assert client.server_capabilities.resources is not None
+        assert client.server_capabilities.resources.subscribe
+        with pytest.warns(MCPDeprecationWarning):
+            await client.subscribe_resource(f"lace://thread/{session.id}.1")
+        await call(client, "task_create", create("Note it", "new:scripted/worker"))
+        async with asyncio.timeout(30):
+            first = await updated.get()
+    assert first == f"lace://thread/{session.id}.1"  # the board's updates were not asked for

@@ -15,6 +15,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
@@ -67,13 +68,15 @@ class BoardServer:
         self.updates = InMemorySubscriptionBus()
         self._starting = asyncio.Lock()
         self._sending: set[asyncio.Task[None]] = set()
+        self._subscribed: dict[str, set[ServerSession]] = {}
         supervisor.bus.subscribe(self._announce)
         self.server: Server[Any] = Server(
             "lace", version=__version__, title="lace task board", instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
-            on_read_resource=self._read_resource,
+            on_read_resource=self._read_resource, on_subscribe_resource=self._subscribe,
+            on_unsubscribe_resource=self._unsubscribe,
             on_subscriptions_listen=ListenHandler(self.updates))
 
     # tools
@@ -204,7 +207,26 @@ class BoardServer:
                 root_of(event.thread_id) == self.session_id:
             uris.append(f"{THREAD_PREFIX}{event.thread_id}")
         for uri in uris:
-            sending = asyncio.get_running_loop().create_task(
-                self.updates.publish(ResourceUpdated(uri=uri)))
+            sending = asyncio.get_running_loop().create_task(self._send_update(uri))
             self._sending.add(sending)
             sending.add_done_callback(self._sending.discard)
+
+    async def _send_update(self, uri: str) -> None:
+        """`notifications/resources/updated` for `uri`: on the listen streams of clients of
+        the 2026 protocol, and to each earlier client that subscribed to it."""
+        await self.updates.publish(ResourceUpdated(uri=uri))
+        for session in list(self._subscribed.get(uri, ())):
+            try:
+                await session.send_resource_updated(uri)
+            except Exception:  # the client has gone: forget it
+                self._subscribed[uri].discard(session)
+
+    async def _subscribe(self, context: Context,
+                         params: types.SubscribeRequestParams) -> types.EmptyResult:
+        self._subscribed.setdefault(str(params.uri), set()).add(context.session)
+        return types.EmptyResult()
+
+    async def _unsubscribe(self, context: Context,
+                           params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        self._subscribed.get(str(params.uri), set()).discard(context.session)
+        return types.EmptyResult()
