@@ -260,3 +260,52 @@ def test_a_bad_command_line_is_one_line_on_stderr(
         message: str) -> None:
     code, out, err = run_cli(capsys, *argv, "--db", str(db_path))
     assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+
+
+def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
+    """Poll `condition` until it holds; fail (never pass) when `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_dead_servers_agents_are_taken_over_by_lace_run_continue(tmp_path: Path) -> None:
+    home, db = tmp_path / "home", tmp_path / "home" / "lace.db"
+    lease = {"LACE_LIMITS__LEASE_TIMEOUT_S": "1.5"}
+    server = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True,
+                              env=lace_env(home, LACE_DEMO_DELAY="600", **lease))
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        for line in (jsonrpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                            "clientInfo": {"name": "raw", "version": "1"}}, 1),
+                     jsonrpc("notifications/initialized", {}),
+                     jsonrpc("tools/call", {"name": "task_create", "arguments": {"tasks": [
+                         {"title": "Slow", "prompt": "Take your time.",
+                          "assigned_to": "new:demo/worker"}]}}, 2)):
+            server.stdin.write(line)
+            server.stdin.flush()
+            if '"id"' in line:
+                server.stdout.readline()
+        ((root,),) = rows(db, "SELECT id FROM threads WHERE parent_id IS NULL")
+        wait_for(lambda: rows(db, "SELECT status FROM agent_metadata WHERE thread_id = ?",
+                              f"{root}.1") == [("running",)], "the helper's turn")
+        ((holder, live),) = rows(db, "SELECT lease_holder, lease_holder IN (SELECT id FROM "
+                                     "processes WHERE expires_at >= ?) FROM agent_metadata "
+                                     "WHERE thread_id = ?", time.time(), f"{root}.1")
+        assert live  # the app and other processes see the server's agent as live
+    finally:
+        server.kill()  # dies mid-turn: no chance to mark anything
+        server.wait()
+    wait_for(lambda: rows(db, "SELECT id FROM processes WHERE expires_at >= ?",
+                          time.time()) == [], "the dead server's lease to run out")
+    run = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root, "--timeout",
+                          "120"], capture_output=True, text=True, timeout=180,
+                         env=lace_env(home, **lease))
+    assert run.returncode == 0, run.stderr
+    assert rows(db, "SELECT status FROM tasks") == [("completed",)]
+    ((taken_by,),) = rows(db, "SELECT lease_holder FROM agent_metadata WHERE thread_id = ?",
+                          f"{root}.1")
+    assert taken_by != holder
