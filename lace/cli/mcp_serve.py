@@ -91,10 +91,18 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     assert main is not None
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, main.cancel)
-    supervisor = new_supervisor(args, store, settings, model_client(), feed=change_feed(store),
+    client = model_client()
+    supervisor = new_supervisor(args, store, settings, client, feed=change_feed(store),
                                 share_work=True, sessions={session_id} if session_id else set())
     board = BoardServer(supervisor, session_id)
-    runtime = asyncio.create_task(supervisor.serve(), name="lace-mcp-runtime")
+
+    async def run_agents() -> None:
+        """Import the model SDKs off the event loop (seconds), so the client's handshake is
+        answered at once, then run the session's agents (resuming those cut off)."""
+        await asyncio.to_thread(client.warm_up)
+        await supervisor.serve()
+
+    runtime = asyncio.create_task(run_agents(), name="lace-mcp-runtime")
     print(f"lace mcp serve (pid {os.getpid()}): session {session_id or '(none yet)'}, "
           f"{'http://' + listen.netloc + '/mcp' if listen else 'stdio'}", file=sys.stderr)
     try:
