@@ -252,6 +252,8 @@ async def test_the_sdk_client_works_over_http(tmp_path: Path) -> None:
     (["mcp", "serve", "--http", "nonsense"], "--http expects HOST:PORT"),
     (["mcp", "serve", "--http", "127.0.0.1:0"], "a port from 1 to 65535"),
     (["mcp", "serve", "--http", "0.0.0.0:8765"], "add --allow-remote to mean it"),
+    (["mcp", "serve", "--http", "[::]:8765", "--allow-remote"], "name the address clients use"),
+    (["mcp", "serve", "--http", "192.0.2.1:8765"], "add --allow-remote to mean it"),
     (["mcp", "serve", "--session", "lace_20990101_zzzzzz"], "lace_20990101_zzzzzz"),
     (["mcp", "serve", "--workspace", "/no/such/folder"], "is not a folder"),
 ])

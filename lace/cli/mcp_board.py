@@ -29,7 +29,7 @@ from lace.runtime.events import EventAppended, RuntimeEvent, TasksChanged, Threa
 from lace.runtime.supervisor import Supervisor
 from lace.runtime.tool_runner import Arguments, ToolRunner
 from lace.store import Tx
-from lace.tools.base import ToolError, ToolResult
+from lace.tools.base import ToolContext, ToolError, ToolResult
 from lace.tools.person_tools import SERVED_TOOLS, TaskWait, session_thread
 from lace.tools.registry import ToolRegistry
 
@@ -106,7 +106,9 @@ class BoardServer:
             session_id = await self._session_for(name, arguments)
             context = self.runner.human_context(session_id)
             if name == TaskWait.name:
-                await self._wait(self.runner.registry.parse(name, arguments), context)
+                tool = self.runner.registry.parse(name, arguments)
+                assert isinstance(tool, TaskWait)
+                await self._wait(tool, context)
         except LaceError as error:
             return ToolResult.failure(error)
         return await self.runner.call(context, name, arguments)
@@ -126,10 +128,9 @@ class BoardServer:
                 self.supervisor.sessions.add(self.session_id)
             return self.session_id
 
-    async def _wait(self, tool: Any, context: Any) -> None:
-        """Return once `tool` (a TaskWait) may answer: its tasks settled, an agent waiting for
-        an approval, or its timeout passed. An unknown task id raises at once."""
-        assert isinstance(tool, TaskWait)
+    async def _wait(self, tool: TaskWait, context: ToolContext) -> None:
+        """Return once `tool` may answer: its tasks settled, an agent waiting for an approval,
+        or its timeout passed. An unknown task id raises at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + tool.timeout_s
         signals = self.supervisor.runner.tools

@@ -49,12 +49,16 @@ def parse_listen(text: str, allow_remote: bool) -> Listen:
         raise LaceError(f"--http expects HOST:PORT with a port from 1 to 65535, such as "
                         f"127.0.0.1:8765; got {text!r}")
     try:
-        loopback = host in LOOPBACK_NAMES or ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
-        loopback = False
+        address = None
+    loopback = host in LOOPBACK_NAMES or bool(address and address.is_loopback)
     if not loopback and not allow_remote:
         raise LaceError(f"--http {text} would let other machines act on the board as you; "
                         "serve on 127.0.0.1, or add --allow-remote to mean it")
+    if address is not None and address.is_unspecified:
+        raise LaceError(f"--http {text} listens on every address, so no Host header can be "
+                        "checked; name the address clients use (such as 192.168.1.5:8765)")
     return Listen(host, int(port_text), loopback)
 
 
