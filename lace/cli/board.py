@@ -15,7 +15,7 @@ from lace.core.text import printable, printable_json, valid_text
 from lace.store import Store, Tx, open_database, resolve_db_url
 from lace.store.db import upgrade
 from lace.tools.base import ToolContext
-from lace.tools.person_tools import agent_line, event_text
+from lace.tools.person_tools import agent_line, event_text, in_tree_order
 from lace.tools.registry import ToolRegistry
 from lace.tools.task_tools import task_line
 
@@ -87,8 +87,7 @@ def threads_command(args: argparse.Namespace) -> int:
             for thread in threads]})
         return 0
     titles = {task.id: task.title for task in tasks}
-    for thread in sorted(threads, key=lambda t: [int(p) if p.isdigit() else 0
-                                                 for p in t.id.split(".")[1:]]):
+    for thread in in_tree_order(threads):
         say(agent_line(thread, agents.get(thread.id), titles, usage[thread.id]), one_line=True)
     return 0
 

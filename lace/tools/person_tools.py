@@ -62,6 +62,12 @@ def agent_line(thread: Thread, agent: Agent | None, task_titles: dict[str, str],
             f"subtree {usage.tokens} tok ${usage.cost_usd:.4f}")
 
 
+def in_tree_order(threads: list[Thread]) -> list[Thread]:
+    """Threads as a tree reads: each after its parent, children by number (2 before 10)."""
+    return sorted(threads, key=lambda thread: [int(part) if part.isdigit() else 0
+                                               for part in thread.id.split(".")[1:]])
+
+
 def session_thread(tx: Tx, context: ToolContext, thread_id: str) -> Thread:
     """A thread of the caller's session, or an error naming the tool that lists them."""
     if root_of(thread_id) != context.session_id:
@@ -134,10 +140,9 @@ class ThreadsList(Tool):
         agents = {agent.thread_id: agent for agent in tx.session_agents(context.session_id)}
         tasks = tx.tasks_by_id([a.current_task for a in agents.values() if a.current_task])
         titles = {task.id: task.title for task in tasks}
-        ordered = sorted(threads, key=lambda thread: [int(part) if part.isdigit() else 0
-                                                      for part in thread.id.split(".")[1:]])
         return "\n".join(agent_line(thread, agents.get(thread.id), titles,
-                                    tx.subtree_usage(thread.id)) for thread in ordered)
+                                    tx.subtree_usage(thread.id))
+                         for thread in in_tree_order(threads))
 
 
 class ThreadRead(Tool):
