@@ -254,6 +254,8 @@ async def test_the_sdk_client_works_over_http(tmp_path: Path) -> None:
     (["mcp", "serve", "--http", "0.0.0.0:8765"], "add --allow-remote to mean it"),
     (["mcp", "serve", "--http", "[::]:8765", "--allow-remote"], "name the address clients use"),
     (["mcp", "serve", "--http", "192.0.2.1:8765"], "add --allow-remote to mean it"),
+    (["mcp", "serve", "--http", "192.0.2.1:8765", "--allow-remote"],
+     "cannot listen on 192.0.2.1:8765"),
     (["mcp", "serve", "--session", "lace_20990101_zzzzzz"], "lace_20990101_zzzzzz"),
     (["mcp", "serve", "--workspace", "/no/such/folder"], "is not a folder"),
 ])
@@ -311,3 +313,13 @@ def test_a_dead_servers_agents_are_taken_over_by_lace_run_continue(tmp_path: Pat
     ((taken_by,),) = rows(db, "SELECT lease_holder FROM agent_metadata WHERE thread_id = ?",
                           f"{root}.1")
     assert taken_by != holder
+
+
+def test_a_port_in_use_is_one_line_on_stderr(capsys: pytest.CaptureFixture[str],
+                                             db_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, out, err = run_cli(capsys, "mcp", "serve", "--http", f"127.0.0.1:{port}",
+                                 "--db", str(db_path))
+    assert (code, out) == (2, "")
+    assert err == f"lace: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"

@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +25,14 @@ if TYPE_CHECKING:
     from lace.cli.mcp_board import BoardServer
 
 LOOPBACK_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Where `--http` serves, and its socket, already listening."""
+
+    address: Listen
+    socket: socket.socket
 
 
 @dataclass(frozen=True)
@@ -76,16 +85,30 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     with store.reading() as tx:
         latest = tx.get_session(args.session) if args.session else tx.latest_session()
+    listening = None if listen is None else open_socket(listen)
     if listen is not None and not listen.loopback:
         print(f"lace: warning: serving the board on {listen.netloc}: anyone who can reach it "
               "acts on it as you, with no password", file=sys.stderr)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace mcp: %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_serve(args, store, settings, latest.id if latest else None, listen))
+    return asyncio.run(_serve(args, store, settings, latest.id if latest else None,
+                              listening))
+
+
+def open_socket(listen: Listen) -> Listening:
+    """The listening socket, opened before anything is served so that a port in use or an
+    address this machine lacks is one line on stderr."""
+    try:
+        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+        listening = socket.create_server((listen.host, listen.port), family=family)
+    except OSError as error:
+        why = os.strerror(error.errno) if error.errno else str(error)
+        raise LaceError(f"cannot listen on {listen.netloc}: {why}") from None
+    return Listening(listen, listening)
 
 
 async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
-                 session_id: str | None, listen: Listen | None) -> int:
+                 session_id: str | None, listening: Listening | None) -> int:
     from lace.cli.mcp_board import BoardServer
     from lace.runtime.worker import change_feed
 
@@ -108,9 +131,10 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
 
     runtime = asyncio.create_task(run_agents(), name="lace-mcp-runtime")
     print(f"lace mcp serve (pid {os.getpid()}): session {session_id or '(none yet)'}, "
-          f"{'http://' + listen.netloc + '/mcp' if listen else 'stdio'}", file=sys.stderr)
+          f"{'http://' + listening.address.netloc + '/mcp' if listening else 'stdio'}",
+          file=sys.stderr)
     try:
-        await (_stdio(board) if listen is None else _http(board, listen))
+        await (_stdio(board) if listening is None else _http(board, listening))
     except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
         pass
     finally:
@@ -130,12 +154,13 @@ async def _stdio(board: BoardServer) -> None:
                                board.server.create_initialization_options())
 
 
-async def _http(board: BoardServer, listen: Listen) -> None:
+async def _http(board: BoardServer, listening: Listening) -> None:
     """Serve streamable HTTP at /mcp, refusing requests whose Host or Origin header is not this
     server's (DNS rebinding: a web page the person visits must not reach the board)."""
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 
+    listen = listening.address
     hosts = {listen.netloc, f"localhost:{listen.port}"} if listen.loopback else {listen.netloc}
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=sorted(hosts),
@@ -143,4 +168,4 @@ async def _http(board: BoardServer, listen: Listen) -> None:
     app = board.server.streamable_http_app(host=listen.host, transport_security=security)
     config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning",
                             lifespan="on")
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(config).serve(sockets=[listening.socket])
