@@ -314,3 +314,22 @@ async def test_a_client_of_the_2025_protocol_subscribes_to_a_thread(
         async with asyncio.timeout(30):
             first = await updated.get()
     assert first == f"lace://thread/{session.id}.1"  # the board's updates were not asked for
+
+
+async def test_a_long_task_wait_reports_progress_to_a_client_that_asks(
+        runtime: Supervisor, session: Thread) -> None:
+    board = BoardServer(runtime, session.id)
+    board.progress_every_s = 0.05
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        reports.append((done, total, message))
+
+    async with Client(board.server, mode="legacy") as client:
+        _, text = await call(client, "task_create", create("For a person", HUMAN))
+        result = await client.call_tool("task_wait", {"task_ids": [created_id(text)],
+                                                      "timeout_s": 0.5},
+                                        progress_callback=progress)
+    assert not result.is_error and reports
+    assert all(0 < done < 0.6 and total == 0.5 and str(message).startswith("waited ")
+               for done, total, message in reports)

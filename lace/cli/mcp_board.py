@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -35,6 +36,8 @@ from lace.tools.registry import ToolRegistry
 
 POLL_S = 0.5
 """How often task_wait looks at the board (other processes' commits are not signalled)."""
+PROGRESS_S = 5.0
+"""How often task_wait tells a client that gave a progress token that it still waits."""
 BOARD_URI = "lace://board"
 THREAD_PREFIX = "lace://thread/"
 RESOURCE_EVENTS = 500
@@ -48,6 +51,8 @@ INSTRUCTIONS = (
     "in the lace server's process. Wait for results with task_wait, follow the agents with "
     "threads_list and thread_read, stop one with agent_stop.")
 Context = ServerRequestContext[Any, Any]
+Progress = Callable[[float, float, str], Awaitable[None]]
+"""Reports a waiting call's progress: seconds waited, the most it waits, a message."""
 
 
 def served(text: str) -> str:
@@ -69,6 +74,7 @@ class BoardServer:
         self._starting = asyncio.Lock()
         self._sending: set[asyncio.Task[None]] = set()
         self._subscribed: dict[str, set[ServerSession]] = {}
+        self.progress_every_s = PROGRESS_S
         supervisor.bus.subscribe(self._announce)
         self.server: Server[Any] = Server(
             "lace", version=__version__, title="lace task board", instructions=INSTRUCTIONS,
@@ -94,21 +100,32 @@ class BoardServer:
                                read_only_hint=definition["function"]["name"] in READ_ONLY))
                 for definition in self.runner.registry.definitions()]
 
-    async def _call_tool(self, _context: Context,
+    async def _call_tool(self, context: Context,
                          params: types.CallToolRequestParams) -> types.CallToolResult:
-        result = await self.call(params.name, params.arguments or {})
+        token = (context.meta or {}).get("progress_token")
+
+        async def progress(done: float, total: float, message: str) -> None:
+            if token is not None:
+                with contextlib.suppress(Exception):  # a client gone is told nothing
+                    await context.session.send_progress_notification(
+                        token, done, total, message, related_request_id=str(context.request_id))
+
+        result = await self.call(params.name, params.arguments or {}, progress)
         return types.CallToolResult(content=[types.TextContent(text=served(result.text))],
                                     is_error=result.is_error)
 
-    async def call(self, name: str, arguments: Arguments) -> ToolResult:
-        """One call as the person: a tool error (the text an agent would get) when it fails."""
+    async def call(self, name: str, arguments: Arguments,
+                   progress: Progress | None = None) -> ToolResult:
+        """One call as the person: a tool error (the text an agent would get) when it fails.
+        A waiting call reports `progress` now and then (clients that time calls out reset
+        their clock on it)."""
         try:
             session_id = await self._session_for(name, arguments)
             context = self.runner.human_context(session_id)
             if name == TaskWait.name:
                 tool = self.runner.registry.parse(name, arguments)
                 assert isinstance(tool, TaskWait)
-                await self._wait(tool, context)
+                await self._wait(tool, context, progress)
         except LaceError as error:
             return ToolResult.failure(error)
         return await self.runner.call(context, name, arguments)
@@ -128,18 +145,26 @@ class BoardServer:
                 self.supervisor.sessions.add(self.session_id)
             return self.session_id
 
-    async def _wait(self, tool: TaskWait, context: ToolContext) -> None:
+    async def _wait(self, tool: TaskWait, context: ToolContext,
+                    progress: Progress | None) -> None:
         """Return once `tool` may answer: its tasks settled, an agent waiting for an approval,
         or its timeout passed. An unknown task id raises at once."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + tool.timeout_s
+        began = loop.time()
+        deadline, next_report = began + tool.timeout_s, began + self.progress_every_s
         signals = self.supervisor.runner.tools
         while not await self.runner.db.read(lambda tx: tool.over(tx, context)):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
+            if loop.time() >= next_report:
+                next_report = loop.time() + self.progress_every_s
+                waited = loop.time() - began
+                if progress is not None:
+                    await progress(waited, tool.timeout_s, f"waited {waited:.0f} s")
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(POLL_S, remaining)):
+                async with asyncio.timeout(min(POLL_S, remaining,
+                                               max(0.0, next_report - loop.time()))):
                     await signals.change_signal().wait()
 
     # resources
