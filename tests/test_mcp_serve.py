@@ -24,7 +24,6 @@ from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli
 from tests.processes import lace_env
 
-pytestmark = pytest.mark.slow
 TASK = {"title": "Find the answer", "prompt": "What is six times seven?",
         "assigned_to": "new:openai/worker", "priority": "high"}
 KEY = "sk-fake-key-for-the-fake-server"
@@ -103,6 +102,7 @@ def child_rows(db: Path) -> dict[str, Any]:
     })
 
 
+@pytest.mark.slow
 async def test_a_client_spawns_an_agent_waits_for_it_and_reads_its_thread(
         tmp_path: Path) -> None:
     served, db = tmp_path / "served", tmp_path / "served" / "lace.db"
@@ -145,6 +145,7 @@ def jsonrpc(method: str, params: dict[str, Any], request_id: int | None = None) 
     return json.dumps(message) + "\n"
 
 
+@pytest.mark.slow
 def test_stdout_carries_only_the_protocol_and_the_narration_goes_to_stderr(
         tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -191,6 +192,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -222,6 +224,7 @@ def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Pat
     assert process.returncode == 0, stderr
 
 
+@pytest.mark.slow
 async def test_the_sdk_client_works_over_http(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
@@ -274,6 +277,7 @@ def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_dead_servers_agents_are_taken_over_by_lace_run_continue(tmp_path: Path) -> None:
     home, db = tmp_path / "home", tmp_path / "home" / "lace.db"
     lease = {"LACE_LIMITS__LEASE_TIMEOUT_S": "1.5"}
