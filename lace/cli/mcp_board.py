@@ -105,12 +105,13 @@ class BoardServer:
         token = (context.meta or {}).get("progress_token")
 
         async def progress(done: float, total: float, message: str) -> None:
-            if token is not None:
-                with contextlib.suppress(Exception):  # a client gone is told nothing
-                    await context.session.send_progress_notification(
-                        token, done, total, message, related_request_id=str(context.request_id))
+            assert token is not None
+            with contextlib.suppress(Exception):  # a client gone is told nothing
+                await context.session.send_progress_notification(
+                    token, done, total, message, related_request_id=str(context.request_id))
 
-        result = await self.call(params.name, params.arguments or {}, progress)
+        result = await self.call(params.name, params.arguments or {},
+                                 None if token is None else progress)
         return types.CallToolResult(content=[types.TextContent(text=served(result.text))],
                                     is_error=result.is_error)
 
