@@ -96,7 +96,15 @@ def test_the_runtime_knows_nothing_of_the_ui() -> None:
 def test_the_command_line_parser_imports_nothing_heavy() -> None:
     loaded = modules_after("import lace.cli\nlace.cli.build_parser()")
     assert "lace.cli.commands" in loaded
-    assert loaded_from(loaded, ("sqlalchemy", "alembic", "litellm", "textual", "pydantic")) == set()
+    assert loaded_from(loaded, ("sqlalchemy", "alembic", "litellm", "textual", "pydantic",
+                                "mcp", "uvicorn", "starlette")) == set()
+
+
+def test_the_mcp_sdk_is_imported_only_when_servers_are_used_or_served() -> None:
+    loaded = modules_after_import("lace.cli.board", "lace.cli.run", "lace.cli.mcp_serve",
+                                  *modules_of("lace.runtime"), *modules_of("lace.tools"))
+    assert "lace.cli.mcp_serve" in loaded
+    assert loaded_from(loaded, ("mcp", "uvicorn", "lace.cli.mcp_board")) == set()
 
 
 def test_the_import_contracts_are_kept() -> None:

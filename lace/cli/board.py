@@ -10,12 +10,12 @@ from typing import Any, TextIO
 
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
-from lace.core.records import Agent, Thread
+from lace.core.records import Thread
 from lace.core.text import printable, printable_json, valid_text
 from lace.store import Store, Tx, open_database, resolve_db_url
-from lace.store.agent_rules import Usage
 from lace.store.db import upgrade
 from lace.tools.base import ToolContext
+from lace.tools.person_tools import agent_line, event_text, in_tree_order
 from lace.tools.registry import ToolRegistry
 from lace.tools.task_tools import task_line
 
@@ -72,20 +72,6 @@ def tasks_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent_line(thread: Thread, agent: Agent | None, task_titles: dict[str, str],
-                usage: Usage) -> str:
-    depth = thread.id.count(".")
-    label = f"{'  ' * depth}{thread.id}"
-    if agent is None:
-        return f"{label}  (no agent)"
-    task = task_titles.get(agent.current_task or "", "")
-    reason = f" ({agent.stop_reason})" if agent.stop_reason else ""
-    return (f"{label}  {agent.name}  {agent.model_name}  [{agent.status}{reason}]"
-            f"{'  ' + repr(task) if task else ''}  "
-            f"{agent.tokens_in}+{agent.tokens_out} tok  ${agent.cost_usd:.4f}  "
-            f"subtree {usage.tokens} tok ${usage.cost_usd:.4f}")
-
-
 def threads_command(args: argparse.Namespace) -> int:
     """`lace threads`."""
     with open_store(args).reading() as tx:
@@ -101,25 +87,9 @@ def threads_command(args: argparse.Namespace) -> int:
             for thread in threads]})
         return 0
     titles = {task.id: task.title for task in tasks}
-    for thread in sorted(threads, key=lambda t: [int(p) if p.isdigit() else 0
-                                                 for p in t.id.split(".")[1:]]):
-        say(_agent_line(thread, agents.get(thread.id), titles, usage[thread.id]), one_line=True)
+    for thread in in_tree_order(threads):
+        say(agent_line(thread, agents.get(thread.id), titles, usage[thread.id]), one_line=True)
     return 0
-
-
-def _event_text(event_type: str, data: dict[str, Any]) -> str:
-    message = data.get("message") or {}
-    content = message.get("content") if isinstance(message, dict) else None
-    if event_type == "tool_call":
-        return f"{data.get('tool_name')}({data.get('arguments', '')})"
-    if event_type == "tool_result":
-        mark = "error" if data.get("is_error") else "ok"
-        return f"{data.get('tool_name')} {mark}: {content}"
-    if event_type == "agent_message" and not content:
-        return "(tool calls follow)"
-    if event_type == "error":
-        return str(data.get("error"))
-    return str(content if content is not None else json.dumps(data))
 
 
 def show_command(args: argparse.Namespace) -> int:
@@ -135,7 +105,7 @@ def show_command(args: argparse.Namespace) -> int:
     who = f"  {agent.name}  {agent.model_name}  [{agent.status}]" if agent else ""
     say(f"Thread {thread.id}{who}", one_line=True)
     for event in events:
-        say(f"[{event.created_at[11:19]}] {event.type}: {_event_text(event.type, event.data)}")
+        say(f"[{event.created_at[11:19]}] {event.type}: {event_text(event.type, event.data)}")
         for changed in event.data.get("files_changed") or []:
             say(f"    changed file: {changed}", one_line=True)
     if not events:
@@ -182,28 +152,30 @@ def task_add_command(args: argparse.Namespace) -> int:
         with store.reading() as tx:
             latest = tx.latest_session()
         if latest is None:
-            _check_before_new_session(arguments)
-            from lace.config import default_model
-            from lace.core.assignee import parse_model
-
-            provider, model = parse_model(default_model())
-            with store.transaction() as tx:
-                session_id = tx.create_session(provider=provider, model=model,
-                                               title=valid_text(args.title)).id
+            session_id = start_session_for(store, arguments, human_context(""))
             print(f"Started session {session_id}", file=sys.stderr)
     return _run_as_human(args, "task_create", arguments, session_id)
 
 
-def _check_before_new_session(arguments: dict[str, Any]) -> None:
-    """Refuse bad input before a session is created for it, so nothing is written."""
+def start_session_for(store: Store, arguments: Any, context: ToolContext) -> str:
+    """A new session for the person's first `task_create` (`arguments`), titled after its first
+    task; bad arguments are refused (ToolError) before anything is written. Its root has the
+    default model and no prompt, so it runs only when someone writes to it."""
+    from lace.config import default_model
+    from lace.core.assignee import parse_model
     from lace.tools.base import ToolError
     from lace.tools.spawning import parse_assignment
 
     parsed = ToolRegistry().parse("task_create", arguments)
-    for item in getattr(parsed, "tasks", []):
+    items = getattr(parsed, "tasks", [])
+    for item in items:
         if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
-        parse_assignment(item.assigned_to, human_context(""))
+        parse_assignment(item.assigned_to, context)
+    provider, model = parse_model(default_model())
+    with store.transaction() as tx:
+        return tx.create_session(provider=provider, model=model,
+                                 title=valid_text(items[0].title)).id
 
 
 def task_note_command(args: argparse.Namespace) -> int:

@@ -187,7 +187,8 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     task_complete.add_argument("task_id")
     task_complete.add_argument("message")
 
-    mcp = add("mcp", "MCP servers: those agents use (list).", "lace.cli.mcp_list:mcp_help_command")
+    mcp = add("mcp", "The Model Context Protocol: the servers agents use (list) and the board "
+              "served to MCP clients (serve).", "lace.cli.mcp_list:mcp_help_command")
     mcp_actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION",
                                      parser_class=type(mcp))
     mcp_list = mcp_actions.add_parser(
@@ -198,6 +199,24 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     mcp_list.set_defaults(handler=lazy("lace.cli.mcp_list:mcp_list_command"))
     mcp_list.add_argument("--json", action="store_true", help="print JSON")
     add_workspace_flags(mcp_list)
+    serve = mcp_actions.add_parser(
+        "serve", parents=[common],
+        help="Serve a session's board to an MCP client (Claude Code, Codex, Cursor) as the "
+             "person, and run the agents its tasks spawn.",
+        description="Serve a session's board to an MCP client as the person (actor 'human'): "
+                    "the task tools, task_wait, threads_list, thread_read and agent_stop, and "
+                    "the resources lace://board and lace://thread/{id}. Serves over stdio "
+                    "unless --http; runs the agents its tasks spawn until the client leaves.")
+    serve.set_defaults(handler=lazy("lace.cli.mcp_serve:mcp_serve_command"))
+    serve.add_argument("--session", metavar="ID",
+                       help="the session to serve (default: the latest; with none, the first "
+                            "task_create starts one)")
+    serve.add_argument("--http", metavar="HOST:PORT",
+                       help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+                            "(HOST: 127.0.0.1 or another loopback address)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="let --http listen on an address other machines can reach")
+    add_workspace_flags(serve)
 
     database = add("db", "Database maintenance.", "lace.cli.board:db_help_command")
     db_actions = database.add_subparsers(dest="db_command", metavar="ACTION",

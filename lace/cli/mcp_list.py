@@ -22,7 +22,7 @@ EXIT_SERVER_FAILED = 1
 
 def mcp_help_command(_args: argparse.Namespace) -> int:
     """`lace mcp` with no action."""
-    raise LaceError("choose an action: lace mcp list (see lace mcp --help)")
+    raise LaceError("choose an action: lace mcp list, lace mcp serve (see lace mcp --help)")
 
 
 def transport_of(config: McpServer) -> str:

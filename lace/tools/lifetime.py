@@ -6,6 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from lace.core.assignee import HUMAN
+from lace.core.ids import root_of
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError
 
@@ -41,12 +43,19 @@ class AgentStop(Tool):
     reason: str = Field(min_length=1, max_length=2000)
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        if not self.thread_id.startswith(f"{context.thread_id}."):
+        by_person = context.thread_id == HUMAN
+        if by_person and root_of(self.thread_id) != context.session_id:
+            raise ToolError(f"Unknown agent {self.thread_id!r} in this session "
+                            f"({context.session_id}); threads_list shows its agents.")
+        if not by_person and not self.thread_id.startswith(f"{context.thread_id}."):
             raise ToolError(f"You can only stop your own descendants (thread ids starting with "
                             f"{context.thread_id}.); {self.thread_id!r} is not one.")
         if tx.find_agent(self.thread_id) is None:
-            raise ToolError(f"Unknown agent {self.thread_id!r}; agents_list shows your helpers.")
-        stopped = tx.stop_subtree(self.thread_id, reason=f"{self.reason} (by {context.thread_id})")
+            lister = "threads_list shows the session's agents" if by_person else \
+                "agents_list shows your helpers"
+            raise ToolError(f"Unknown agent {self.thread_id!r}; {lister}.")
+        stopped = tx.stop_subtree(self.thread_id, reason=f"{self.reason} (by {context.thread_id})",
+                                  by_person=by_person)
         if not stopped:
             return f"{self.thread_id} and its subtree were already stopped."
         return f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}."

@@ -1,0 +1,166 @@
+"""`lace mcp serve`: the board of one session as an MCP server over stdio (stdout carries only
+the protocol) or streamable HTTP, with a runtime that runs the agents its tasks spawn."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lace.cli.board import open_store
+from lace.cli.run import model_client, new_supervisor, with_tool_flags, workspace_of
+from lace.config import Settings, load_settings
+from lace.core.errors import LaceError
+from lace.store import Store
+from lace.tools.workspace import DaemonThreads
+
+if TYPE_CHECKING:
+    from lace.cli.mcp_board import BoardServer
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Where `--http` serves, and its socket, already listening."""
+
+    address: Listen
+    socket: socket.socket
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where `--http` serves: host, port, and whether the host is this machine only."""
+
+    host: str
+    port: int
+    loopback: bool
+
+    @property
+    def netloc(self) -> str:
+        """`host:port` as a Host header or an origin names it (IPv6 in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_listen(text: str, allow_remote: bool) -> Listen:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6); a host other than loopback needs `allow_remote`."""
+    host, colon, port_text = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise LaceError(f"--http expects HOST:PORT with a port from 1 to 65535, such as "
+                        f"127.0.0.1:8765; got {text!r}")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    loopback = host in LOOPBACK_NAMES or bool(address and address.is_loopback)
+    if not loopback and not allow_remote:
+        raise LaceError(f"--http {text} would let other machines act on the board as you; "
+                        "serve on 127.0.0.1, or add --allow-remote to mean it")
+    if address is not None and address.is_unspecified:
+        raise LaceError(f"--http {text} listens on every address, so no Host header can be "
+                        "checked; name the address clients use (such as 192.168.1.5:8765)")
+    return Listen(host, int(port_text), loopback)
+
+
+def mcp_serve_command(args: argparse.Namespace) -> int:
+    """Check the command line and the session, then serve until the client leaves (stdio),
+    or SIGINT or SIGTERM."""
+    listen = parse_listen(args.http, args.allow_remote) if args.http else None
+    settings = with_tool_flags(load_settings(), args)
+    workspace_of(args)
+    store = open_store(args)
+    with store.reading() as tx:
+        latest = tx.get_session(args.session) if args.session else tx.latest_session()
+    listening = None if listen is None else open_socket(listen)
+    if listen is not None and not listen.loopback:
+        print(f"lace: warning: serving the board on {listen.netloc}: anyone who can reach it "
+              "acts on it as you, with no password", file=sys.stderr)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="lace mcp: %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_serve(args, store, settings, latest.id if latest else None,
+                              listening))
+
+
+def open_socket(listen: Listen) -> Listening:
+    """The listening socket, opened before anything is served so that a port in use or an
+    address this machine lacks is one line on stderr."""
+    try:
+        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+        listening = socket.create_server((listen.host, listen.port), family=family)
+    except OSError as error:
+        why = os.strerror(error.errno) if error.errno else str(error)
+        raise LaceError(f"cannot listen on {listen.netloc}: {why}") from None
+    return Listening(listen, listening)
+
+
+async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
+                 session_id: str | None, listening: Listening | None) -> int:
+    from lace.cli.mcp_board import BoardServer
+    from lace.runtime.worker import change_feed
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
+    main = asyncio.current_task()
+    assert main is not None
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, main.cancel)
+    client = model_client()
+    supervisor = new_supervisor(args, store, settings, client, feed=change_feed(store),
+                                share_work=True, sessions={session_id} if session_id else set())
+    board = BoardServer(supervisor, session_id)
+
+    async def run_agents() -> None:
+        """Import the model SDKs off the event loop (seconds), so the client's handshake is
+        answered at once, then run the session's agents (resuming those cut off)."""
+        await asyncio.to_thread(client.warm_up)
+        await supervisor.serve()
+
+    runtime = asyncio.create_task(run_agents(), name="lace-mcp-runtime")
+    print(f"lace mcp serve (pid {os.getpid()}): session {session_id or '(none yet)'}, "
+          f"{'http://' + listening.address.netloc + '/mcp' if listening else 'stdio'}",
+          file=sys.stderr)
+    try:
+        await (_stdio(board) if listening is None else _http(board, listening))
+    except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
+        pass
+    finally:
+        runtime.cancel()
+        await asyncio.gather(runtime, return_exceptions=True)
+        supervisor.close()
+    return 0
+
+
+async def _stdio(board: BoardServer) -> None:
+    """Serve on stdin and stdout until the client closes stdin. The SDK moves the process's
+    stdout to stderr while it serves, so a stray print cannot corrupt the protocol."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await board.server.run(read_stream, write_stream,
+                               board.server.create_initialization_options())
+
+
+async def _http(board: BoardServer, listening: Listening) -> None:
+    """Serve streamable HTTP at /mcp, refusing requests whose Host or Origin header is not this
+    server's (DNS rebinding: a web page the person visits must not reach the board)."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    listen = listening.address
+    hosts = {listen.netloc, f"localhost:{listen.port}"} if listen.loopback else {listen.netloc}
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=sorted(hosts),
+        allowed_origins=sorted(f"http://{host}" for host in hosts))
+    app = board.server.streamable_http_app(host=listen.host, transport_security=security)
+    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning",
+                            lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[listening.socket])
