@@ -153,6 +153,13 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     threads.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
     threads.add_argument("--json", action="store_true", help="print JSON")
 
+    cost = add("cost", "Print a session's tokens, cost and model calls from llm_calls, per "
+                       "thread (with subtree totals), model or day.", "lace.cli.cost:cost_command")
+    cost.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
+    cost.add_argument("--by", choices=("thread", "model", "day"), default="thread",
+                      help="one row per thread (default), model or day (UTC)")
+    cost.add_argument("--json", action="store_true", help="print JSON")
+
     show = add("show", "Print one thread's conversation.", "lace.cli.board:show_command")
     show.add_argument("thread_id", metavar="THREAD_ID")
     show.add_argument("--json", action="store_true", help="print JSON")
