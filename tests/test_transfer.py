@@ -231,3 +231,11 @@ def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
     good.write_text(json.dumps(valid_export))
     code, _out, err = run_cli(capsys, "import", str(good), "--db", str(db_path))
     assert code == 0, err
+
+
+def test_the_documented_schema_is_the_one_lace_import_checks() -> None:
+    from lace.store.export_format import SessionDocument
+
+    pinned = Path(__file__).parent.parent / "docs" / "export.schema.json"
+    assert json.loads(pinned.read_text()) == SessionDocument.model_json_schema(), (
+        "regenerate docs/export.schema.json and describe the change in docs/export.md")
