@@ -27,15 +27,20 @@ LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
 
 def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
           join: bool = True, drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Rows of `table` in the session (`where`, over `threads` when `join`), in id order."""
+    """Rows of `table` in the session (`where`, over `threads` when `join`), in the order they
+    were written: by integer id, else by time."""
     threads = schema.threads
     columns = [column for column in table.c if column.name not in drop]
     statement = sa.select(*columns)
     if join:
         statement = statement.join(threads, threads.c.id == table.c.thread_id)
-    order = table.c.id if "id" in table.c else table.c.created_at
+    id_column = table.c.get("id")
+    if id_column is not None and isinstance(id_column.type, sa.Integer):
+        order = [id_column]
+    else:
+        order = [table.c.created_at, *([id_column] if id_column is not None else [])]
     return [dict(row._mapping) for row in tx.connection.execute(
-        statement.where(where).order_by(order))]
+        statement.where(where).order_by(*order))]
 
 
 def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
