@@ -216,8 +216,8 @@ class TurnRunner:
             self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
             tools: list[dict[str, Any]]) -> tuple[Agent, ModelReply, Callable[[Tx], None]]:
         """The agent's model's reply, or, once its calls keep failing in a way another model
-        may not (`worth_a_fallback`), the next fallback's; the agent stays on the model that
-        answered."""
+        may not (`worth_a_fallback`), the next fallback's. Each switch is written to the
+        agent's row before the next call, so the agent stays on it."""
         while True:
             try:
                 reply, usage = await self._call_model(agent, lease, messages, tools)
