@@ -191,6 +191,22 @@ def _edited(document: dict[str, Any], edit: Callable[[dict[str, Any]], None]) ->
     return json.dumps(copy)
 
 
+EXPECTED = {
+    "not JSON": "is not JSON", "not UTF-8": "is not UTF-8", "null": "not a lace session export",
+    "wrong version": "a version 2 export; this lace reads version 1",
+    "a missing field": "events: Field required", "an unknown field": "extra: Extra inputs",
+    "a bad thread id": "threads.1.id: String should match pattern",
+    "a task assigned to nothing": "names assignee", "an event of no thread": "names thread",
+    "an inbox row named by nothing": "names inbox row 999999",
+    "an agent for no task": "names task 'task_20260101_abcdef'",
+    "a helper with a tool its creator lacks": "has tools its creator lacks",
+    "an unknown tool": "unknown tool 'rm_rf'", "a model name with a newline": "Expected provider",
+    "a bad status": "tasks.0.status", "nested past the decoder": "nested deeper than 72",
+    "nested past the limit": "nested deeper than 72", "huge": "larger than the 128 MB",
+    "a folder": "is not a file", "missing": "is not a file",
+}
+
+
 def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
         store: Store, db_path: Path, tmp_path: Path, valid_export: dict[str, Any],
         capsys: pytest.CaptureFixture[str], unchanged: Callable[[], Any]) -> None:
@@ -216,6 +232,12 @@ def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
             e for e in d["events"] if "inbox_id" in e["data"])["data"].update(inbox_id=999999)),
         "an agent for no task": _edited(valid_export, lambda d: d["agents"][1].update(
             current_task="task_20260101_abcdef")),
+        "a helper with a tool its creator lacks": _edited(valid_export, lambda d: (
+            d["agents"][0].update(tools=["task_list"]))),
+        "an unknown tool": _edited(valid_export, lambda d: d["agents"][1]["tools"].append(
+            "rm_rf")),
+        "a model name with a newline": _edited(valid_export, lambda d: d["agents"][1].update(
+            model="worker\nlace: fake line")),
         "a bad status": _edited(valid_export, lambda d: d["tasks"][0].update(status="nope")),
         "nested past the decoder": "[" * 100_000 + "]" * 100_000,
         "nested past the limit": '{"format": ' + "[" * 200 + "]" * 200 + "}",
@@ -233,6 +255,7 @@ def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
             code, out, err = run_cli(capsys, "import", str(path), "--db", str(db_path))
             assert (code, out) == (2, ""), name
             assert err.startswith("lace: error: ") and len(err.splitlines()) == 1, (name, err)
+            assert EXPECTED.get(name, "") in err, (name, err)
     good = tmp_path / "good.json"
     good.write_text(json.dumps(valid_export))
     code, _out, err = run_cli(capsys, "import", str(good), "--db", str(db_path))

@@ -16,12 +16,13 @@ from pydantic import (
 )
 
 from lace.core.agents import AgentStatus, AgentType
-from lace.core.assignee import HUMAN
+from lace.core.assignee import HUMAN, parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import TASK_ID_RE, THREAD_ID_RE
 from lace.core.notifications import INBOX_KINDS, INBOX_PRIORITIES
 from lace.core.records import APPROVAL_STATUSES, EVENT_TYPES
 from lace.core.tasks import Priority, Status
+from lace.core.tool_names import ALL_TOOL_NAMES, unknown_tool_problem
 
 FORMAT = "lace-session"
 VERSION = 1
@@ -211,7 +212,9 @@ def _check_references(document: SessionDocument) -> None:
         if value is not None and value not in known:
             raise ValueError(f"{where} names {kind} {value!r}, which is not in the document")
 
+    agents = {agent.thread_id: agent for agent in document.agents}
     for agent in document.agents:
+        _check_agent(agent, agents)
         need("thread", agent.thread_id, thread_ids, "an agent")
         need("thread", agent.parent_thread_id, thread_ids, f"agent {agent.thread_id}")
         need("task", agent.created_for_task, tasks, f"agent {agent.thread_id}")
@@ -235,6 +238,25 @@ def _check_references(document: SessionDocument) -> None:
                        ("approvals", document.approvals)):
         for row in rows:
             need("thread", row.thread_id, thread_ids, f"a row of {kind}")
+
+
+def _check_agent(agent: AgentRow, agents: dict[str, AgentRow]) -> None:
+    """An agent's model is a name lace accepts, and its tools are lace's and never more than
+    its creator's (tools only shrink, in an imported session too)."""
+    try:
+        parse_model(f"{agent.provider}/{agent.model}")
+    except LaceError as error:
+        raise ValueError(f"agent {agent.thread_id}: {error}") from None
+    for tool in agent.tools or []:
+        if problem := unknown_tool_problem(tool):
+            raise ValueError(f"agent {agent.thread_id}: {problem}")
+    creator = agents.get(agent.parent_thread_id or "")
+    if creator is not None and creator.tools is not None:
+        extra = sorted(set(agent.tools if agent.tools is not None else ALL_TOOL_NAMES)
+                       - set(creator.tools))
+        if extra:
+            raise ValueError(f"agent {agent.thread_id} has tools its creator lacks: "
+                             f"{', '.join(extra)}")
 
 
 def _inbox_ids(data: dict[str, Any]) -> list[Any]:
