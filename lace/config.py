@@ -4,6 +4,7 @@ with `LACE_...` environment variables on top (e.g. `LACE_LIMITS__MAX_RUNNING=32`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,12 +16,15 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.tool_names import unknown_tool_problem
 from lace.core.tool_sets import EVERY_MCP_TOOL, is_mcp_tool, matches
 from lace.paths import lace_home
 
 DEMO_MODEL = "demo/coordinator"
+ModelCheck = Callable[[str, str], "str | None"]
+"""Why `provider, model` cannot be called, or None (`lace.llm.checks.check_model`)."""
 
 
 class Limits(BaseModel):
@@ -151,6 +155,9 @@ class Profile(BaseModel):
     system_prompt_file: str | None = None
     tools: list[str] = Field(default_factory=list)
     model: str | None = None
+    fallbacks: list[str] = Field(default_factory=list,
+                                 description="provider/model to continue on, in order, when "
+                                             "this profile's model keeps failing")
 
     def prompt_text(self, config_file: Path | None) -> str | None:
         """The inline prompt, else the file's text (relative to the config file)."""
@@ -201,6 +208,14 @@ class Settings(BaseSettings):
     tools: ToolSettings = Field(default_factory=ToolSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    fallbacks: list[str] = Field(default_factory=list,
+                                 description="provider/model to continue on, in order, for "
+                                             "every agent whose profile has none")
+
+    def fallbacks_for(self, profile: str | None) -> tuple[str, ...]:
+        """The models an agent falls back to: its profile's list, else the top-level one."""
+        own = self.profiles[profile].fallbacks if profile in self.profiles else []
+        return tuple(own or self.fallbacks)
 
     @classmethod
     def settings_customise_sources(
@@ -240,13 +255,34 @@ def _check_tool_names(settings: Settings, source: Path | None) -> None:
             raise LaceError(f"Bad setting {where} in {source or 'the environment'}: {problem}")
 
 
-def load_settings(**overrides: Any) -> Settings:
+def _check_fallbacks(settings: Settings, source: Path | None,
+                     check_model: ModelCheck | None) -> None:
+    """Every fallback must be `provider/model` and, when `check_model` is given, callable
+    (provider known, key present), as a spawn's model must be."""
+    named = [("fallbacks", model) for model in settings.fallbacks]
+    named += [(f"profiles.{name}.fallbacks", model) for name, profile in settings.profiles.items()
+              for model in profile.fallbacks]
+    for where, model in named:
+        try:
+            provider, name = parse_model(model)
+        except LaceError as error:
+            raise LaceError(f"Bad setting {where} in {source or 'the environment'}: "
+                            f"{error}") from None
+        problem = check_model(provider, name) if check_model else None
+        if problem:
+            raise LaceError(f"Bad setting {where} in {source or 'the environment'}: "
+                            f"{problem}")
+
+
+def load_settings(*, check_model: ModelCheck | None = None, **overrides: Any) -> Settings:
     """The settings, or one clear error naming the bad key and the file it came from; profile
-    prompt files are read here, so a missing one fails at start, not mid-session."""
+    prompt files are read here, so a missing one fails at start, not mid-session. With
+    `check_model` (processes that run agents), every fallback model must be callable too."""
     try:
         settings = Settings(**overrides)
         source = config_path()
         _check_tool_names(settings, source)
+        _check_fallbacks(settings, source, check_model)
         for name, profile in settings.profiles.items():
             if profile.model is not None and "/" not in profile.model:
                 raise LaceError(f"Bad setting profiles.{name}.model in {source}: expected "

@@ -153,6 +153,25 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     threads.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
     threads.add_argument("--json", action="store_true", help="print JSON")
 
+    cost = add("cost", "Print a session's tokens, cost and model calls from llm_calls, per "
+                       "thread (with subtree totals), model or day.", "lace.cli.cost:cost_command")
+    cost.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
+    cost.add_argument("--by", choices=("thread", "model", "day"), default="thread",
+                      help="one row per thread (default), model or day (UTC)")
+    cost.add_argument("--json", action="store_true", help="print JSON")
+
+    export = add("export", "Write a whole session (threads, conversations, tasks with notes, "
+                           "agents, usage) as one JSON document or a Markdown transcript; "
+                           "credential values are masked.", "lace.cli.transfer:export_command")
+    export.add_argument("session", metavar="SESSION", help="the session's root thread id")
+    export.add_argument("--format", choices=("json", "markdown"), default="json",
+                        help="json (for lace import; default) or markdown (to read)")
+    export.add_argument("-o", "--output", metavar="FILE",
+                        help="write FILE (readable by you only) instead of stdout")
+    import_ = add("import", "Restore a session from a JSON export into the database (under new "
+                            "ids where its own are taken).", "lace.cli.transfer:import_command")
+    import_.add_argument("file", metavar="FILE", help="a file written by lace export")
+
     show = add("show", "Print one thread's conversation.", "lace.cli.board:show_command")
     show.add_argument("thread_id", metavar="THREAD_ID")
     show.add_argument("--json", action="store_true", help="print JSON")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lace.cli.board import open_store
-from lace.cli.run import model_client, new_supervisor, with_tool_flags, workspace_of
-from lace.config import Settings, load_settings
+from lace.cli.run import model_client, new_supervisor, runtime_settings, workspace_of
+from lace.config import Settings
 from lace.core.errors import LaceError
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
@@ -75,7 +75,7 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     """Check the command line and the session, then serve until the client leaves (stdio),
     or SIGINT or SIGTERM."""
     listen = parse_listen(args.http, args.allow_remote) if args.http else None
-    settings = with_tool_flags(load_settings(), args)
+    settings = runtime_settings(args)
     workspace_of(args)
     store = open_store(args)
     with store.reading() as tx:

@@ -48,6 +48,8 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
             elif event.type == "tool_result" and data.get("is_error"):
                 first = (str(data["message"]["content"]).splitlines() or [""])[0]
                 line = f"  {event.thread_id} ✗ {data.get('tool_name')}: {first}"
+            elif event.type == "error" and data.get("fallback_to"):
+                line = f"~ {event.thread_id} {data.get('error')}"
             elif event.type == "notification" and data.get("kind") == "completion":
                 line = f"  {event.thread_id} ← {data.get('task_id')} completed"
         if line:  # one write per line: events may come from two threads at once

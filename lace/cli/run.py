@@ -43,11 +43,19 @@ def with_tool_flags(settings: Settings, args: argparse.Namespace) -> Settings:
     return settings.model_copy(update={"tools": tools})
 
 
+def runtime_settings(args: argparse.Namespace) -> Settings:
+    """The settings of a process that runs agents: every fallback model checked as a spawn's
+    would be, and `--yes` / `--read-only` applied."""
+    from lace.llm.checks import check_model
+
+    return with_tool_flags(load_settings(check_model=check_model), args)
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written for a bad command), then run."""
     if args.continue_thread is None and not args.prompt:
         raise LaceError("give a prompt: lace run \"PROMPT\" (or lace run --continue THREAD_ID)")
-    settings = with_tool_flags(load_settings(), args)
+    settings = runtime_settings(args)
     model = args.model or settings.model
     provider, name = parse_model(model)
     from lace.llm.checks import check_model

@@ -8,13 +8,12 @@ import logging
 
 def tui_command(args: argparse.Namespace) -> int:
     """Open the app; bad options fail before the screen takes over the terminal."""
-    from lace.cli.run import with_tool_flags, workspace_of
-    from lace.config import load_settings
+    from lace.cli.run import runtime_settings, workspace_of
     from lace.tui.factory import create_app
 
     app = create_app(db=getattr(args, "db", None), model=args.model,
                      continue_thread=args.continue_thread,
-                     settings=with_tool_flags(load_settings(), args),
+                     settings=runtime_settings(args),
                      workspace=workspace_of(args))
     logging.getLogger("LiteLLM").handlers.clear()
     logging.getLogger("LiteLLM").propagate = False

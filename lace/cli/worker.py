@@ -12,8 +12,8 @@ import sys
 import time
 
 from lace.cli.board import open_store
-from lace.cli.run import model_client, new_supervisor, with_tool_flags, workspace_of
-from lace.config import Settings, load_settings
+from lace.cli.run import model_client, new_supervisor, runtime_settings, workspace_of
+from lace.config import Settings
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
 
@@ -26,7 +26,7 @@ out."""
 def worker_command(args: argparse.Namespace) -> int:
     """Check the sessions named, then serve until a signal (or the end of stdin with
     --until-eof, as started by `lace run --workers`)."""
-    settings = with_tool_flags(load_settings(), args)
+    settings = runtime_settings(args)
     workspace_of(args)
     store = open_store(args)
     with store.reading() as tx:

@@ -9,6 +9,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
+from lace.core.text import map_strings
+
 MASK = "[redacted]"
 MIN_MASKED_LENGTH = 8
 """Values shorter than this are left alone: masking `admin` or `1234` everywhere would mangle
@@ -38,25 +40,4 @@ def mask_data(value: Any, secrets: Iterable[str]) -> Any:
     pattern = _pattern(tuple(secrets))
     if pattern is None:
         return value
-    if isinstance(value, str):
-        return pattern.sub(MASK, value)
-    if not isinstance(value, dict | list | tuple):
-        return value
-    root: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
-    pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, root)]
-    while pending:
-        source, target = pending.pop()
-        items = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, item in items:
-            if isinstance(item, str):
-                copied: Any = pattern.sub(MASK, item)
-            elif isinstance(item, dict | list | tuple):
-                copied = {} if isinstance(item, dict) else []
-                pending.append((item, copied))
-            else:
-                copied = item
-            if isinstance(target, dict):
-                target[pattern.sub(MASK, key) if isinstance(key, str) else key] = copied
-            else:
-                target.append(copied)
-    return root
+    return map_strings(value, lambda text: pattern.sub(MASK, text))

@@ -4,6 +4,7 @@ bounded depth, and control characters escaped before they reach a terminal."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 MAX_NESTING = 64
@@ -61,6 +62,34 @@ def json_nesting(text: str, limit: int = MAX_NESTING) -> int:
         else:
             depth = max(depth - 1, 0)
     return removed + deepest
+
+
+def map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """A copy of a JSON-like value (dicts, lists, tuples as lists, strings) with `change`
+    applied to every string in it, keys included; walked without recursion, so no nesting
+    depth can raise."""
+    if isinstance(value, str):
+        return change(value)
+    if not isinstance(value, dict | list | tuple):
+        return value
+    root: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
+    pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, root)]
+    while pending:
+        source, target = pending.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            if isinstance(item, str):
+                copied: Any = change(item)
+            elif isinstance(item, dict | list | tuple):
+                copied = {} if isinstance(item, dict) else []
+                pending.append((item, copied))
+            else:
+                copied = item
+            if isinstance(target, dict):
+                target[change(key) if isinstance(key, str) else key] = copied
+            else:
+                target.append(copied)
+    return root
 
 
 def value_nesting(value: Any) -> int:

@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lace.core.providers import LOCAL_PROVIDERS
+
 PRICE_FILE = "model_prices_and_context_window_backup.json"
 _DATED_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 _FINE_TUNED_SUFFIX = re.compile(r"(:[^:]*){3}$")  # ft:gpt-4o:org:suffix:id -> ft:gpt-4o
@@ -87,3 +89,21 @@ def _threshold_of(key: str) -> int:
     if match is None:
         return 0
     return int(match.group(1)) * (1000 if match.group(2) else 1)
+
+
+def known_price(model_name: str) -> bool:
+    """Whether `provider/model` has a price: lace's own local providers cost nothing; an
+    `openai/...` model is looked up as `call_cost` does; any other as litellm keys its table
+    (`provider/model`, or the bare model under that provider)."""
+    provider, _, name = model_name.partition("/")
+    if provider in LOCAL_PROVIDERS:
+        return True
+    if provider == "openai":
+        return call_cost(name, 1, 1) is not None
+    table = price_table()
+    entry = table.get(model_name)
+    if entry is None:
+        entry = table.get(name)
+        if entry is not None and not str(entry.get("litellm_provider", "")).startswith(provider):
+            entry = None
+    return entry is not None and entry.get("input_cost_per_token") is not None

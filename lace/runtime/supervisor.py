@@ -158,7 +158,8 @@ class Supervisor:
                                    lambda text: self.bus.publish(Warned(text)), warnings)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, tools=tools, budgets=self.settings.budgets,
-                                 holder=self.process_id)
+                                 holder=self.process_id,
+                                 fallbacks_for=self.settings.fallbacks_for)
 
     def _apply(self, effects: Effects) -> None:
         """Act on what a committed write caused: announce new agents, let waiting tools look

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import random
@@ -22,6 +23,7 @@ from lace.runtime.conversation import TurnStart, begin_turn
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
+from lace.runtime.fallbacks import next_fallback, switch_model, worth_a_fallback
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn, finished_its_work
 from lace.store import Tx
@@ -117,6 +119,8 @@ class TurnRunner:
     holder: str = ""
     leases: dict[str, Lease] = field(default_factory=dict)
     """The lease of each thread's latest turn, until its drive ends."""
+    fallbacks_for: Callable[[str | None], tuple[str, ...]] = lambda _profile: ()
+    """The fallback models of an agent with this profile (`Settings.fallbacks_for`)."""
     slots: Slots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,7 +154,7 @@ class TurnRunner:
             agent, can_spawn=depth_of(thread_id) < self.limits.max_depth)
         while True:
             self._check_turn_time(thread_id, started)
-            reply, usage = await self._call_model(agent, lease, messages, tools)
+            agent, reply, usage = await self._call_on_some_model(agent, lease, messages, tools)
             message = reply.message()
             messages.append(message)
             await self.db.write(fenced(lease, functools.partial(
@@ -206,6 +210,28 @@ class TurnRunner:
             raise HaltedError(thread_id, f"watchdog: the turn ran {active:.0f} s, past "
                                          f"turn_timeout_s = {self.limits.turn_timeout_s:g} "
                                          "([limits] turn_timeout_s)")
+
+    async def _call_on_some_model(
+            self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
+            tools: list[dict[str, Any]]) -> tuple[Agent, ModelReply, Callable[[Tx], None]]:
+        """The agent's model's reply, or, once its calls keep failing in a way another model
+        may not (`worth_a_fallback`), the next fallback's. Each switch is written to the
+        agent's row before the next call, so the agent stays on it."""
+        while True:
+            try:
+                reply, usage = await self._call_model(agent, lease, messages, tools)
+                return agent, reply, usage
+            except ModelError as error:
+                chain = self.fallbacks_for(agent.profile)
+                fallback = next_fallback(agent.model_name, chain, self.tools.check_model) if (
+                    chain and worth_a_fallback(error)) else None
+                if fallback is None:
+                    raise
+                provider, model = fallback
+                event_id, data = await self.db.write(fenced(lease, functools.partial(
+                    switch_model, agent=agent, provider=provider, model=model, error=error)))
+                self._published(agent.thread_id, event_id, "error", data)
+                agent = dataclasses.replace(agent, provider=provider, model=model)
 
     async def _call_model(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
                           tools: list[dict[str, Any]],

@@ -14,6 +14,7 @@ from lace.core.ids import root_of
 from lace.core.records import Agent, Approval
 from lace.core.secrets import mask_data
 from lace.core.tasks import ACTIVE_STATUSES
+from lace.core.usage import CallGroup
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
@@ -73,6 +74,24 @@ class Tx(TaskRules, LeaseVerbs):
         assert row is not None  # an aggregate always has its one row
         return Usage(tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]),
                      turns=int(row["turns"]), reserved=int(row["reserved"]))
+
+    def call_groups(self, root_id: str) -> list[CallGroup]:
+        """A session's `llm_calls` summed per thread, model and day (failed calls counted
+        apart), for `lace cost`."""
+        calls, threads = schema.llm_calls.c, schema.threads.c
+        day = sa.func.substr(calls.created_at, 1, 10)
+        rows = self._execute(
+            sa.select(calls.thread_id, calls.model, day.label("day"),
+                      sa.func.count().label("calls"),
+                      sa.func.count(calls.error).label("failed"),
+                      sa.func.sum(calls.prompt_tokens).label("tokens_in"),
+                      sa.func.sum(calls.completion_tokens).label("tokens_out"),
+                      sa.func.sum(calls.cost_usd).label("cost_usd"))
+            .join(schema.threads, threads.id == calls.thread_id)
+            .where(threads.root_id == root_id)
+            .group_by(calls.thread_id, calls.model, day)
+            .order_by(calls.thread_id, calls.model, day))
+        return [CallGroup(**row._mapping) for row in rows]
 
     def stop_subtree(self, thread_id: str, *, reason: str, by_person: bool = False) -> list[str]:
         """Stop an agent and everything below it: status `stopped` with the reason, their open

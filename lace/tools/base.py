@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from lace.config import Budgets, Limits, Profile
+from lace.config import ModelCheck as ModelCheck
 from lace.core.errors import LaceError
 from lace.core.records import Lease
 from lace.core.text import valid_text
 from lace.store import Tx
-
-ModelCheck = Callable[[str, str], "str | None"]
-"""Given a provider and a model, return why it cannot be called, or None if it can."""
 
 
 class ToolError(LaceError):

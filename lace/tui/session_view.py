@@ -33,6 +33,8 @@ class ThreadRow:
         short = "root" if self.thread.parent_id is None else \
             "." + self.thread.id.split(".", 1)[1]
         name = "(no agent)" if agent is None else agent.model if short == "root" else agent.name
+        if agent is not None and name not in (agent.model, agent.model.rsplit("/", 1)[-1]):
+            name = f"{name} on {agent.model}"  # a profile's model, or a fallback's
         parts = [f"{MARKS[self.state]} {short} {name}"]
         if self.task_title:
             parts.append(self.task_title[:24])

@@ -1,0 +1,103 @@
+"""`lace export` and `lace import`: a session as one JSON document (or a Markdown transcript),
+and that document restored into a database. A bad file is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from lace.cli.board import open_store, say
+from lace.cli.transcript import transcript
+from lace.core.errors import LaceError
+from lace.core.text import MAX_NESTING, printable, printable_json, value_nesting
+from lace.store.export_format import SessionDocument, parse_document
+from lace.store.transfer import export_session, import_session
+
+MAX_IMPORT_BYTES = 128 * 1024 * 1024
+"""The largest file `lace import` reads: decoded, JSON takes several times its size."""
+MAX_IMPORT_NESTING = MAX_NESTING + 8
+"""Tool arguments (at most MAX_NESTING deep) inside an approval inside the document."""
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """`lace export SESSION [--format json|markdown] [-o FILE]`."""
+    with open_store(args).reading() as tx:
+        document = export_session(tx, args.session)
+    if args.format == "json":
+        text = printable_json(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+    else:
+        text = printable(transcript(document))
+    if args.output is None:
+        sys.stdout.write(text + "\n")
+    else:
+        _write_private(Path(args.output), text + "\n")
+        say(f"Exported {args.session} to {args.output}", one_line=True, file=sys.stderr)
+    return 0
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a temporary file renamed over it), readable by its
+    owner only: an export holds every conversation of the session."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise LaceError(f"cannot write {path}: {folder} is not a folder")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_document(path: Path) -> SessionDocument:
+    """The export in `path`, checked whole; LaceError (one line) for anything else: not a
+    regular file, too big, not UTF-8, not JSON, nested too deep, another format or version,
+    a bad field, a reference to nothing."""
+    try:
+        if not path.is_file():
+            raise LaceError(f"{path} is not a file")
+        with path.open("rb") as file:
+            raw = file.read(MAX_IMPORT_BYTES + 1)
+    except OSError as error:
+        raise LaceError(f"cannot read {path}: {error.strerror}") from None
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise LaceError(f"{path} is larger than the {MAX_IMPORT_BYTES // 2**20} MB lace import "
+                        "reads")
+    try:
+        value: Any = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise LaceError(f"{path} is not UTF-8 text (byte {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise LaceError(f"{path} is not JSON: {error.msg} at line {error.lineno} column "
+                        f"{error.colno}") from None
+    except RecursionError:  # nested past what the decoder follows
+        raise LaceError(_too_deep(path)) from None
+    if value_nesting(value) > MAX_IMPORT_NESTING:
+        raise LaceError(_too_deep(path))
+    try:
+        return parse_document(value)
+    except LaceError as error:
+        raise LaceError(f"{path}: {error}") from None
+
+
+def _too_deep(path: Path) -> str:
+    return f"{path} is nested deeper than {MAX_IMPORT_NESTING} levels; not a lace export"
+
+
+def import_command(args: argparse.Namespace) -> int:
+    """`lace import FILE`: checks the whole file, then writes it in one transaction."""
+    document = read_document(Path(args.file))
+    with open_store(args).transaction() as tx:
+        session_id = import_session(tx, document)
+    renamed = f" as {session_id} (its ids were taken here)" if (
+        session_id != document.session) else ""
+    say(f"Imported session {document.session}{renamed}: {len(document.threads)} threads, "
+        f"{len(document.tasks)} tasks, {len(document.events)} events", one_line=True)
+    return 0

@@ -1,0 +1,285 @@
+"""The shape of a session export (`lace export --format json`, `lace import`): one JSON
+document, checked whole (fields, values, and that every reference names a row of the document)
+before anything is written. docs/export.md describes it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
+
+from lace.core.agents import AgentStatus, AgentType
+from lace.core.assignee import HUMAN, parse_model
+from lace.core.errors import LaceError
+from lace.core.ids import TASK_ID_RE, THREAD_ID_RE
+from lace.core.notifications import INBOX_KINDS, INBOX_PRIORITIES
+from lace.core.records import APPROVAL_STATUSES, EVENT_TYPES
+from lace.core.tasks import Priority, Status
+from lace.core.tool_names import ALL_TOOL_NAMES, unknown_tool_problem
+
+FORMAT = "lace-session"
+VERSION = 1
+
+
+def _one_of(values: tuple[str, ...]) -> AfterValidator:
+    def check(value: str) -> str:
+        if value not in values:
+            raise ValueError(f"expected one of {', '.join(values)}")
+        return value
+
+    return AfterValidator(check)
+
+
+ThreadId = Annotated[str, StringConstraints(pattern=THREAD_ID_RE.pattern)]
+TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_RE.pattern)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class Row(BaseModel):
+    """A row: exactly these fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ThreadRow(Row):
+    id: ThreadId
+    parent_id: ThreadId | None
+    root_id: ThreadId
+    title: str | None
+    created_at: str
+    updated_at: str
+
+
+class AgentRow(Row):
+    thread_id: ThreadId
+    name: str
+    provider: str
+    model: str
+    profile: str | None
+    type: AgentType
+    status: AgentStatus
+    created_for_task: TaskId | None
+    parent_thread_id: ThreadId | None
+    current_task: TaskId | None
+    tools: list[str] | None
+    instructions: str | None
+    stop_reason: str | None
+    budget: dict[str, float] | None
+    turns: Count
+    stopped_by_person: bool
+    tokens_in: Count
+    tokens_out: Count
+    cost_usd: float
+    created_at: str
+    updated_at: str
+
+
+class NoteRow(Row):
+    author: str
+    content: str
+    created_at: str
+
+
+class TaskRow(Row):
+    id: TaskId
+    title: str
+    description: str | None
+    prompt: str
+    status: Status
+    priority: Priority
+    assigned_to: str | None
+    created_by: str
+    thread_id: ThreadId
+    created_at: str
+    updated_at: str
+    notes: list[NoteRow]
+
+
+class EventRow(Row):
+    id: int
+    thread_id: ThreadId
+    type: Annotated[str, _one_of(EVENT_TYPES)]
+    data: dict[str, Any]
+    created_at: str
+
+
+class InboxRow(Row):
+    id: int
+    thread_id: ThreadId
+    sender: str
+    task_id: TaskId | None
+    kind: Annotated[str, _one_of(INBOX_KINDS)]
+    text: str
+    priority: Annotated[str, _one_of(INBOX_PRIORITIES)]
+    created_at: str
+    consumed_at: str | None
+    wakes: bool
+
+
+class CallRow(Row):
+    thread_id: ThreadId
+    model: str
+    prompt_tokens: Count
+    completion_tokens: Count
+    cost_usd: float
+    latency_ms: float | None
+    error: str | None
+    created_at: str
+
+
+class SubscriptionRow(Row):
+    thread_id: ThreadId
+    topic: str
+    created_at: str
+
+
+class ApprovalRow(Row):
+    thread_id: ThreadId
+    tool: str
+    arguments: dict[str, Any]
+    status: Annotated[str, _one_of(APPROVAL_STATUSES)]
+    decided_by: str | None
+    created_at: str
+    decided_at: str | None
+
+
+class SessionDocument(Row):
+    """A whole session: its threads, agents, board, conversations, inboxes and usage."""
+
+    format: Literal["lace-session"]
+    version: int
+    session: ThreadId
+    exported_at: str
+    lace_version: str | None = None
+    threads: list[ThreadRow] = Field(min_length=1)
+    agents: list[AgentRow]
+    tasks: list[TaskRow]
+    events: list[EventRow]
+    inbox: list[InboxRow]
+    llm_calls: list[CallRow]
+    subscriptions: list[SubscriptionRow]
+    approvals: list[ApprovalRow]
+    usage: dict[str, float] = Field(default_factory=dict,
+                                    description="totals for a reader; not imported")
+
+
+def _unique(kind: str, ids: list[Any]) -> None:
+    seen: set[Any] = set()
+    for value in ids:
+        if value in seen:
+            raise ValueError(f"{kind} {value!r} appears twice")
+        seen.add(value)
+
+
+def reference_problem(document: SessionDocument) -> str | None:
+    """The first reference that names no row of the document (or breaks the thread tree),
+    or None when every one holds."""
+    try:
+        _check_references(document)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _check_references(document: SessionDocument) -> None:
+    root = document.session
+    threads = {thread.id: thread for thread in document.threads}
+    _unique("thread", [thread.id for thread in document.threads])
+    _unique("task", [task.id for task in document.tasks])
+    _unique("agent", [agent.thread_id for agent in document.agents])
+    _unique("event id", [event.id for event in document.events])
+    _unique("inbox id", [item.id for item in document.inbox])
+    if root not in threads or threads[root].parent_id is not None:
+        raise ValueError(f"session {root} is not a root thread of the document")
+    for thread in document.threads:
+        expected_parent = thread.id.rpartition(".")[0] or None
+        if thread.root_id != root or thread.parent_id != expected_parent:
+            raise ValueError(f"thread {thread.id} does not belong under {root}")
+        if thread.parent_id is not None and thread.parent_id not in threads:
+            raise ValueError(f"thread {thread.id} names parent {thread.parent_id}, which is not "
+                             "in the document")
+    tasks, thread_ids = {task.id for task in document.tasks}, set(threads)
+    actors = {*threads, HUMAN}
+
+    def need(kind: str, value: str | None, known: set[str], where: str) -> None:
+        if value is not None and value not in known:
+            raise ValueError(f"{where} names {kind} {value!r}, which is not in the document")
+
+    agents = {agent.thread_id: agent for agent in document.agents}
+    for agent in document.agents:
+        _check_agent(agent, agents)
+        need("thread", agent.thread_id, thread_ids, "an agent")
+        need("thread", agent.parent_thread_id, thread_ids, f"agent {agent.thread_id}")
+        need("task", agent.created_for_task, tasks, f"agent {agent.thread_id}")
+        need("task", agent.current_task, tasks, f"agent {agent.thread_id}")
+    for task in document.tasks:
+        need("session", task.thread_id, {root}, f"task {task.id}")
+        need("assignee", task.assigned_to, actors, f"task {task.id}")
+        need("creator", task.created_by, actors, f"task {task.id}")
+    inbox_ids = {item.id for item in document.inbox}
+    for event in document.events:
+        need("thread", event.thread_id, thread_ids, f"event {event.id}")
+        for inbox_id in _inbox_ids(event.data):
+            if inbox_id not in inbox_ids:
+                raise ValueError(f"event {event.id} names inbox row {inbox_id!r}, which is not "
+                                 "in the document")
+    for item in document.inbox:
+        need("thread", item.thread_id, thread_ids, f"inbox row {item.id}")
+        need("task", item.task_id, tasks, f"inbox row {item.id}")
+    for kind, rows in (("llm_calls", document.llm_calls),
+                       ("subscriptions", document.subscriptions),
+                       ("approvals", document.approvals)):
+        for row in rows:
+            need("thread", row.thread_id, thread_ids, f"a row of {kind}")
+
+
+def _check_agent(agent: AgentRow, agents: dict[str, AgentRow]) -> None:
+    """An agent's model is a name lace accepts, and its tools are lace's and never more than
+    its creator's (tools only shrink, in an imported session too)."""
+    try:
+        parse_model(f"{agent.provider}/{agent.model}")
+    except LaceError as error:
+        raise ValueError(f"agent {agent.thread_id}: {error}") from None
+    for tool in agent.tools or []:
+        if problem := unknown_tool_problem(tool):
+            raise ValueError(f"agent {agent.thread_id}: {problem}")
+    creator = agents.get(agent.parent_thread_id or "")
+    if creator is not None and creator.tools is not None:
+        extra = sorted(set(agent.tools if agent.tools is not None else ALL_TOOL_NAMES)
+                       - set(creator.tools))
+        if extra:
+            raise ValueError(f"agent {agent.thread_id} has tools its creator lacks: "
+                             f"{', '.join(extra)}")
+
+
+def _inbox_ids(data: dict[str, Any]) -> list[Any]:
+    """The inbox rows an event delivered (`inbox_id`, or `inbox_ids` for a progress block)."""
+    single = [data["inbox_id"]] if "inbox_id" in data else []
+    many = data.get("inbox_ids")
+    return single + (list(many) if isinstance(many, list) else [])
+
+
+def parse_document(value: Any) -> SessionDocument:
+    """A decoded export checked whole, or LaceError naming the first problem."""
+    if not isinstance(value, dict) or value.get("format") != FORMAT:
+        raise LaceError(f'not a lace session export (it has no "format": "{FORMAT}")')
+    if value.get("version") != VERSION:
+        raise LaceError(f"a version {value.get('version')!r} export; this lace reads version "
+                        f"{VERSION}")
+    try:
+        document = SessionDocument.model_validate(value)
+    except ValidationError as error:
+        problem = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "the document"
+        raise LaceError(f"{where}: {problem['msg']}") from None
+    problem_text = reference_problem(document)
+    if problem_text:
+        raise LaceError(problem_text)
+    return document

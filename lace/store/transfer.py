@@ -1,0 +1,143 @@
+"""Moving a session between databases: `export_session` reads it whole into one document (the
+shape in `export_format`), `import_session` writes a checked document back under new ids where
+its own clash, every reference rewritten (in text too: conversations name tasks and threads)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace import __version__
+from lace.core import ids
+from lace.core.agents import HELD_STATUSES
+from lace.core.clock import now_iso
+from lace.core.secrets import mask_data
+from lace.core.text import map_strings
+from lace.paths import credential_values
+from lace.store import schema
+from lace.store.agent_rules import Tx
+from lace.store.export_format import FORMAT, VERSION, SessionDocument
+
+LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
+"""An agent's claim by a process of the database it came from: meaningless elsewhere."""
+
+
+def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
+          join: bool = True, drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of `table` in the session (`where`, over `threads` when `join`), in the order they
+    were written: by integer id, else by time."""
+    threads = schema.threads
+    columns = [column for column in table.c if column.name not in drop]
+    statement = sa.select(*columns)
+    if join:
+        statement = statement.join(threads, threads.c.id == table.c.thread_id)
+    id_column = table.c.get("id")
+    if id_column is not None and isinstance(id_column.type, sa.Integer):
+        order = [id_column]
+    else:
+        order = [table.c.created_at, *([id_column] if id_column is not None else [])]
+    return [dict(row._mapping) for row in tx.connection.execute(
+        statement.where(where).order_by(*order))]
+
+
+def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
+    """The whole session as one JSON-ready document, credential values masked."""
+    tx.get_session(root_id)
+    in_session = schema.threads.c.root_id == root_id
+    tasks = _rows(tx, schema.tasks, schema.tasks.c.thread_id == root_id, join=False)
+    notes = _rows(tx, schema.task_notes, schema.task_notes.c.task_id.in_(
+        [task["id"] for task in tasks]), join=False, drop=("id",))
+    for task in tasks:
+        task["notes"] = [{key: note[key] for key in ("author", "content", "created_at")}
+                         for note in notes if note["task_id"] == task["id"]]
+    agents = _rows(tx, schema.agent_metadata, in_session, drop=LEASE_COLUMNS)
+    calls = _rows(tx, schema.llm_calls, in_session, drop=("id",))
+    document = {
+        "format": FORMAT, "version": VERSION, "session": root_id, "exported_at": now_iso(),
+        "lace_version": __version__,
+        "threads": _rows(tx, schema.threads, in_session, join=False),
+        "agents": agents, "tasks": tasks,
+        "events": _rows(tx, schema.events, in_session),
+        "inbox": _rows(tx, schema.inbox, in_session),
+        "llm_calls": calls,
+        "subscriptions": _rows(tx, schema.subscriptions, in_session),
+        "approvals": _rows(tx, schema.approvals, in_session, drop=("id",)),
+        "usage": {"calls": len(calls),
+                  "tokens_in": sum(call["prompt_tokens"] for call in calls),
+                  "tokens_out": sum(call["completion_tokens"] for call in calls),
+                  "cost_usd": sum(call["cost_usd"] for call in calls)},
+    }
+    return dict(mask_data(document, credential_values()))
+
+
+def _new_ids(tx: Tx, document: SessionDocument) -> dict[str, str]:
+    """Old id to new id, for the session's root (its children follow it) and each task whose
+    id this database already has; empty when nothing clashes."""
+    renamed: dict[str, str] = {}
+    threads = schema.threads.c
+    if tx.connection.execute(sa.select(threads.id).where(
+            threads.id == document.session)).first() is not None:
+        renamed[document.session] = _unused(tx, schema.threads, ids.new_root_thread_id)
+    taken = {task.id for task in tx.tasks_by_id([task.id for task in document.tasks])}
+    for task_id in sorted(taken):
+        renamed[task_id] = _unused(tx, schema.tasks, ids.new_task_id, set(renamed.values()))
+    return renamed
+
+
+def _unused(tx: Tx, table: sa.Table, make: Callable[[], str],
+            also_taken: set[str] | None = None) -> str:
+    while True:
+        candidate = str(make())
+        if candidate not in (also_taken or set()) and tx.connection.execute(
+                sa.select(table.c.id).where(table.c.id == candidate)).first() is None:
+            return candidate
+
+
+def _rewriter(renamed: dict[str, str]) -> Callable[[str], str]:
+    """A function giving each string with every renamed id in it replaced (a thread id
+    `lace_..._abc.1.2` follows its root)."""
+    if not renamed:
+        return lambda text: text
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, renamed)) + r")\b")
+    return lambda text: pattern.sub(lambda match: renamed[match.group()], text)
+
+
+def _next_id(tx: Tx, table: sa.Table) -> int:
+    return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
+
+
+def import_session(tx: Tx, document: SessionDocument) -> str:
+    """Write a checked document into this database (one transaction); returns the session's id
+    here. Agents cut off mid-turn where it came from are `interrupted` here (`lace run
+    --continue` resumes them); credential values of this process are masked."""
+    renamed = _new_ids(tx, document)
+    data = document.model_dump(exclude={"usage"})
+    data = mask_data(map_strings(data, _rewriter(renamed)), credential_values())
+    inbox_base, event_base = _next_id(tx, schema.inbox), _next_id(tx, schema.events)
+    inbox_ids = {item["id"]: inbox_base + number for number, item in enumerate(data["inbox"])}
+    for item in data["inbox"]:
+        item["id"] = inbox_ids[item["id"]]
+    for number, event in enumerate(data["events"]):
+        event["id"] = event_base + number
+        if "inbox_id" in event["data"]:
+            event["data"]["inbox_id"] = inbox_ids[event["data"]["inbox_id"]]
+        if isinstance(event["data"].get("inbox_ids"), list):
+            event["data"]["inbox_ids"] = [inbox_ids[old] for old in event["data"]["inbox_ids"]]
+    for agent in data["agents"]:
+        if agent["status"] in HELD_STATUSES:
+            agent["status"] = "interrupted"
+    notes = sorted(({**note, "task_id": task["id"]} for task in data["tasks"]
+                    for note in task.pop("notes")), key=lambda note: note["created_at"])
+    threads = sorted(data["threads"], key=lambda thread: thread["id"].count("."))
+    for table, rows in ((schema.threads, threads), (schema.tasks, data["tasks"]),
+                        (schema.agent_metadata, data["agents"]), (schema.task_notes, notes),
+                        (schema.inbox, data["inbox"]), (schema.events, data["events"]),
+                        (schema.llm_calls, data["llm_calls"]),
+                        (schema.subscriptions, data["subscriptions"]),
+                        (schema.approvals, data["approvals"])):
+        if rows:
+            tx.connection.execute(table.insert(), rows)
+    return str(data["session"])

@@ -1,0 +1,124 @@
+"""`lace cost`: its totals are sums over `llm_calls`, computed here independently in SQL, for a
+session with a priced model, an unpriced one, a local one and failed calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
+from lace.runtime.supervisor import Supervisor
+from tests.conftest import query, run_cli
+from tests.scripted import ScriptedModels, dutiful_worker
+
+PRICED, UNPRICED = "openai/gpt-4o-mini", "openai/house-model-7"
+
+
+def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root hands out three jobs; the helpers complete theirs."""
+    task = next((m["content"].split("'")[1] for m in messages if m["role"] == "user"
+                 and "You have been assigned task" in str(m["content"])), None)
+    done = any(m["role"] == "tool" for m in messages)
+    if task and not done:
+        return ScriptedReply(tool_calls=[("task_complete", {"task_id": task, "message": "ok"})],
+                             prompt_tokens=123, completion_tokens=45)
+    if task is None and not done:
+        return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+            {"title": "Priced", "prompt": "p", "assigned_to": f"new:{PRICED}"},
+            {"title": "Unpriced", "prompt": "p", "assigned_to": f"new:{UNPRICED}"},
+            {"title": "Local", "prompt": "p", "assigned_to": "new:scripted/worker"}]})],
+            prompt_tokens=1000, completion_tokens=200)
+    return ScriptedReply(text="done", prompt_tokens=700, completion_tokens=30)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(script) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
+        yield fake
+
+
+def cost_json(capsys: pytest.CaptureFixture[str], db_path: Path, *argv: str) -> Any:
+    code, out, err = run_cli(capsys, "cost", "--db", str(db_path), "--json", *argv)
+    assert (code, err) == (0, "")
+    return json.loads(out)
+
+
+def sums(db_path: Path, where: str = "1", *params: Any) -> dict[str, Any]:
+    (calls, failed, tokens_in, tokens_out, cost), = query(
+        db_path, "SELECT COUNT(*), COUNT(error), COALESCE(SUM(prompt_tokens), 0), "
+                 "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0) FROM "
+                 f"llm_calls JOIN threads ON threads.id = llm_calls.thread_id WHERE {where}",
+        *params)
+    return {"calls": calls, "failed": failed, "tokens_in": tokens_in, "tokens_out": tokens_out,
+            "tokens": tokens_in + tokens_out, "cost_usd": pytest.approx(cost)}
+
+
+async def test_cost_totals_are_sums_over_llm_calls(
+        runtime: Supervisor, models: ScriptedModels, server: FakeOpenAI, db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    models.on("worker", dutiful_worker())
+    server.faults += ["429", "503"]  # two failed calls of the root, retried
+    root = await runtime.start_session("go", PRICED)
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    other = await runtime.start_session("another session", "scripted/worker")
+    await asyncio.wait_for(runtime.run_until_quiet(other.id), 60)
+    in_session = "threads.root_id = ?"
+
+    by_thread = cost_json(capsys, db_path, "--session", root.id)
+    total = sums(db_path, in_session, root.id)
+    assert total["failed"] == 2 and total["cost_usd"] != 0
+    assert {key: by_thread["total"][key] for key in total} == total
+    unpriced_calls = sums(db_path, f"{in_session} AND model = ?", root.id, UNPRICED)["calls"]
+    assert unpriced_calls > 0 and by_thread["total"]["unpriced_calls"] == unpriced_calls
+    assert by_thread["total"]["cost"].endswith(" + unpriced")
+    assert by_thread["unpriced_models"] == [UNPRICED]
+    threads = [thread for (thread,) in query(
+        db_path, "SELECT id FROM threads WHERE root_id = ? ORDER BY id", root.id)]
+    assert [row["thread"] for row in by_thread["rows"]] == threads
+    for row in by_thread["rows"]:
+        own = sums(db_path, "llm_calls.thread_id = ?", row["thread"])
+        below = sums(db_path, "(llm_calls.thread_id = ? OR llm_calls.thread_id LIKE ?)",
+                     row["thread"], row["thread"] + ".%")
+        assert {key: row[key] for key in own} == own
+        assert {key: row["subtree"][key] for key in below} == below
+    unpriced_row = next(row for row in by_thread["rows"] if row["model"] == UNPRICED)
+    assert unpriced_row["cost"] == "unpriced" and unpriced_row["cost_usd"] == 0
+
+    by_model = cost_json(capsys, db_path, "--session", root.id, "--by", "model")
+    names = [name for (name,) in query(db_path, "SELECT DISTINCT model FROM llm_calls JOIN "
+                                                "threads ON threads.id = thread_id WHERE "
+                                                "root_id = ? ORDER BY model", root.id)]
+    assert [row["model"] for row in by_model["rows"]] == names
+    for row in by_model["rows"]:
+        expected = sums(db_path, f"{in_session} AND model = ?", root.id, row["model"])
+        assert {key: row[key] for key in expected} == expected
+        assert (row["cost"] == "unpriced") == (row["model"] == UNPRICED)
+
+    by_day = cost_json(capsys, db_path, "--session", root.id, "--by", "day")
+    for row in by_day["rows"]:
+        expected = sums(db_path, f"{in_session} AND substr(llm_calls.created_at, 1, 10) = ?",
+                        root.id, row["day"])
+        assert {key: row[key] for key in expected} == expected
+    assert sum(row["calls"] for row in by_day["rows"]) == total["calls"]
+
+    code, out, _ = run_cli(capsys, "cost", "--db", str(db_path), "--session", root.id,
+                           "--by", "model")
+    line = next(line for line in out.splitlines() if line.startswith(UNPRICED))
+    assert code == 0 and line.endswith("unpriced") and "$" not in line
+    assert f"unpriced: {UNPRICED} (no known price" in out
+
+
+def test_cost_of_a_thread_that_is_not_a_session_is_one_line(
+        db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "cost", "--db", str(db_path), "--session", "lace_x.1")
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1
+    code, _, err = run_cli(capsys, "cost", "--db", str(db_path), "--by", "week")
+    assert code == 2 and "invalid choice: 'week'" in err

@@ -1,0 +1,270 @@
+"""`lace export` and `lace import`: a session moved to a new database is the same row by row; a
+session imported twice gets new ids the second time, rewritten everywhere; keys never leave;
+a bad file is one line, exit 2, and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.cli.transfer import MAX_IMPORT_BYTES
+from lace.store import Store, open_database
+from tests.conftest import query, run_cli
+
+KEY = "sk-planted-0123456789abcdefKEY"
+LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
+TABLES = ("threads", "agent_metadata", "tasks", "task_notes", "events", "inbox", "llm_calls",
+          "subscriptions", "approvals")
+
+
+def demo_session(capsys: pytest.CaptureFixture[str], db: Path) -> str:
+    """A session run by the offline demo, with a subscription, an approval and a pending
+    message besides."""
+    code, _out, err = run_cli(capsys, "run", "Write the announcement and list the risks.",
+                              "--db", str(db))
+    assert code == 0, err
+    root = err.split("Session ", 1)[1].split()[0]
+    opened = Store(open_database(str(db)))
+    with opened.transaction() as tx:
+        tx.subscribe(f"{root}.1", "launch")
+        tx.request_approval(f"{root}.2", "bash", {"command": "echo hi"})
+        tx.post_inbox(root, sender="human", kind="message", text="one more thing")
+    opened.close()
+    return root
+
+
+def rows(db: Path, table: str, where: str = "1", *params: Any) -> list[dict[str, Any]]:
+    """Every row of a table as a dict, without its lease columns and its own integer id (for
+    tables nothing refers to by id)."""
+    with sqlite3.connect(db) as connection:
+        connection.row_factory = sqlite3.Row
+        found = [dict(row) for row in connection.execute(
+            f"SELECT * FROM {table} WHERE {where} ORDER BY rowid", params)]
+    dropped = (*LEASE_COLUMNS, *(("id",) if table in ("task_notes", "llm_calls", "approvals")
+                                  else ()))
+    return [{key: value for key, value in row.items() if key not in dropped} for row in found]
+
+
+def _ordered(table: str, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if table in ("threads", "tasks"):
+        return sorted(found, key=lambda row: str(row["id"]))
+    return found
+
+
+def export(capsys: pytest.CaptureFixture[str], db: Path, root: str, *argv: str) -> str:
+    code, out, err = run_cli(capsys, "export", root, "--db", str(db), *argv)
+    assert code == 0, err
+    return out
+
+
+def test_an_export_imported_into_a_new_database_is_the_same_row_by_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, target, file = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "session.json"
+    root = demo_session(capsys, source)
+    export(capsys, source, root, "-o", str(file))
+    assert os.stat(file).st_mode & 0o777 == 0o600
+    code, out, err = run_cli(capsys, "import", str(file), "--db", str(target))
+    assert (code, err) == (0, "") and out.startswith(f"Imported session {root}: 3 threads")
+    for table in TABLES:  # rows with a text id in any order, the others in order
+        assert _ordered(table, rows(target, table)) == _ordered(table, rows(source, table))
+    for thread in (root, f"{root}.1", f"{root}.2"):  # what a person reads is the same too
+        assert json.loads(export(capsys, target, root))["events"] == json.loads(
+            export(capsys, source, root))["events"]
+        code_a, show_a, _ = run_cli(capsys, "show", thread, "--db", str(source))
+        code_b, show_b, _ = run_cli(capsys, "show", thread, "--db", str(target))
+        assert code_a == code_b == 0 and show_a == show_b
+    _, board_a, _ = run_cli(capsys, "tasks", "--all", "--db", str(source))
+    _, board_b, _ = run_cli(capsys, "tasks", "--all", "--db", str(target))
+    assert board_a == board_b
+
+
+def test_a_session_imported_twice_gets_new_ids_rewritten_everywhere(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, file = tmp_path / "a.db", tmp_path / "session.json"
+    root = demo_session(capsys, source)
+    export(capsys, source, root, "-o", str(file))
+    code, out, err = run_cli(capsys, "import", str(file), "--db", str(source))
+    assert code == 0, err
+    new_root = out.split(" as ", 1)[1].split()[0]
+    assert new_root != root and re.fullmatch(r"lace_\d{8}_[0-9a-z]{6}", new_root)
+    old_tasks = [task for (task,) in query(source, "SELECT id FROM tasks WHERE thread_id = ?",
+                                           root)]
+    new_tasks = [task for (task,) in query(source, "SELECT id FROM tasks WHERE thread_id = ?",
+                                           new_root)]
+    assert len(new_tasks) == len(old_tasks) == 2 and not set(new_tasks) & set(old_tasks)
+    copy = json.loads(export(capsys, source, new_root))
+    text = json.dumps(copy)
+    for old in (root, *old_tasks):
+        assert old not in text  # no reference, in a column or in a text, names the original
+    original = json.loads(export(capsys, source, root))
+    renamed = json.dumps(original)
+    new_ids = {(task["title"], task["created_at"]): task["id"] for task in copy["tasks"]}
+    mapping = {task["id"]: new_ids[task["title"], task["created_at"]]
+               for task in original["tasks"]}
+    for old, new in [(root, new_root), *mapping.items()]:
+        renamed = renamed.replace(old, new)
+    assert _without_row_ids(json.loads(renamed)) == _without_row_ids(copy)
+    # the copy is a session lace runs: the pending message is delivered, the root answers
+    code, _out, err = run_cli(capsys, "run", "--continue", new_root, "--db", str(source))
+    assert code == 0, err
+    assert query(source, "SELECT COUNT(*) FROM inbox WHERE thread_id = ? AND consumed_at IS "
+                         "NULL", new_root) == [(0,)]
+
+
+def _without_row_ids(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with its integer ids replaced by their place in it."""
+    inbox = {item["id"]: number for number, item in enumerate(document["inbox"])}
+    for number, item in enumerate(document["inbox"]):
+        item["id"] = number
+    for number, event in enumerate(document["events"]):
+        event["id"] = number
+        if "inbox_id" in event["data"]:
+            event["data"]["inbox_id"] = inbox[event["data"]["inbox_id"]]
+        if "inbox_ids" in event["data"]:
+            event["data"]["inbox_ids"] = [inbox[i] for i in event["data"]["inbox_ids"]]
+    document.pop("exported_at")
+    return document
+
+
+def test_keys_never_appear_in_an_export(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "a.db"
+    root = demo_session(capsys, db)
+    with sqlite3.connect(db) as connection:  # as an earlier lace, before the key was set
+        connection.execute("INSERT INTO inbox (thread_id, sender, kind, text, priority, "
+                           "created_at, wakes) VALUES (?, 'human', 'message', ?, 'normal', "
+                           "'2026-01-01T00:00:00Z', 1)", (root, f"my key is {KEY}"))
+        connection.execute("INSERT INTO events (thread_id, type, data, created_at) VALUES "
+                           "(?, 'agent_message', ?, '2026-01-01T00:00:00Z')",
+                           (root, json.dumps({"message": {"role": "assistant",
+                                                          "content": f"I saw {KEY}"}})))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    for form in ("json", "markdown"):
+        out = export(capsys, db, root, "--format", form)
+        assert KEY not in out and out.count("[redacted]") >= 2, form
+    export(capsys, db, root, "-o", str(tmp_path / "out.json"))
+    assert KEY not in (tmp_path / "out.json").read_text()
+
+
+def test_the_transcript_keeps_model_text_inside_its_fences(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "a.db"
+    root = demo_session(capsys, db)
+    hostile = "done\n````\n# Forged heading\n<script>alert(1)</script>\n```"
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE task_notes SET content = ?", (hostile,))
+        connection.execute("UPDATE tasks SET title = ?", ("a `title` ``` with ticks",))
+    out = export(capsys, db, root, "--format", "markdown")
+    outside, fence = [], None
+    for line in out.splitlines():
+        ticks = len(line) - len(line.lstrip("`"))
+        if fence is None and ticks >= 3:
+            fence = ticks
+        elif fence is not None and line == "`" * fence:
+            fence = None
+        elif fence is None:
+            outside.append(line)
+    assert fence is None and outside
+    assert not any("Forged" in line or "<script>" in line for line in outside)
+    assert all(not line.startswith("#") or line.startswith(("# lace session", "## ", "### "))
+               for line in outside)
+    assert "# Forged heading" in out  # kept, inside a fence
+
+
+@pytest.fixture
+def valid_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    db = tmp_path / "source.db"
+    root = demo_session(capsys, db)
+    return dict(json.loads(export(capsys, db, root)))
+
+
+def _edited(document: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> str:
+    copy = json.loads(json.dumps(document))
+    edit(copy)
+    return json.dumps(copy)
+
+
+EXPECTED = {
+    "not JSON": "is not JSON", "not UTF-8": "is not UTF-8", "null": "not a lace session export",
+    "wrong version": "a version 2 export; this lace reads version 1",
+    "a missing field": "events: Field required", "an unknown field": "extra: Extra inputs",
+    "a bad thread id": "threads.1.id: String should match pattern",
+    "a task assigned to nothing": "names assignee", "an event of no thread": "names thread",
+    "an inbox row named by nothing": "names inbox row 999999",
+    "an agent for no task": "names task 'task_20260101_abcdef'",
+    "a helper with a tool its creator lacks": "has tools its creator lacks",
+    "an unknown tool": "unknown tool 'rm_rf'", "a model name with a newline": "Expected provider",
+    "a bad status": "tasks.0.status", "nested past the decoder": "nested deeper than 72",
+    "nested past the limit": "nested deeper than 72", "huge": "larger than the 128 MB",
+    "a folder": "is not a file", "missing": "is not a file",
+}
+
+
+def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
+        store: Store, db_path: Path, tmp_path: Path, valid_export: dict[str, Any],
+        capsys: pytest.CaptureFixture[str], unchanged: Callable[[], Any]) -> None:
+    root = valid_export["session"]
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as file:
+        file.truncate(MAX_IMPORT_BYTES + 1)  # sparse: no disk spent
+    cases: dict[str, bytes | str | Path] = {
+        "not JSON": "{",
+        "not UTF-8": b'{"format": "\xff"}',
+        "null": "null",
+        "another format": '{"format": "other"}',
+        "wrong version": _edited(valid_export, lambda d: d.update(version=2)),
+        "a missing field": _edited(valid_export, lambda d: d.pop("events")),
+        "an unknown field": _edited(valid_export, lambda d: d.update(extra=1)),
+        "a bad thread id": _edited(valid_export, lambda d: d["threads"][1].update(
+            id="../../etc")),
+        "a task assigned to nothing": _edited(valid_export, lambda d: d["tasks"][0].update(
+            assigned_to=f"{root}.9")),
+        "an event of no thread": _edited(valid_export, lambda d: d["events"][0].update(
+            thread_id=f"{root}.7")),
+        "an inbox row named by nothing": _edited(valid_export, lambda d: next(
+            e for e in d["events"] if "inbox_id" in e["data"])["data"].update(inbox_id=999999)),
+        "an agent for no task": _edited(valid_export, lambda d: d["agents"][1].update(
+            current_task="task_20260101_abcdef")),
+        "a helper with a tool its creator lacks": _edited(valid_export, lambda d: (
+            d["agents"][0].update(tools=["task_list"]))),
+        "an unknown tool": _edited(valid_export, lambda d: d["agents"][1]["tools"].append(
+            "rm_rf")),
+        "a model name with a newline": _edited(valid_export, lambda d: d["agents"][1].update(
+            model="worker\nlace: fake line")),
+        "a bad status": _edited(valid_export, lambda d: d["tasks"][0].update(status="nope")),
+        "nested past the decoder": "[" * 100_000 + "]" * 100_000,
+        "nested past the limit": '{"format": ' + "[" * 200 + "]" * 200 + "}",
+        "huge": huge,
+        "a folder": tmp_path,
+        "missing": tmp_path / "nowhere.json",
+    }
+    with unchanged():
+        for name, content in cases.items():
+            if isinstance(content, Path):
+                path = content
+            else:
+                path = tmp_path / "bad.json"
+                path.write_bytes(content if isinstance(content, bytes) else content.encode())
+            code, out, err = run_cli(capsys, "import", str(path), "--db", str(db_path))
+            assert (code, out) == (2, ""), name
+            assert err.startswith("lace: error: ") and len(err.splitlines()) == 1, (name, err)
+            assert EXPECTED.get(name, "") in err, (name, err)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(valid_export))
+    code, _out, err = run_cli(capsys, "import", str(good), "--db", str(db_path))
+    assert code == 0, err
+
+
+def test_the_documented_schema_is_the_one_lace_import_checks() -> None:
+    from lace.store.export_format import SessionDocument
+
+    pinned = Path(__file__).parent.parent / "docs" / "export.schema.json"
+    assert json.loads(pinned.read_text()) == SessionDocument.model_json_schema(), (
+        "regenerate docs/export.schema.json and describe the change in docs/export.md")
