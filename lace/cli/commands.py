@@ -48,6 +48,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {text}")
+    return port
+
+
 MAX_WORKERS = 64
 
 
@@ -106,6 +116,25 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                              "processes")
     worker.add_argument("--until-eof", action="store_true", help=argparse.SUPPRESS)
     add_workspace_flags(worker)
+
+    serve = add("web", "Serve the app to a browser (one app per open page), on this machine "
+                       "only unless --allow-remote.", "lace.cli.web:web_command")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="allow a --host that other machines can reach: anyone who reaches "
+                            "it can drive the agents")
+    serve.add_argument("--public-url", metavar="URL",
+                       help="the address browsers use (default: http://HOST:PORT); needed "
+                            "with --host 0.0.0.0 or behind a proxy")
+    serve.add_argument("--model", metavar="PROVIDER/MODEL",
+                       help="the root's model for new sessions (default: $LACE_MODEL, else "
+                            "the offline demo model)")
+    serve.add_argument("--continue", dest="continue_thread", nargs="?", const="latest",
+                       metavar="THREAD_ID",
+                       help="each page reopens the last session (or THREAD_ID's)")
+    add_workspace_flags(serve)
 
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lace.tui.app import LaceApp
 
 
-def tui_command(args: argparse.Namespace) -> int:
-    """Open the app; bad options fail before the screen takes over the terminal."""
+def build_app(args: argparse.Namespace) -> LaceApp:
+    """The app for these flags; bad options fail here, before any screen is drawn."""
     from lace.cli.run import with_tool_flags, workspace_of
     from lace.config import load_settings
     from lace.tui.factory import create_app
 
-    app = create_app(db=getattr(args, "db", None), model=args.model,
-                     continue_thread=args.continue_thread,
-                     settings=with_tool_flags(load_settings(), args),
-                     workspace=workspace_of(args))
+    return create_app(db=getattr(args, "db", None), model=args.model,
+                      continue_thread=args.continue_thread,
+                      settings=with_tool_flags(load_settings(), args),
+                      workspace=workspace_of(args))
+
+
+def tui_command(args: argparse.Namespace) -> int:
+    """Open the app; bad options fail before the screen takes over the terminal."""
+    app = build_app(args)
     logging.getLogger("LiteLLM").handlers.clear()
     logging.getLogger("LiteLLM").propagate = False
     try:

@@ -78,6 +78,16 @@ def model_readiness(model: str, source: str, problem: str | None) -> ModelReadin
         key = f"no key needed: {provider} calls go to the endpoint set in the environment"
     else:
         key = f"a key for {provider} is set in the environment"
-    config_file = str(config_path() or f"./lace.toml or {lace_home() / 'config.toml'}")
+    config_file = shown_path(config_path()) or \
+        f"./lace.toml or {shown_path(lace_home() / 'config.toml')}"
     return ModelReadiness(model=model, source=source, config_file=config_file, key=key,
                           problem=problem)
+
+
+def shown_path(path: Path | None) -> str | None:
+    """A path as a person would type it: `~/...` under the home folder."""
+    if path is None:
+        return None
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_absolute() and path.is_relative_to(home) \
+        else str(path)
