@@ -225,3 +225,56 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     ):
         db_actions.add_parser(name, help=help_text, description=help_text,
                               parents=[common]).set_defaults(handler=lazy(target))
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "lace": ("lace", "lace --model anthropic/claude-sonnet-4-5", "lace --continue"),
+    "lace run": ('lace run "Plan a small launch: write the announcement and list the risks."',
+                 'lace run --continue lace_20261122_ab12cd "Now list the risks too."'),
+    "lace worker": ("lace worker --session lace_20261122_ab12cd --max-agents 8",),
+    "lace web": ("lace web", "lace web --port 8080 --model openai/gpt-4o-mini"),
+    "lace approve": ("lace approve 3", "lace approve 3 --session"),
+    "lace deny": ("lace deny 3",),
+    "lace approvals": ("lace approvals --full",),
+    "lace stop": ('lace stop lace_20261122_ab12cd.1 --reason "wrong direction"',),
+    "lace resume": ("lace resume lace_20261122_ab12cd.1",),
+    "lace session": ('lace session end lace_20261122_ab12cd --reason "done for today"',),
+    "lace session end": ('lace session end lace_20261122_ab12cd --reason "done for today"',),
+    "lace tasks": ("lace tasks", "lace tasks --all --json"),
+    "lace threads": ("lace threads --session lace_20261122_ab12cd",),
+    "lace show": ("lace show lace_20261122_ab12cd.1",),
+    "lace task": ('lace task add "Sign off the launch" --assign human',),
+    "lace task add": ('lace task add "Sign off the launch" --assign human',
+                      'lace task add "Check the links" --assign new:openai/gpt-4o-mini'),
+    "lace task note": ('lace task note task_20261122_0a1b2c "The date moved to Friday."',),
+    "lace task complete": ('lace task complete task_20261122_0a1b2c "Signed off."',),
+    "lace db": ("lace db path",),
+    "lace db upgrade": ("lace db upgrade --db ./team.db",),
+    "lace db path": ("lace db path",),
+}
+"""Each command's examples, shown at the end of its --help (a test runs every one through
+the parser)."""
+
+
+class HelpWithExamples(argparse.HelpFormatter):
+    """Wraps descriptions as usual and keeps the examples one per line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of a parser's subcommands."""
+    return [choice for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for choice in action.choices.values()]
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """Put each command's examples at the end of its help, all the way down the tree."""
+    parser.formatter_class = HelpWithExamples
+    parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[parser.prog])
+    for child in subcommands(parser):
+        add_examples(child)
