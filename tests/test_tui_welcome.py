@@ -21,7 +21,7 @@ SECRET = "sk-lace-test-0123456789abcdef"
 
 
 def welcome_text(app: LaceApp) -> str:
-    return str(app.query_one(Welcome).content)
+    return app.query_one(Welcome).text
 
 
 async def test_the_first_screen_explains_then_goes_away_with_the_first_message(

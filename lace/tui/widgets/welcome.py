@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from textual.app import ComposeResult
+from textual.containers import Grid, Vertical
 from textual.content import Content
 from textual.widgets import Static
 
@@ -32,36 +34,46 @@ class ModelReadiness:
     problem: str | None = None
 
 
-def _line(label: str, text: str, style: str = "") -> Content:
-    return Content.assemble((f"{label:<7}", "bold"), (printable(text), style))
-
-
-def welcome_content(readiness: ModelReadiness, keys: list[tuple[str, str]]) -> Content:
-    """The first screen's text; every value from outside is shown literally."""
+def welcome_rows(readiness: ModelReadiness,
+                 keys: list[tuple[str, str]]) -> list[tuple[str, Content]]:
+    """The first screen as (label, text) rows; every value from outside is shown literally."""
     key_style = "$error" if readiness.problem else "$success"
     key_text = f"✗ {readiness.problem}" if readiness.problem else f"✓ {readiness.key}"
     shown_keys = ["  ·  ".join(f"{key} {what}" for key, what in keys[start:start + KEYS_PER_LINE])
                   for start in range(0, len(keys), KEYS_PER_LINE)]
-    parts = [
-        Content.assemble(("lace", "bold $accent"), f" · {ABOUT}"),
-        Content(""),
-        Content.assemble(_line("Model", readiness.model, "bold"),
-                         (f"  ({printable(readiness.source)})", "dim")),
-        _line("", "to change it:  lace --model provider/model", "dim"),
-        _line("", "           or  LACE_MODEL=provider/model in the environment", "dim"),
-        _line("", f'           or  model = "provider/model" in {readiness.config_file}', "dim"),
-        _line("Key", key_text, key_style),
-        Content(""),
-        Content.styled("Try one of these (type it below and press Enter):", "bold"),
-        *(Content(f"  → {example}") for example in EXAMPLES),
-        Content(""),
-        *(_line("Keys" if index == 0 else "", line) for index, line in enumerate(shown_keys)),
+    model = Content.assemble((printable(readiness.model), "bold"),
+                             (f"  ({printable(readiness.source)})", "dim"))
+    change = Content.styled(
+        "to change it:  lace --model provider/model\n"
+        "           or  LACE_MODEL=provider/model in the environment\n"
+        f'           or  model = "provider/model" in {printable(readiness.config_file)}', "dim")
+    return [
+        ("Model", Content("\n").join([model, change])),
+        ("Key", Content.styled(printable(key_text), key_style)),
+        ("Try", Content("\n").join([Content.styled("type one of these below and press Enter:",
+                                                   "bold"),
+                                    *(Content(f"→ {example}") for example in EXAMPLES)])),
+        ("Keys", Content("\n".join(shown_keys))),
     ]
-    return Content("\n").join(parts)
 
 
-class Welcome(Static):
+class Welcome(Vertical):
     """Shown in the conversation area until the first message is sent."""
 
     def __init__(self, readiness: ModelReadiness, keys: list[tuple[str, str]]) -> None:
-        super().__init__(welcome_content(readiness, keys), id="welcome")
+        super().__init__(id="welcome")
+        self.rows = welcome_rows(readiness, keys)
+
+    def compose(self) -> ComposeResult:
+        yield Static(Content.assemble(("lace", "bold $accent"), f" · {ABOUT}"),
+                     classes="welcome-about")
+        with Grid(classes="welcome-rows"):
+            for label, text in self.rows:
+                yield Static(Content.styled(label, "bold"), classes="welcome-label")
+                yield Static(text)
+
+    @property
+    def text(self) -> str:
+        """Everything it says, as plain text."""
+        return "\n".join([f"lace · {ABOUT}", *(f"{label}  {text.plain}"
+                                                 for label, text in self.rows)])
