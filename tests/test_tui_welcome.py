@@ -101,3 +101,4 @@ async def test_markup_in_the_first_prompt_is_shown_literally_in_the_title(
         await pilot.press(*"[/] [bold]x", "enter")
         await settle(app, pilot)
         assert app.sub_title == f"session {app.session_id} · [/] [bold]x"
+

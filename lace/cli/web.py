@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from textual_serve.server import Server
 
+from lace.cli.run import workspace_of
 from lace.cli.tui import build_app
 from lace.core.errors import LaceError
 from lace.store import resolve_db_url
@@ -68,7 +69,7 @@ def app_command(args: argparse.Namespace) -> str:
     if args.continue_thread:
         argv.append(f"--continue={args.continue_thread}")
     if args.workspace:
-        argv.append(f"--workspace={args.workspace}")
+        argv.append(f"--workspace={workspace_of(args)}")
     argv += [flag for flag, given in (("--yes", args.yes), ("--read-only", args.read_only))
              if given]
     return shlex.join(argv)

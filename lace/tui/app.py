@@ -348,7 +348,10 @@ class LaceApp(App[None]):
     def action_leave_input(self) -> None:
         self.query_one(ThreadTree).focus()
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
+        """However the app ends (a browser page closed sends no key): running turns are marked
+        interrupted, as `q` does."""
+        await self.runtime.stop()
         self.reader.close()
 
     async def action_quit(self) -> None:
