@@ -129,6 +129,8 @@ class LaceApp(App[None]):
         self.pending_refresh = True
 
     async def flush_updates(self) -> None:
+        if not self.is_running:
+            return
         if self.selected in self.streamed:
             self.query_one(Conversation).stream(self.streamed[self.selected])
         if self.pending_refresh:
@@ -137,6 +139,8 @@ class LaceApp(App[None]):
     async def refresh_view(self) -> None:
         """Read the session and update the tree, conversation, status bar and board; what is
         drawn was read after this call began."""
+        if not self.is_running:  # ending: the widgets are going
+            return
         if self.session_id is None:
             self._update_status()
             return
@@ -145,7 +149,7 @@ class LaceApp(App[None]):
 
     async def _refresh(self) -> None:
         session_id, on_board = self.session_id, isinstance(self.screen, BoardScreen)
-        if session_id is None:
+        if session_id is None or not self.is_running:
             return
         self.pending_refresh = False
 
@@ -350,8 +354,9 @@ class LaceApp(App[None]):
 
     async def on_unmount(self) -> None:
         """However the app ends (a browser page closed sends no key): running turns are marked
-        interrupted, as `q` does."""
-        await self.runtime.stop()
+        interrupted, as `q` does; nothing is drawn meanwhile (the widgets are going)."""
+        async with self.view_lock:  # a refresh under way finishes first
+            await self.runtime.stop()
         self.reader.close()
 
     async def action_quit(self) -> None:
