@@ -310,3 +310,27 @@ async def test_next_unfolds_a_folded_thread_and_lands_on_it(store: Store) -> Non
         assert app.selected == f"{root}.2.1"
         assert tree.nodes_by_thread[f"{root}.2"].is_expanded
         assert tree.cursor_node is not None and tree.cursor_node.data == f"{root}.2.1"
+
+
+async def test_an_app_ended_without_q_marks_running_turns_interrupted(
+        db_path: Path, models: ScriptedModels) -> None:
+    """A closed `lace web` page ends the app with Textual's ExitApp, not the quit key."""
+    import asyncio
+
+    started = asyncio.Event()
+
+    async def slow(messages: list[dict[str, Any]]) -> ScriptedReply:
+        started.set()
+        await asyncio.sleep(60)
+        return reply("never")
+
+    models.on("root", slow)
+    app = create_app(db=str(db_path), model="scripted/root")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"hi", "enter")
+        await asyncio.wait_for(started.wait(), 20)
+        app.exit()
+        await pilot.pause()
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT status FROM agent_metadata").fetchall() == [
+            ("interrupted",)]

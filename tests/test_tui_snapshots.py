@@ -13,6 +13,7 @@ import pytest
 from lace.core import ids
 from lace.llm.types import ScriptedReply
 from lace.tui.app import LaceApp
+from lace.tui.factory import create_app
 from tests.piloted_app import SIZE, make_app, settle
 from tests.scripted import Handler, ScriptedModels, assigned_task, reply, text, tools_called
 
@@ -67,3 +68,12 @@ def test_board(snap_compare: Any, db_path: Path, models: ScriptedModels,
     app = make_app(db_path, models)
     models.on("worker", beta_after_alpha(models))
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "b", 0.3))
+
+
+def test_first_screen(snap_compare: Any, db_path: Path, tmp_path: Path,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new session on the default model, with a settings file in the working folder (named
+    on screen, so the path is the same on every run)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lace.toml").write_text('model = "demo/coordinator"\n')
+    assert snap_compare(create_app(db=str(db_path)), terminal_size=SIZE)

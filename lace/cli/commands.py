@@ -48,6 +48,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {text}")
+    return port
+
+
 MAX_WORKERS = 64
 
 
@@ -106,6 +116,25 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                              "processes")
     worker.add_argument("--until-eof", action="store_true", help=argparse.SUPPRESS)
     add_workspace_flags(worker)
+
+    serve = add("web", "Serve the app to a browser (one app per open page), on this machine "
+                       "only unless --allow-remote.", "lace.cli.web:web_command")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="allow a --host that other machines can reach: anyone who reaches "
+                            "it can drive the agents")
+    serve.add_argument("--public-url", metavar="URL",
+                       help="the address browsers use (default: http://HOST:PORT); needed "
+                            "with --host 0.0.0.0 or behind a proxy")
+    serve.add_argument("--model", metavar="PROVIDER/MODEL",
+                       help="the root's model for new sessions (default: $LACE_MODEL, else "
+                            "the offline demo model)")
+    serve.add_argument("--continue", dest="continue_thread", nargs="?", const="latest",
+                       metavar="THREAD_ID",
+                       help="each page reopens the last session (or THREAD_ID's)")
+    add_workspace_flags(serve)
 
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")
@@ -246,3 +275,64 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     ):
         db_actions.add_parser(name, help=help_text, description=help_text,
                               parents=[common]).set_defaults(handler=lazy(target))
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "lace": ("lace", "lace --model anthropic/claude-sonnet-4-5", "lace --continue"),
+    "lace run": ('lace run "Plan a small launch: write the announcement and list the risks."',
+                 'lace run --continue lace_20261122_ab12cd "Now list the risks too."'),
+    "lace worker": ("lace worker --session lace_20261122_ab12cd --max-agents 8",),
+    "lace web": ("lace web", "lace web --port 8080 --model openai/gpt-4o-mini"),
+    "lace approve": ("lace approve 3", "lace approve 3 --session"),
+    "lace deny": ("lace deny 3",),
+    "lace approvals": ("lace approvals --full",),
+    "lace stop": ('lace stop lace_20261122_ab12cd.1 --reason "wrong direction"',),
+    "lace resume": ("lace resume lace_20261122_ab12cd.1",),
+    "lace session": ('lace session end lace_20261122_ab12cd --reason "done for today"',),
+    "lace session end": ('lace session end lace_20261122_ab12cd --reason "done for today"',),
+    "lace tasks": ("lace tasks", "lace tasks --all --json"),
+    "lace threads": ("lace threads --session lace_20261122_ab12cd",),
+    "lace show": ("lace show lace_20261122_ab12cd.1",),
+    "lace task": ('lace task add "Sign off the launch" --assign human',),
+    "lace task add": ('lace task add "Sign off the launch" --assign human',
+                      'lace task add "Check the links" --assign new:openai/gpt-4o-mini'),
+    "lace task note": ('lace task note task_20261122_0a1b2c "The date moved to Friday."',),
+    "lace task complete": ('lace task complete task_20261122_0a1b2c "Signed off."',),
+    "lace cost": ("lace cost", "lace cost --by model --json"),
+    "lace export": ("lace export lace_20261122_ab12cd -o launch.json",
+                    "lace export lace_20261122_ab12cd --format markdown -o launch.md"),
+    "lace import": ("lace import launch.json --db ./team.db",),
+    "lace mcp": ("lace mcp list", "lace mcp serve"),
+    "lace mcp list": ("lace mcp list --json",),
+    "lace mcp serve": ("lace mcp serve",
+                       "lace mcp serve --http 127.0.0.1:8765 --session lace_20261122_ab12cd"),
+    "lace db": ("lace db path",),
+    "lace db upgrade": ("lace db upgrade --db ./team.db",),
+    "lace db path": ("lace db path",),
+}
+"""Each command's examples, shown at the end of its --help (a test runs every one through
+the parser)."""
+
+
+class HelpWithExamples(argparse.HelpFormatter):
+    """Wraps descriptions as usual and keeps the examples one per line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of a parser's subcommands."""
+    return [choice for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for choice in action.choices.values()]
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """Put each command's examples at the end of its help, all the way down the tree."""
+    parser.formatter_class = HelpWithExamples
+    parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[parser.prog])
+    for child in subcommands(parser):
+        add_examples(child)

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lace.tui.app import LaceApp
+
+
+def build_app(args: argparse.Namespace) -> LaceApp:
+    """The app for these flags; bad options fail here, before any screen is drawn."""
+    from lace.cli.run import runtime_settings, workspace_of
+    from lace.tui.factory import create_app
+
+    return create_app(db=getattr(args, "db", None), model=args.model,
+                      continue_thread=args.continue_thread,
+                      settings=runtime_settings(args),
+                      workspace=workspace_of(args))
 
 
 def tui_command(args: argparse.Namespace) -> int:
     """Open the app; bad options fail before the screen takes over the terminal."""
-    from lace.cli.run import runtime_settings, workspace_of
-    from lace.tui.factory import create_app
-
-    app = create_app(db=getattr(args, "db", None), model=args.model,
-                     continue_thread=args.continue_thread,
-                     settings=runtime_settings(args),
-                     workspace=workspace_of(args))
+    app = build_app(args)
     logging.getLogger("LiteLLM").handlers.clear()
     logging.getLogger("LiteLLM").propagate = False
     try:

@@ -13,7 +13,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
-from textual.widgets import Footer, Input, Static, Tree
+from textual.widgets import Footer, Header, Input, Static, Tree
 
 from lace.core.errors import LaceError
 from lace.core.records import Approval
@@ -29,6 +29,7 @@ from lace.tui.widgets.approval_modal import ApprovalModal
 from lace.tui.widgets.conversation import SHOWN_EVENTS, Conversation
 from lace.tui.widgets.prompt_modal import PromptModal
 from lace.tui.widgets.thread_tree import ThreadTree
+from lace.tui.widgets.welcome import ModelReadiness, Welcome
 
 REFRESH_S = 0.5
 MAIN_SCREEN_ACTIONS = frozenset({"next_thread", "previous_thread", "parent_thread", "board",
@@ -57,9 +58,11 @@ class LaceApp(App[None]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, runtime: Supervisor, *, model: str, session_id: str | None = None) -> None:
+    def __init__(self, runtime: Supervisor, *, model: str, readiness: ModelReadiness,
+                 session_id: str | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.session_id = runtime, model, session_id
+        self.readiness = readiness
         self.reader = Reader(runtime.store)
         self.view_lock = asyncio.Lock()  # one refresh or switch reads and draws at a time
         self.session_view: SessionView | None = None
@@ -70,6 +73,7 @@ class LaceApp(App[None]):
         self.shown_thread: str | None = None
 
     def compose(self) -> ComposeResult:
+        yield Header()
         with Horizontal():
             yield ThreadTree()
             with Vertical(id="main"):
@@ -91,7 +95,17 @@ class LaceApp(App[None]):
             for thread_id in await self.reader.read(lambda tx: tx.runnable_threads(session_id)):
                 self.runtime.wake(thread_id)
         self.query_one(Input).focus()
+        self._show_welcome()
         await self.refresh_view()
+
+    def _show_welcome(self) -> None:
+        """The first screen, while no session is open."""
+        self.sub_title = "new session"
+        if self.session_id is None:
+            keys = [("Enter", "send")] + [
+                (self.get_key_display(binding), binding.description)
+                for binding in self.BINDINGS if isinstance(binding, Binding) and binding.show]
+            self.query_one(Conversation).mount(Welcome(self.readiness, keys))
 
     def on_ready(self) -> None:
         """After the first frame: import litellm on a thread, so the first call is quick."""
@@ -118,6 +132,8 @@ class LaceApp(App[None]):
         self.pending_refresh = True
 
     async def flush_updates(self) -> None:
+        if not self.is_running:
+            return
         if self.selected in self.streamed:
             self.query_one(Conversation).stream(self.streamed[self.selected])
         if self.pending_refresh:
@@ -126,6 +142,8 @@ class LaceApp(App[None]):
     async def refresh_view(self) -> None:
         """Read the session and update the tree, conversation, status bar and board; what is
         drawn was read after this call began."""
+        if not self.is_running:  # ending: the widgets are going
+            return
         if self.session_id is None:
             self._update_status()
             return
@@ -134,7 +152,7 @@ class LaceApp(App[None]):
 
     async def _refresh(self) -> None:
         session_id, on_board = self.session_id, isinstance(self.screen, BoardScreen)
-        if session_id is None:
+        if session_id is None or not self.is_running:
             return
         self.pending_refresh = False
 
@@ -146,6 +164,8 @@ class LaceApp(App[None]):
         if not self.is_running or self.session_id != session_id:  # quit or left meanwhile
             return
         self.session_view, self.pending_approvals = view, approvals
+        self.sub_title = printable(f"session {view.root.id} · {view.root.title or ''}",
+                                   one_line=True)
         self.query_one(ThreadTree).sync(view)
         if self.selected is None or view.row(self.selected) is None:
             self.selected = session_id
@@ -225,6 +245,9 @@ class LaceApp(App[None]):
     @on(Input.Submitted, "#message")
     async def send_message(self, event: Input.Submitted) -> None:
         text = event.value.strip()
+        if text and self.session_id is None and self.readiness.problem:
+            self.notify(self.readiness.problem, title="Cannot start", severity="error")
+            return
         event.input.clear()
         if not text:
             return
@@ -292,6 +315,7 @@ class LaceApp(App[None]):
         self.query_one(ThreadTree).clear()
         self.query_one(ThreadTree).session_id = None
         self.query_one(Conversation).remove_children()
+        self._show_welcome()
         self._update_status()
         self.query_one(Input).focus()
 
@@ -331,7 +355,11 @@ class LaceApp(App[None]):
     def action_leave_input(self) -> None:
         self.query_one(ThreadTree).focus()
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
+        """However the app ends (a browser page closed sends no key): running turns are marked
+        interrupted, as `q` does; nothing is drawn meanwhile (the widgets are going)."""
+        async with self.view_lock:  # a refresh under way finishes first
+            await self.runtime.stop()
         self.reader.close()
 
     async def action_quit(self) -> None:

@@ -1,0 +1,104 @@
+"""`lace web` as the browser tests drive it: the server on a free loopback port, Debian's
+Chromium through Playwright, and the app's screen read back from its terminal stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pyte
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run"]
+START_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@contextmanager
+def lace_web(tmp_path: Path, *flags: str, env: dict[str, str]) -> Iterator[str]:
+    """`lace web` on a free port of 127.0.0.1 until the block ends; its address."""
+    port = free_port()
+    log = (tmp_path / "web.log").open("w+")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lace", "--db", str(tmp_path / "lace.db"), "web",
+         "--port", str(port), *flags], cwd=tmp_path, env={**os.environ, **env},
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"lace web exited with {server.returncode}: "
+                            f"{(tmp_path / 'web.log').read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"lace web did not listen within {START_S} s")
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+
+
+class TerminalScreen:
+    """What the page's terminal shows, rebuilt from the bytes the app sent it (pyte emulates
+    the terminal the page draws on a canvas, whose text is not in the page's DOM)."""
+
+    def __init__(self) -> None:
+        self.screen = pyte.Screen(80, 24)
+        self.stream = pyte.ByteStream(self.screen)
+        self.received: list[bytes] = []
+        self.sent: list[str] = []
+
+    def watch(self, websocket: Any) -> None:
+        """Follow the app's websocket: its size, what it draws, what the page sends."""
+        query = parse_qs(urlsplit(websocket.url).query)
+        self.screen.resize(int(query["height"][0]), int(query["width"][0]))
+        websocket.on("framereceived", self._received)
+        websocket.on("framesent", self._sent)
+
+    def _received(self, payload: bytes | str) -> None:
+        if isinstance(payload, bytes):
+            self.received.append(payload)
+            self.stream.feed(payload)
+
+    def _sent(self, payload: bytes | str) -> None:
+        if isinstance(payload, str):
+            self.sent.append(payload)
+            message = json.loads(payload)
+            if message[0] == "resize":
+                self.screen.resize(message[1]["height"], message[1]["width"])
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display)
+
+
+def wait_for_text(page: Any, terminal: TerminalScreen, text: str, seconds: float) -> None:
+    """Let the page run until the terminal shows `text`; fail (with the screen) if it does not
+    within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while text not in terminal.text():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{text!r} not on the page's screen after {seconds} s:\n"
+                        f"{terminal.text()}")
+        page.wait_for_timeout(250)
