@@ -101,6 +101,19 @@ def test_a_workspace_mcp_json_starts_nothing_until_the_person_approves_it(
     assert sorted(configured_servers(Settings(), tmp_path)[0]) == ["leak"]
 
 
+def test_server_names_that_would_share_tool_names_or_patterns_are_left_out() -> None:
+    """`mcp__a__*` must mean server a's tools only: a server `a__b` (tool `c`) would take
+    `mcp__a__b__c`, the name of server a's tool `b__c`, and fall under a's policy and grants;
+    `x.y` would share `x_y`'s names."""
+    servers = {name: McpServer(command="x") for name in ("a", "a__b", "x.y", "x_y", "z_",
+                                                           "_z", "git-hub_2")}
+    found, warnings = configured_servers(Settings(mcp_servers=servers), None)
+    assert sorted(found) == ["a", "git-hub_2", "x_y"]
+    assert [warning.split(":")[0] for warning in warnings] == [
+        f"MCP server {name!r} left out" for name in ("a__b", "x.y", "z_", "_z")]
+    assert all("letters, digits, - and single _" in warning for warning in warnings)
+
+
 def test_mcp_json_is_read_with_variables_and_lace_toml_wins(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_REPO", "/srv/repo")

@@ -23,6 +23,10 @@ MCP_JSON = ".mcp.json"
 APPROVED_FILE = "mcp-approved.json"
 """In `$LACE_HOME`: the hashes of the `.mcp.json` entries the person approved (workspace,
 name and entry as written)."""
+SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
+"""A server name that no other shares tool names with: no `__` (server `a__b`'s tool `c`
+would be `mcp__a__b__c`, server `a`'s tool `b__c`, and fall under `mcp__a__*`), no `_` at
+an end, and no character replaced in tool names (`x.y` would be `x_y`)."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -138,6 +142,11 @@ def configured_servers(settings: Settings, workspace: Path | None,
     found.update(settings.mcp_servers)
     servers = {}
     for name, server in found.items():
+        if not SERVER_NAME.fullmatch(name):
+            warnings.append(f"MCP server {name!r} left out: a server's name must be letters, "
+                            "digits, - and single _ between them (its tools are "
+                            "mcp__<server>__<tool>)")
+            continue
         try:
             servers[name] = expanded(server)
         except MissingVariableError as error:
