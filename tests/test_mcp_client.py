@@ -330,3 +330,31 @@ async def test_hostile_arguments_come_back_as_tool_errors_and_images_as_descript
     assert results[3][3].startswith("MCP server notes, tool echo returned an error: ")
     assert results[4][3] == "a red dot\n[image image/png, about 300 bytes, not shown]"
     assert query(db_path, "SELECT COUNT(*) FROM approvals") == [(0,)]  # refused before asking
+
+
+async def test_lace_own_board_is_not_offered_to_its_agents_as_an_mcp_server(
+        tmp_path: Path) -> None:
+    """A project whose `.mcp.json` adds lace for Claude Code or Cursor (`lace mcp serve`) must
+    not give lace's agents the board as the person: a helper limited to a few tools would
+    create tasks (and agents with every tool) and stop agents as `human`."""
+    from lace.tools.mcp.servers import McpServers
+
+    home = tmp_path / "home"
+    board = McpServer(command=sys.executable, args=[
+        "-m", "lace", "mcp", "serve", "--db", str(tmp_path / "board.db")],
+        env={"LACE_HOME": str(home), "PYTHONPATH": str(Path(__file__).parents[1])})
+    warned: list[str] = []
+    servers = McpServers({"lace": board, "notes": notes_stdio()},
+                         Limits(mcp_retry_s=0.001), warned.append)
+    try:
+        tools = await servers.ready()
+        await asyncio.sleep(0.01)
+        assert {tool.server for tool in await servers.ready()} == {"notes"}
+        assert not servers._starts  # never started again
+    finally:
+        await servers.stop()
+    assert {tool.server for tool in tools} == {"notes"}
+    assert warned == ["MCP server lace is lace's own board (lace mcp serve): its tools are left "
+                      "out, since agents act on the board with their own task tools, not as "
+                      "the person"]
+    assert "lace's own board" in servers.unavailable("mcp__lace__task_create")

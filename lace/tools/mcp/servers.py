@@ -20,6 +20,8 @@ from lace.tools.mcp.connection import Connection, ServerGoneError
 from lace.tools.mcp.results import ServerTool, adapted_schema, described, result_text
 
 Warn = Callable[[str], None]
+BOARD_SERVER = ("lace", "lace task board")
+"""The name and title `lace mcp serve` gives itself."""
 
 
 def _ignore(_text: str) -> None:
@@ -83,6 +85,14 @@ class McpServers:
                       f"left out, and it is tried again in {self.limits.mcp_retry_s:g} s")
             return
         self._failed_at.pop(name, None)
+        info = connection.server_info
+        if info is not None and (info.name, info.title) == BOARD_SERVER:
+            await connection.stop()
+            connection.state, connection.error = "failed", (
+                "lace's own board (lace mcp serve): its tools are left out, since agents "
+                "act on the board with their own task tools, not as the person")
+            self.warn(f"MCP server {name} is {connection.error}")
+            return
         self._offer(name, connection.listed)
 
     def _offer(self, server: str, listed: list[Any]) -> None:
@@ -129,6 +139,9 @@ class McpServers:
         """Why `name` is not a tool now: its server failed, or no server offers it."""
         server = self._server_of(name)
         connection = None if server is None else self.connections[server]
+        if connection is not None and connection.error and "lace's own board" in \
+                connection.error:
+            return f"MCP server {server} is {connection.error}."
         if connection is not None and connection.state != "ready":
             return (f"MCP server {server} is not running ({connection.error or 'stopped'}); "
                     f"it is tried again within {self.limits.mcp_retry_s:g} s. Do without it "
