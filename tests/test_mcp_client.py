@@ -358,3 +358,25 @@ async def test_lace_own_board_is_not_offered_to_its_agents_as_an_mcp_server(
                       "out, since agents act on the board with their own task tools, not as "
                       "the person"]
     assert "lace's own board" in servers.unavailable("mcp__lace__task_create")
+
+
+async def test_a_server_with_hundreds_of_tools_cannot_swamp_every_model_request() -> None:
+    """Every request carries the tools' definitions, and OpenAI takes at most 128 tools: a
+    server listing 300 (each within the per-tool cap) must not make every request of every
+    agent too big or refused; the tools past the cap are left out, and said so once."""
+    from lace.tools.mcp.results import MAX_SERVER_CHARACTERS, MAX_SERVER_TOOLS
+    from lace.tools.mcp.servers import McpServers
+
+    warned: list[str] = []
+    servers = McpServers({"notes": notes_stdio(NOTES_EXTRA_TOOLS="300")}, Limits(),
+                         warned.append)
+    try:
+        tools = await servers.ready()
+    finally:
+        await servers.stop()
+    assert 9 <= len(tools) <= MAX_SERVER_TOOLS
+    assert sum(len(json.dumps(tool.definition())) for tool in tools) <= MAX_SERVER_CHARACTERS
+    assert "mcp__notes__echo" in {tool.name for tool in tools}
+    (note,) = servers.left_out["notes"]
+    assert note.startswith(f"{309 - len(tools)} more tools (extra_")
+    assert warned == [f"MCP server notes: {note} are left out"]

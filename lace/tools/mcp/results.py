@@ -16,6 +16,10 @@ from lace.tools.shell import OUTPUT_CAP, CappedOutput
 MAX_SCHEMA_CHARACTERS = 50_000
 """A tool whose input schema is longer than this is left out: it would crowd every request."""
 MAX_DESCRIPTION = 2_000
+MAX_SERVER_TOOLS = 100
+"""The most tools one server offers: every request carries them (OpenAI takes 128 in all)."""
+MAX_SERVER_CHARACTERS = 100_000
+"""The most characters of function definitions one server adds to every request."""
 
 
 @dataclass(frozen=True)
