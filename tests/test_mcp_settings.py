@@ -15,6 +15,7 @@ from lace.core.tool_sets import EVERY_TOOL, granted, intersect, mcp_tool_name, u
 from lace.paths import credential_values
 from lace.tools.mcp.configured import approve_mcp_json, configured_servers
 from lace.tools.mcp.results import adapted_schema
+from tests.conftest import run_cli
 
 
 def test_patterns_and_names_in_the_policy_and_profiles_are_accepted(
@@ -112,6 +113,21 @@ def test_server_names_that_would_share_tool_names_or_patterns_are_left_out() -> 
     assert [warning.split(":")[0] for warning in warnings] == [
         f"MCP server {name!r} left out" for name in ("a__b", "x.y", "z_", "_z")]
     assert all("letters, digits, - and single _" in warning for warning in warnings)
+
+
+def test_a_key_in_a_servers_url_is_masked_in_lace_mcp_list(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Hosted servers often take their key in the URL (`?api_key=...`, `user:password@`):
+    `lace mcp list` must not print it, nor lace write it anywhere."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lace.toml").write_text(
+        '[mcp_servers.hosted]\nurl = "http://me:pass-word-4321@127.0.0.1:9/mcp?'
+        'api_key=literal-key-98765&region=eu"\n[limits]\nmcp_start_timeout_s = 5\n')
+    _code, printed, _err = run_cli(capsys, "mcp", "list", "--json")
+    assert "127.0.0.1:9/mcp" in printed and "region=eu" in printed
+    assert "literal-key-98765" not in printed and "pass-word-4321" not in printed
+    assert {"literal-key-98765", "pass-word-4321"} <= set(credential_values())
 
 
 def test_mcp_json_is_read_with_variables_and_lace_toml_wins(

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import ValidationError
 
@@ -59,9 +60,15 @@ def expanded(server: McpServer) -> McpServer:
 
 
 def secrets_of(server: McpServer) -> list[str]:
-    """The keys a server's configuration holds: `env` entries named like credentials, and
-    headers that carry one (`Authorization`'s value and its token)."""
+    """The keys a server's configuration holds: `env` entries named like credentials, headers
+    that carry one (`Authorization`'s value and its token), and those in its URL (a password,
+    a query parameter named like a credential)."""
     values = [value for name, value in server.env.items() if is_credential(name)]
+    if server.url is not None:  # a key in the URL: `user:password@`, `?api_key=...`
+        parts = urlsplit(server.url)
+        values += [parts.password or ""] + [
+            value for name, value in parse_qsl(parts.query)
+            if is_credential(name.replace("-", "_"))]
     for name, value in server.headers.items():
         key = name.replace("-", "_")
         if key.lower() in ("authorization", "proxy_authorization") or is_credential(key):
