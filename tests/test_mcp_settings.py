@@ -112,7 +112,8 @@ def test_server_names_that_would_share_tool_names_or_patterns_are_left_out() -> 
     assert sorted(found) == ["a", "git-hub_2", "x_y"]
     assert [warning.split(":")[0] for warning in warnings] == [
         f"MCP server {name!r} left out" for name in ("a__b", "x.y", "z_", "_z")]
-    assert all("letters, digits, - and single _" in warning for warning in warnings)
+    assert all("letters, digits, - and single _ between them" in warning
+               for warning in warnings)
 
 
 def test_a_key_in_a_servers_url_is_masked_in_lace_mcp_list(
@@ -128,6 +129,23 @@ def test_a_key_in_a_servers_url_is_masked_in_lace_mcp_list(
     assert "127.0.0.1:9/mcp" in printed and "region=eu" in printed
     assert "literal-key-98765" not in printed and "pass-word-4321" not in printed
     assert {"literal-key-98765", "pass-word-4321"} <= set(credential_values())
+
+
+def test_a_servers_deny_pattern_covers_every_one_of_its_tools() -> None:
+    """A tool name past 64 characters is cut at 55: a server name so long that its prefix
+    `mcp__<server>__` is cut too would slip out of its own `"mcp__<server>__*" = "deny"` (and
+    under `"mcp__*" = "allow"`); such a name is left out."""
+    from lace.core.tool_sets import mcp_server_prefix
+
+    longest, too_long = "s" * 48, "t" * 49
+    found, warnings = configured_servers(Settings(mcp_servers={
+        longest: McpServer(command="x"), too_long: McpServer(command="x")}), None)
+    assert list(found) == [longest]
+    assert warnings == [f"MCP server {too_long!r} left out: a server's name must be letters, "
+                        "digits, - and single _ between them, at most 48 characters (its tools "
+                        "are mcp__<server>__<tool>)"]
+    tools = ToolSettings(policy={"mcp__*": "allow", mcp_server_prefix(longest): "deny"})
+    assert tools.policy_for(mcp_tool_name(longest, "delete_everything" * 3)) == "deny"
 
 
 def test_mcp_json_is_read_with_variables_and_lace_toml_wins(

@@ -28,6 +28,9 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 """A server name that no other shares tool names with: no `__` (server `a__b`'s tool `c`
 would be `mcp__a__b__c`, server `a`'s tool `b__c`, and fall under `mcp__a__*`), no `_` at
 an end, and no character replaced in tool names (`x.y` would be `x_y`)."""
+MAX_SERVER_NAME = 48
+"""So that `mcp__<server>__` fits in the 55 characters a long tool name keeps, and the
+server's pattern (`"mcp__<server>__*" = "deny"`) covers every one of its tools."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -149,9 +152,10 @@ def configured_servers(settings: Settings, workspace: Path | None,
     found.update(settings.mcp_servers)
     servers = {}
     for name, server in found.items():
-        if not SERVER_NAME.fullmatch(name):
+        if not SERVER_NAME.fullmatch(name) or len(name) > MAX_SERVER_NAME:
             warnings.append(f"MCP server {name!r} left out: a server's name must be letters, "
-                            "digits, - and single _ between them (its tools are "
+                            "digits, - and single _ between them, at most "
+                            f"{MAX_SERVER_NAME} characters (its tools are "
                             "mcp__<server>__<tool>)")
             continue
         try:
