@@ -198,3 +198,18 @@ def test_schemas_are_adapted_for_providers() -> None:
         nested = {"type": "object", "properties": {"x": nested}}
     assert adapted_schema(nested) is None
     assert adapted_schema({"type": "object", "description": "y" * 60_000}) is None
+
+
+def test_a_small_schema_that_inlines_to_millions_of_nodes_is_left_out_at_once() -> None:
+    """A 300-character schema whose recursive type has six fields of itself inlines, 8 levels
+    deep, to 6**8 copies: adapting it ran seconds to minutes on the event loop (every agent
+    and timeout of the process frozen) before the size check left it out."""
+    import time
+
+    node = {"type": "object",
+            "properties": {f"p{i}": {"$ref": "#/$defs/Node"} for i in range(6)}}
+    schema = {"type": "object", "properties": {"root": {"$ref": "#/$defs/Node"}},
+              "$defs": {"Node": node}}
+    began = time.monotonic()
+    assert adapted_schema(schema) is None
+    assert time.monotonic() - began < 0.5

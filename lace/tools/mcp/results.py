@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lace.core.text import MAX_NESTING, value_nesting
-from lace.tools.schema import inline_references
+from lace.tools.schema import SchemaTooBigError, inline_references
 from lace.tools.shell import OUTPUT_CAP, CappedOutput
 
 MAX_SCHEMA_CHARACTERS = 50_000
@@ -47,7 +47,11 @@ def adapted_schema(schema: Any) -> dict[str, Any] | None:
             len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARACTERS:
         return None
     definitions = {**schema.get("definitions", {}), **schema.get("$defs", {})}
-    adapted: dict[str, Any] = inline_references(schema, definitions)
+    try:  # each list or object is at least 2 characters: more cannot fit the cap
+        adapted: dict[str, Any] = inline_references(schema, definitions,
+                                                    budget=[MAX_SCHEMA_CHARACTERS // 2])
+    except SchemaTooBigError:
+        return None
     for key in ("$schema", "$id", "definitions", "description"):
         adapted.pop(key, None)
     if adapted.get("type") != "object":
