@@ -380,3 +380,25 @@ async def test_a_server_with_hundreds_of_tools_cannot_swamp_every_model_request(
     (note,) = servers.left_out["notes"]
     assert note.startswith(f"{309 - len(tools)} more tools (extra_")
     assert warned == [f"MCP server notes: {note} are left out"]
+
+
+async def test_odd_tool_schemas_leave_out_only_those_tools() -> None:
+    """`"$defs": []` or `"properties": [1, 2]` from one server raised TypeError in every
+    agent's tool listing, so no agent of the process could take a turn (and one nested deeper
+    would reach the provider, which refuses every request carrying it)."""
+    from lace.tools.mcp.servers import McpServers
+
+    odd = McpServer(command=sys.executable,
+                    args=[str(Path(__file__).parent / "mcp_servers" / "odd_server.py")])
+    warned: list[str] = []
+    servers = McpServers({"odd": odd, "notes": notes_stdio()}, Limits(), warned.append)
+    try:
+        tools = {tool.name: tool for tool in await servers.ready()}
+        result = await servers.call(tools["mcp__odd__fine"], {})
+    finally:
+        await servers.stop()
+    assert "mcp__notes__echo" in tools and result.text == "called fine"
+    assert [name for name in tools if name.startswith("mcp__odd__")] == ["mcp__odd__fine"]
+    assert len(servers.left_out["odd"]) == 5
+    for tool in tools.values():
+        assert isinstance(tool.parameters["properties"], dict)

@@ -39,12 +39,28 @@ class ServerTool:
             "name": self.name, "description": self.description, "parameters": self.parameters}}
 
 
+def _valid_schema(schema: dict[str, Any]) -> bool:
+    """Whether `schema` is a JSON schema (of its `$schema` draft, else 2020-12): one that is
+    not (`"properties": [1, 2]`, `"$defs": []`) would break lace's inlining or make a provider
+    refuse every request that carries it."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError:
+        return False
+    return True
+
+
 def adapted_schema(schema: Any) -> dict[str, Any] | None:
     """A tool's input schema as providers accept it: local `$ref`s inlined (recursive ones
     cut to an open object), titles and `$schema` dropped, and always an object with
     `properties`; None when it is too big or too deeply nested to send."""
     if not isinstance(schema, dict) or value_nesting(schema) > MAX_NESTING or \
-            len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARACTERS:
+            len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARACTERS or \
+            not _valid_schema(schema):
         return None
     definitions = {**schema.get("definitions", {}), **schema.get("$defs", {})}
     try:  # each list or object is at least 2 characters: more cannot fit the cap
