@@ -330,3 +330,75 @@ async def test_hostile_arguments_come_back_as_tool_errors_and_images_as_descript
     assert results[3][3].startswith("MCP server notes, tool echo returned an error: ")
     assert results[4][3] == "a red dot\n[image image/png, about 300 bytes, not shown]"
     assert query(db_path, "SELECT COUNT(*) FROM approvals") == [(0,)]  # refused before asking
+
+
+async def test_lace_own_board_is_not_offered_to_its_agents_as_an_mcp_server(
+        tmp_path: Path) -> None:
+    """A project whose `.mcp.json` adds lace for Claude Code or Cursor (`lace mcp serve`) must
+    not give lace's agents the board as the person: a helper limited to a few tools would
+    create tasks (and agents with every tool) and stop agents as `human`."""
+    from lace.tools.mcp.servers import McpServers
+
+    home = tmp_path / "home"
+    board = McpServer(command=sys.executable, args=[
+        "-m", "lace", "mcp", "serve", "--db", str(tmp_path / "board.db")],
+        env={"LACE_HOME": str(home), "PYTHONPATH": str(Path(__file__).parents[1])})
+    warned: list[str] = []
+    servers = McpServers({"lace": board, "notes": notes_stdio()},
+                         Limits(mcp_retry_s=0.001), warned.append)
+    try:
+        tools = await servers.ready()
+        await asyncio.sleep(0.01)
+        assert {tool.server for tool in await servers.ready()} == {"notes"}
+        assert not servers._starts  # never started again
+    finally:
+        await servers.stop()
+    assert {tool.server for tool in tools} == {"notes"}
+    assert warned == ["MCP server lace is lace's own board (lace mcp serve): its tools are left "
+                      "out, since agents act on the board with their own task tools, not as "
+                      "the person"]
+    assert "lace's own board" in servers.unavailable("mcp__lace__task_create")
+
+
+async def test_a_server_with_hundreds_of_tools_cannot_swamp_every_model_request() -> None:
+    """Every request carries the tools' definitions, and OpenAI takes at most 128 tools: a
+    server listing 300 (each within the per-tool cap) must not make every request of every
+    agent too big or refused; the tools past the cap are left out, and said so once."""
+    from lace.tools.mcp.results import MAX_SERVER_CHARACTERS, MAX_SERVER_TOOLS
+    from lace.tools.mcp.servers import McpServers
+
+    warned: list[str] = []
+    servers = McpServers({"notes": notes_stdio(NOTES_EXTRA_TOOLS="300")}, Limits(),
+                         warned.append)
+    try:
+        tools = await servers.ready()
+    finally:
+        await servers.stop()
+    assert 9 <= len(tools) <= MAX_SERVER_TOOLS
+    assert sum(len(json.dumps(tool.definition())) for tool in tools) <= MAX_SERVER_CHARACTERS
+    assert "mcp__notes__echo" in {tool.name for tool in tools}
+    (note,) = servers.left_out["notes"]
+    assert note.startswith(f"{309 - len(tools)} more tools (extra_")
+    assert warned == [f"MCP server notes: {note} are left out"]
+
+
+async def test_odd_tool_schemas_leave_out_only_those_tools() -> None:
+    """`"$defs": []` or `"properties": [1, 2]` from one server raised TypeError in every
+    agent's tool listing, so no agent of the process could take a turn (and one nested deeper
+    would reach the provider, which refuses every request carrying it)."""
+    from lace.tools.mcp.servers import McpServers
+
+    odd = McpServer(command=sys.executable,
+                    args=[str(Path(__file__).parent / "mcp_servers" / "odd_server.py")])
+    warned: list[str] = []
+    servers = McpServers({"odd": odd, "notes": notes_stdio()}, Limits(), warned.append)
+    try:
+        tools = {tool.name: tool for tool in await servers.ready()}
+        result = await servers.call(tools["mcp__odd__fine"], {})
+    finally:
+        await servers.stop()
+    assert "mcp__notes__echo" in tools and result.text == "called fine"
+    assert [name for name in tools if name.startswith("mcp__odd__")] == ["mcp__odd__fine"]
+    assert len(servers.left_out["odd"]) == 5
+    for tool in tools.values():
+        assert isinstance(tool.parameters["properties"], dict)

@@ -104,7 +104,8 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
     (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {
         "missing": {"command": "/nonexistent/server"},
         "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}}}))
-    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list", "--approve"],
+                          cwd=tmp_path,
                           env=lace_env(tmp_path / "home"), capture_output=True, text=True,
                           timeout=120)
     lines = done.stdout.splitlines()
@@ -114,6 +115,7 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
     assert lines[1] == f"notes  ({sys.executable} {NOTES_SERVER})  9 tool(s)"
     assert "  mcp__notes__echo  [allow]  Return the text unchanged." in lines
     assert done.stderr.splitlines() == [
+        "Approved the servers of .mcp.json: missing, old",
         f"lace: warning: MCP server 'old' in {tmp_path / '.mcp.json'} left out: type sse is "
         "not supported (streamable HTTP is: type http)"]
     assert all(not alive(pid) for pid in pids_in(leftovers)) and pids_in(leftovers)

@@ -246,6 +246,9 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                     "policy; exit 1 when a server does not start.")
     mcp_list.set_defaults(handler=lazy("lace.cli.mcp_list:mcp_list_command"))
     mcp_list.add_argument("--json", action="store_true", help="print JSON")
+    mcp_list.add_argument("--approve", action="store_true",
+                          help="approve the servers of the workspace's .mcp.json as written "
+                               "now (lace runs none of them before)")
     add_workspace_flags(mcp_list)
     serve = mcp_actions.add_parser(
         "serve", parents=[common],

@@ -24,29 +24,45 @@ MAX_REFERENCES = 8
 """How many `$ref`s deep a schema is inlined; a recursive one is cut there to an open object."""
 
 
-def inline_references(node: Any, definitions: dict[str, Any], depth: int = 0) -> Any:
+class SchemaTooBigError(ValueError):
+    """Inlining a schema's `$ref`s made more nodes than its budget allows."""
+
+
+def _spend(budget: list[int] | None) -> None:
+    if budget is not None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise SchemaTooBigError("the schema's $refs inline to too many nodes")
+
+
+def inline_references(node: Any, definitions: dict[str, Any], depth: int = 0,
+                      budget: list[int] | None = None) -> Any:
     """A schema with its local `$ref`s replaced by their definitions, titles and `$defs`
-    dropped, and optional nulls folded (an unknown or too deep `$ref` becomes `{}`)."""
+    dropped, and optional nulls folded (an unknown or too deep `$ref` becomes `{}`). With a
+    `budget` (`[nodes]`), SchemaTooBigError once more lists and objects than that are made: a
+    small schema can inline to millions (a type with six fields of itself, 8 levels deep)."""
     if isinstance(node, list):
-        return [inline_references(item, definitions, depth) for item in node]
+        _spend(budget)
+        return [inline_references(item, definitions, depth, budget) for item in node]
     if not isinstance(node, dict):
         return node
+    _spend(budget)
     node = _without_null(node)
     if "$ref" in node:
         target = definitions.get(str(node["$ref"]).rsplit("/", 1)[-1])
         if not isinstance(target, dict) or depth >= MAX_REFERENCES:
             return {}
         extra = {key: value for key, value in node.items() if key != "$ref"}
-        return inline_references({**target, **extra}, definitions, depth + 1)
+        return inline_references({**target, **extra}, definitions, depth + 1, budget)
     cleaned: dict[str, Any] = {}
     for key, value in node.items():
         if key in ("title", "$defs", "definitions"):
             continue
         if key == "properties" and isinstance(value, dict):
-            cleaned[key] = {name: inline_references(item, definitions, depth)
+            cleaned[key] = {name: inline_references(item, definitions, depth, budget)
                             for name, item in value.items()}
         else:
-            cleaned[key] = inline_references(value, definitions, depth)
+            cleaned[key] = inline_references(value, definitions, depth, budget)
     return cleaned
 
 

@@ -1,7 +1,8 @@
 """A small MCP server for tests: `python notes_server.py [--http PORT]`. Its pid goes to the file
 `$NOTES_PID_FILE` names (when set), so a test can tell whether it outlived lace; with
 `$NOTES_STUBBORN` set it does not end when its stdin closes (only a signal ends it), so a test
-can tell whether lace stopped it or it merely left."""
+can tell whether lace stopped it or it merely left; `$NOTES_EXTRA_TOOLS` adds that many more
+tools (`extra_0`, ...) with long descriptions."""
 
 from __future__ import annotations
 
@@ -76,6 +77,17 @@ def picture() -> list[TextContent | ImageContent]:
 def pid() -> int:
     """The server's process id."""
     return os.getpid()
+
+
+def _extra(number: int) -> None:
+    def extra(text: str) -> str:
+        return f"extra {number}: {text}"
+
+    server.add_tool(extra, name=f"extra_{number}", description=f"Extra tool {number}. " * 200)
+
+
+for _number in range(int(os.environ.get("NOTES_EXTRA_TOOLS") or 0)):
+    _extra(_number)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,36 @@
 """The MCP servers a run uses: `[mcp_servers]` in lace's configuration and the workspace's
 `.mcp.json` (the file Claude Code and Cursor read), with `${VAR}` and `${VAR:-default}` read
-from the environment, and any key written in them masked like a provider key."""
+from the environment, and any key written in them masked like a provider key. A workspace's
+`.mcp.json` may come with a repository the person did not write: like Claude Code, lace uses
+its servers only once the person approved them (`lace mcp list --approve`), and asks again
+when an entry changes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import ValidationError
 
 from lace.config import McpServer, Settings
 from lace.core.errors import LaceError
-from lace.paths import add_credential_values, is_credential
+from lace.paths import add_credential_values, is_credential, lace_home
 
 MCP_JSON = ".mcp.json"
+APPROVED_FILE = "mcp-approved.json"
+"""In `$LACE_HOME`: the hashes of the `.mcp.json` entries the person approved (workspace,
+name and entry as written)."""
+SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
+"""A server name that no other shares tool names with: no `__` (server `a__b`'s tool `c`
+would be `mcp__a__b__c`, server `a`'s tool `b__c`, and fall under `mcp__a__*`), no `_` at
+an end, and no character replaced in tool names (`x.y` would be `x_y`)."""
+MAX_SERVER_NAME = 48
+"""So that `mcp__<server>__` fits in the 55 characters a long tool name keeps, and the
+server's pattern (`"mcp__<server>__*" = "deny"`) covers every one of its tools."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -48,9 +63,15 @@ def expanded(server: McpServer) -> McpServer:
 
 
 def secrets_of(server: McpServer) -> list[str]:
-    """The keys a server's configuration holds: `env` entries named like credentials, and
-    headers that carry one (`Authorization`'s value and its token)."""
+    """The keys a server's configuration holds: `env` entries named like credentials, headers
+    that carry one (`Authorization`'s value and its token), and those in its URL (a password,
+    a query parameter named like a credential)."""
     values = [value for name, value in server.env.items() if is_credential(name)]
+    if server.url is not None:  # a key in the URL: `user:password@`, `?api_key=...`
+        parts = urlsplit(server.url)
+        values += [parts.password or ""] + [
+            value for name, value in parse_qsl(parts.query)
+            if is_credential(name.replace("-", "_"))]
     for name, value in server.headers.items():
         key = name.replace("-", "_")
         if key.lower() in ("authorization", "proxy_authorization") or is_credential(key):
@@ -58,24 +79,61 @@ def secrets_of(server: McpServer) -> list[str]:
     return [value for value in values if value]
 
 
-def read_mcp_json(workspace: Path) -> tuple[dict[str, McpServer], list[str]]:
-    """The servers of `<workspace>/.mcp.json` (`{"mcpServers": {NAME: {...}}}`), and a warning
-    for each entry lace cannot use; a file that is not JSON is an error."""
-    path = workspace / MCP_JSON
+def _entries(path: Path) -> dict[str, object]:
+    """The `mcpServers` of a `.mcp.json` file (none when there is no file)."""
     if not path.is_file():
-        return {}, []
+        return {}
     try:
         entries = json.loads(path.read_text()).get("mcpServers") or {}
     except (OSError, ValueError, AttributeError) as error:
         raise LaceError(f"Cannot read {path}: {error}") from None
     if not isinstance(entries, dict):
         raise LaceError(f"Cannot read {path}: mcpServers is not an object")
+    return entries
+
+
+def _approval(workspace: Path, name: str, entry: object) -> str:
+    """The hash naming one entry of one workspace's `.mcp.json`, as written."""
+    text = json.dumps([str(workspace.resolve()), name, entry], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _approved() -> set[str]:
+    try:
+        found = json.loads((lace_home() / APPROVED_FILE).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {str(item) for item in found} if isinstance(found, list) else set()
+
+
+def approve_mcp_json(workspace: Path) -> list[str]:
+    """Approve every server of `<workspace>/.mcp.json` as it is now; their names."""
+    entries = _entries(workspace / MCP_JSON)
+    approved = _approved() | {_approval(workspace, name, entry)
+                              for name, entry in entries.items()}
+    lace_home().mkdir(parents=True, exist_ok=True)
+    (lace_home() / APPROVED_FILE).write_text(json.dumps(sorted(approved)))
+    return list(entries)
+
+
+def read_mcp_json(workspace: Path) -> tuple[dict[str, McpServer], list[str]]:
+    """The approved servers of `<workspace>/.mcp.json` (`{"mcpServers": {NAME: {...}}}`), and
+    a warning for each entry lace cannot use or the person has not approved; a file that is
+    not JSON is an error."""
+    path = workspace / MCP_JSON
+    entries = _entries(path)
+    approved = _approved() if entries else set()
     servers, warnings = {}, []
     for name, entry in entries.items():
         try:
             if isinstance(entry, dict) and entry.get("type") == "sse":
                 raise LaceError("type sse is not supported (streamable HTTP is: type http)")
-            servers[name] = McpServer.model_validate(entry)
+            server = McpServer.model_validate(entry)
+            if _approval(workspace, name, entry) not in approved:
+                what = server.url or " ".join([str(server.command), *server.args])
+                raise LaceError(f"not approved ({what[:200]}); check the file, then approve "
+                                "its servers with lace mcp list --approve")
+            servers[name] = server
         except ValidationError as error:
             problem = error.errors(include_url=False)[0]
             where = ".".join(str(part) for part in problem["loc"])
@@ -94,6 +152,12 @@ def configured_servers(settings: Settings, workspace: Path | None,
     found.update(settings.mcp_servers)
     servers = {}
     for name, server in found.items():
+        if not SERVER_NAME.fullmatch(name) or len(name) > MAX_SERVER_NAME:
+            warnings.append(f"MCP server {name!r} left out: a server's name must be letters, "
+                            "digits, - and single _ between them, at most "
+                            f"{MAX_SERVER_NAME} characters (its tools are "
+                            "mcp__<server>__<tool>)")
+            continue
         try:
             servers[name] = expanded(server)
         except MissingVariableError as error:

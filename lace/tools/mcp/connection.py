@@ -75,6 +75,8 @@ class Connection:
         self.error: str | None = None
         self.listed: list[Any] = []
         """The server's tools (`mcp_types.Tool`) as it listed them when it started."""
+        self.server_info: Any = None
+        """What the server said it is (`Implementation`: name, title, version)."""
         self._client: Any = None
         self._owner: asyncio.Task[None] | None = None
         self._scope: Any = None
@@ -110,7 +112,7 @@ class Connection:
                         cursor = page.next_cursor
                         if cursor is None:
                             break
-                    self._client = client
+                    self._client, self.server_info = client, client.server_info
                     ready.set_result(tools)
                     await self._stop.wait()
         except Exception as error:

@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from lace.core.text import MAX_NESTING, value_nesting
-from lace.tools.schema import inline_references
+from lace.tools.schema import SchemaTooBigError, inline_references
 from lace.tools.shell import OUTPUT_CAP, CappedOutput
 
 MAX_SCHEMA_CHARACTERS = 50_000
 """A tool whose input schema is longer than this is left out: it would crowd every request."""
 MAX_DESCRIPTION = 2_000
+MAX_SERVER_TOOLS = 100
+"""The most tools one server offers: every request carries them (OpenAI takes 128 in all)."""
+MAX_SERVER_CHARACTERS = 100_000
+"""The most characters of function definitions one server adds to every request."""
 
 
 @dataclass(frozen=True)
@@ -35,15 +39,35 @@ class ServerTool:
             "name": self.name, "description": self.description, "parameters": self.parameters}}
 
 
+def _valid_schema(schema: dict[str, Any]) -> bool:
+    """Whether `schema` is a JSON schema (of its `$schema` draft, else 2020-12): one that is
+    not (`"properties": [1, 2]`, `"$defs": []`) would break lace's inlining or make a provider
+    refuse every request that carries it."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError:
+        return False
+    return True
+
+
 def adapted_schema(schema: Any) -> dict[str, Any] | None:
     """A tool's input schema as providers accept it: local `$ref`s inlined (recursive ones
     cut to an open object), titles and `$schema` dropped, and always an object with
     `properties`; None when it is too big or too deeply nested to send."""
     if not isinstance(schema, dict) or value_nesting(schema) > MAX_NESTING or \
-            len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARACTERS:
+            len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARACTERS or \
+            not _valid_schema(schema):
         return None
     definitions = {**schema.get("definitions", {}), **schema.get("$defs", {})}
-    adapted: dict[str, Any] = inline_references(schema, definitions)
+    try:  # each list or object is at least 2 characters: more cannot fit the cap
+        adapted: dict[str, Any] = inline_references(schema, definitions,
+                                                    budget=[MAX_SCHEMA_CHARACTERS // 2])
+    except SchemaTooBigError:
+        return None
     for key in ("$schema", "$id", "definitions", "description"):
         adapted.pop(key, None)
     if adapted.get("type") != "object":

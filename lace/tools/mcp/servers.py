@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,9 +18,18 @@ from lace.core.tool_sets import mcp_tool_name
 from lace.paths import credential_values
 from lace.tools.base import ToolError, ToolResult
 from lace.tools.mcp.connection import Connection, ServerGoneError
-from lace.tools.mcp.results import ServerTool, adapted_schema, described, result_text
+from lace.tools.mcp.results import (
+    MAX_SERVER_CHARACTERS,
+    MAX_SERVER_TOOLS,
+    ServerTool,
+    adapted_schema,
+    described,
+    result_text,
+)
 
 Warn = Callable[[str], None]
+BOARD_SERVER = ("lace", "lace task board")
+"""The name and title `lace mcp serve` gives itself."""
 
 
 def _ignore(_text: str) -> None:
@@ -83,12 +93,22 @@ class McpServers:
                       f"left out, and it is tried again in {self.limits.mcp_retry_s:g} s")
             return
         self._failed_at.pop(name, None)
+        info = connection.server_info
+        if info is not None and (info.name, info.title) == BOARD_SERVER:
+            await connection.stop()
+            connection.state, connection.error = "failed", (
+                "lace's own board (lace mcp serve): its tools are left out, since agents "
+                "act on the board with their own task tools, not as the person")
+            self.warn(f"MCP server {name} is {connection.error}")
+            return
         self._offer(name, connection.listed)
 
     def _offer(self, server: str, listed: list[Any]) -> None:
         """Name the server's tools for agents and adapt their schemas."""
         self._withdraw(server)
         self.left_out[server] = []
+        offered, size = 0, 0
+        cut: list[str] = []
         for tool in listed:
             parameters = adapted_schema(tool.input_schema)
             if parameters is None:
@@ -97,12 +117,23 @@ class McpServers:
                 continue
             name = mcp_tool_name(server, tool.name, self.tools)
             read_only = bool(tool.annotations and tool.annotations.read_only_hint)
-            self.tools[name] = ServerTool(name=name, server=server, tool=tool.name,
-                                          description=described(tool.description, server,
-                                                                tool.name),
-                                          parameters=parameters, read_only=read_only)
+            offer = ServerTool(name=name, server=server, tool=tool.name,
+                               description=described(tool.description, server, tool.name),
+                               parameters=parameters, read_only=read_only)
+            size += len(json.dumps(offer.definition(), default=str))
+            if cut or offered >= MAX_SERVER_TOOLS or size > MAX_SERVER_CHARACTERS:
+                cut.append(str(tool.name))  # and every later one: the same tools every run
+                continue
+            self.tools[name], offered = offer, offered + 1
         for reason in self.left_out[server]:
             self.warn(f"MCP server {server}: tool {reason} is left out")
+        if cut:
+            shown = ", ".join(cut[:3]) + (", ..." if len(cut) > 3 else "")
+            self.left_out[server].append(
+                f"{len(cut)} more tools ({shown}: one server offers at most "
+                f"{MAX_SERVER_TOOLS} tools and {MAX_SERVER_CHARACTERS:,} characters of "
+                "definitions, which every request carries)")
+            self.warn(f"MCP server {server}: {self.left_out[server][-1]} are left out")
 
     def _withdraw(self, server: str) -> None:
         for name in [name for name, tool in self.tools.items() if tool.server == server]:
@@ -129,6 +160,9 @@ class McpServers:
         """Why `name` is not a tool now: its server failed, or no server offers it."""
         server = self._server_of(name)
         connection = None if server is None else self.connections[server]
+        if connection is not None and connection.error and "lace's own board" in \
+                connection.error:
+            return f"MCP server {server} is {connection.error}."
         if connection is not None and connection.state != "ready":
             return (f"MCP server {server} is not running ({connection.error or 'stopped'}); "
                     f"it is tried again within {self.limits.mcp_retry_s:g} s. Do without it "
