@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,11 @@ from lace.llm.checks import check_provider
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
 from lace.tools.base import ToolContext, ToolResult
+
+# A suite started as a background job inherits SIGINT ignored, and so would every `lace` it starts:
+# the tests that press Ctrl+C on a child would see it ignored. Handled here, it is the default in
+# each child again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
