@@ -101,7 +101,7 @@ def test_a_process_paused_past_its_lease_commits_nothing_when_it_resumes(
     assert duplicates(tmp_path) == {"notes": [], "tool results": [], "tasks": [],
                                     "deliveries": []}, err
     assert rows(tmp_path, "SELECT COUNT(*) FROM events") == finished  # the first wrote nothing
-    assert rows(tmp_path, "SELECT COUNT(*) FROM task_notes") == [(6,)]
+    assert rows(tmp_path, "SELECT COUNT(*) FROM task_notes") == [(8,)]  # 4 tasks, 2 notes each
     assert set(rows(tmp_path, "SELECT status FROM agent_metadata")) == {("idle",)}
 
 

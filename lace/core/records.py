@@ -102,6 +102,11 @@ class Task:
     blocks: tuple[str, ...] = ()
     """Tasks that wait for this one."""
 
+    @property
+    def waited_for(self) -> tuple[str, ...]:
+        """Its blockers already completed."""
+        return tuple(blocker for blocker in self.blocked_by if blocker not in self.waits_for)
+
 
 @dataclass(frozen=True)
 class Event:

@@ -13,6 +13,7 @@ from lace.core.clock import now_iso
 from lace.core.notifications import WaitedResult
 from lace.core.records import Task
 from lace.store import schema
+from lace.store import statements as sql
 from lace.store.rows import RowVerbs, _record
 
 _edges, _tasks, _notes = schema.task_dependencies, schema.tasks, schema.task_notes
@@ -40,8 +41,8 @@ class DependencyRows(RowVerbs):
     def satisfy_edges(self, blocker: str) -> list[str]:
         """Mark every open edge to a blocker just completed satisfied; returns the tasks that
         waited for it."""
-        dependents = list(self._execute(sa.select(_edges.c.task_id).where(
-            _edges.c.blocked_by == blocker, _edges.c.satisfied_at.is_(None))).scalars())
+        dependents = [row["task_id"] for row in sql.WAITING_ON.rows(self.raw,
+                                                                     {"blocker": blocker})]
         if dependents:
             self._execute(_edges.update().where(_edges.c.blocked_by == blocker,
                                                 _edges.c.satisfied_at.is_(None))
@@ -49,7 +50,10 @@ class DependencyRows(RowVerbs):
         return dependents
 
     def open_blockers(self, task_id: str) -> list[Task]:
-        """The tasks `task_id` still waits for, oldest first."""
+        """The tasks `task_id` still waits for, oldest first (one prepared statement when
+        there are none, the common case)."""
+        if sql.OPEN_BLOCKER_IDS.first(self.raw, {"task": task_id}) is None:
+            return []
         rows = self._execute(sa.select(_tasks).join(_edges, _edges.c.blocked_by == _tasks.c.id)
                              .where(_edges.c.task_id == task_id, _edges.c.satisfied_at.is_(None))
                              .order_by(_tasks.c.created_at, _tasks.c.id))

@@ -94,6 +94,10 @@ WAIT_EDGES = Prepared(sa.text("""
                         AND json_extract(answer.data, '$.call_id')
                             = json_extract(call.data, '$.call_id'))""")
     .columns(waiter=sa.Text, assignee=sa.Text))
+OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
+    _edges.c.task_id == sa.bindparam("task"), _edges.c.satisfied_at.is_(None)))
+WAITING_ON = Prepared(sa.select(_edges.c.task_id).where(
+    _edges.c.blocked_by == sa.bindparam("blocker"), _edges.c.satisfied_at.is_(None)))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
 TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
 INSERT_TASK = insert_into("tasks", (

@@ -87,10 +87,12 @@ class TaskRules(AssignmentRules):
                 self.insert_edges(task.id, {(tasks[ref].id if isinstance(ref, int) else ref):
                                             done is True for ref, done in blockers.items()})
         self._refuse_cycles(tasks, refs)
-        return [self._assign(self.with_edges([task])[0] if blockers else task, draft.assignee,
-                             actor, waits=waiting)
-                for task, draft, blockers, waiting in zip(tasks, drafts, refs, waits,
-                                                          strict=True)]
+        created = []
+        for task, draft, blockers, waiting in zip(tasks, drafts, refs, waits, strict=True):
+            if blockers:  # its assignment carries the results of those already completed
+                task = self.with_edges([task])[0]
+            created.append(self._assign(task, draft.assignee, actor, waits=waiting))
+        return created
 
     @staticmethod
     def _assigned_text(assignee: Assignment | None, *, held: bool) -> str | None:
@@ -183,7 +185,7 @@ class TaskRules(AssignmentRules):
                 changes["held_assignment"] = None
                 if not isinstance(assignee, AgentPlan):
                     changes["assigned_to"] = assignee_text(assignee)
-        elif waiting and add_blocked_by and self._told_assignee(before):
+        elif waiting and add_blocked_by and self._given_to_agent(before):
             self._hold(before, ThreadAssignee(str(before.assigned_to)))
         after = before
         if changes:
@@ -202,7 +204,7 @@ class TaskRules(AssignmentRules):
             after = self.with_edges([self.get_task(task_id)])[0]
         return after
 
-    def _told_assignee(self, task: Task) -> bool:
+    def _given_to_agent(self, task: Task) -> bool:
         """Whether an agent already has this task (told of it, or spawned for it), so a
         blocker added now holds it until released."""
         return bool(task.assigned_to and is_thread_id(task.assigned_to)

@@ -37,9 +37,8 @@ def task_line(task: Task) -> str:
     assignee = task.assigned_to or "unassigned"
     line = (f"{task_symbol(task)} {task.id} [{task.priority}] {task.title} "
             f"→ {assignee} [{task.status}]")
-    done = [blocker for blocker in task.blocked_by if blocker not in task.waits_for]
-    if done:
-        line += f" after {', '.join(done)}"
+    if task.waited_for:
+        line += f" after {', '.join(task.waited_for)}"
     if task.waits_for:
         line += f" waits for {', '.join(task.waits_for)}"
     if task.blocks:
@@ -47,7 +46,8 @@ def task_line(task: Task) -> str:
     return line
 
 
-def _related(task_ids: tuple[str, ...], related: Mapping[str, Task]) -> str:
+def related_list(task_ids: tuple[str, ...], related: Mapping[str, Task]) -> str:
+    """Tasks named with their titles and statuses (`related`: the tasks by id)."""
     return ", ".join(f"{task_label(task_id, related[task_id].title)} [{related[task_id].status}]"
                      if task_id in related else task_id for task_id in task_ids)
 
@@ -64,13 +64,12 @@ def task_details(task: Task, related: Mapping[str, Task] | None = None) -> str:
         f"Created by: {task.created_by} at {task.created_at}",
     ]
     if task.waits_for:
-        lines.append(f"Waits for: {_related(task.waits_for, related)}; it starts when they "
-                     "are completed.")
-    done = tuple(blocker for blocker in task.blocked_by if blocker not in task.waits_for)
-    if done:
-        lines.append(f"Waited for: {_related(done, related)}")
+        lines.append(f"Waits for: {related_list(task.waits_for, related)}; it starts when "
+                     "they are completed.")
+    if task.waited_for:
+        lines.append(f"Waited for: {related_list(task.waited_for, related)}")
     if task.blocks:
-        lines.append(f"Blocks: {_related(task.blocks, related)}")
+        lines.append(f"Blocks: {related_list(task.blocks, related)}")
     if task.description:
         lines.append(f"Description: {task.description}")
     lines += ["", "Prompt:", task.prompt, "", f"Notes ({len(task.notes)}):"]

@@ -13,9 +13,9 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from lace.core.dependencies import task_label
 from lace.core.records import Task
 from lace.core.tasks import PRIORITY_RANK, task_symbol
+from lace.tools.task_tools import related_list
 from lace.tui.literal import literal, literal_line
 from lace.tui.widgets.prompt_modal import PromptModal
 
@@ -48,15 +48,10 @@ def _shown_row(task: Task) -> tuple[object, ...]:
 
 def _dependencies(task: Task, related: dict[str, Task]) -> str:
     """Lines naming what a task waits for (and what it waited for) and what it blocks."""
-    def named(task_ids: tuple[str, ...]) -> str:
-        return ", ".join(f"{task_label(i, related[i].title)} [{related[i].status}]"
-                         if i in related else i for i in task_ids)
-
-    done = tuple(blocker for blocker in task.blocked_by if blocker not in task.waits_for)
-    lines = [f"\nwaits for {named(task.waits_for)}: starts when they are completed"
-             if task.waits_for else "",
-             f"\nwaited for {named(done)}" if done else "",
-             f"\nblocks {named(task.blocks)}" if task.blocks else ""]
+    lines = [f"\nwaits for {related_list(task.waits_for, related)}: starts when they are "
+             "completed" if task.waits_for else "",
+             f"\nwaited for {related_list(task.waited_for, related)}" if task.waited_for else "",
+             f"\nblocks {related_list(task.blocks, related)}" if task.blocks else ""]
     return "".join(lines)
 
 
