@@ -3,7 +3,7 @@ their path, the moves a waiting task cannot make, and how tasks are named in the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 from lace.core.errors import DependencyError, InvalidTransitionError
@@ -56,6 +56,35 @@ def find_cycle(blockers: Mapping[str, Iterable[str]], start: str) -> list[str] |
                     following.append(blocker)
         frontier = following
     return None
+
+
+def any_cycle(blockers: Mapping[str, Collection[str]]) -> list[str] | None:
+    """A cycle anywhere in `blockers` (`[task, ..., task]`, each waiting for the next), or
+    None: tasks are peeled off once nothing they wait for is left (Kahn), and what is left
+    waits, task after task, in a loop; a whole board costs one pass."""
+    waiting = {task: set(found) for task, found in blockers.items()}
+    dependents: dict[str, list[str]] = {}
+    for task, found in waiting.items():
+        for blocker in found:
+            dependents.setdefault(blocker, []).append(task)
+    ready = [task for task in {*waiting, *dependents} if not waiting.get(task)]
+    while ready:
+        done = ready.pop()
+        for task in dependents.get(done, ()):
+            waiting[task].discard(done)
+            if not waiting[task]:
+                ready.append(task)
+    left = [task for task, found in waiting.items() if found]  # in the order given
+    if not left:
+        return None
+    task = left[0]
+    walked = {task: 0}  # each task left waits for another task left: the walk loops
+    while True:
+        task = next(blocker for blocker in blockers[task] if blocker in waiting[task])
+        if task in walked:
+            path = list(walked)[walked[task]:]
+            return [*path, task]
+        walked[task] = len(walked)
 
 
 def cycle_error(path: Sequence[str], labels: Mapping[str, str]) -> DependencyError:

@@ -11,7 +11,14 @@ import sqlalchemy as sa
 
 from lace.core import notifications
 from lace.core.assignee import Assignment, ThreadAssignee, assignee_text
-from lace.core.dependencies import call_ref, check_not_waiting, cycle_error, find_cycle, task_label
+from lace.core.dependencies import (
+    any_cycle,
+    call_ref,
+    check_not_waiting,
+    cycle_error,
+    find_cycle,
+    task_label,
+)
 from lace.core.errors import (
     DependencyError,
     InvalidTransitionError,
@@ -149,10 +156,9 @@ class TaskRules(AssignmentRules):
                  for task, blockers in zip(tasks, refs, strict=True)}
         labels = {task.id: f"#{number} (\"{task.title}\")"
                   for number, task in enumerate(tasks, start=1)}
-        for task in tasks:
-            path = find_cycle(graph, task.id)
-            if path is not None:
-                raise cycle_error(path, labels)
+        path = any_cycle(graph)
+        if path is not None:
+            raise cycle_error(path, labels)
 
     def update_task(self, task_id: str, *, session_id: str, actor: str,
                     changes: dict[str, Any], assignee: Assignment | None = None,
