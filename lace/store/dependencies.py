@@ -79,8 +79,9 @@ class DependencyRows(RowVerbs):
         return edges
 
     def with_edges(self, tasks: list[Task], session_id: str | None = None) -> list[Task]:
-        """`tasks` with their `blocked_by`, `waits_for` and `blocks` read: one statement, for
-        the tasks' own edges, or for every edge of `session_id` when many tasks are shown."""
+        """`tasks` with their `blocked_by`, `waits_for` and `blocks` (the tasks not archived
+        that still wait for it) read: one statement, for the tasks' own edges, or for every
+        edge of `session_id` when many tasks are shown."""
         if not tasks:
             return tasks
         where = (_tasks.c.thread_id == session_id) if session_id is not None else sa.or_(
@@ -88,7 +89,7 @@ class DependencyRows(RowVerbs):
             _edges.c.blocked_by.in_([task.id for task in tasks]))
         blocker = _tasks.alias("blocker")
         rows = self._execute(sa.select(_edges.c.task_id, _edges.c.blocked_by,
-                                       _edges.c.satisfied_at)
+                                       _edges.c.satisfied_at, _tasks.c.status)
                              .join(_tasks, _tasks.c.id == _edges.c.task_id)
                              .join(blocker, blocker.c.id == _edges.c.blocked_by).where(where)
                              .order_by(blocker.c.created_at, blocker.c.id)).all()
@@ -101,7 +102,8 @@ class DependencyRows(RowVerbs):
             blocked_by.setdefault(row.task_id, []).append(row.blocked_by)
             if row.satisfied_at is None:
                 waits_for.setdefault(row.task_id, []).append(row.blocked_by)
-                blocks.setdefault(row.blocked_by, []).append(row.task_id)
+                if row.status != "archived":  # an archived task waits for nothing any more
+                    blocks.setdefault(row.blocked_by, []).append(row.task_id)
         return [replace(task, blocked_by=tuple(blocked_by.get(task.id, ())),
                         waits_for=tuple(waits_for.get(task.id, ())),
                         blocks=tuple(blocks.get(task.id, ()))) for task in tasks]
