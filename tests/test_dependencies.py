@@ -357,6 +357,15 @@ def test_an_archived_blocker_that_was_completed_still_counts_as_done(
     assert not call("task_update", {"task_id": third, "status": "in_progress"}).is_error
 
 
+def test_an_archived_task_waits_and_blocks_no_more(call: Caller) -> None:
+    first, second = plan(call, {"title": "First"}, {"title": "Second", "blocked_by": ["#1"]})
+    assert f'Blocks: {second} ("Second") [pending]' in call("task_view",
+                                                            {"task_id": first}).text
+    call("task_update", {"task_id": second, "status": "archived"})
+    assert "locks" not in call("task_view", {"task_id": first}).text
+    assert call("task_list", {}).text == f"○ {first} [medium] First → unassigned [pending]"
+
+
 def test_a_spawn_refused_at_release_does_not_fail_the_completion(
         store: Store, db_path: Path, session: Thread) -> None:
     tight = ToolContext(thread_id=session.id, session_id=session.id,
