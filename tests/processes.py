@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
-"""A demo request the coordinator splits into three tasks."""
+"""A demo request the coordinator splits into three tasks, and a fourth that sums them up."""
 
 
 def lace_env(home: Path, **extra: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
 from tests.processes import MANY_PROMPT, final_board, lace, lace_env
 
 PROMPT = "Write the announcement and list the risks"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,71 @@ def test_a_crash_at_each_point_loses_and_repeats_nothing(point: str, tmp_path: P
         (root,), = connection.execute("SELECT id FROM threads WHERE parent_id IS NULL")
     resumed = lace(tmp_path, "run", "--continue", root)
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stdout.startswith("All 2 tasks are done.")
+    assert resumed.stdout.startswith("All 3 tasks are done.")
     assert final_board(tmp_path) == clean_board
+    assert_each_task_started_once_after_its_blockers(tmp_path)
+
+
+def assert_each_task_started_once_after_its_blockers(home: Path) -> None:
+    """Every task got exactly one agent, created no earlier than the completion of each task
+    it waited for (the completion's note and the agent commit together)."""
+    with sqlite3.connect(home / "lace.db") as connection:
+        agents = connection.execute(
+            "SELECT t.title, COUNT(a.thread_id), MIN(a.created_at) FROM tasks t LEFT JOIN "
+            "agent_metadata a ON a.created_for_task = t.id GROUP BY t.id").fetchall()
+        completions = dict(connection.execute(
+            "SELECT d.task_id || ' ' || d.blocked_by, MAX(n.created_at) FROM task_dependencies d "
+            "JOIN task_notes n ON n.task_id = d.blocked_by GROUP BY d.task_id, d.blocked_by"))
+        edges = connection.execute("SELECT t.title, a.created_at, d.task_id || ' ' || "
+                                   "d.blocked_by FROM task_dependencies d JOIN tasks t ON t.id = "
+                                   "d.task_id JOIN agent_metadata a ON a.created_for_task = "
+                                   "d.task_id").fetchall()
+    assert [count for _, count, _ in agents] == [1] * len(agents), agents
+    assert edges, "the plan has no dependencies"
+    for title, spawned_at, edge in edges:
+        assert spawned_at >= completions[edge], f"{title} started before its blocker completed"
+
+
+@pytest.fixture(scope="module")
+def clean_diamond(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("diamond")
+    result = diamond_run(home, "run", "Plan it.", "--model", "scripted/root")
+    assert result.returncode == 0, result.stderr
+    return final_board(home)
+
+
+def diamond_run(home: Path, *argv: str, crash_at: str | None = None,
+                ) -> subprocess.CompletedProcess[str]:
+    """`lace` with the scripted diamond of `tests.diamond` in a child process."""
+    env = lace_env(home, LACE_TEST_PROVIDERS="1",
+                   **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
+    return subprocess.run([sys.executable, "-m", "tests.diamond_process", *argv], cwd=REPO_ROOT,
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+DIAMOND_CRASHES = [*(f"after_tool_effect@{n}" for n in range(1, 10)),
+                   *(f"{point}@{n}" for point in POINTS if point != "after_tool_effect"
+                     for n in (1, 3, 5, 7))]
+"""Every tool effect of the diamond (the third and the seventh complete the blockers that
+release B and C, then D), and each other point at four stages of the run."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", DIAMOND_CRASHES)
+def test_a_crash_anywhere_in_a_diamond_never_starts_a_task_twice_or_early(
+        crash_at: str, tmp_path: Path, clean_diamond: dict[str, Any]) -> None:
+    """A; B and C after A; D after B and C: killed at a crash point, then `run --continue`d,
+    the run reaches the board of a run never killed, each task with one agent created in (or
+    after) the transaction that completed its last blocker."""
+    crashed = diamond_run(tmp_path, "run", "Plan it.", "--model", "scripted/root",
+                          crash_at=crash_at)
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    with sqlite3.connect(tmp_path / "lace.db") as connection:
+        (root,), = connection.execute("SELECT id FROM threads WHERE parent_id IS NULL")
+    resumed = diamond_run(tmp_path, "run", "--continue", root)
+    assert resumed.returncode == 0, resumed.stderr
+    assert final_board(tmp_path) == clean_diamond
+    assert_each_task_started_once_after_its_blockers(tmp_path)
 
 
 COMMITTED = {
@@ -100,3 +164,4 @@ def test_random_sigkills_lose_and_repeat_nothing(seed: int, tmp_path: Path) -> N
     assert process.returncode == 0, (tmp_path / "lace.log").read_text()
     assert kills >= 1, f"seed {seed}: the run ended before the first kill"
     assert final_board(home) == clean
+    assert_each_task_started_once_after_its_blockers(home)

@@ -93,7 +93,7 @@ def test_a_process_paused_past_its_lease_commits_nothing_when_it_resumes(
         second = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root],
                                 env=env, capture_output=True, text=True, timeout=120)
         assert second.returncode == 0, second.stderr
-        assert "All 3 tasks are done" in second.stdout
+        assert "All 4 tasks are done" in second.stdout
         finished = rows(tmp_path, "SELECT COUNT(*) FROM events")
     finally:
         os.kill(first.pid, signal.SIGCONT)
@@ -101,7 +101,7 @@ def test_a_process_paused_past_its_lease_commits_nothing_when_it_resumes(
     assert duplicates(tmp_path) == {"notes": [], "tool results": [], "tasks": [],
                                     "deliveries": []}, err
     assert rows(tmp_path, "SELECT COUNT(*) FROM events") == finished  # the first wrote nothing
-    assert rows(tmp_path, "SELECT COUNT(*) FROM task_notes") == [(6,)]
+    assert rows(tmp_path, "SELECT COUNT(*) FROM task_notes") == [(8,)]  # 4 tasks, 2 notes each
     assert set(rows(tmp_path, "SELECT status FROM agent_metadata")) == {("idle",)}
 
 

@@ -39,12 +39,13 @@ ARGUMENTS = st.one_of(
     st.dictionaries(st.sampled_from(["tasks", "task_id", "status", "assigned_to", "note",
                                      "message", "filter", "to", "text", "topic", "thread_id",
                                      "reason", "job_ids", "task", "tools", "profile", "title",
-                                     "prompt", "priority", "budget", "extra"]),
+                                     "prompt", "priority", "budget", "add_blocked_by",
+                                     "remove_blocked_by", "extra"]),
                     JSON_VALUES, max_size=5),
     JSON_VALUES.map(json.dumps),
     NASTY_TEXT)
 ERROR_KINDS = {"ToolError", "NotFoundError", "PermissionDeniedError", "InvalidTransitionError",
-               "InvalidAssigneeError"}
+               "InvalidAssigneeError", "DependencyError", "SpawnRefusedError"}
 AGENT_TOOLS = [name for name, tool in ToolRegistry().tools.items()
                if not issubclass(tool, WorkspaceTool)]
 
@@ -99,7 +100,8 @@ def test_hostile_arguments_through_an_agents_own_tool_path(tmp_path: Path) -> No
         session = tx.create_session(provider="demo", model="coordinator",
                                     tools=list(ToolRegistry().names()))
         other = tx.create_session(provider="demo", model="coordinator")
-        tx.create_task(session_id=other.id, actor=other.id, title="foreign", prompt="p")
+        foreign = tx.create_task(session_id=other.id, actor=other.id, title="foreign",
+                                 prompt="p")
         agent = tx.get_agent(session.id)
     calls = iter(range(1_000_000))
 
@@ -125,6 +127,14 @@ def test_hostile_arguments_through_an_agents_own_tool_path(tmp_path: Path) -> No
     @example("spawn_await", {"job_ids": "*"})
     @example("spawn_await", {"job_ids": "task_20990101_000000, ,*,"})
     @example("delegate", DEEP)
+    @example("task_create", {"tasks": [{"title": "t", "prompt": "p", "blocked_by": ["#1"]}]})
+    @example("task_create", {"tasks": [
+        {"title": "t", "prompt": "p", "assigned_to": "new:demo/worker", "blocked_by": ["#2"]},
+        {"title": "u", "prompt": "p", "blocked_by": ["#1", "#1", "#\uff13"]}]})
+    @example("task_create", {"tasks": [{"title": "t", "prompt": "p",
+                                        "blocked_by": [foreign.id]}]})
+    @example("task_update", {"task_id": foreign.id, "add_blocked_by": [foreign.id],
+                             "remove_blocked_by": ["*"]})
     def call(tool: str, arguments: Any) -> None:
         before = snapshot(db_path)
         result = asyncio.run(agent_call(tool, arguments))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 
@@ -31,7 +32,8 @@ def test_empty_database_upgrades_to_head_and_matches_the_models(db_path: Path) -
     with sqlite3.connect(db_path) as connection:
         names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
     assert {"threads", "events", "tasks", "task_notes", "agent_metadata", "inbox", "llm_calls",
-            "agents", "task_board", "ix_events_thread_id_id"} <= names
+            "agents", "task_board", "ix_events_thread_id_id", "task_dependencies",
+            "ix_task_dependencies_blocked_by"} <= names
 
 
 def test_data_written_at_the_first_revision_survives_the_upgrade(db_path: Path) -> None:
@@ -56,11 +58,51 @@ def test_data_written_at_the_first_revision_survives_the_upgrade(db_path: Path) 
         """)
     upgrade(url)
     with sqlite3.connect(db_path) as connection:
-        board = connection.execute(
-            "SELECT id, title, assignee_name, creator_name, note_count FROM task_board").fetchall()
+        board = connection.execute("SELECT id, title, assignee_name, creator_name, note_count, "
+                                   "waits_for FROM task_board").fetchall()
         agents = connection.execute("SELECT thread_id, model FROM agents").fetchall()
-    assert board == [("task_20260101_abcdef", "Old task", "human", "root", 1)]
+        held = connection.execute("SELECT held_assignment FROM tasks").fetchall()
+    assert board == [("task_20260101_abcdef", "Old task", "human", "root", 1, None)]
+    assert held == [(None,)]
     assert agents == [("lace_20260101_aaaaaa", "demo/m")]
+
+
+def test_dependencies_keep_their_tasks_and_leave_with_lace_0009(db_path: Path) -> None:
+    """`task_dependencies` ties two tasks of the board; the view lists a task's open blockers;
+    downgrading to lace_0008 drops the table, the column and the view's new column, and keeps
+    the tasks."""
+    url = f"sqlite:///{db_path}"
+    upgrade(url)
+    with sqlite3.connect(db_path) as connection:
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.executescript("""
+            INSERT INTO threads VALUES ('lace_20260101_aaaaaa', NULL, 'lace_20260101_aaaaaa',
+                                        'old', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
+            INSERT INTO tasks (id, title, prompt, status, priority, created_by, thread_id,
+                               created_at, updated_at)
+                VALUES ('task_20260101_00000a', 'First', 'p', 'pending', 'high', 'human',
+                        'lace_20260101_aaaaaa', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z'),
+                       ('task_20260101_00000b', 'Then', 'p', 'pending', 'high', 'human',
+                        'lace_20260101_aaaaaa', '2026-01-01T00:00:01Z', '2026-01-01T00:00:01Z');
+            INSERT INTO task_dependencies (task_id, blocked_by, created_at)
+                VALUES ('task_20260101_00000b', 'task_20260101_00000a', '2026-01-01T00:00:01Z');
+        """)
+        assert connection.execute("SELECT id, waits_for FROM task_board ORDER BY id").fetchall(
+            ) == [("task_20260101_00000a", None), ("task_20260101_00000b",
+                                                    "task_20260101_00000a")]
+        with pytest.raises(sqlite3.IntegrityError):  # a task waiting for itself
+            connection.execute("INSERT INTO task_dependencies (task_id, blocked_by, created_at) "
+                               "VALUES ('task_20260101_00000a', 'task_20260101_00000a', 'now')")
+    engine = create_engine(url, for_migrations=True)
+    with engine.connect() as connection, connection.begin():
+        command.downgrade(alembic_config(connection), "lace_0008")
+    engine.dispose()
+    with sqlite3.connect(db_path) as connection:
+        names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(task_board)")]
+        tasks = connection.execute("SELECT id FROM tasks ORDER BY id").fetchall()
+    assert "task_dependencies" not in names and "waits_for" not in columns
+    assert tasks == [("task_20260101_00000a",), ("task_20260101_00000b",)]
 
 
 def test_downgrade_and_upgrade_again(db_path: Path) -> None:

@@ -66,3 +66,44 @@ def test_the_readers_give_back_what_the_templates_wrote(title: str, result: str)
     assert notifications.read_completion(notifications.completion(task, "human", result)) == \
         notifications.Completed(TASK.id, title, "human", result)
     assert notifications.read_assignment(notifications.completion(task, "human", result)) is None
+
+
+def test_the_dependency_notices_read_as_pinned() -> None:
+    results = [notifications.WaitedResult("task_20261122_000001", "Design", "An API."),
+               notifications.WaitedResult("task_20261122_000002", "Draft", "y" * 2001)]
+    assert notifications.assignment(TASK, results) == (
+        "[LACE TASK SYSTEM] You have been assigned task 'task_20261122_a1b2c3':\n"
+        'Title: "Write the announcement"\n'
+        "Created by: lace_20261122_ab12cd\n"
+        "Priority: high\n"
+        "Status: in_progress\n\n"
+        "--- TASK DETAILS ---\nTwo paragraphs.\n--- END TASK DETAILS ---\n\n"
+        "--- RESULTS OF THE TASKS THIS ONE WAITED FOR (each cut at 2000 characters) ---\n\n"
+        "Result of task 'task_20261122_000001' (\"Design\"):\nAn API.\n\n"
+        "Result of task 'task_20261122_000002' (\"Draft\"):\n" + "y" * 2000
+        + "… (1 more characters; task_view task_20261122_000002 shows it whole)\n"
+        "--- END RESULTS ---\n\n"
+        "Use your task_add_note tool to record progress and task_complete tool when you are done.")
+    blocked = replace(TASK, status="blocked")
+    waiting = [replace(TASK, id="task_20261122_000003", title="Post it")]
+    assert notifications.cannot_start(blocked, "no access", waiting) == (
+        "[LACE TASK SYSTEM] Task 'task_20261122_a1b2c3' (\"Write the announcement\") is now "
+        "blocked (no access), so these tasks you created, which wait for it, can no longer "
+        "start:\n- 'task_20261122_000003' (\"Post it\")\nRemove the dependency (task_update with "
+        "remove_blocked_by [\"task_20261122_a1b2c3\"]) or archive them.")
+    assert notifications.release_refused(TASK, "Spawn refused: too many.") == (
+        "[LACE TASK SYSTEM] Task 'task_20261122_a1b2c3' (\"Write the announcement\") that you "
+        "created can start now (the tasks it waited for are completed), but its agent was not "
+        "spawned: Spawn refused: too many. The task is pending and unassigned: assign it with "
+        "task_update (assigned_to), or do it yourself.")
+
+
+@given(title=st.text(min_size=1, max_size=50),
+       results=st.lists(st.tuples(st.text(min_size=1, max_size=50),
+                                  st.text(min_size=1, max_size=300)), max_size=3))
+def test_the_results_an_assignment_carries_read_back(
+        title: str, results: list[tuple[str, str]]) -> None:
+    waited = tuple(notifications.WaitedResult(f"task_20261122_00000{n}", done_title, result)
+                   for n, (done_title, result) in enumerate(results))
+    text = notifications.assignment(replace(TASK, title=title), waited)
+    assert notifications.read_assignment(text) == notifications.Assigned(TASK.id, title, waited)

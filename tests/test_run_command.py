@@ -28,22 +28,29 @@ def test_the_offline_demo_runs_in_a_fresh_process(tmp_path: Path) -> None:
                              "Write the announcement and list the risks."],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("All 2 tasks are done.")
+    assert result.stdout.startswith("All 3 tasks are done.")
     assert "Write the announcement" in result.stdout and "list the risks" in result.stdout
-    assert result.stderr.count("spawned (demo/worker)") == 2
+    assert "- Sum up the results: Done: summed up 2 results ('Write the announcement', " \
+        "'list the risks')" in result.stdout
+    assert result.stderr.count("spawned (demo/worker)") == 3
+    # the summing-up helper is spawned only once both parts are completed
+    spawns = [line for line in result.stderr.splitlines()
+              if "spawned (demo/worker)" in line or "task_complete(" in line]
+    assert [("spawned" in line) for line in spawns] == [True, True, False, False, True, False]
     with sqlite3.connect(tmp_path / "lace.db") as connection:
         statuses = connection.execute("SELECT status FROM tasks").fetchall()
         children = connection.execute(
             "SELECT COUNT(*) FROM threads WHERE parent_id IS NOT NULL").fetchone()
-    assert statuses == [("completed",), ("completed",)] and children == (2,)
+        edges = connection.execute("SELECT COUNT(*) FROM task_dependencies").fetchone()
+    assert statuses == [("completed",)] * 3 and children == (3,) and edges == (2,)
 
 
 def test_json_summary(capsys: CaptureFixture, db_path: Path) -> None:
     code, out, _ = lace(capsys, "run", "Research and write", "--json", "--db", str(db_path))
     summary = json.loads(out)
     assert code == 0 and summary["root_status"] == "idle"
-    assert summary["answer"].startswith("All 2 tasks are done.")
-    assert len(summary["threads"]) == 3 and {t["status"] for t in summary["tasks"]} == {
+    assert summary["answer"].startswith("All 3 tasks are done.")
+    assert len(summary["threads"]) == 4 and {t["status"] for t in summary["tasks"]} == {
         "completed"}
     assert summary["usage"]["tokens_in"] == sum(t["tokens_in"] for t in summary["threads"]) > 0
 

@@ -21,7 +21,7 @@ from tests.conftest import query, run_cli
 KEY = "sk-planted-0123456789abcdefKEY"
 LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
 TABLES = ("threads", "agent_metadata", "tasks", "task_notes", "events", "inbox", "llm_calls",
-          "subscriptions", "approvals")
+          "subscriptions", "approvals", "task_dependencies")
 
 
 def demo_session(capsys: pytest.CaptureFixture[str], db: Path) -> str:
@@ -55,6 +55,8 @@ def rows(db: Path, table: str, where: str = "1", *params: Any) -> list[dict[str,
 def _ordered(table: str, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if table in ("threads", "tasks"):
         return sorted(found, key=lambda row: str(row["id"]))
+    if table == "task_dependencies":
+        return sorted(found, key=lambda row: (row["task_id"], row["blocked_by"]))
     return found
 
 
@@ -71,7 +73,8 @@ def test_an_export_imported_into_a_new_database_is_the_same_row_by_row(
     export(capsys, source, root, "-o", str(file))
     assert os.stat(file).st_mode & 0o777 == 0o600
     code, out, err = run_cli(capsys, "import", str(file), "--db", str(target))
-    assert (code, err) == (0, "") and out.startswith(f"Imported session {root}: 3 threads")
+    assert (code, err) == (0, "") and out.startswith(f"Imported session {root}: 4 threads")
+    assert len(rows(target, "task_dependencies")) == 2
     for table in TABLES:  # rows with a text id in any order, the others in order
         assert _ordered(table, rows(target, table)) == _ordered(table, rows(source, table))
     for thread in (root, f"{root}.1", f"{root}.2"):  # what a person reads is the same too
@@ -98,7 +101,7 @@ def test_a_session_imported_twice_gets_new_ids_rewritten_everywhere(
                                            root)]
     new_tasks = [task for (task,) in query(source, "SELECT id FROM tasks WHERE thread_id = ?",
                                            new_root)]
-    assert len(new_tasks) == len(old_tasks) == 2 and not set(new_tasks) & set(old_tasks)
+    assert len(new_tasks) == len(old_tasks) == 3 and not set(new_tasks) & set(old_tasks)
     copy = json.loads(export(capsys, source, new_root))
     text = json.dumps(copy)
     for old in (root, *old_tasks):
@@ -116,6 +119,35 @@ def test_a_session_imported_twice_gets_new_ids_rewritten_everywhere(
     assert code == 0, err
     assert query(source, "SELECT COUNT(*) FROM inbox WHERE thread_id = ? AND consumed_at IS "
                          "NULL", new_root) == [(0,)]
+
+
+def test_a_plan_exported_while_a_task_waits_goes_on_where_it_is_imported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A task waiting for the person's, with its agent planned: imported (into a new database,
+    and a second time beside the first), completing the copy's blocker spawns the copy's
+    agent under the copy's root."""
+    source, target, file = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "plan.json"
+    code, out, err = run_cli(capsys, "task", "add", "Sign off", "--assign", "human", "--db",
+                             str(source))
+    assert code == 0, err
+    root, first = err.split()[-1], out.split()[2].rstrip(":")
+    code, out, err = run_cli(capsys, "task", "add", "Announce", "--assign", "new:demo/worker",
+                             "--blocked-by", first, "--db", str(source))
+    assert code == 0 and "waits for" in out, err
+    export(capsys, source, root, "-o", str(file))
+    for db in (target, source):
+        code, out, err = run_cli(capsys, "import", str(file), "--db", str(db))
+        assert code == 0, err
+        copy = out.split(" as ", 1)[1].split()[0] if " as " in out else root
+        (blocker,), = query(db, "SELECT id FROM tasks WHERE thread_id = ? AND title = "
+                                "'Sign off'", copy)
+        code, _, err = run_cli(capsys, "task", "complete", blocker, "Yes", "--db", str(db))
+        assert code == 0, err
+        assert query(db, "SELECT a.thread_id, a.parent_thread_id FROM agent_metadata a JOIN "
+                         "tasks t ON t.id = a.created_for_task WHERE t.thread_id = ?", copy) == [
+            (f"{copy}.1", copy)]
+    assert query(source, "SELECT COUNT(*) FROM agent_metadata WHERE created_for_task IS NOT "
+                         "NULL") == [(1,)]  # the original still waits
 
 
 def _without_row_ids(document: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +236,10 @@ EXPECTED = {
     "a bad status": "tasks.0.status", "nested past the decoder": "nested deeper than 72",
     "nested past the limit": "nested deeper than 72", "huge": "larger than the 128 MB",
     "a folder": "is not a file", "missing": "is not a file",
+    "a dependency on no task": "a dependency names task 'task_20260101_abcdef'",
+    "a dependency cycle": "the dependencies make a cycle",
+    "a planned agent with an unknown tool": "plans: unknown tool 'rm_rf'",
+    "a held assignment of no agent": "holds agent",
 }
 
 
@@ -239,6 +275,19 @@ def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
         "a model name with a newline": _edited(valid_export, lambda d: d["agents"][1].update(
             model="worker\nlace: fake line")),
         "a bad status": _edited(valid_export, lambda d: d["tasks"][0].update(status="nope")),
+        "a dependency on no task": _edited(valid_export, lambda d: d["task_dependencies"][0]
+                                           .update(blocked_by="task_20260101_abcdef")),
+        "a dependency cycle": _edited(valid_export, lambda d: d["task_dependencies"].append(
+            {"task_id": d["task_dependencies"][0]["blocked_by"],
+             "blocked_by": d["task_dependencies"][0]["task_id"], "created_at": "now",
+             "satisfied_at": None})),
+        "a planned agent with an unknown tool": _edited(valid_export, lambda d: d["tasks"][0]
+                                                        .update(held_assignment={"agent": {
+            "parent_id": root, "provider": "demo", "model": "worker", "profile": None,
+            "tools": ["rm_rf"], "type": "persistent", "instructions": None, "budget": None,
+            "topics": [], "limits": None}})),
+        "a held assignment of no agent": _edited(valid_export, lambda d: d["tasks"][0].update(
+            held_assignment={"thread": f"{root}.9"})),
         "nested past the decoder": "[" * 100_000 + "]" * 100_000,
         "nested past the limit": '{"format": ' + "[" * 200 + "]" * 200 + "}",
         "huge": huge,

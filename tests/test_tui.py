@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 
 from benchmarks.common import traced_statements
 from lace.llm.types import ScriptedReply
@@ -18,7 +18,7 @@ from lace.tui.factory import create_app
 from lace.tui.widgets.thread_tree import ThreadTree
 from tests.conftest import new_session, spawn_child
 from tests.piloted_app import SIZE, conversation_texts, make_app, settle
-from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
+from tests.scripted import ScriptedModels, assigned_task, dutiful_worker, reply, tools_called
 from tests.scripted_coordinator import coordinator
 
 
@@ -95,6 +95,56 @@ async def test_the_board_adds_and_completes_a_task_for_human(db_path: Path,
                                    ).fetchall()
     assert task == ("completed", "human", "human")
     assert notes == [("human", "checked twice"), ("human", "Approved")]
+
+
+async def test_the_board_marks_a_waiting_task_and_shows_it_start(
+        db_path: Path, models: ScriptedModels) -> None:
+    """A task that waits for the person's sign-off is marked ⧖ waiting with what it waits for;
+    once the person completes the sign-off on the board, its agent is spawned and does it."""
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if not tools_called(messages):
+            return reply(None, ("task_create", {"tasks": [
+                {"title": "Sign off", "prompt": "Say yes.", "assigned_to": "human"},
+                {"title": "Announce", "prompt": "Post it.", "assigned_to": "new:scripted/worker",
+                 "blocked_by": ["#1"]}]}))
+        return reply("ok")
+
+    def rows(board: BoardScreen) -> dict[str, list[str]]:
+        table = board.query_one(DataTable)
+        return {task.title: [str(cell) for cell in table.get_row_at(index)]
+                for index, task in enumerate(board.tasks)}
+
+    models.on("root", root)
+    models.on("worker", dutiful_worker("posted"))
+    app = create_app(db=str(db_path), model="scripted/root")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Launch", "enter")
+        await settle(app, pilot)
+        await pilot.press("escape", "b")
+        await settle(app, pilot)
+        board = app.screen
+        assert isinstance(board, BoardScreen)
+        assert rows(board)["Announce"][:6] == ["⧖", "waiting", "medium", "Announce",
+                                               "new:scripted/worker", "Sign off"]
+        assert rows(board)["Sign off"][:2] == ["○", "pending"]
+        assert "1 pending · 1 waiting" in str(board.query_one("#board-title", Static).content)
+        board.query_one(DataTable).move_cursor(row=[t.title for t in board.tasks].index(
+            "Announce"))
+        await settle(app, pilot)
+        detail = str(board.query_one("#task-detail", Static).content)
+        assert "waiting · medium" in detail and '("Sign off") [pending]: starts when' in detail
+        assert app.runtime.store.database.path == db_path
+        board.query_one(DataTable).move_cursor(row=[t.title for t in board.tasks].index(
+            "Sign off"))
+        await pilot.press("c", *"Yes", "enter")
+        await settle(app, pilot)
+        assert rows(board)["Announce"][:2] == ["●", "completed"]
+        assert rows(board)["Announce"][4] == f"{app.session_id}.1"
+        assert rows(board)["Announce"][5] == "—"
+    with sqlite3.connect(db_path) as connection:
+        notes = connection.execute("SELECT n.content FROM task_notes n JOIN tasks t ON t.id = "
+                                   "n.task_id WHERE t.title = 'Announce' ORDER BY n.id").fetchall()
+    assert notes == [("working on it",), ("posted",)]
 
 
 async def test_quitting_interrupts_running_turns(db_path: Path, models: ScriptedModels) -> None:

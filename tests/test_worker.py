@@ -214,7 +214,7 @@ def test_two_workers_share_sessions_and_never_run_one_agent_twice(tmp_path: Path
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=30) == 0
     assert_delivered_once(db)
-    assert value(db, "SELECT COUNT(*) FROM tasks") == 12
+    assert value(db, "SELECT COUNT(*) FROM tasks") == 16  # 4 sessions of 3 parts and a summing-up
     assert {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")} <= workers
 
 

@@ -56,6 +56,7 @@ def tasks_command(args: argparse.Namespace) -> int:
             return 0
         session = pick_session(tx, args.session)
         tasks, total = tx.query_tasks(session.id, include_closed=args.all, limit=args.limit)
+        tasks = tx.with_edges(tasks, session.id)
     if args.json:
         print_json({"session": session.id, "total": total,
                     "tasks": [asdict(task) for task in tasks]})
@@ -142,12 +143,17 @@ def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any]
 
 
 def task_add_command(args: argparse.Namespace) -> int:
-    """`lace task add TITLE`: creates a session first when there is none."""
+    """`lace task add TITLE`: in the session of the task it waits for, else the latest; creates
+    a session first when there is none."""
     store = open_store(args)
     session_id = args.session
     item = {"title": args.title, "prompt": args.prompt or args.title, "priority": args.priority,
-            "description": args.description, "assigned_to": args.assigned_to}
+            "description": args.description, "assigned_to": args.assigned_to,
+            "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
+    if session_id is None and args.blocked_by:
+        with store.reading() as tx:
+            session_id = tx.get_task(args.blocked_by[0]).thread_id
     if session_id is None:
         with store.reading() as tx:
             latest = tx.latest_session()

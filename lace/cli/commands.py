@@ -224,7 +224,12 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     task_add.add_argument("--priority", choices=("high", "medium", "low"), default="medium")
     task_add.add_argument("--assign", dest="assigned_to", metavar="WHO",
                           help="new:provider/model, a thread id of the session, or human")
-    task_add.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
+    task_add.add_argument("--blocked-by", dest="blocked_by", action="append", metavar="ID",
+                          help="a task it waits for (repeatable): it starts when they are "
+                               "completed")
+    task_add.add_argument("--session", metavar="ID",
+                          help="root thread id (default: the --blocked-by task's, else the "
+                               "latest)")
 
     task_note = add_task_action("note", "Add a note to a task.", "lace.cli.board:task_note_command")
     task_note.add_argument("task_id")

@@ -210,6 +210,7 @@ class BoardServer:
         if self.session_id is None:
             return {"session": None, "tasks": []}
         tasks, _ = tx.query_tasks(self.session_id, include_closed=True)
+        tasks = tx.with_edges(tasks, self.session_id)  # what each waits for and blocks
         return {"session": self.session_id, "tasks": [asdict(task) for task in tasks]}
 
     def _thread(self, tx: Tx, thread_id: str) -> dict[str, Any]:

@@ -52,11 +52,17 @@ def _event(event: dict[str, Any]) -> str | None:
     return f"{head} · {when}\n\n{fenced(text or '')}"
 
 
-def _task(task: dict[str, Any]) -> str:
+def _task(task: dict[str, Any], edges: list[dict[str, Any]]) -> str:
     lines = [f"### {code(task['id'])} · {task['status']} · {task['priority']}",
              "", f"- title: {code(task['title'])}",
              f"- assigned to {code(task['assigned_to'] or '(nobody)')}, created by "
-             f"{code(task['created_by'])}", "", fenced(task["prompt"])]
+             f"{code(task['created_by'])}"]
+    for label, satisfied in (("after", True), ("waits for", False)):
+        blockers = [code(edge["blocked_by"]) for edge in edges if edge["task_id"] == task["id"]
+                    and (edge["satisfied_at"] is not None) == satisfied]
+        if blockers:
+            lines.append(f"- {label} {', '.join(blockers)}")
+    lines += ["", fenced(task["prompt"])]
     for note in task["notes"]:
         lines += ["", f"- note by {code(note['author'])} · {note['created_at']}", "",
                   fenced(note["content"])]
@@ -75,7 +81,8 @@ def transcript(document: dict[str, Any]) -> str:
              f"{usage.get('tokens_in', 0)}+{usage.get('tokens_out', 0)} tokens, "
              f"${usage.get('cost_usd', 0):.4f} (models without a known price count $0)",
              "", "## Board", ""]
-    parts += [_task(task) + "\n" for task in document["tasks"]] or ["(no tasks)", ""]
+    edges = document.get("task_dependencies") or []
+    parts += [_task(task, edges) + "\n" for task in document["tasks"]] or ["(no tasks)", ""]
     order = sorted(document["threads"], key=lambda thread: [
         int(part) for part in thread["id"].split(".")[1:]])
     for thread in order:

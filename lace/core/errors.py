@@ -23,6 +23,15 @@ class InvalidAssigneeError(LaceError):
     """An `assigned_to` value that does not parse or names nothing callable."""
 
 
+class DependencyError(LaceError):
+    """A dependency that cannot be: a cycle, a `#N` out of range, a blocker that will never
+    complete, or an edge that is not there."""
+
+
+class SpawnRefusedError(LaceError):
+    """A spawn past `[limits] max_depth`, `max_children` or `spawns_per_minute`."""
+
+
 class DatabaseRefusedError(LaceError):
     """A file that is not a lace database, or one written by a newer lace."""
 

@@ -6,10 +6,13 @@ these texts: their wording is pinned by a test."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from lace.core.dependencies import RESULT_CAP
 from lace.core.records import Task
+from lace.core.shown import shown
 
 PREFIX = "[LACE TASK SYSTEM]"
 LACE_SENDER = "lace"
@@ -23,8 +26,32 @@ INTERRUPTED_CALL = ("Interrupted: this tool call did not finish (lace stopped mi
                     "the board (task_list, task_view) before trying it again.")
 
 
-def assignment(task: Task) -> str:
-    """The notification that hands a task to an agent."""
+@dataclass(frozen=True)
+class WaitedResult:
+    """A completed blocker as the task that waited for it hears of it: its result is its last
+    note (the message it was completed with)."""
+
+    task_id: str
+    title: str
+    result: str
+
+
+RESULTS_HEADER = (f"--- RESULTS OF THE TASKS THIS ONE WAITED FOR (each cut at {RESULT_CAP} "
+                  "characters) ---")
+RESULTS_END = "--- END RESULTS ---"
+
+
+def waited_results(results: Sequence[WaitedResult]) -> str:
+    """The blockers' results an assignment carries, each cut at `RESULT_CAP` characters."""
+    blocks = [f"Result of task '{done.task_id}' (\"{done.title}\"):\n"
+              + shown(done.result, RESULT_CAP, f"task_view {done.task_id} shows it whole")
+              for done in results]
+    return "\n\n".join([RESULTS_HEADER, *blocks]) + f"\n{RESULTS_END}\n"
+
+
+def assignment(task: Task, results: Sequence[WaitedResult] = ()) -> str:
+    """The notification that hands a task to an agent, with the results of the tasks it
+    waited for."""
     return (
         f"{PREFIX} You have been assigned task '{task.id}':\n"
         f'Title: "{task.title}"\n'
@@ -35,7 +62,8 @@ def assignment(task: Task) -> str:
         "--- TASK DETAILS ---\n"
         f"{task.prompt}\n"
         "--- END TASK DETAILS ---\n"
-        "\n"
+        + (f"\n{waited_results(results)}" if results else "")
+        + "\n"
         "Use your task_add_note tool to record progress and task_complete tool when you are done."
     )
 
@@ -50,6 +78,26 @@ def completion(task: Task, completed_by: str, message: str) -> str:
         "Result:\n"
         f"{message}"
     )
+
+
+def cannot_start(blocker: Task, reason: str | None, dependents: Sequence[Task]) -> str:
+    """Tells a creator that tasks it made wait for a task that ended blocked or archived."""
+    why = f" ({reason})" if reason else ""
+    lines = [f"- '{task.id}' (\"{task.title}\")" for task in dependents]
+    return "\n".join([
+        f"{PREFIX} Task '{blocker.id}' (\"{blocker.title}\") is now {blocker.status}{why}, so "
+        "these tasks you created, which wait for it, can no longer start:", *lines,
+        f"Remove the dependency (task_update with remove_blocked_by [\"{blocker.id}\"]) or "
+        "archive them."])
+
+
+def release_refused(task: Task, reason: str) -> str:
+    """Tells a creator that the agent planned for its task was refused when the task's last
+    blocker was completed."""
+    return (f"{PREFIX} Task '{task.id}' (\"{task.title}\") that you created can start now (the "
+            f"tasks it waited for are completed), but its agent was not spawned: {reason} The "
+            "task is pending and unassigned: assign it with task_update (assigned_to), or do "
+            "it yourself.")
 
 
 def status_changed(task: Task, changed_by: str, reason: str | None = None) -> str:
@@ -122,10 +170,12 @@ def message(sender: str, text: str, topic: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Assigned:
-    """What an assignment notice says: the task and its title."""
+    """What an assignment notice says: the task, its title, and the results of the tasks it
+    waited for."""
 
     task_id: str
     title: str
+    results: tuple[WaitedResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,6 +190,9 @@ class Completed:
 
 _ASSIGNED = re.compile(re.escape(PREFIX) + r" You have been assigned task '(?P<id>[^']+)':\n"
                        r"Title: \"(?P<title>.*?)\"\nCreated by: ", re.DOTALL)
+_WAITED = re.compile(r"^Result of task '(?P<id>[^']+)' \(\"(?P<title>.*?)\"\):\n(?P<result>.*?)"
+                     r"(?=\n\nResult of task '|\n" + re.escape(RESULTS_END) + ")",
+                     re.DOTALL | re.MULTILINE)
 _COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that you created has been "
                         r"completed by (?P<by>\S+):\nTitle: \"(?P<title>.*?)\"\nStatus: completed"
                         r"\n\nResult:\n(?P<result>.*)", re.DOTALL)
@@ -148,7 +201,11 @@ _COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that you cre
 def read_assignment(text: str) -> Assigned | None:
     """The fields of an assignment notice (`assignment`'s text), or None for other text."""
     found = _ASSIGNED.search(text)
-    return Assigned(found["id"], found["title"]) if found else None
+    if found is None:
+        return None
+    results = tuple(WaitedResult(done["id"], done["title"], done["result"])
+                    for done in _WAITED.finditer(text, found.end()))
+    return Assigned(found["id"], found["title"], results)
 
 
 def read_completion(text: str) -> Completed | None:

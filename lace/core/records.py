@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 EVENT_TYPES: Final = ("system_prompt", "user_message", "agent_message", "tool_call", "tool_result",
@@ -94,6 +94,18 @@ class Task:
     updated_at: str
     note_count: int = 0
     notes: tuple[Note, ...] = field(default=())
+    blocked_by: tuple[str, ...] = ()
+    """Every task this one depends on (read with the task's edges, else empty)."""
+    waits_for: tuple[str, ...] = ()
+    """Its blockers not completed yet: while one is left the task waits, pending, and its
+    assignment is held."""
+    blocks: tuple[str, ...] = ()
+    """Tasks that wait for this one."""
+
+    @property
+    def waited_for(self) -> tuple[str, ...]:
+        """Its blockers already completed."""
+        return tuple(blocker for blocker in self.blocked_by if blocker not in self.waits_for)
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,16 @@ class InboxItem:
 
 
 @dataclass(frozen=True)
+class SpawnLimits:
+    """The `[limits]` a spawn must respect, carried by its plan so that a spawn held until a
+    task's blockers are completed is checked then, under the limits in force when planned."""
+
+    max_depth: int
+    max_children: int
+    spawns_per_minute: int
+
+
+@dataclass(frozen=True)
 class AgentPlan:
     """Everything needed to create an agent: its creator (the parent thread), model, profile,
     tools and type. Made by one planner (`lace.tools.spawning.plan_spawn`); the store applies
@@ -140,11 +162,31 @@ class AgentPlan:
     instructions: str | None = None
     budget: dict[str, float] | None = None
     topics: tuple[str, ...] = ()
+    limits: SpawnLimits | None = None
+    """Checked when the agent is spawned; None spawns unchecked."""
 
     @property
     def model_name(self) -> str:
         """`provider/model`."""
         return f"{self.provider}/{self.model}"
+
+    @property
+    def assignee(self) -> str:
+        """The `new:` assignee that names this plan, as a waiting task shows it."""
+        profile = f"{self.profile}:" if self.profile else ""
+        return f"new:{profile}{self.model_name}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON, to hold it in the database."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AgentPlan:
+        """A plan held by `to_json`."""
+        tools, limits = data.get("tools"), data.get("limits")
+        return cls(**{**data, "tools": None if tools is None else tuple(tools),
+                      "topics": tuple(data.get("topics") or ()),
+                      "limits": None if limits is None else SpawnLimits(**limits)})
 
     @property
     def name(self) -> str:

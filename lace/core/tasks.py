@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 from lace.core.errors import InvalidTransitionError
+from lace.core.records import Task
 
 Status = Literal["pending", "in_progress", "blocked", "completed", "archived"]
 Priority = Literal["high", "medium", "low"]
@@ -21,6 +22,16 @@ STATUS_SYMBOL: Final = {
     "completed": "●",
     "archived": "⌫",
 }
+
+WAITING_SYMBOL: Final = "⧖"
+"""A pending task that waits for others to be completed."""
+
+
+def task_symbol(task: Task) -> str:
+    """The mark of a task on a board: its status's, or the waiting mark."""
+    return WAITING_SYMBOL if task.waits_for and task.status == "pending" else \
+        STATUS_SYMBOL[task.status]
+
 
 TRANSITIONS: Final[dict[str, tuple[str, ...]]] = {
     "pending": ("in_progress", "blocked", "completed", "archived"),

@@ -1,15 +1,17 @@
 """The offline demo model: a coordinator that splits a request into tasks for `new:demo/worker`
-agents and sums up their results, and a worker that notes progress and completes its task."""
+agents plus one that waits for them and sums up their results, and a worker that notes progress
+and completes its task (summing up the results its assignment carries, if any)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from lace.core.notifications import PREFIX, read_assignment, read_completion
+from lace.core.notifications import PREFIX, RESULTS_HEADER, read_assignment, read_completion
 from lace.llm.types import ScriptedReply
 
 WORKER_MODEL = "new:demo/worker"
+SUMMARY_TITLE = "Sum up the results"
 _CREATED = re.compile(r"^Created task (\S+): ", re.MULTILINE)
 
 
@@ -36,14 +38,20 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
     if last.get("role") == "tool":
         if not created:
             return ScriptedReply(text=f"I could not create the tasks: {_text(last)}")
-        return ScriptedReply(text=f"I split the request into {len(created)} tasks, each for a new "
-                                  "demo worker. I will sum up when they report back.")
+        return ScriptedReply(text=f"I planned {len(created)} tasks for new demo workers; the last "
+                                  "one waits for the others and sums up their results. I will "
+                                  "report when they are done.")
     request = _text(last)
     if not request.startswith(PREFIX) or not created:
         original = next((_text(m) for m in messages if m.get("role") == "user"
                          and not _text(m).startswith(PREFIX)), request)
-        tasks = [{"title": part[:200], "prompt": f"{part}. Report the result when done.",
-                  "assigned_to": WORKER_MODEL} for part in split_request(original)]
+        parts = split_request(original)
+        tasks: list[dict[str, Any]] = [
+            {"title": part[:200], "prompt": f"{part}. Report the result when done.",
+             "assigned_to": WORKER_MODEL} for part in parts]
+        tasks.append({"title": SUMMARY_TITLE, "assigned_to": WORKER_MODEL,
+                      "prompt": "Sum up the results of the other tasks in a few lines.",
+                      "blocked_by": [f"#{number}" for number in range(1, len(parts) + 1)]})
         return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
     results = {done.task_id: (done.title, done.result.strip())
                for message in messages if message.get("role") == "user"
@@ -60,12 +68,15 @@ def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
                        if (assigned := read_assignment(_text(message)))), None)
     if assignment is None:
         return ScriptedReply(text="I have no task to work on.")
-    task_id, title = assignment.task_id, assignment.title
+    task_id, title, waited = assignment.task_id, assignment.title, assignment.results
     called = completed_calls(messages)
     if "task_add_note" not in called:
+        start = f"reading the {len(waited)} results it waited for" if waited else \
+            "gathering the main points"
         return ScriptedReply(tool_calls=[("task_add_note", {
-            "task_id": task_id, "note": f"Started on '{title}': gathering the main points."})])
-    wants_file = "file" in _text(assignment_message(messages)).lower()
+            "task_id": task_id, "note": f"Started on '{title}': {start}."})])
+    own_text = _text(assignment_message(messages)).split(RESULTS_HEADER)[0]  # not the results
+    wants_file = "file" in own_text.lower()
     path = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] + ".md"
     if wants_file and "file_write" not in called:
         return ScriptedReply(tool_calls=[("file_write", {
@@ -77,6 +88,10 @@ def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
         if wants_file and not written:
             where = " I could not write the file (the tool was denied or failed)."
         result = f"Done: a short, checked answer for '{title}' (demo worker output).{where}"
+        if waited:
+            names = ", ".join(f"'{done.title}'" for done in waited)
+            result = (f"Done: summed up {len(waited)} results ({names}); each is a short, "
+                      f"checked answer (demo worker output).{where}")
         return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
                                                             "message": result})])
     return ScriptedReply(text=f"Task {task_id} is complete.")

@@ -16,6 +16,10 @@ How lace works:
   "new:{model}", your own model): lace spawns a helper agent in a child thread of yours
   (<your thread id>.N) and the tool result names it. You can also assign a task to an existing
   agent's thread id, or to "human" for the person.
+- A plan with an order is one task_create: a task with blocked_by (task ids, or "#N" for the
+  N-th task of the same call) waits until those are completed, then its assignee starts with
+  their results (a new: agent is spawned only then). task_update add_blocked_by and
+  remove_blocked_by change what it waits for.
 - When a helper completes a task you created, you receive a [LACE TASK SYSTEM] message with its
   result in a later turn. So after delegating, end your turn (answer without calling tools) and
   wait: you are woken when results arrive.

@@ -16,7 +16,8 @@ from pydantic import (
 )
 
 from lace.core.agents import AgentStatus, AgentType
-from lace.core.assignee import HUMAN, parse_model
+from lace.core.assignee import HUMAN, NEW_PREFIX, parse_model
+from lace.core.dependencies import any_cycle
 from lace.core.errors import LaceError
 from lace.core.ids import TASK_ID_RE, THREAD_ID_RE
 from lace.core.notifications import INBOX_KINDS, INBOX_PRIORITIES
@@ -99,7 +100,43 @@ class TaskRow(Row):
     thread_id: ThreadId
     created_at: str
     updated_at: str
+    held_assignment: dict[str, Any] | None = Field(
+        default=None, description="what the task's assignment does when its last blocker is "
+        "completed: {\"agent\": plan} spawns, {\"thread\": id} tells")
     notes: list[NoteRow]
+
+
+class DependencyRow(Row):
+    task_id: TaskId
+    blocked_by: TaskId
+    created_at: str
+    satisfied_at: str | None
+
+
+class HeldLimits(Row):
+    max_depth: Count
+    max_children: Count
+    spawns_per_minute: Count
+
+
+class HeldPlan(Row):
+    """The agent a waiting task spawns when released (`lace.core.records.AgentPlan`)."""
+
+    parent_id: ThreadId
+    provider: str
+    model: str
+    profile: str | None
+    tools: list[str] | None
+    type: AgentType
+    instructions: str | None
+    budget: dict[str, float] | None
+    topics: list[str]
+    limits: HeldLimits | None
+
+
+class HeldAssignment(Row):
+    agent: HeldPlan | None = None
+    thread: ThreadId | None = None
 
 
 class EventRow(Row):
@@ -166,8 +203,14 @@ class SessionDocument(Row):
     llm_calls: list[CallRow]
     subscriptions: list[SubscriptionRow]
     approvals: list[ApprovalRow]
+    task_dependencies: list[DependencyRow] = Field(default_factory=list)
     usage: dict[str, float] = Field(default_factory=dict,
                                     description="totals for a reader; not imported")
+
+
+def is_new_spec(assigned_to: str | None) -> bool:
+    """Whether `assigned_to` names a planned agent (`new:...`), as a waiting task shows it."""
+    return assigned_to is not None and assigned_to.startswith(NEW_PREFIX)
 
 
 def _unique(kind: str, ids: list[Any]) -> None:
@@ -221,8 +264,12 @@ def _check_references(document: SessionDocument) -> None:
         need("task", agent.current_task, tasks, f"agent {agent.thread_id}")
     for task in document.tasks:
         need("session", task.thread_id, {root}, f"task {task.id}")
-        need("assignee", task.assigned_to, actors, f"task {task.id}")
+        if task.held_assignment is None or not is_new_spec(task.assigned_to):
+            need("assignee", task.assigned_to, actors, f"task {task.id}")
         need("creator", task.created_by, actors, f"task {task.id}")
+        if task.held_assignment is not None:
+            _check_held(task, agents, thread_ids)
+    _check_dependencies(document.task_dependencies, tasks)
     inbox_ids = {item.id for item in document.inbox}
     for event in document.events:
         need("thread", event.thread_id, thread_ids, f"event {event.id}")
@@ -243,20 +290,61 @@ def _check_references(document: SessionDocument) -> None:
 def _check_agent(agent: AgentRow, agents: dict[str, AgentRow]) -> None:
     """An agent's model is a name lace accepts, and its tools are lace's and never more than
     its creator's (tools only shrink, in an imported session too)."""
+    _check_model_and_tools(f"agent {agent.thread_id}", agent.provider, agent.model,
+                           agent.tools, agents.get(agent.parent_thread_id or ""))
+
+
+def _check_model_and_tools(who: str, provider: str, model: str, tools: list[str] | None,
+                           creator: AgentRow | None) -> None:
     try:
-        parse_model(f"{agent.provider}/{agent.model}")
+        parse_model(f"{provider}/{model}")
     except LaceError as error:
-        raise ValueError(f"agent {agent.thread_id}: {error}") from None
-    for tool in agent.tools or []:
+        raise ValueError(f"{who}: {error}") from None
+    for tool in tools or []:
         if problem := unknown_tool_problem(tool):
-            raise ValueError(f"agent {agent.thread_id}: {problem}")
-    creator = agents.get(agent.parent_thread_id or "")
+            raise ValueError(f"{who}: {problem}")
     if creator is not None and creator.tools is not None:
-        extra = sorted(set(agent.tools if agent.tools is not None else ALL_TOOL_NAMES)
-                       - set(creator.tools))
+        extra = sorted(set(tools if tools is not None else ALL_TOOL_NAMES) - set(creator.tools))
         if extra:
-            raise ValueError(f"agent {agent.thread_id} has tools its creator lacks: "
-                             f"{', '.join(extra)}")
+            raise ValueError(f"{who} has tools its creator lacks: {', '.join(extra)}")
+
+
+def _check_held(task: TaskRow, agents: dict[str, AgentRow], threads: set[str]) -> None:
+    """A held assignment tells an agent of the document, or plans one under a thread of it
+    the way a spawn would: a model lace accepts, tools never more than its creator's."""
+    try:
+        held = HeldAssignment.model_validate(task.held_assignment)
+    except ValidationError as error:
+        problem = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise ValueError(f"task {task.id}: held_assignment.{where}: {problem['msg']}") from None
+    if (held.agent is None) == (held.thread is None):
+        raise ValueError(f"task {task.id}: held_assignment holds one of agent or thread")
+    if held.thread is not None and held.thread not in agents:
+        raise ValueError(f"task {task.id} holds agent {held.thread!r}, which is not in the "
+                         "document")
+    if held.agent is not None:
+        plan = held.agent
+        if plan.parent_id not in threads:
+            raise ValueError(f"task {task.id} plans an agent under {plan.parent_id!r}, which "
+                             "is not in the document")
+        _check_model_and_tools(f"the agent task {task.id} plans", plan.provider, plan.model,
+                               plan.tools, agents.get(plan.parent_id))
+
+
+def _check_dependencies(edges: list[DependencyRow], tasks: set[str]) -> None:
+    """Each edge ties two tasks of the document, once, and no task waits for itself."""
+    _unique("dependency", [(edge.task_id, edge.blocked_by) for edge in edges])
+    blockers: dict[str, list[str]] = {}
+    for edge in edges:
+        for task_id in (edge.task_id, edge.blocked_by):
+            if task_id not in tasks:
+                raise ValueError(f"a dependency names task {task_id!r}, which is not in the "
+                                 "document")
+        blockers.setdefault(edge.task_id, []).append(edge.blocked_by)
+    cycle = any_cycle(blockers)
+    if cycle is not None:
+        raise ValueError(f"the dependencies make a cycle: {' → '.join(cycle)}")
 
 
 def _inbox_ids(data: dict[str, Any]) -> list[Any]:

@@ -265,7 +265,8 @@ class RowVerbs:
         return {str(row.created_by): int(row.open) for row in rows}
 
     def count_active_tasks_of(self, thread_id: str) -> int:
-        """How many pending or in-progress tasks are assigned to an agent."""
+        """How many pending or in-progress tasks are assigned to an agent, not counting those
+        that wait for other tasks."""
         return int(sql.COUNT_ACTIVE_ASSIGNED.scalar(self.raw, {"agent": thread_id}))
 
     def tasks_by_id(self, task_ids: list[str]) -> list[Task]:

@@ -72,6 +72,7 @@ tasks = sa.Table(
     sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
     _created(),
     _updated(),
+    sa.Column("held_assignment", sa.JSON(none_as_null=True), nullable=True),
     sa.CheckConstraint(_one_of("status", STATUSES), name="status"),
     sa.CheckConstraint(_one_of("priority", PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "status"),
@@ -90,6 +91,19 @@ task_notes = sa.Table(
     sa.Column("content", sa.Text, nullable=False),
     _created(),
     sa.Index(None, "task_id"),
+)
+
+task_dependencies = sa.Table(
+    "task_dependencies",
+    metadata,
+    sa.Column("task_id", sa.Text, sa.ForeignKey("tasks.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("blocked_by", sa.Text, sa.ForeignKey("tasks.id", ondelete="CASCADE"),
+              primary_key=True),
+    _created(),
+    sa.Column("satisfied_at", sa.Text, nullable=True),
+    sa.CheckConstraint("task_id != blocked_by", name="not_self"),
+    sa.Index(None, "blocked_by"),
 )
 
 agent_metadata = sa.Table(

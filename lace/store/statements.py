@@ -27,9 +27,11 @@ RUNNABLE = Prepared(
     .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
            _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
+_edges = schema.task_dependencies
 COUNT_ACTIVE_ASSIGNED = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
     _tasks.c.assigned_to == sa.bindparam("agent"),
-    sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES))))
+    sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
+    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None))))
 COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
                       .values(turns=_agents.c.turns + 1))
 HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
@@ -92,6 +94,10 @@ WAIT_EDGES = Prepared(sa.text("""
                         AND json_extract(answer.data, '$.call_id')
                             = json_extract(call.data, '$.call_id'))""")
     .columns(waiter=sa.Text, assignee=sa.Text))
+OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
+    _edges.c.task_id == sa.bindparam("task"), _edges.c.satisfied_at.is_(None)))
+WAITING_ON = Prepared(sa.select(_edges.c.task_id).where(
+    _edges.c.blocked_by == sa.bindparam("blocker"), _edges.c.satisfied_at.is_(None)))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
 TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
 INSERT_TASK = insert_into("tasks", (

@@ -1,60 +1,57 @@
-"""Board rules as verbs: who may change a task, which moves are allowed, and who is told."""
+"""Board rules as verbs: who may change a task, which moves are allowed, what it waits for, and
+who is told."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from lace.core import notifications
-from lace.core.assignee import HUMAN, Assignment, ThreadAssignee, assignee_text
-from lace.core.effects import Spawned
-from lace.core.errors import InvalidTransitionError, NotFoundError, PermissionDeniedError
+from lace.core.assignee import Assignment, ThreadAssignee, assignee_text
+from lace.core.dependencies import (
+    any_cycle,
+    call_ref,
+    check_not_waiting,
+    cycle_error,
+    find_cycle,
+    task_label,
+)
+from lace.core.errors import (
+    DependencyError,
+    InvalidTransitionError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from lace.core.ids import is_thread_id
 from lace.core.records import AgentPlan, Task
-from lace.core.tasks import ACTIVE_STATUSES, check_transition
+from lace.core.tasks import check_transition
 from lace.store import schema
-from lace.store.rows import RowVerbs
+from lace.store.assignment_rules import AssignmentRules, is_progress
 
 TaskFilter = Literal["mine", "created", "thread", "all"]
-UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt")
+UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt",
+                    "add_blocked_by", "remove_blocked_by")
+FINISHED = ("completed", "archived")
 
 
-def is_progress(actor: str, task: Task) -> bool:
-    """Whether a change to `task` by `actor` is progress, which waits for the creator's next
-    turn: made by the agent assigned to it. A person's note or move (on a task assigned to
-    `human`) is input, and wakes the creator at once."""
-    return actor == task.assigned_to and is_thread_id(actor)
+@dataclass(frozen=True)
+class TaskDraft:
+    """One task to create: `blocked_by` holds task ids of the session and `#N`, the N-th
+    draft of the same call (1-based)."""
+
+    title: str
+    prompt: str
+    description: str | None = None
+    priority: str = "medium"
+    assignee: Assignment | None = None
+    blocked_by: tuple[str, ...] = ()
 
 
-class TaskRules(RowVerbs):
+class TaskRules(AssignmentRules):
     """Row verbs plus the task board's rules."""
-
-    def _check_assignee(self, session_id: str, assignee: Assignment, actor: str) -> None:
-        """An existing agent assignee must be an agent of this session, and one a person
-        stopped takes work only from a person."""
-        if not isinstance(assignee, ThreadAssignee):
-            return
-        agent = self.find_agent(assignee.thread_id)
-        thread = self.get_thread(assignee.thread_id) if agent else None
-        if agent is None or thread is None or thread.root_id != session_id:
-            raise NotFoundError(
-                f"Unknown agent thread {assignee.thread_id!r} in this session. Assign to "
-                "new:provider/model to spawn an agent, or to an existing agent's thread id.")
-        if agent.status == "stopped" and agent.stopped_by_person and actor != HUMAN:
-            raise PermissionDeniedError(
-                f"{agent.thread_id} was stopped by a person ({agent.stop_reason}); only a "
-                "person can resume it. Assign the task to another agent or to new:...")
-
-    def _notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
-                task_id: str, wakes: bool = True) -> None:
-        """Put a notice in an agent's inbox; people and the sender themselves get none."""
-        if not recipient or recipient in (sender, HUMAN) or not is_thread_id(recipient):
-            return
-        if self.find_agent(recipient) is not None:
-            self.post_inbox(recipient, sender=sender, kind=kind, text=text, task_id=task_id,
-                            wakes=wakes)
 
     @staticmethod
     def _check_may_change(task: Task, actor: str) -> None:
@@ -64,108 +61,216 @@ class TaskRules(RowVerbs):
                 f"({task.assigned_to or 'nobody'}) of task {task.id} may change it; "
                 f"you are {actor}.")
 
-    def spawn_for_task(self, task: Task, *, actor: str, plan: AgentPlan) -> Task:
-        """Apply `plan` to `task` (its row as just read): create agent `<parent>.N` working
-        on it, assign the task to it in progress, and put the assignment in the new agent's
-        inbox; returns the task as it is now."""
-        child = self.create_child_thread(plan.parent_id, title=task.title, root_id=task.thread_id)
-        self.create_agent(thread_id=child.id, name=plan.name, provider=plan.provider,
-                          model=plan.model, profile=plan.profile, type=plan.type,
-                          parent_thread_id=plan.parent_id, created_for_task=task.id,
-                          current_task=task.id, instructions=plan.instructions,
-                          tools=list(plan.tools) if plan.tools is not None else None,
-                          budget=plan.budget)
-        for topic in plan.topics:
-            self.insert_subscription(child.id, topic)
-        if task.status != "in_progress":
-            check_transition(task.id, task.status, "in_progress")
-        updated_at = self.set_task_fields(task.id, assigned_to=child.id, status="in_progress")
-        self._spawned.append(Spawned(child.id, plan.parent_id, plan.model_name, task.id))
-        after = replace(task, assigned_to=child.id, status="in_progress", updated_at=updated_at)
-        self._tell_about_update(task, after, actor)
-        return after
-
     def create_task(
         self, *, session_id: str, actor: str, title: str, prompt: str,
         description: str | None = None, priority: str = "medium",
-        assignee: Assignment | None = None, status: str = "pending",
+        assignee: Assignment | None = None, blocked_by: Sequence[str] = (),
     ) -> Task:
-        """Create a task; an agent assignee gets the assignment notification, and a planned
-        new agent is spawned for it."""
-        self.get_session(session_id)
-        if assignee is not None:
-            self._check_assignee(session_id, assignee, actor)
-        existing = None if assignee is None or isinstance(assignee, AgentPlan) \
-            else assignee_text(assignee)
-        task = self.insert_task(session_id=session_id, created_by=actor, title=title,
-                                prompt=prompt, description=description, priority=priority,
-                                assigned_to=existing, status=status)
-        if isinstance(assignee, AgentPlan):
-            return self.spawn_for_task(task, actor=actor, plan=assignee)
-        self._assign_to_agent(task, actor)
-        return task
+        """Create one task (see `create_tasks`)."""
+        draft = TaskDraft(title=title, prompt=prompt, description=description,
+                          priority=priority, assignee=assignee, blocked_by=tuple(blocked_by))
+        return self.create_tasks(session_id=session_id, actor=actor, drafts=[draft])[0]
 
-    def _assign_to_agent(self, task: Task, actor: str) -> None:
-        """Tell an agent assignee about its task and make it the agent's current task (a
-        stopped agent is resumed by it)."""
-        agent = self.find_agent(task.assigned_to) if task.assigned_to else None
-        if agent is not None and (agent.current_task != task.id or agent.status == "stopped"):
-            resumed = {"status": "idle", "stop_reason": None} if agent.status == "stopped" else {}
-            self.update_agent(agent.thread_id, current_task=task.id, **resumed)
-        self._notify(task.assigned_to, sender=actor, kind="assignment",
-                     text=notifications.assignment(task), task_id=task.id)
+    def create_tasks(self, *, session_id: str, actor: str,
+                     drafts: Sequence[TaskDraft]) -> list[Task]:
+        """Create tasks with the edges between them: a task whose blockers are all completed
+        gets its assignment now (an agent assignee is told, a planned agent spawned); one that
+        waits holds it until the last of them is completed. Bad blockers and cycles raise, and
+        the caller's transaction writes nothing."""
+        self.get_session(session_id)
+        for draft in drafts:
+            if draft.assignee is not None:
+                self._check_assignee(session_id, draft.assignee, actor)
+        refs = [self._draft_blockers(session_id, draft, number, len(drafts))
+                for number, draft in enumerate(drafts, start=1)]
+        waits = [any(done is not True for done in blockers.values()) for blockers in refs]
+        tasks = [self.insert_task(
+            session_id=session_id, created_by=actor, title=draft.title, prompt=draft.prompt,
+            description=draft.description, priority=draft.priority,
+            assigned_to=self._assigned_text(draft.assignee, held=waiting))
+            for draft, waiting in zip(drafts, waits, strict=True)]
+        for task, blockers in zip(tasks, refs, strict=True):
+            if blockers:
+                self.insert_edges(task.id, {(tasks[ref].id if isinstance(ref, int) else ref):
+                                            done is True for ref, done in blockers.items()})
+        self._refuse_cycles(tasks, refs)
+        created = []
+        for task, draft, blockers, waiting in zip(tasks, drafts, refs, waits, strict=True):
+            if blockers:  # its assignment carries the results of those already completed
+                task = self.with_edges([task])[0]
+            created.append(self._assign(task, draft.assignee, actor, waits=waiting))
+        return created
+
+    @staticmethod
+    def _assigned_text(assignee: Assignment | None, *, held: bool) -> str | None:
+        """The `assigned_to` a new task is inserted with: a planned agent shows as its `new:`
+        spec while it is held, and is set when spawned."""
+        if assignee is None:
+            return None
+        if isinstance(assignee, AgentPlan):
+            return assignee.assignee if held else None
+        return assignee_text(assignee)
+
+    def _draft_blockers(self, session_id: str, draft: TaskDraft, number: int,
+                        count: int) -> dict[str | int, bool | None]:
+        """A draft's blockers: `#N` as the index of a draft of this call (None: not done),
+        a task id as whether that task is completed; unknown ids, tasks of other sessions and
+        archived tasks are refused."""
+        who = f"Task #{number} (\"{draft.title}\")" if count > 1 else \
+            f"The task (\"{draft.title}\")"
+        blockers: dict[str | int, bool | None] = {}
+        for ref in draft.blocked_by:
+            index = call_ref(ref, count, who)
+            if index == number - 1:
+                label = f"#{number} (\"{draft.title}\")"
+                raise cycle_error([label, label], {})
+            if index is not None:
+                blockers[index] = None
+                continue
+            blocker = self._blocker(session_id, ref, who)
+            blockers[blocker.id] = blocker.status == "completed"
+        return blockers
+
+    def _blocker(self, session_id: str, task_id: str, who: str) -> Task:
+        """An existing task another may wait for: of this session, and not archived."""
+        try:
+            blocker = self.get_task(task_id, session_id=session_id)
+        except NotFoundError:
+            raise NotFoundError(
+                f"{who} is blocked_by {task_id!r}, which is no task of this session; list "
+                "the tasks to see their ids (\"#N\" names the N-th task of the same "
+                "task_create).") from None
+        if blocker.status == "archived":
+            raise DependencyError(
+                f"{who} cannot wait for {task_label(blocker.id, blocker.title)}: it is "
+                "archived and will never be completed.")
+        return blocker
+
+    def _refuse_cycles(self, tasks: list[Task], refs: list[dict[str | int, bool | None]]
+                       ) -> None:
+        """Refuse a task of this call that waits for itself through others of this call (a
+        task that existed before cannot wait for a new one)."""
+        if not any(isinstance(ref, int) for blockers in refs for ref in blockers):
+            return
+        graph = {task.id: [tasks[ref].id for ref in blockers if isinstance(ref, int)]
+                 for task, blockers in zip(tasks, refs, strict=True)}
+        labels = {task.id: f"#{number} (\"{task.title}\")"
+                  for number, task in enumerate(tasks, start=1)}
+        path = any_cycle(graph)
+        if path is not None:
+            raise cycle_error(path, labels)
 
     def update_task(self, task_id: str, *, session_id: str, actor: str,
                     changes: dict[str, Any], assignee: Assignment | None = None,
-                    reason: str | None = None) -> Task:
-        """Apply field changes (and a new assignee) under the transition table; the other
-        party is told."""
+                    reason: str | None = None, add_blocked_by: Sequence[str] = (),
+                    remove_blocked_by: Sequence[str] = ()) -> Task:
+        """Change what a task waits for, then apply field changes (and a new assignee) under
+        the transition table; the other party is told. A task that waits holds a new
+        assignment; one that no longer waits gets its held assignment now."""
         changes = {key: value for key, value in changes.items() if value is not None}
-        if not changes and assignee is None:
+        if not changes and assignee is None and not add_blocked_by and not remove_blocked_by:
             raise InvalidTransitionError(
                 f"Nothing to update: give at least one of {', '.join(UPDATABLE_FIELDS)}.")
         before = self.get_task(task_id, session_id=session_id)
         self._check_may_change(before, actor)
         if "status" in changes:
             check_transition(task_id, before.status, changes["status"])
+        if add_blocked_by or remove_blocked_by:
+            self._change_blockers(before, actor, add_blocked_by, remove_blocked_by,
+                                  status=changes.get("status", before.status))
+        waiting = self.open_blockers(task_id)
+        if "status" in changes:
+            check_not_waiting(task_id, changes["status"],
+                              [f"{task_label(b.id, b.title)} [{b.status}]" for b in waiting])
         if assignee is not None:
             self._check_assignee(session_id, assignee, actor)
-            if not isinstance(assignee, AgentPlan):
-                changes["assigned_to"] = assignee_text(assignee)
+            if waiting:
+                self._hold(before, assignee)
+                changes["assigned_to"] = self._assigned_text(assignee, held=True)
+            else:
+                changes["held_assignment"] = None
+                if not isinstance(assignee, AgentPlan):
+                    changes["assigned_to"] = assignee_text(assignee)
+        elif waiting and add_blocked_by and self._given_to_agent(before):
+            self._hold(before, ThreadAssignee(str(before.assigned_to)))
         after = before
         if changes:
             self.set_task_fields(task_id, **changes)
             after = self.get_task(task_id)
-            self._tell_about_update(before, after, actor, reason)
-        if isinstance(assignee, AgentPlan):
+            if assignee is not None:  # its assignment carries the results of its blockers
+                after = self.with_edges([after])[0]
+            self._tell_about_update(before, after, actor, reason, held=bool(waiting))
+            if after.status != before.status:
+                self.settle_dependents(after, actor, reason)
+        if isinstance(assignee, AgentPlan) and not waiting:
             after = self.spawn_for_task(after, actor=actor, plan=assignee)
+        elif not waiting and (remove_blocked_by or "status" in changes):
+            after = self.release(task_id) or after
+        if add_blocked_by or remove_blocked_by:
+            after = self.with_edges([self.get_task(task_id)])[0]
         return after
 
-    def _tell_about_update(self, before: Task, after: Task, actor: str,
-                           reason: str | None = None) -> None:
-        reassigned = after.assigned_to != before.assigned_to
-        if reassigned:
-            self._notify(before.assigned_to, sender=actor, kind="unassigned",
-                         text=notifications.unassigned(after, actor), task_id=after.id)
-            self._assign_to_agent(after, actor)
-        elif after.prompt != before.prompt:
-            self._notify(after.assigned_to, sender=actor, kind="assignment",
-                         text=notifications.prompt_changed(after, actor), task_id=after.id)
-        if after.status == before.status:
+    def _given_to_agent(self, task: Task) -> bool:
+        """Whether an agent already has this task (told of it, or spawned for it), so a
+        blocker added now holds it until released."""
+        return bool(task.assigned_to and is_thread_id(task.assigned_to)
+                    and task.status == "pending" and self.held_assignment(task.id) is None)
+
+    def _change_blockers(self, task: Task, actor: str, add: Sequence[str],
+                         remove: Sequence[str], *, status: str) -> None:
+        """Add and remove edges of `task` (by its creator), refusing what cannot be: a
+        finished task, an edge that is (or is not) there, a blocker that will never be
+        completed, a started task made to wait, a cycle."""
+        if actor != task.created_by:
+            raise PermissionDeniedError(
+                f"Only the creator ({task.created_by}) of task {task.id} may change what it "
+                f"waits for; you are {actor}.")
+        if task.status in FINISHED:
+            raise DependencyError(
+                f"Task {task.id} is {task.status}: a finished task waits for nothing. Create "
+                "a follow-up task with blocked_by instead.")
+        both = sorted(set(add) & set(remove))
+        if both:
+            raise DependencyError(f"{', '.join(both)} is both in add_blocked_by and in "
+                                  "remove_blocked_by; give each task once.")
+        current = set(self.with_edges([task])[0].blocked_by)
+        missing = [blocker for blocker in dict.fromkeys(remove) if blocker not in current]
+        if missing:
+            listed = ", ".join(sorted(current)) or "nothing"
+            raise DependencyError(f"Task {task.id} does not wait for {', '.join(missing)} "
+                                  f"(it depends on: {listed}); nothing to remove.")
+        if remove:
+            self.delete_edges(task.id, remove)
+        self._add_blockers(task, list(dict.fromkeys(add)), current, status=status)
+
+    def _add_blockers(self, task: Task, add: list[str], current: set[str], *,
+                      status: str) -> None:
+        """Add edges; a task in progress (`status`, as the update leaves it) is not made to
+        wait."""
+        who = f"Task {task_label(task.id, task.title)}"
+        blockers = {}
+        for task_id in add:
+            if task_id.startswith("#"):
+                raise DependencyError(f"{task_id!r}: \"#N\" names a task of the same "
+                                      "task_create call; task_update takes task ids.")
+            if task_id in current:
+                raise DependencyError(f"{who} already waits for {task_id}.")
+            if task_id == task.id:
+                raise cycle_error([task.id, task.id], {task.id: task_label(task.id, task.title)})
+            blocker = self._blocker(task.thread_id, task_id, who)
+            if status == "in_progress" and blocker.status != "completed":
+                raise DependencyError(
+                    f"{who} is in progress: it cannot start waiting for {task_id} now. Set "
+                    "it back to pending first, or create a follow-up task with blocked_by.")
+            blockers[blocker.id] = blocker.status == "completed"
+        if not blockers:
             return
-        text = notifications.status_changed(after, actor, reason)
-        if after.status == "completed":
-            self._notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
-                         text=notifications.completion(after, actor, "(no message)"))
-        elif is_progress(actor, after) and after.status in ACTIVE_STATUSES:
-            self._notify(after.created_by, sender=actor, kind="status", task_id=after.id,
-                         text=notifications.progress_status(after, actor), wakes=False)
-        else:
-            self._notify(after.created_by, sender=actor, kind="status", text=text,
-                         task_id=after.id)
-        if not reassigned and after.assigned_to != after.created_by:
-            self._notify(after.assigned_to, sender=actor, kind="status", text=text,
-                         task_id=after.id)
+        self.insert_edges(task.id, blockers)
+        path = find_cycle(self.session_blockers(task.thread_id), task.id)
+        if path is not None:
+            titles = {found.id: task_label(found.id, found.title)
+                      for found in self.tasks_by_id(list(set(path)))}
+            raise cycle_error(path, titles)
 
     def add_note(self, task_id: str, *, session_id: str, actor: str, content: str) -> Task:
         """Add a note; the creator and the assignee hear of it unless they wrote it (the
@@ -183,23 +288,27 @@ class TaskRules(RowVerbs):
         return replace(task, note_count=self.count_notes(task_id))
 
     def complete_task(self, task_id: str, *, session_id: str, actor: str, message: str) -> Task:
-        """Record `message` as a note and mark the task completed; the creator gets the result."""
+        """Record `message` as a note and mark the task completed; the creator gets the result
+        and the tasks that waited for it alone start."""
         task = self.get_task(task_id, session_id=session_id)
         self._check_may_change(task, actor)
         if task.status == "completed":
             raise InvalidTransitionError(f"Task {task_id} is already completed.")
         check_transition(task_id, task.status, "completed")
+        check_not_waiting(task_id, "completed", [
+            f"{task_label(b.id, b.title)} [{b.status}]" for b in self.open_blockers(task_id)])
         self.insert_note(task_id, actor, message)
         self.set_task_fields(task_id, status="completed")
         done = self.get_task(task_id, with_notes=True)
         self._notify(task.created_by, sender=actor, kind="completion", task_id=task_id,
                      text=notifications.completion(done, actor, message))
+        self.settle_dependents(done, actor)
         return done
 
     def list_tasks(self, session_id: str, *, actor: str, filter: TaskFilter = "thread",
                    include_completed: bool = False, limit: int | None = None,
                    ) -> tuple[list[Task], int]:
-        """Tasks of a session as the actor sees them through `filter`."""
+        """Tasks of a session as the actor sees them through `filter`, with their edges."""
         self.get_session(session_id)
         columns = schema.tasks.c
         where: sa.ColumnElement[bool] | None = {
@@ -209,6 +318,6 @@ class TaskRules(RowVerbs):
                              columns.created_by == actor),
             "all": None,
         }[filter]
-        return self.query_tasks(session_id, where=where, include_closed=include_completed,
-                                limit=limit)
-
+        tasks, total = self.query_tasks(session_id, where=where,
+                                        include_closed=include_completed, limit=limit)
+        return self.with_edges(tasks, session_id), total

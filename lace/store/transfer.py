@@ -26,18 +26,19 @@ LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
 
 
 def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
-          join: bool = True, drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+          join: bool = True, drop: tuple[str, ...] = (),
+          order: list[sa.ColumnElement[Any]] | None = None) -> list[dict[str, Any]]:
     """Rows of `table` in the session (`where`, over `threads` when `join`), in the order they
-    were written: by integer id, else by time."""
+    were written: by integer id, else by time (or by `order`)."""
     threads = schema.threads
     columns = [column for column in table.c if column.name not in drop]
     statement = sa.select(*columns)
     if join:
         statement = statement.join(threads, threads.c.id == table.c.thread_id)
     id_column = table.c.get("id")
-    if id_column is not None and isinstance(id_column.type, sa.Integer):
+    if order is None and id_column is not None and isinstance(id_column.type, sa.Integer):
         order = [id_column]
-    else:
+    elif order is None:
         order = [table.c.created_at, *([id_column] if id_column is not None else [])]
     return [dict(row._mapping) for row in tx.connection.execute(
         statement.where(where).order_by(*order))]
@@ -53,6 +54,9 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
     for task in tasks:
         task["notes"] = [{key: note[key] for key in ("author", "content", "created_at")}
                          for note in notes if note["task_id"] == task["id"]]
+    edges = _rows(tx, schema.task_dependencies, schema.task_dependencies.c.task_id.in_(
+        [task["id"] for task in tasks]), join=False,
+        order=[sa.literal_column("task_dependencies.rowid")])  # edges of a task share a time
     agents = _rows(tx, schema.agent_metadata, in_session, drop=LEASE_COLUMNS)
     calls = _rows(tx, schema.llm_calls, in_session, drop=("id",))
     document = {
@@ -65,6 +69,7 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
         "llm_calls": calls,
         "subscriptions": _rows(tx, schema.subscriptions, in_session),
         "approvals": _rows(tx, schema.approvals, in_session, drop=("id",)),
+        "task_dependencies": edges,
         "usage": {"calls": len(calls),
                   "tokens_in": sum(call["prompt_tokens"] for call in calls),
                   "tokens_out": sum(call["completion_tokens"] for call in calls),
@@ -137,7 +142,8 @@ def import_session(tx: Tx, document: SessionDocument) -> str:
                         (schema.inbox, data["inbox"]), (schema.events, data["events"]),
                         (schema.llm_calls, data["llm_calls"]),
                         (schema.subscriptions, data["subscriptions"]),
-                        (schema.approvals, data["approvals"])):
+                        (schema.approvals, data["approvals"]),
+                        (schema.task_dependencies, data["task_dependencies"])):
         if rows:
             tx.connection.execute(table.insert(), rows)
     return str(data["session"])

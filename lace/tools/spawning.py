@@ -1,6 +1,7 @@
 """Parsing an assignee once and planning a new agent: its profile, model and tools (which only
-ever shrink), under the spawn limits. Every path that creates an agent goes through
-`plan_spawn`; the store applies the plan."""
+ever shrink), and the spawn limits it carries. Every path that creates an agent goes through
+`plan_spawn`; the store applies the plan, checking the limits when it spawns (at once, or when
+the last blocker of a waiting task is completed)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from lace.core.assignee import (
     parse_assignee,
     parse_model,
 )
-from lace.core.clock import iso_ago
 from lace.core.errors import InvalidAssigneeError
-from lace.core.ids import depth_of, is_thread_id
-from lace.core.records import AgentPlan
+from lace.core.ids import is_thread_id
+from lace.core.records import AgentPlan, SpawnLimits
 from lace.core.tool_sets import EVERY_TOOL, intersect, uncovered
 from lace.store import Tx
 from lace.store.budgets import remaining
@@ -37,24 +37,11 @@ def caller_tools(context: ToolContext, every_tool: Sequence[str]) -> tuple[str, 
     return tuple(every_tool) if context.tools is None else context.tools
 
 
-def check_spawn_limits(tx: Tx, context: ToolContext) -> None:
-    """Refuse a spawn past `max_depth`, `max_children` or `spawns_per_minute`."""
-    limits, parent = context.limits, spawner_thread(context)
-    depth = depth_of(parent) + 1
-    if depth > limits.max_depth:
-        raise ToolError(f"Spawn refused: a new agent here would be at depth {depth}, past "
-                        f"max_depth = {limits.max_depth} ([limits] max_depth). Do the work "
-                        "yourself or hand it back to your creator.")
-    live = tx.live_children(parent)
-    if live >= limits.max_children:
-        raise ToolError(f"Spawn refused: you have {live} live children, the limit is "
-                        f"max_children = {limits.max_children} ([limits] max_children). Wait "
-                        "for some to finish, or reuse one by assigning it a task.")
-    recent = tx.children_created_since(parent, iso_ago(60))
-    if recent >= limits.spawns_per_minute:
-        raise ToolError(f"Spawn refused: {recent} spawns in the last minute, the limit is "
-                        f"spawns_per_minute = {limits.spawns_per_minute} ([limits] "
-                        "spawns_per_minute). Wait a little, or reuse an agent.")
+def spawn_limits(context: ToolContext) -> SpawnLimits:
+    """The `[limits]` a plan carries, checked by the store when it spawns the agent."""
+    limits = context.limits
+    return SpawnLimits(max_depth=limits.max_depth, max_children=limits.max_children,
+                       spawns_per_minute=limits.spawns_per_minute)
 
 
 def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee | None:
@@ -126,10 +113,9 @@ def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
                tools: Sequence[str] | None = None, type: str = "persistent",
                instructions: str | None = None, budget: Budget | None = None,
                topics: Sequence[str] = ()) -> AgentPlan:
-    """The one planner of a new agent: check the limits, then choose the model (the spec's >
-    the profile's > the caller's) and the tools (explicit > the profile's, intersected > the
-    caller's); each only shrinks."""
-    check_spawn_limits(tx, context)
+    """The one planner of a new agent: the model (the spec's > the profile's > the
+    caller's), the tools (explicit > the profile's, intersected > the caller's), each of which
+    only shrinks, and the limits its spawn must respect."""
     profile = context.profiles[spec.profile] if spec.profile is not None else None
     provider, model = _chosen_model(tx, context, spec, profile)
     own = caller_tools(context, EVERY_TOOL)
@@ -148,7 +134,8 @@ def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
     return AgentPlan(parent_id=spawner_thread(context), provider=provider, model=model,
                      profile=spec.profile, tools=granted, type=type,
                      instructions="\n\n".join(prompts) or None,
-                     budget=clamped_budget(tx, context, budget), topics=tuple(topics))
+                     budget=clamped_budget(tx, context, budget), topics=tuple(topics),
+                     limits=spawn_limits(context))
 
 
 def clamped_budget(tx: Tx, context: ToolContext, budget: Budget | None) -> dict[str, float] | None:

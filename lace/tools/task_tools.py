@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lace.core.dependencies import task_label
 from lace.core.records import Task
-from lace.core.tasks import STATUS_SYMBOL, Priority, Status
+from lace.core.tasks import ACTIVE_STATUSES, Priority, Status, task_symbol
 from lace.store import Tx
-from lace.store.task_rules import TaskFilter
+from lace.store.task_rules import TaskDraft, TaskFilter
 from lace.tools.base import Tool, ToolContext, ToolError
 from lace.tools.spawning import assignment, parse_assignment
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
+BlockerRef = Annotated[str, Field(min_length=1, max_length=100)]
 Assignee = Annotated[
     str,
     Field(
@@ -29,20 +32,44 @@ Assignee = Annotated[
 
 
 def task_line(task: Task) -> str:
-    """One line of a task list: symbol, id, priority, title, assignee, status."""
+    """One line of a task list: symbol, id, priority, title, assignee, status, and the tasks it
+    came after, waits for and blocks (read with its edges)."""
     assignee = task.assigned_to or "unassigned"
-    return (f"{STATUS_SYMBOL[task.status]} {task.id} [{task.priority}] {task.title} "
+    line = (f"{task_symbol(task)} {task.id} [{task.priority}] {task.title} "
             f"→ {assignee} [{task.status}]")
+    if task.waited_for:
+        line += f" after {', '.join(task.waited_for)}"
+    if task.waits_for:
+        line += f" waits for {', '.join(task.waits_for)}"
+    if task.blocks:
+        line += f" blocks {', '.join(task.blocks)}"
+    return line
 
 
-def task_details(task: Task) -> str:
-    """A task in full: header, prompt, people and numbered notes."""
+def related_list(task_ids: tuple[str, ...], related: Mapping[str, Task]) -> str:
+    """Tasks named with their titles and statuses (`related`: the tasks by id)."""
+    return ", ".join(f"{task_label(task_id, related[task_id].title)} [{related[task_id].status}]"
+                     if task_id in related else task_id for task_id in task_ids)
+
+
+def task_details(task: Task, related: Mapping[str, Task] | None = None) -> str:
+    """A task in full: header, prompt, people, what it waits for and blocks (`related`: those
+    tasks by id), and numbered notes."""
+    related = related or {}
     lines = [
-        f"{STATUS_SYMBOL[task.status]} {task.id}: {task.title}",
-        f"Status: {task.status}  Priority: {task.priority}",
+        f"{task_symbol(task)} {task.id}: {task.title}",
+        f"Status: {task.status}{' (waiting)' if task.waits_for else ''}  "
+        f"Priority: {task.priority}",
         f"Assigned to: {task.assigned_to or 'unassigned'}",
         f"Created by: {task.created_by} at {task.created_at}",
     ]
+    if task.waits_for:
+        lines.append(f"Waits for: {related_list(task.waits_for, related)}; it starts when "
+                     "they are completed.")
+    if task.waited_for:
+        lines.append(f"Waited for: {related_list(task.waited_for, related)}")
+    if task.blocks:
+        lines.append(f"Blocks: {related_list(task.blocks, related)}")
     if task.description:
         lines.append(f"Description: {task.description}")
     lines += ["", "Prompt:", task.prompt, "", f"Notes ({len(task.notes)}):"]
@@ -61,25 +88,36 @@ class NewTask(BaseModel):
     prompt: str = Field(min_length=1, description="The full instructions for whoever does it.")
     priority: Priority = "medium"
     assigned_to: Assignee | None = None
+    blocked_by: list[BlockerRef] | None = Field(
+        default=None, max_length=20,
+        description=("Tasks that must be completed first: task ids of this session, or \"#N\" "
+                     "for the N-th task of this call (1-based). Until then this task waits "
+                     "(pending) and its assignee is not told; then it starts with their "
+                     "results."))
 
 
 class TaskCreate(Tool):
     """Create 1 to 20 tasks on the board (all or nothing). Assign one to new:provider/model to
-    spawn a new agent that works on it and reports back to you when it completes it."""
+    spawn a new agent that works on it and reports back to you when it completes it. A task
+    with blocked_by waits for those tasks: a whole plan is one call."""
 
     name: ClassVar[str] = "task_create"
     tasks: list[NewTask] = Field(min_length=1, max_length=20)
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
+        drafts = [TaskDraft(title=item.title, prompt=item.prompt, description=item.description,
+                            priority=item.priority, assignee=assignment(tx, context, assignee),
+                            blocked_by=tuple(item.blocked_by or ()))
+                  for item, assignee in zip(self.tasks, assignees, strict=True)]
         lines = []
-        for item, assignee in zip(self.tasks, assignees, strict=True):
-            task = tx.create_task(
-                session_id=context.session_id, actor=context.thread_id, title=item.title,
-                prompt=item.prompt, description=item.description, priority=item.priority,
-                assignee=assignment(tx, context, assignee))
+        for task in tx.create_tasks(session_id=context.session_id, actor=context.thread_id,
+                                    drafts=drafts):
             suffix = f" (assigned to {task.assigned_to})" if task.assigned_to else ""
             lines.append(f"Created task {task.id}: {task.title}{suffix}")
+            if task.waits_for:
+                lines.append(f"  {task.id} waits for {', '.join(task.waits_for)}: it starts "
+                             "when they are completed.")
         return "\n".join(lines)
 
 
@@ -111,13 +149,16 @@ class TaskView(Tool):
     task_id: TaskId
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        return task_details(tx.get_task(self.task_id, session_id=context.session_id,
-                                        with_notes=True))
+        task = tx.with_edges([tx.get_task(self.task_id, session_id=context.session_id,
+                                          with_notes=True)])[0]
+        related = tx.tasks_by_id([*task.blocked_by, *task.blocks])
+        return task_details(task, {other.id: other for other in related})
 
 
 class TaskUpdate(Tool):
-    """Change a task you created or are assigned: status, assignee, priority, title, description
-    or prompt (at least one). A completed task is not reopened: create a follow-up task."""
+    """Change a task you created or are assigned: status, assignee, priority, title,
+    description, prompt, or (its creator) what it waits for (at least one). A completed task is
+    not reopened: create a follow-up task."""
 
     name: ClassVar[str] = "task_update"
     task_id: TaskId
@@ -127,21 +168,35 @@ class TaskUpdate(Tool):
     title: str | None = Field(default=None, min_length=1, max_length=200)
     description: str | None = Field(default=None, max_length=1000)
     prompt: str | None = Field(default=None, min_length=1)
+    add_blocked_by: list[TaskId] | None = Field(
+        default=None, max_length=20,
+        description="Tasks this one must also wait for (it waits until they are completed).")
+    remove_blocked_by: list[TaskId] | None = Field(
+        default=None, max_length=20,
+        description="Tasks it no longer waits for; without any left it starts at once.")
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        changes = self.model_dump(exclude={"task_id"}, exclude_none=True)
-        if not changes:
+        changes = self.model_dump(exclude={"task_id", "add_blocked_by", "remove_blocked_by"},
+                                  exclude_none=True)
+        if not changes and not self.add_blocked_by and not self.remove_blocked_by:
             raise ToolError("task_update needs at least one of status, assigned_to, priority, "
-                            "title, description, prompt.")
+                            "title, description, prompt, add_blocked_by, remove_blocked_by.")
         assignee = parse_assignment(self.assigned_to, context)
-        before = tx.get_task(self.task_id, session_id=context.session_id)
+        before = tx.with_edges([tx.get_task(self.task_id, session_id=context.session_id)])[0]
         after = tx.update_task(self.task_id, session_id=context.session_id,
                                actor=context.thread_id,
                                changes={**changes, "assigned_to": None},
-                               assignee=assignment(tx, context, assignee))
+                               assignee=assignment(tx, context, assignee),
+                               add_blocked_by=self.add_blocked_by or (),
+                               remove_blocked_by=self.remove_blocked_by or ())
         moves = [f"{key}: {getattr(before, key)} → {getattr(after, key)}"
                  if key in ("status", "assigned_to", "priority") else f"{key} changed"
                  for key in changes]
+        if self.add_blocked_by or self.remove_blocked_by:
+            moves.append(f"waits for: {', '.join(after.waits_for) or 'nothing'}")
+        if before.waits_for and not after.waits_for and after.status in ACTIVE_STATUSES:
+            moves.append(f"it can start now (assigned to {after.assigned_to or 'nobody'}, "
+                         f"{after.status})")
         return f"Updated task {after.id}: " + "; ".join(moves)
 
 

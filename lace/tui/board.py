@@ -1,5 +1,6 @@
-"""The task board: tasks grouped by status; the selected task's prompt and notes; add a task,
-add a note, complete a task assigned to `human`, or jump to the assignee's thread."""
+"""The task board: tasks grouped by status (a task that waits for others apart, with what it
+waits for); the selected task's prompt, dependencies and notes; add a task, add a note,
+complete a task assigned to `human`, or jump to the assignee's thread."""
 
 from __future__ import annotations
 
@@ -13,20 +14,45 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from lace.core.records import Task
-from lace.core.tasks import PRIORITY_RANK, STATUS_SYMBOL
+from lace.core.tasks import PRIORITY_RANK, task_symbol
+from lace.tools.task_tools import related_list
 from lace.tui.literal import literal, literal_line
 from lace.tui.widgets.prompt_modal import PromptModal
 
 if TYPE_CHECKING:
+    from lace.store import Tx
     from lace.tui.app import LaceApp
 
-STATUS_ORDER = {"in_progress": 0, "pending": 1, "blocked": 2, "completed": 3, "archived": 4}
+STATUS_ORDER = {"in_progress": 0, "pending": 1, "waiting": 2, "blocked": 3, "completed": 4,
+                "archived": 5}
+
+
+def board_status(task: Task) -> str:
+    """The group a task is shown in: its status, or `waiting` for a pending task that waits
+    for others."""
+    return "waiting" if task.status == "pending" and task.waits_for else task.status
 
 
 def board_order(tasks: list[Task]) -> list[Task]:
-    """Grouped by status (working first), then priority, then oldest first."""
-    return sorted(tasks, key=lambda t: (STATUS_ORDER[t.status], PRIORITY_RANK[t.priority],
-                                        t.created_at))
+    """Grouped by status (working first, ready before waiting), then priority, then oldest
+    first."""
+    return sorted(tasks, key=lambda t: (STATUS_ORDER[board_status(t)],
+                                        PRIORITY_RANK[t.priority], t.created_at))
+
+
+def _shown_row(task: Task) -> tuple[object, ...]:
+    """What the table shows of a task: a redraw is needed only when this changes."""
+    return (task.id, task.status, task.assigned_to, task.note_count, task.priority, task.title,
+            task.waits_for, task.blocks)
+
+
+def _dependencies(task: Task, related: dict[str, Task]) -> str:
+    """Lines naming what a task waits for (and what it waited for) and what it blocks."""
+    lines = [f"\nwaits for {related_list(task.waits_for, related)}: starts when they are "
+             "completed" if task.waits_for else "",
+             f"\nwaited for {related_list(task.waited_for, related)}" if task.waited_for else "",
+             f"\nblocks {related_list(task.blocks, related)}" if task.blocks else ""]
+    return "".join(lines)
 
 
 class BoardScreen(Screen[str | None]):
@@ -61,7 +87,8 @@ class BoardScreen(Screen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("", "status", "priority", "title", "assignee", "notes", "id")
+        table.add_columns("", "status", "priority", "title", "assignee", "waits for", "notes",
+                          "id")
         self.ready = True
         self.lace.pending_refresh = True  # the app reads every task while the board is open
 
@@ -71,23 +98,24 @@ class BoardScreen(Screen[str | None]):
             return
         table = self.query_one(DataTable)
         ordered = board_order(tasks)
-        if [(t.id, t.status, t.assigned_to, t.note_count, t.priority, t.title)
-                for t in ordered] == [(t.id, t.status, t.assigned_to, t.note_count, t.priority,
-                                       t.title) for t in self.tasks]:
+        if [_shown_row(t) for t in ordered] == [_shown_row(t) for t in self.tasks]:
             return
         current = self.selected()
         self.tasks = ordered
+        titles = {task.id: task.title for task in ordered}
         table.clear()
         for task in ordered:
-            table.add_row(STATUS_SYMBOL[task.status], task.status, task.priority,
+            waits = ", ".join(titles.get(blocker, blocker) for blocker in task.waits_for)
+            table.add_row(task_symbol(task), board_status(task), task.priority,
                           literal_line(task.title), literal_line(task.assigned_to or "—"),
-                          str(task.note_count), literal_line(task.id), key=task.id)
+                          literal_line(waits[:40] or "—"), str(task.note_count),
+                          literal_line(task.id), key=task.id)
         if current is not None and any(t.id == current.id for t in ordered):
             table.move_cursor(row=table.get_row_index(current.id))
         self.query_one("#board-title", Static).update(literal(
             f"Task board · {len(ordered)} tasks · "
-            + " · ".join(f"{sum(t.status == s for t in ordered)} {s}" for s in STATUS_ORDER
-                         if any(t.status == s for t in ordered))))
+            + " · ".join(f"{sum(board_status(t) == s for t in ordered)} {s}"
+                         for s in STATUS_ORDER if any(board_status(t) == s for t in ordered))))
         self.describe(self.selected())
 
     def selected(self) -> Task | None:
@@ -110,12 +138,18 @@ class BoardScreen(Screen[str | None]):
 
     @work(exclusive=True, group="detail")
     async def _describe(self, task_id: str) -> None:
-        task = await self.lace.reader.read(lambda tx: tx.get_task(task_id, with_notes=True))
+        def read(tx: Tx) -> tuple[Task, dict[str, Task]]:
+            task = tx.with_edges([tx.get_task(task_id, with_notes=True)])[0]
+            related = tx.tasks_by_id([*task.blocked_by, *task.blocks])
+            return task, {other.id: other for other in related}
+
+        task, related = await self.lace.reader.read(read)
         notes = "\n".join(f"{n}. {note.author}: {note.content}"
                           for n, note in enumerate(task.notes, start=1)) or "(no notes)"
         self.query_one("#task-detail", Static).update(literal(
-            f"{task.id} · {task.status} · {task.priority} · created by {task.created_by} · "
-            f"assigned to {task.assigned_to or 'nobody'}\n\n{task.prompt}\n\nNotes:\n{notes}"))
+            f"{task.id} · {board_status(task)} · {task.priority} · created by "
+            f"{task.created_by} · assigned to {task.assigned_to or 'nobody'}"
+            f"{_dependencies(task, related)}\n\n{task.prompt}\n\nNotes:\n{notes}"))
 
     def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_jump()

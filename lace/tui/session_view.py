@@ -100,7 +100,8 @@ def load_session_view(tx: Tx, root_id: str, *, with_tasks: bool = True) -> Sessi
     threads = sorted(tx.session_threads(root_id), key=_order)
     agents = {agent.thread_id: agent for agent in tx.session_agents(root_id)}
     current_ids = [agent.current_task for agent in agents.values() if agent.current_task]
-    tasks = tx.query_tasks(root_id, include_closed=True)[0] if with_tasks else []
+    tasks = tx.with_edges(tx.query_tasks(root_id, include_closed=True)[0], root_id) \
+        if with_tasks else []
     by_id = {task.id: task for task in (tasks if with_tasks else tx.tasks_by_id(current_ids))}
     open_created = tx.open_tasks_by_creator(root_id)
     totals = _subtree_totals(list(agents.values()))
