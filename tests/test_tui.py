@@ -147,7 +147,10 @@ async def test_the_board_marks_a_waiting_task_and_shows_it_start(
     assert notes == [("working on it",), ("posted",)]
 
 
-async def test_quitting_interrupts_running_turns(db_path: Path, models: ScriptedModels) -> None:
+async def end_the_app_mid_turn(db_path: Path, models: ScriptedModels, *,
+                               by_quit_key: bool) -> None:
+    """Open the app, start a root turn whose model never answers, and end the app while it
+    runs: with ctrl+c, or as a closed `lace web` page does (Textual's exit, not the key)."""
     import asyncio
 
     started = asyncio.Event()
@@ -162,8 +165,15 @@ async def test_quitting_interrupts_running_turns(db_path: Path, models: Scripted
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"hi", "enter")
         await asyncio.wait_for(started.wait(), 20)
-        await pilot.press("ctrl+c")
+        if by_quit_key:
+            await pilot.press("ctrl+c")
+        else:
+            app.exit()
         await pilot.pause()
+
+
+async def test_quitting_interrupts_running_turns(db_path: Path, models: ScriptedModels) -> None:
+    await end_the_app_mid_turn(db_path, models, by_quit_key=True)
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT status FROM agent_metadata").fetchall() == [
             ("interrupted",)]
@@ -365,22 +375,7 @@ async def test_next_unfolds_a_folded_thread_and_lands_on_it(store: Store) -> Non
 async def test_an_app_ended_without_q_marks_running_turns_interrupted(
         db_path: Path, models: ScriptedModels) -> None:
     """A closed `lace web` page ends the app with Textual's ExitApp, not the quit key."""
-    import asyncio
-
-    started = asyncio.Event()
-
-    async def slow(messages: list[dict[str, Any]]) -> ScriptedReply:
-        started.set()
-        await asyncio.sleep(60)
-        return reply("never")
-
-    models.on("root", slow)
-    app = create_app(db=str(db_path), model="scripted/root")
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.press(*"hi", "enter")
-        await asyncio.wait_for(started.wait(), 20)
-        app.exit()
-        await pilot.pause()
+    await end_the_app_mid_turn(db_path, models, by_quit_key=False)
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT status FROM agent_metadata").fetchall() == [
             ("interrupted",)]
