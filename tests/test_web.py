@@ -50,7 +50,7 @@ def test_the_app_draws_in_a_browser_and_answers_a_typed_request(tmp_path: Path) 
             page.focus(".xterm-helper-textarea")  # the keyboard, without a click in the app
             page.keyboard.type(REQUEST)
             page.keyboard.press("Enter")
-            wait_for_text(page, terminal, "All 3 tasks are done.", 120)
+            wait_for_text(page, terminal, "All 4 tasks are done.", 120)  # 3 parts, a summing-up
             answered = terminal.text()
             assert "lace · a task board" not in answered  # the first screen went away
             assert "lace — session lace_" in answered
