@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -65,3 +66,10 @@ def final_board(home: Path) -> dict[str, Any]:
     assert undelivered == (0,) and deliveries == [] and consumed == delivered
     assert checks == ([("ok",)], []) and statuses == {"idle"}
     return {"tasks": tasks, "notes": notes, "notices": notices}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

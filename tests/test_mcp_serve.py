@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli
-from tests.processes import lace_env
+from tests.processes import free_port, lace_env
 
 TASK = {"title": "Find the answer", "prompt": "What is six times seven?",
         "assigned_to": "new:openai/worker", "priority": "high"}
@@ -184,12 +184,6 @@ def test_stdout_carries_only_the_protocol_and_the_narration_goes_to_stderr(
     assert [reply["id"] for reply in replies] == [1, 2, 3]
     assert replies[2]["result"]["content"][0]["text"].endswith("Result: forty-two")
     assert "spawned (openai/worker)" in stderr and "task_complete(" in stderr
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.slow

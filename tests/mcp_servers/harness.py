@@ -19,6 +19,7 @@ from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store
+from tests.processes import free_port
 
 NOTES_SERVER = Path(__file__).with_name("notes_server.py")
 QUICK = {"retry_base_s": 0.001, "retry_max_s": 0.005, "model_retries": 2}
@@ -37,12 +38,6 @@ def runtime_with(store: Store, servers: dict[str, McpServer],
                         tools=tools or ToolSettings(policy=policy or {}), mcp_servers=servers)
     return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
                       check_model=check_model)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.contextmanager
