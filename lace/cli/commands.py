@@ -26,14 +26,22 @@ LARGEST_ID = 2**63 - 1
 """SQLite's largest integer: ids and counts past it cannot even be looked up."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= value <= LARGEST_ID:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {LARGEST_ID}, got {text}")
-    return value
+def _whole_number(highest: int, expected: str = "a whole number") -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to `highest`, else one line saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not 1 <= value <= highest:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {highest}, got {text}")
+        return value
+
+    return parse
+
+
+_positive_int = _whole_number(LARGEST_ID)
 
 
 def _positive_float(text: str) -> float:
@@ -48,27 +56,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {text}")
-    return port
+_port = _whole_number(65535, "a port number")
 
 
 MAX_WORKERS = 64
 
 
-def _worker_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= count <= MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_WORKERS}, got {text}")
-    return count
+_worker_count = _whole_number(MAX_WORKERS)
 
 
 def add_workspace_flags(parser: argparse.ArgumentParser) -> None:
