@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from lace.core.effects import NO_EFFECTS, Effects
 from lace.store import Store, Tx
-from lace.store.db import LockBusyError, driver, raw_transaction
+from lace.store.db import LockBusyError, driver, is_postgres, raw_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
@@ -155,7 +155,8 @@ class AsyncStore:
         write lock is not blocked again until it ends."""
         if self._writer is None:
             self._writer = self.store.database.engine.connect()
-            driver(self._writer).execute("PRAGMA busy_timeout=0")
+            if not is_postgres(self._writer.engine):  # PostgreSQL's writers try the lock
+                driver(self._writer).execute("PRAGMA busy_timeout=0")
         return self._writer
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
 from lace.paths import lace_home
+from lace.store import postgres
 from lace.store.damage import WriteGuard
 from lace.store.failures import storage_error
 
@@ -29,19 +30,21 @@ READONLY_OPTION = "lace_readonly"
 
 def resolve_db_url(db: str | None = None) -> str:
     """A SQLAlchemy URL from `--db` (a path or a URL), else `$LACE_DB`, else the default file;
-    a URL of another database, or of one in memory, is refused."""
+    a URL of another kind of database, or of one in memory, is refused."""
     value = db or os.environ.get("LACE_DB") or str(lace_home() / "lace.db")
     if "://" not in value:
         return f"sqlite:///{Path(value).expanduser().resolve()}"
     try:
         url = sa.make_url(value)
     except sa.exc.ArgumentError:
-        raise DatabaseRefusedError("--db takes a file path or a sqlite:/// URL; the URL given "
-                                   "does not parse.") from None
+        raise DatabaseRefusedError("--db takes a file path, a sqlite:/// URL or a "
+                                   "postgresql:// URL; the URL given does not parse.") from None
+    if postgres.is_postgres_url(value):
+        return postgres.postgres_url(url)
     if url.get_backend_name() != "sqlite":
         raise DatabaseRefusedError(
-            "lace stores its board in SQLite: --db takes a file path or a sqlite:/// URL, not "
-            f"{url.render_as_string(hide_password=True)}")
+            "lace stores its board in SQLite or PostgreSQL: --db takes a file path, a sqlite:/// "
+            f"URL or a postgresql:// URL, not {url.render_as_string(hide_password=True)}")
     if url.database in (None, "", ":memory:"):
         raise DatabaseRefusedError("a database in memory would be lost when lace exits: --db "
                                    "takes a file path or a sqlite:///PATH URL.")
@@ -120,11 +123,31 @@ def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
         connection.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
 
 
+def _configure_postgres(engine: Engine) -> None:
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        if postgres.in_transaction(driver(connection)):
+            return  # begun on the psycopg connection itself (`raw_transaction`): join it
+        if connection.get_execution_options().get(READONLY_OPTION, False):
+            connection.exec_driver_sql(postgres.READ_SNAPSHOT)
+        else:
+            connection.exec_driver_sql(postgres.TAKE_WRITE_LOCK)
+
+
+def is_postgres(engine: Engine) -> bool:
+    """Whether the engine's database is PostgreSQL."""
+    return engine.dialect.name == "postgresql"
+
+
 def create_engine(url: str, *, for_migrations: bool = False) -> Engine:
-    """An engine whose connections use WAL, a busy timeout and IMMEDIATE write transactions."""
+    """An engine whose write transactions take turns: on SQLite with WAL, a busy timeout and
+    BEGIN IMMEDIATE; on PostgreSQL with an advisory lock (`lace.store.postgres`)."""
     path = sqlite_path(url)
     if path is None:
-        return sa.create_engine(url, poolclass=NullPool if for_migrations else None)
+        engine = sa.create_engine(url, poolclass=NullPool if for_migrations else None,
+                                  connect_args=postgres.connect_args(), pool_pre_ping=True)
+        _configure_postgres(engine)
+        return engine
     prepare_file(path)  # also for `alembic upgrade`, which reaches lace here
     engine = sa.create_engine(url, poolclass=NullPool if for_migrations else None)
     _configure_sqlite(engine, foreign_keys=not for_migrations)
@@ -136,12 +159,9 @@ class LockBusyError(Exception):
     """Another connection holds SQLite's write lock (past this connection's busy timeout)."""
 
 
-def driver(connection: sa.Connection) -> sqlite3.Connection:
-    """The sqlite3 connection under a SQLAlchemy one."""
-    raw = connection.connection.driver_connection
-    if not isinstance(raw, sqlite3.Connection):
-        raise TypeError(f"lace stores its board in SQLite, not {connection.dialect.name}")
-    return raw
+def driver(connection: sa.Connection) -> Any:
+    """The sqlite3 or psycopg connection under a SQLAlchemy one."""
+    return connection.connection.driver_connection
 
 
 @contextmanager
@@ -151,14 +171,10 @@ def raw_transaction(connection: sa.Connection, *, write: bool) -> Iterator[None]
     joins it (the begin listener sees the open transaction and emits nothing). LockBusyError
     if another connection holds the lock past the busy timeout."""
     raw = driver(connection)
-    if write:
-        _check_before_write(connection.engine)
-    try:
-        raw.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
-    except sqlite3.OperationalError as error:
-        if error.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise LockBusyError(str(error)) from error
-        raise
+    if is_postgres(connection.engine):
+        _begin_postgres(raw, write=write)
+    else:
+        _begin_sqlite(connection, raw, write=write)
     try:
         yield
     except BaseException:
@@ -169,6 +185,29 @@ def raw_transaction(connection: sa.Connection, *, write: bool) -> Iterator[None]
     raw.commit()
     if connection.in_transaction():  # a SQLAlchemy statement joined: end its bookkeeping
         connection.commit()
+
+
+def _begin_sqlite(connection: sa.Connection, raw: sqlite3.Connection, *, write: bool) -> None:
+    if write:
+        _check_before_write(connection.engine)
+    try:
+        raw.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+    except sqlite3.OperationalError as error:
+        if error.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise LockBusyError(str(error)) from error
+        raise
+
+
+def _begin_postgres(raw: Any, *, write: bool) -> None:
+    """Open the transaction; a writer takes the write lock only if it is free (LockBusyError
+    otherwise: the AsyncStore then waits for it on its thread)."""
+    if not write:
+        raw.execute(postgres.READ_SNAPSHOT)
+        return
+    if not raw.execute(postgres.TRY_WRITE_LOCK).fetchone()[0]:
+        raw.rollback()
+        raise LockBusyError("another process holds lace's write lock")
+    raw.execute(postgres.ANNOUNCE)
 
 
 def _revision_number(revision: str) -> int:

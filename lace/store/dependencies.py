@@ -92,7 +92,8 @@ class DependencyRows(RowVerbs):
                                        _edges.c.satisfied_at, _tasks.c.status)
                              .join(_tasks, _tasks.c.id == _edges.c.task_id)
                              .join(blocker, blocker.c.id == _edges.c.blocked_by).where(where)
-                             .order_by(blocker.c.created_at, blocker.c.id)).all()
+                             .order_by(blocker.c.created_at, blocker.c.id, _tasks.c.created_at,
+                                       _tasks.c.id)).all()
         if not rows:
             return tasks
         blocked_by: dict[str, list[str]] = {}

@@ -1,5 +1,6 @@
-"""Hot statements: built with SQLAlchemy from the schema, compiled once, and run on the raw
-sqlite3 connection of the open transaction.
+"""Hot statements: built with SQLAlchemy from the schema, compiled once per dialect, and run on
+the raw sqlite3 or psycopg connection of the open transaction (psycopg prepares them on the
+server).
 
 SQLAlchemy's execution path costs about 15-20 us per statement, four to five times what SQLite
 takes for these one-row statements, and the runtime runs about 80 of them per agent. The SQL
@@ -14,43 +15,57 @@ from functools import lru_cache
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from lace.store import schema
 
-DIALECT = sqlite.dialect(paramstyle="named")
+_PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+DIALECTS: dict[str, sa.Dialect] = {"sqlite": sqlite.dialect(paramstyle="named"),
+                                   "postgresql": _PSYCOPG}
 Row = dict[str, Any]
 
 
-def _processor(type_: sa.types.TypeEngine[Any], *, result: bool) -> Callable[[Any], Any] | None:
-    impl = type_.dialect_impl(DIALECT)
-    return impl.result_processor(DIALECT, None) if result else impl.bind_processor(DIALECT)
+def _processor(dialect: sa.Dialect, type_: sa.types.TypeEngine[Any], *,
+               result: bool) -> Callable[[Any], Any] | None:
+    if result and dialect.name == "postgresql" and isinstance(type_, sa.Float):
+        return None  # psycopg reads double precision as float already
+    impl = type_.dialect_impl(dialect)
+    return impl.result_processor(dialect, None) if result else impl.bind_processor(dialect)
 
 
-class Prepared:
-    """One statement compiled to SQLite SQL with named parameters, plus its conversions."""
+def dialect_of(connection: Any) -> str:
+    """The dialect of a raw driver connection: sqlite3's, else psycopg's."""
+    return "sqlite" if isinstance(connection, sqlite3.Connection) else "postgresql"
 
-    def __init__(self, statement: sa.ClauseElement, *,
-                 columns: Sequence[str] | None = None) -> None:
+
+class Compiled:
+    """One statement compiled for one dialect, plus its conversions."""
+
+    def __init__(self, statement: sa.ClauseElement, columns: Sequence[str] | None,
+                 dialect: sa.Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(
-            dialect=DIALECT, column_keys=list(columns or []) or None))
+            dialect=dialect, column_keys=list(columns or []) or None))
         if any(bind.expanding for bind in compiled.binds.values()):
             raise ValueError("expanding IN parameters cannot be prepared; use json_list")
         self.sql = compiled.string
+        self.postgres = dialect.name == "postgresql"
         self._binds = {name: processor for name, bind in compiled.binds.items()
-                       if (processor := _processor(bind.type, result=False))}
+                       if (processor := _processor(dialect, bind.type, result=False))}
         # literals in the statement (`status != 'stopped'`) are binds with a fixed value
         self._fixed = {name: self._binds[name](bind.value) if name in self._binds else bind.value
                        for name, bind in compiled.binds.items() if not bind.required}
         selected = list(statement.selected_columns) \
             if isinstance(statement, sa.Select | sa.TextualSelect) else []
+        if isinstance(statement, sa.Insert):  # its RETURNING columns, if any
+            selected = list(statement.exported_columns)
         self.columns = tuple(str(column.key) for column in selected)
         self._results = tuple((index, processor) for index, column in enumerate(selected)
-                              if (processor := _processor(column.type, result=True)))
+                              if (processor := _processor(dialect, column.type, result=True)))
 
-    def run(self, connection: sqlite3.Connection, params: Mapping[str, Any]) -> sqlite3.Cursor:
-        """Execute with `params` converted for SQLite (JSON columns become text)."""
+    def run(self, connection: Any, params: Mapping[str, Any]) -> Any:
+        """Execute with `params` converted for the driver (JSON columns become text)."""
         if self._binds:
             params = {name: (self._binds[name](value) if name in self._binds else value)
                       for name, value in params.items()}
@@ -60,27 +75,78 @@ class Prepared:
             return connection.execute(self.sql, params)
         except sqlite3.Error as error:  # the same exceptions as SQLAlchemy's own statements
             raise sa.exc.DBAPIError.instance(self.sql, params, error, sqlite3.Error) from None
+        except Exception as error:
+            from psycopg import Error
 
-    def _row(self, values: tuple[Any, ...]) -> Row:
+            if isinstance(error, Error):
+                raise sa.exc.DBAPIError.instance(self.sql, params, error, Error) from None
+            raise
+
+    def row(self, values: Sequence[Any]) -> Row:
         if self._results:
             converted = list(values)
             for index, processor in self._results:
                 converted[index] = processor(converted[index])
-            values = tuple(converted)
+            values = converted
         return dict(zip(self.columns, values, strict=True))
 
-    def rows(self, connection: sqlite3.Connection, params: Mapping[str, Any]) -> list[Row]:
+
+class Prepared:
+    """One statement, compiled once per dialect on first use; its SQL text and conversions
+    come from SQLAlchemy and `schema`, only the per-execution machinery is skipped.
+    `postgresql` replaces the statement there (where the two need different SQL)."""
+
+    def __init__(self, statement: sa.ClauseElement, *,
+                 columns: Sequence[str] | None = None,
+                 postgresql: sa.ClauseElement | None = None) -> None:
+        self._statements = {"sqlite": statement,
+                            "postgresql": statement if postgresql is None else postgresql}
+        self._columns = columns
+        self._compiled: dict[str, Compiled] = {}
+        self.sql = self._for("sqlite").sql
+
+    def _for(self, dialect: str) -> Compiled:
+        compiled = self._compiled.get(dialect)
+        if compiled is None:
+            compiled = self._compiled[dialect] = Compiled(
+                self._statements[dialect], self._columns, DIALECTS[dialect])
+        return compiled
+
+    def run(self, connection: Any, params: Mapping[str, Any]) -> Any:
+        """Execute on a raw sqlite3 or psycopg connection; returns its cursor."""
+        return self._for(dialect_of(connection)).run(connection, params)
+
+    def rows(self, connection: Any, params: Mapping[str, Any]) -> list[Row]:
         """Every result row, as dicts keyed by column name."""
-        return [self._row(values) for values in self.run(connection, params)]
+        compiled = self._for(dialect_of(connection))
+        return [compiled.row(values) for values in compiled.run(connection, params)]
 
-    def first(self, connection: sqlite3.Connection, params: Mapping[str, Any]) -> Row | None:
+    def first(self, connection: Any, params: Mapping[str, Any]) -> Row | None:
         """The first result row, or None."""
-        values = self.run(connection, params).fetchone()
-        return None if values is None else self._row(values)
+        compiled = self._for(dialect_of(connection))
+        values = compiled.run(connection, params).fetchone()
+        return None if values is None else compiled.row(values)
 
-    def scalar(self, connection: sqlite3.Connection, params: Mapping[str, Any]) -> Any:
+    def scalar(self, connection: Any, params: Mapping[str, Any]) -> Any:
         """The first column of the first row (the statement must return one)."""
-        return self.run(connection, params).fetchone()[0]
+        return self._for(dialect_of(connection)).run(connection, params).fetchone()[0]
+
+
+class Insert(Prepared):
+    """An INSERT that tells the id of its row: SQLite's `lastrowid`, PostgreSQL's RETURNING."""
+
+    def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
+        primary = list(table.primary_key.columns)
+        returning = table.insert().returning(*primary) if len(primary) == 1 \
+            and isinstance(primary[0].type, sa.Integer) else None
+        super().__init__(table.insert(), columns=columns, postgresql=returning)
+
+    def inserted_id(self, connection: Any, params: Mapping[str, Any]) -> int:
+        """Insert the row; its id."""
+        cursor = self.run(connection, params)
+        if dialect_of(connection) == "sqlite":
+            return int(cursor.lastrowid or 0)
+        return int(cursor.fetchone()[0])
 
 
 @lru_cache(maxsize=64)
@@ -93,12 +159,46 @@ def update_by_key(table_name: str, keys: tuple[str, ...]) -> Prepared:
 
 
 @lru_cache(maxsize=64)
-def insert_into(table_name: str, keys: tuple[str, ...]) -> Prepared:
+def insert_into(table_name: str, keys: tuple[str, ...]) -> Insert:
     """`INSERT INTO table (<keys>) VALUES (...)`, one per set of keys."""
-    return Prepared(schema.metadata.tables[table_name].insert(), columns=keys)
+    return Insert(schema.metadata.tables[table_name], keys)
+
+
+class json_values(sa.sql.functions.GenericFunction[Any]):
+    """The elements of a JSON array, as a table with one column `value`."""
+
+    inherit_cache = True
+
+
+@compiles(json_values, "sqlite")
+def _json_values_sqlite(element: json_values, compiler: Any, **kw: Any) -> str:
+    return f"json_each({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(json_values, "postgresql")
+def _json_values_postgresql(element: json_values, compiler: Any, **kw: Any) -> str:
+    return f"json_array_elements_text(CAST({compiler.process(element.clauses, **kw)} AS JSON))"
 
 
 def json_list(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
     """`column IN (the JSON array bound to :name)`: one statement for any number of values."""
-    values = sa.func.json_each(sa.bindparam(name)).table_valued("value")
+    values = json_values(sa.bindparam(name, type_=sa.Text)).table_valued("value")
     return column.in_(sa.select(values.c.value))
+
+
+class binary(sa.sql.functions.GenericFunction[str]):
+    """A text column compared byte by byte (thread id ranges), whatever the database's
+    collation: PostgreSQL's default ones order '.' and '/' as a person would, not by code."""
+
+    inherit_cache = True
+    type = sa.Text()
+
+
+@compiles(binary, "sqlite")
+def _binary_sqlite(element: binary, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
+
+
+@compiles(binary, "postgresql")
+def _binary_postgresql(element: binary, compiler: Any, **kw: Any) -> str:
+    return f'({compiler.process(element.clauses, **kw)} COLLATE "C")'

@@ -182,13 +182,13 @@ class RowVerbs:
     def append_event(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
         """Append one conversation row (credential values masked); returns its id."""
         now = now_iso()
-        cursor = sql.INSERT_EVENT.run(self.raw, {"thread_id": thread_id, "type": type,
-                                              "data": mask_data(data, credential_values()),
-                                              "created_at": now})
+        event_id = sql.INSERT_EVENT.inserted_id(self.raw, {
+            "thread_id": thread_id, "type": type, "data": mask_data(data, credential_values()),
+            "created_at": now})
         if thread_id not in self._touched:  # once per transaction is enough
             self._touched.add(thread_id)
             sql.TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
-        return int(cursor.lastrowid or 0)
+        return event_id
 
     def latest_events(self, thread_id: str, count: int) -> tuple[list[Event], int]:
         """A thread's last `count` events, oldest first, and how many came before them."""
@@ -210,12 +210,12 @@ class RowVerbs:
     ) -> int:
         """Put a message in a thread's inbox (credential values masked); a row that does not
         `wake` the thread waits for its next turn."""
-        cursor = sql.INSERT_INBOX.run(self.raw, {
+        inbox_id = sql.INSERT_INBOX.inserted_id(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
             "text": mask(text, credential_values()), "priority": priority, "wakes": wakes,
             "created_at": now_iso()})
         self._notices.append(Notice(thread_id, kind, task_id, wakes))
-        return int(cursor.lastrowid or 0)
+        return inbox_id
 
     def was_told(self, thread_id: str, task_id: str, kind: str) -> bool:
         """Whether a thread ever got a notice of this kind about this task."""
@@ -306,7 +306,7 @@ class RowVerbs:
         events = schema.events.c
         row = self._execute(sa.select(events.id, events.data).where(
             events.thread_id == thread_id, events.type == "tool_call",
-            sa.func.json_extract(events.data, "$.call_id") == call_id)).first()
+            events.data["call_id"].as_string() == call_id)).first()
         if row is not None:
             self._execute(schema.events.update().where(events.id == row.id)
                           .values(data={**row.data, "waiting_for": task_ids}))
@@ -405,10 +405,9 @@ class RowVerbs:
     def insert_note(self, task_id: str, author: str, content: str) -> Note:
         """Insert one note row (credential values masked)."""
         now, content = now_iso(), mask(content, credential_values())
-        cursor = sql.INSERT_NOTE.run(self.raw, {"task_id": task_id, "author": author,
-                                             "content": content, "created_at": now})
+        note_id = sql.INSERT_NOTE.inserted_id(self.raw, {
+            "task_id": task_id, "author": author, "content": content, "created_at": now})
         self._tasks.add(task_id)
-        note_id = int(cursor.lastrowid or 0)
         return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
 
     def count_notes(self, task_id: str) -> int:

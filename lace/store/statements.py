@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from lace.core.agents import NOT_RUNNABLE
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import schema
-from lace.store.prepared import Prepared, insert_into, json_list
+from lace.store.prepared import Prepared, binary, insert_into, json_list
 
 _agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
 _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
@@ -79,20 +79,32 @@ ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column na
         updated_at=sa.bindparam("now")))
 RESERVE_TOKENS = Prepared(_agents.update().where(
     _agents.c.thread_id == sa.bindparam("agent")).values(
-        tokens_reserved=sa.func.max(0, _agents.c.tokens_reserved + sa.bindparam("add"))))
-WAIT_EDGES = Prepared(sa.text("""
+        tokens_reserved=sa.case((_agents.c.tokens_reserved + sa.bindparam("add") < 0, 0),
+                                else_=_agents.c.tokens_reserved + sa.bindparam("add"))))
+_WAIT_EDGES = """
     SELECT call.thread_id AS waiter, task.assigned_to AS assignee
     FROM events AS call
-    JOIN json_each(json_extract(call.data, '$.waiting_for')) AS waited
+    JOIN {elements} AS waited {on}
     JOIN tasks AS task ON task.id = waited.value
     WHERE task.thread_id = :session AND task.status IN ('pending', 'in_progress')
       AND task.assigned_to IS NOT NULL AND call.type = 'tool_call'
       AND call.thread_id IN (SELECT id FROM threads WHERE root_id = :session)
-      AND json_extract(call.data, '$.waiting_for') IS NOT NULL
+      AND {waiting_for} IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM events AS answer
                       WHERE answer.thread_id = call.thread_id AND answer.type = 'tool_result'
-                        AND json_extract(answer.data, '$.call_id')
-                            = json_extract(call.data, '$.call_id'))""")
+                        AND {answer_call_id} = {call_id})"""
+WAIT_EDGES = Prepared(
+    sa.text(_WAIT_EDGES.format(
+        elements="json_each(json_extract(call.data, '$.waiting_for'))", on="",
+        waiting_for="json_extract(call.data, '$.waiting_for')",
+        answer_call_id="json_extract(answer.data, '$.call_id')",
+        call_id="json_extract(call.data, '$.call_id')"))
+    .columns(waiter=sa.Text, assignee=sa.Text),
+    postgresql=sa.text(_WAIT_EDGES.format(
+        elements="LATERAL json_array_elements_text(CASE WHEN json_typeof(call.data -> "
+                 "'waiting_for') = 'array' THEN call.data -> 'waiting_for' END)", on="ON TRUE",
+        waiting_for="call.data -> 'waiting_for'",
+        answer_call_id="answer.data ->> 'call_id'", call_id="call.data ->> 'call_id'"))
     .columns(waiter=sa.Text, assignee=sa.Text))
 OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
     _edges.c.task_id == sa.bindparam("task"), _edges.c.satisfied_at.is_(None)))
@@ -114,8 +126,8 @@ SUBTREE_USAGE = Prepared(sa.select(
     sa.func.coalesce(sa.func.sum(_agents.c.cost_usd), 0.0).label("cost_usd"),
     sa.func.coalesce(sa.func.sum(_agents.c.turns), 0).label("turns"))
     .where(sa.or_(_agents.c.thread_id == sa.bindparam("me"),  # the thread_id index serves it
-                  sa.and_(_agents.c.thread_id > sa.bindparam("after"),
-                          _agents.c.thread_id < sa.bindparam("before")))))
+                  sa.and_(binary(_agents.c.thread_id) > sa.bindparam("after"),
+                          binary(_agents.c.thread_id) < sa.bindparam("before")))))
 
 RUNNABLE_ANYWHERE = Prepared(  # RUNNABLE without the session: `lace worker` serving them all
     sa.select(_inbox.c.thread_id).distinct()

@@ -23,15 +23,17 @@ depends_on = None
 
 COLUMNS = (
     ("lease_epoch", "INTEGER NOT NULL DEFAULT 0"),
-    ("stopped_by_person", "BOOLEAN NOT NULL DEFAULT 0"),
+    ("stopped_by_person", "BOOLEAN NOT NULL DEFAULT {false}"),
     ("tokens_reserved", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
 def upgrade() -> None:
     # Native ADD COLUMN: a batch copy of the table would break the views on it.
+    false = "FALSE" if op.get_bind().dialect.name == "postgresql" else "0"
     for name, definition in COLUMNS:
-        op.execute(f"ALTER TABLE agent_metadata ADD COLUMN {name} {definition}")
+        op.execute(f"ALTER TABLE agent_metadata ADD COLUMN {name} "
+                   f"{definition.format(false=false)}")
 
 
 def downgrade() -> None:

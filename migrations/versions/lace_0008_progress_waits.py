@@ -20,7 +20,8 @@ depends_on = None
 
 def upgrade() -> None:
     # Native ADD COLUMN: a batch copy of the table would break the views on it.
-    op.execute("ALTER TABLE inbox ADD COLUMN wakes BOOLEAN NOT NULL DEFAULT 1")
+    true = "TRUE" if op.get_bind().dialect.name == "postgresql" else "1"
+    op.execute(f"ALTER TABLE inbox ADD COLUMN wakes BOOLEAN NOT NULL DEFAULT {true}")
 
 
 def downgrade() -> None:

@@ -30,7 +30,7 @@ BOARD_COLUMNS = """t.id, t.thread_id AS session_id, t.status, t.priority, t.titl
 BOARD_JOINS = """FROM tasks t
 LEFT JOIN agent_metadata assignee ON assignee.thread_id = t.assigned_to
 LEFT JOIN agent_metadata creator ON creator.thread_id = t.created_by"""
-WAITS_FOR = """(SELECT group_concat(open.id, ', ') FROM (
+WAITS_FOR = """(SELECT {group_concat}(open.id, ', ') FROM (
             SELECT b.id FROM task_dependencies d JOIN tasks b ON b.id = d.blocked_by
             WHERE d.task_id = t.id AND d.satisfied_at IS NULL ORDER BY b.created_at, b.id
         ) AS open) AS waits_for"""
@@ -54,7 +54,9 @@ def upgrade() -> None:
     # Native ADD COLUMN: a batch copy of the table would break the views on it.
     op.execute("ALTER TABLE tasks ADD COLUMN held_assignment JSON")
     op.execute("DROP VIEW task_board")
-    op.execute(f"CREATE VIEW task_board AS\nSELECT {BOARD_COLUMNS},\n       {WAITS_FOR}\n"
+    postgres = op.get_bind().dialect.name == "postgresql"
+    waits_for = WAITS_FOR.format(group_concat="string_agg" if postgres else "group_concat")
+    op.execute(f"CREATE VIEW task_board AS\nSELECT {BOARD_COLUMNS},\n       {waits_for}\n"
                f"{BOARD_JOINS}")
 
 

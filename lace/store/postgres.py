@@ -1,0 +1,60 @@
+"""PostgreSQL under lace: its URLs, and the connection settings that give it SQLite's guarantees.
+
+SQLite lets one writer at a time commit (BEGIN IMMEDIATE); lace's verbs read, decide and write
+inside one transaction and rely on that. On PostgreSQL every write transaction takes one
+transaction-level advisory lock first, so writers take turns the same way while readers never
+wait; a read transaction sees one snapshot (REPEATABLE READ, READ ONLY). Every write
+transaction also sends a NOTIFY on CHANNEL, delivered at its commit: the change feed of the
+workers and the app (SQLite's `PRAGMA data_version` plays that part there)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core.errors import DatabaseRefusedError
+
+CHANNEL = "lace_changes"
+WRITE_LOCK = 0x6C616365  # "lace": the advisory lock every write transaction holds
+TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK}); NOTIFY {CHANNEL}"
+TRY_WRITE_LOCK = f"SELECT pg_try_advisory_xact_lock({WRITE_LOCK})"
+ANNOUNCE = f"NOTIFY {CHANNEL}"
+READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+SCHEMES = ("postgresql", "postgres")
+NEEDS_DRIVER = ("PostgreSQL support needs psycopg: pip install 'lace[postgres]'")
+
+
+def is_postgres_url(value: str) -> bool:
+    """Whether `value` names a PostgreSQL database (any driver spelling)."""
+    scheme = value.split("://", 1)[0].split("+", 1)[0].lower()
+    return "://" in value and scheme in SCHEMES
+
+
+def postgres_url(url: sa.URL) -> str:
+    """The URL lace connects with: always through psycopg 3, whatever driver was named."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise DatabaseRefusedError(NEEDS_DRIVER) from None
+    if not url.database:
+        raise DatabaseRefusedError("a PostgreSQL URL must name the database: "
+                                   "postgresql://USER@HOST:PORT/DBNAME")
+    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def shown(url: str) -> str:
+    """The URL as lace prints it: never with its password."""
+    return sa.make_url(url).render_as_string(hide_password=True)
+
+
+def connect_args() -> dict[str, Any]:
+    """psycopg settings: every statement run more than once is prepared on the server."""
+    return {"prepare_threshold": 1}
+
+
+def in_transaction(raw: Any) -> bool:
+    """Whether the psycopg connection has a transaction open."""
+    from psycopg.pq import TransactionStatus
+
+    return bool(raw.info.transaction_status != TransactionStatus.IDLE)
