@@ -50,11 +50,28 @@ class Agent:
     lease_epoch: int = 0
     stopped_by_person: bool = False
     tokens_reserved: int = 0
+    host: str | None = None
+    workspace: str | None = None
 
     @property
     def model_name(self) -> str:
         """`provider/model`, as litellm takes it."""
         return f"{self.provider}/{self.model}"
+
+    def runs_at(self, place: Place | None) -> bool:
+        """Whether a process at `place` may run this agent: one whose tools act on a
+        workspace runs only on its host, for its folder. A process with no workspace (lace
+        used as a library) declares no place and runs any agent."""
+        return place is None or self.workspace is None \
+            or (self.host, self.workspace) == (place.host, place.workspace)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a process runs agents: its host, and the workspace folder its tools act on."""
+
+    host: str
+    workspace: str
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,16 @@ DELEGATION_TOOL_NAMES = ("delegate", "spawn", "spawn_await")
 MESSAGING_TOOL_NAMES = ("send_message", "subscribe", "unsubscribe", "publish")
 LIFETIME_TOOL_NAMES = ("agents_list", "agent_stop")
 WORKSPACE_TOOL_NAMES = ("file_read", "file_list", "file_search", "file_write", "file_edit", "bash")
+BOARD_TOOL_NAMES = (TASK_TOOL_NAMES + DELEGATION_TOOL_NAMES + MESSAGING_TOOL_NAMES
+                    + LIFETIME_TOOL_NAMES)
+"""The tools that act on the board only: an agent with no others may run on any host."""
 ALL_TOOL_NAMES = (TASK_TOOL_NAMES + DELEGATION_TOOL_NAMES + MESSAGING_TOOL_NAMES
                   + LIFETIME_TOOL_NAMES + WORKSPACE_TOOL_NAMES)
+
+
+def needs_workspace(tools: list[str] | None) -> bool:
+    """Whether an agent with these tools (None: every tool) acts on a workspace folder."""
+    return tools is None or any(name not in BOARD_TOOL_NAMES for name in tools)
 
 
 def nearest_tool_name(name: str) -> str | None:

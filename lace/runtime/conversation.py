@@ -10,7 +10,7 @@ from lace.config import Profile
 from lace.core.agents import NOT_RUNNABLE
 from lace.core.assignee import HUMAN
 from lace.core.notifications import INTERRUPTED_CALL, LACE_SENDER, progress_block
-from lace.core.records import Agent, Event, InboxItem, Lease
+from lace.core.records import Agent, Event, InboxItem, Lease, Place
 from lace.core.tool_sets import EVERY_TOOL
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
@@ -102,14 +102,15 @@ def delivered(items: list[InboxItem]) -> list[tuple[dict[str, Any], bool]]:
 
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
                budget_note: Callable[[Tx], str | None] = lambda tx: None,
-               holder: str = "") -> TurnStart | None:
+               holder: str = "", place: Place | None = None) -> TurnStart | None:
     """Claim the agent for process `holder` (None if another process is running it, or has
     taken its rows since it was woken): a new lease epoch, which every later write of the turn
     checks. Then seed its system prompt, close dangling calls, and move its pending inbox rows
     into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
     leaves the inbox for the next turn."""
-    agent = tx.get_agent(thread_id)
-    if agent.status in NOT_RUNNABLE or not tx.has_waking_inbox(thread_id):
+    agent = tx.agent_to_claim(thread_id)
+    if agent is None or agent.status in NOT_RUNNABLE or not agent.runs_at(place) \
+            or not tx.has_waking_inbox(thread_id):
         return None  # running elsewhere, or another process ran its rows since it was woken
     lease = tx.claim(agent, holder)
     tx.count_turn(thread_id)

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import math
 import random
+import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from lace.core.effects import Effects
 from lace.core.errors import StorageError
 from lace.core.ids import root_of
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
-from lace.core.records import Lease, Thread
+from lace.core.records import Lease, Place, Thread
 from lace.core.text import valid_text
 from lace.core.tool_sets import EVERY_TOOL
 from lace.llm.types import ModelClient, ModelError
@@ -137,6 +138,14 @@ class Supervisor:
     _deferred: set[str] = field(default_factory=set)
     _left_some: bool = False
 
+    @property
+    def place(self) -> Place | None:
+        """Where this process runs agents: the agents of sessions started with another
+        workspace, or on another host, are left to the processes there."""
+        if self.workspace is None:
+            return None
+        return Place(host=socket.gethostname(), workspace=str(self.workspace.resolve()))
+
     def __post_init__(self) -> None:
         if self.share_work:
             self._share = 1  # until the watch has counted the turns and the processes
@@ -158,7 +167,7 @@ class Supervisor:
                                    lambda text: self.bus.publish(Warned(text)), warnings)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, tools=tools, budgets=self.settings.budgets,
-                                 holder=self.process_id,
+                                 holder=self.process_id, place=self.place,
                                  fallbacks_for=self.settings.fallbacks_for)
 
     def _apply(self, effects: Effects) -> None:
@@ -184,7 +193,7 @@ class Supervisor:
 
         def create(tx: Tx) -> Thread:
             root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                                     tools=list(EVERY_TOOL))
+                                     tools=list(EVERY_TOOL), place=self.place)
             tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
             return root
 
@@ -273,8 +282,9 @@ class Supervisor:
             return
 
         def look(tx: Tx) -> list[str]:
-            runnable = tx.runnable_anywhere() if roots is None else [
-                thread for root_id in roots for thread in tx.runnable_threads(root_id)]
+            runnable = tx.runnable_anywhere(self.place) if roots is None else [
+                thread for root_id in roots
+                for thread in tx.runnable_threads(root_id, self.place)]
             if self.share_work:
                 held = (sum(tx.sessions_with_agents_in(HELD_STATUSES).values()) if roots is None
                         else sum(tx.count_agents_in(root_id, HELD_STATUSES)

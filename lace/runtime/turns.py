@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
-from lace.core.records import Agent, Lease
+from lace.core.records import Agent, Lease, Place
 from lace.core.text import MAX_NESTING, json_nesting
 from lace.llm.types import ModelClient, ModelError, ModelReply
 from lace.runtime.conversation import TurnStart, begin_turn
@@ -117,6 +117,8 @@ class TurnRunner:
     budgets: Budgets = field(default_factory=Budgets)
     watched: set[str] = field(default_factory=set)
     holder: str = ""
+    place: Place | None = None
+    """Where this process runs agents (`Supervisor.place`): it claims no agent of another."""
     leases: dict[str, Lease] = field(default_factory=dict)
     """The lease of each thread's latest turn, until its drive ends."""
     fallbacks_for: Callable[[str | None], tuple[str, ...]] = lambda _profile: ()
@@ -133,7 +135,7 @@ class TurnRunner:
         self.tools.waited[thread_id] = 0.0
         start = await self.db.write(lambda tx: begin_turn(
             tx, thread_id, profiles, lambda tx: budget_line(tx, thread_id, self.budgets),
-            self.holder))
+            self.holder, self.place))
         if start is None:
             raise AlreadyRunningError(thread_id)
         self.leases[thread_id] = start.lease  # the supervisor drops it when the drive ends

@@ -13,9 +13,10 @@ from lace.core.agents import NOT_RUNNABLE
 from lace.core.clock import now_iso
 from lace.core.effects import Effects, Notice, Spawned
 from lace.core.errors import NotFoundError
-from lace.core.records import Agent, Event, InboxItem, Note, Task, Thread
+from lace.core.records import Agent, Event, InboxItem, Note, Place, Task, Thread
 from lace.core.secrets import mask, mask_data
 from lace.core.tasks import ACTIVE_STATUSES, OPEN_STATUSES
+from lace.core.tool_names import needs_workspace
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
@@ -29,6 +30,11 @@ RecordT = TypeVar("RecordT", Agent, Event, InboxItem, Note, Task, Thread)
 def _record(cls: type[RecordT], row: sa.Row[Any] | Mapping[str, Any]) -> RecordT:
     mapping = row._mapping if isinstance(row, sa.Row) else row
     return cls(**{key: mapping[key] for key in cls.__dataclass_fields__ if key in mapping})
+
+
+def _runnable_at(rows: list[dict[str, Any]], place: Place | None) -> list[str]:
+    return [row["thread_id"] for row in rows if place is None or row["workspace"] is None
+            or (row["host"], row["workspace"]) == (place.host, place.workspace)]
 
 
 class RowVerbs:
@@ -58,16 +64,17 @@ class RowVerbs:
 
     def create_session(
         self, *, provider: str, model: str, title: str | None = None, name: str = "root",
-        tools: list[str] | None = None,
+        tools: list[str] | None = None, place: Place | None = None,
     ) -> Thread:
-        """A new root thread with its agent row (created by `human`)."""
+        """A new root thread with its agent row (created by `human`); its agents' workspace is
+        the one at `place`."""
         now = now_iso()
         thread_id = ids.new_root_thread_id()
         thread = Thread(id=thread_id, parent_id=None, root_id=thread_id, title=title,
                         created_at=now, updated_at=now)
         sql.INSERT_THREAD.run(self.raw, vars(thread))
         self.create_agent(thread_id=thread.id, name=name, provider=provider, model=model,
-                          parent_thread_id=None, tools=tools)
+                          parent_thread_id=None, tools=tools, place=place)
         return thread
 
     def create_child_thread(self, parent_id: str, title: str | None = None,
@@ -89,19 +96,35 @@ class RowVerbs:
         status: str = "idle", created_for_task: str | None = None,
         current_task: str | None = None, tools: list[str] | None = None,
         instructions: str | None = None, budget: dict[str, float] | None = None,
+        place: Place | None = None,
     ) -> Agent:
-        """Write the `agent_metadata` row of a thread."""
+        """Write the `agent_metadata` row of a thread. Its place is `place`, else its parent's;
+        none when its tools do not act on a workspace (it may run anywhere)."""
         now, instructions = now_iso(), mask_data(instructions, credential_values())
+        parent = self.find_agent(parent_thread_id) if parent_thread_id and not place else None
+        host, workspace = (place.host, place.workspace) if place else \
+            (parent.host, parent.workspace) if parent else (None, None)
+        if not needs_workspace(tools):
+            host = workspace = None
         agent = Agent(
             thread_id=thread_id, name=name, provider=provider, model=model, profile=profile,
             type=type, status=status, created_for_task=created_for_task,
             parent_thread_id=parent_thread_id, current_task=current_task, tools=tools,
             instructions=instructions, budget=budget, stop_reason=None, turns=0,
             lease_holder=None, tokens_in=0, tokens_out=0, cost_usd=0.0, created_at=now,
-            updated_at=now)
+            updated_at=now, host=host, workspace=workspace)
         values = vars(agent)
         insert_into("agent_metadata", tuple(values)).run(self.raw, values)
         self._agents[thread_id] = agent
+        return agent
+
+    def agent_to_claim(self, thread_id: str) -> Agent | None:
+        """The agent row, locked for this transaction; None on PostgreSQL when another
+        transaction holds it (it is being claimed there: SKIP LOCKED)."""
+        row = sql.AGENT_TO_CLAIM.first(self.raw, {"agent": thread_id})
+        if row is None:
+            return None
+        self._agents[thread_id] = agent = _record(Agent, row)
         return agent
 
     def get_thread(self, thread_id: str) -> Thread:
@@ -236,11 +259,12 @@ class RowVerbs:
             sql.CONSUME_INBOX.run(self.raw, {"thread": thread_id, "now": now_iso()})
         return items
 
-    def runnable_threads(self, root_id: str) -> list[str]:
+    def runnable_threads(self, root_id: str, place: Place | None = None) -> list[str]:
         """Threads of a session with pending inbox rows that wake them (progress waits for a
         turn started by something else) whose agent may start a turn: not stopped, not
-        failed, and not already running (here or in another process)."""
-        return [row["thread_id"] for row in sql.RUNNABLE.rows(self.raw, {"root": root_id})]
+        failed, and not already running (here or in another process); only those a process
+        at `place` may run, when given (`Agent.runs_at`)."""
+        return _runnable_at(sql.RUNNABLE.rows(self.raw, {"root": root_id}), place)
 
     def runnable_threads_of(self, thread_id: str) -> list[str]:
         """`[thread_id]` if it has pending inbox rows that wake it and may run, else `[]`."""
@@ -439,9 +463,9 @@ class RowVerbs:
                      .order_by(rank, tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit))
         return [_record(Task, row) for row in self._execute(statement)], int(total)
 
-    def runnable_anywhere(self) -> list[str]:
+    def runnable_anywhere(self, place: Place | None = None) -> list[str]:
         """`runnable_threads` of every session of the database."""
-        return [row["thread_id"] for row in sql.RUNNABLE_ANYWHERE.rows(self.raw, {})]
+        return _runnable_at(sql.RUNNABLE_ANYWHERE.rows(self.raw, {}), place)
 
     def count_agents_in(self, root_id: str, statuses: tuple[str, ...]) -> int:
         """How many agents of the session have one of `statuses`."""

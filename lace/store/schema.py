@@ -128,6 +128,8 @@ agent_metadata = sa.Table(
     sa.Column("lease_epoch", sa.Integer, nullable=False, server_default="0"),
     sa.Column("stopped_by_person", sa.Boolean, nullable=False, server_default="0"),
     sa.Column("tokens_reserved", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("host", sa.Text, nullable=True),
+    sa.Column("workspace", sa.Text, nullable=True),
     sa.Column("tokens_in", sa.Integer, nullable=False, server_default="0"),
     sa.Column("tokens_out", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),

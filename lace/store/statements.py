@@ -13,6 +13,9 @@ from lace.store.prepared import Prepared, binary, insert_into, json_list
 _agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
 _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
 AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
+AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim commits, or skipped
+    sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent"))
+    .with_for_update(skip_locked=True))
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 THREAD_BY_ID = Prepared(sa.select(_threads).where(_threads.c.id == sa.bindparam("thread")))
 SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.bindparam("root"))
@@ -21,7 +24,7 @@ SESSION_AGENTS = Prepared(
     sa.select(_agents).join(_threads, _threads.c.id == _agents.c.thread_id)
     .where(_threads.c.root_id == sa.bindparam("root")).order_by(_threads.c.created_at))
 RUNNABLE = Prepared(
-    sa.select(_inbox.c.thread_id).distinct()
+    sa.select(_inbox.c.thread_id, _agents.c.host, _agents.c.workspace).distinct()
     .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
     .join(_threads, _threads.c.id == _inbox.c.thread_id)
     .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
@@ -130,7 +133,7 @@ SUBTREE_USAGE = Prepared(sa.select(
                           binary(_agents.c.thread_id) < sa.bindparam("before")))))
 
 RUNNABLE_ANYWHERE = Prepared(  # RUNNABLE without the session: `lace worker` serving them all
-    sa.select(_inbox.c.thread_id).distinct()
+    sa.select(_inbox.c.thread_id, _agents.c.host, _agents.c.workspace).distinct()
     .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
     .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
