@@ -1,7 +1,8 @@
-"""Shared fixtures: a real migrated SQLite file per test, sessions, and a tool caller."""
+"""Shared fixtures: a real migrated database per test (SQLite, or PostgreSQL), and a tool caller."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from lace.llm.checks import check_provider
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
 from lace.tools.base import ToolContext, ToolResult
+from tests import postgres
 
 # A suite started as a background job inherits SIGINT ignored, and so would every `lace` it starts:
 # the tests that press Ctrl+C on a child would see it ignored. Handled here, it is the default in
@@ -43,9 +45,50 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+ENGINES = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`db_path` (and so `store`, `session`, `call`) twice in a module marked `both_engines`."""
+    if ("db_path" in metafunc.fixturenames
+            and metafunc.definition.get_closest_marker("both_engines") is not None):
+        metafunc.parametrize("db_path", ENGINES, indirect=True, ids=ENGINES)
+
+
+def on_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"true", "1"}
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.PostgresServer]:
+    """One throwaway PostgreSQL cluster per test process; missing binaries skip, or fail on CI."""
+    bindir = postgres.find_binaries()
+    if bindir is None:
+        if on_ci():
+            pytest.fail(postgres.BINARIES_MISSING, pytrace=False)
+        pytest.skip(postgres.BINARIES_MISSING)
+    server = postgres.PostgresServer.start(bindir)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
+    """`postgresql://postgres@127.0.0.1:PORT/NAME` of a new empty database, dropped after."""
+    with postgres_server.fresh_database() as url:
+        yield url
+
+
+@pytest.fixture
+def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A SQLite file to create, or (`both_engines`) the URL of an empty PostgreSQL database."""
+    if getattr(request, "param", "sqlite") == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
     return tmp_path / "lace.db"
+
+
+def is_postgres(database: Path | str) -> bool:
+    return str(database).startswith("postgresql://")
 
 
 @pytest.fixture
@@ -91,14 +134,18 @@ def call(store: Store, session: Thread) -> Caller:
     return run
 
 
-def query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Rows of one SQL query, read as a person would: with the sqlite3 module."""
+def query(db_path: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of one SQL query (`?` placeholders), read as a person would: sqlite3 or psycopg."""
+    if is_postgres(db_path):
+        return postgres.query(str(db_path), sql, *params)
     with sqlite3.connect(db_path) as connection:
         return connection.execute(sql, params).fetchall()
 
 
-def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+def snapshot(path: Path | str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, to prove that a failed call wrote nothing."""
+    if is_postgres(path):
+        return postgres.snapshot(str(path))
     with sqlite3.connect(path) as connection:
         tables = [row[0] for row in connection.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
