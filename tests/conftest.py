@@ -51,7 +51,8 @@ ENGINES = ("sqlite", "postgresql")
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`db_path` (and so `store`, `session`, `call`) twice in a module marked `both_engines`."""
     if ("db_path" in metafunc.fixturenames
-            and metafunc.definition.get_closest_marker("both_engines") is not None):
+            and metafunc.definition.get_closest_marker("both_engines") is not None
+            and metafunc.definition.get_closest_marker("sqlite_only") is None):
         metafunc.parametrize("db_path", ENGINES, indirect=True, ids=ENGINES)
 
 

@@ -180,22 +180,44 @@ def _bindir_of(folder: Path) -> Path | None:
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?|%")
 
 
+_JSON_EXTRACT = re.compile(r"json_extract\(([\w.]+), '\$\.([\w.\[\]]+)'\)")
+_JSON_ARRAY_LENGTH = re.compile(r"json_array_length\(([\w.]+), '\$\.(\w+)'\)")
+
+
+def _path(json_path: str) -> str:
+    """`a.b[0]` as PostgreSQL's path `a,b,0`."""
+    return json_path.replace("[", ".").replace("]", "").replace(".", ",")
+
+
 def to_psycopg(sql: str) -> str:
-    """SQLite's `?` placeholders as psycopg's `%s`, with literal `%` doubled (not in strings)."""
+    """SQLite's `?` placeholders as psycopg's `%s`, with literal `%` doubled (not in strings),
+    and the tests' `json_extract(column, '$.a.b')` as `column #>> '{a,b}'` (as text)."""
+    sql = _JSON_EXTRACT.sub(lambda match: f"({match[1]} #>> '{{{_path(match[2])}}}')", sql)
+    sql = _JSON_ARRAY_LENGTH.sub(lambda match: f"json_array_length({match[1]} -> '{match[2]}')",
+                                 sql)
     return _TOKENS.sub(lambda match: "%s" if match[0] == "?" else match[0].replace("%", "%%"),
                        sql)
 
 
+def _connect(url: str) -> psycopg.Connection[Any]:
+    """A connection that reads JSON columns as their text, as sqlite3 does."""
+    from psycopg.types.string import TextLoader
+
+    connection = psycopg.connect(url)
+    connection.adapters.register_loader("json", TextLoader)
+    return connection
+
+
 def query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """Rows of one statement (none for a statement without rows), committed."""
-    with psycopg.connect(url) as connection:
+    with _connect(url) as connection:
         cursor = connection.execute(to_psycopg(sql), params)
         return cursor.fetchall() if cursor.description else []
 
 
 def snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table of the public schema, tables in byte order as SQLite lists them."""
-    with psycopg.connect(url) as connection:
+    with _connect(url) as connection:
         tables = [row[0] for row in connection.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
             "AND table_type = 'BASE TABLE' ORDER BY table_name COLLATE \"C\"")]

@@ -23,6 +23,7 @@ from tests.conftest import query
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply, text, tools_called
 
+pytestmark = pytest.mark.both_engines
 
 def make(store: Store, workspace: Path, policy: dict[str, Any] | None = None,
          **limits: Any) -> Supervisor:

@@ -1,6 +1,6 @@
 """The async store: writes asked for together commit together; transactions run on the event
-loop while SQLite's lock is free, and go to the store thread, without blocking the loop, while
-another process holds it."""
+loop while the write lock (SQLite's, or lace's advisory lock on PostgreSQL) is free, and go to
+the store thread, without blocking the loop, while another process holds it."""
 
 from __future__ import annotations
 
@@ -9,17 +9,33 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import psycopg
+import pytest
 import sqlalchemy as sa
 
 from lace.core.errors import InvalidTransitionError
 from lace.runtime.database import MAX_BATCH, AsyncStore
 from lace.store import Store, Tx
-from tests.conftest import new_session, query
+from lace.store.postgres import CHANNEL, WRITE_LOCK
+from tests.conftest import is_postgres, new_session, query
 
+pytestmark = pytest.mark.both_engines
 
-def committed(store: Store) -> list[str]:
-    """The COMMITs SQLite runs, from now on, on the connections the store checks out."""
+def committed(store: Store, db_path: Path) -> Callable[[], int]:
+    """How many write transactions commit from now on: on SQLite the COMMITs run on the
+    connections the store checks out; on PostgreSQL the NOTIFYs heard (one per write
+    transaction, sent at its commit)."""
+    if is_postgres(db_path):
+        listener = psycopg.connect(str(db_path), autocommit=True)
+        listener.execute(f"LISTEN {CHANNEL}")
+
+        def heard() -> int:
+            with listener:
+                return sum(1 for _ in listener.notifies(timeout=1.0))
+
+        return heard
     commits: list[str] = []
 
     def trace(dbapi_connection: sqlite3.Connection, *_args: object) -> None:
@@ -27,7 +43,26 @@ def committed(store: Store) -> list[str]:
             lambda statement: commits.append(statement) if statement == "COMMIT" else None)
 
     sa.event.listen(store.database.engine, "checkout", trace)
-    return commits
+    return lambda: len(commits)
+
+
+class OtherWriter:
+    """Another process holding the write lock: SQLite's, or lace's advisory lock."""
+
+    def __init__(self, db_path: Path) -> None:
+        if is_postgres(db_path):
+            self.connection: Any = psycopg.connect(str(db_path))
+            self.connection.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+        else:
+            self.connection = sqlite3.connect(db_path, isolation_level=None)
+            self.connection.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        if isinstance(self.connection, sqlite3.Connection):
+            self.connection.execute("COMMIT")
+        else:
+            self.connection.commit()
+        self.connection.close()
 
 
 async def test_a_free_lock_means_the_write_runs_on_the_loop(store: Store) -> None:
@@ -44,8 +79,7 @@ async def test_a_held_lock_sends_the_write_to_the_thread_and_the_loop_goes_on(
         store: Store, db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    other = sqlite3.connect(db_path, isolation_level=None)  # another process, as SQLite sees it
-    other.execute("BEGIN IMMEDIATE")
+    other = OtherWriter(db_path)
     ran_on: list[threading.Thread] = []
 
     def append(tx: Tx) -> int:
@@ -58,9 +92,8 @@ async def test_a_held_lock_sends_the_write_to_the_thread_and_the_loop_goes_on(
         await asyncio.sleep(0.005)
         ticks += 1
     assert not write.done() and ran_on == []
-    other.execute("COMMIT")
+    other.commit()
     event_id = await asyncio.wait_for(write, 10)
-    other.close()
     db.close()
     assert ran_on and ran_on[0] is not threading.main_thread()
     assert query(db_path, "SELECT id FROM events WHERE type = 'user_message'") == [(event_id,)]
@@ -70,7 +103,7 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
         store: Store, db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    commits = committed(store)
+    commits = committed(store, db_path)
 
     def append(n: int) -> Callable[[Tx], int]:
         def work(tx: Tx) -> int:
@@ -86,8 +119,8 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
                           "WHERE type = 'user_message' ORDER BY id")
     db.close()
     assert isinstance(second, InvalidTransitionError)
-    assert kept == [(first, 1), (third, 3)]
-    assert commits == ["COMMIT"]  # one transaction for the three
+    assert [(event_id, int(n)) for event_id, n in kept] == [(first, 1), (third, 3)]
+    assert commits() == 1  # one transaction for the three
 
 
 async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_path: Path) -> None:
@@ -125,12 +158,12 @@ async def test_a_long_queue_commits_in_batches_and_loses_nothing(store: Store,
                                                                  db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    commits = committed(store)
+    commits = committed(store, db_path)
     writes = 2 * MAX_BATCH + 5
     ids = await asyncio.gather(*(db.write(
         lambda tx, n=n: tx.append_event(session.id, "user_message", {"n": n}))
         for n in range(writes)))
     db.close()
-    assert len(commits) == 3  # two full batches and the rest
+    assert commits() == 3  # two full batches and the rest
     assert query(db_path, "SELECT id FROM events WHERE type = 'user_message' ORDER BY id") == [
         (event_id,) for event_id in ids]

@@ -16,6 +16,8 @@ import pytest
 from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
 from tests.processes import MANY_PROMPT, final_board, lace, lace_env
 
+pytestmark = pytest.mark.both_engines
+
 PROMPT = "Write the announcement and list the risks"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,6 +28,8 @@ from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_cal
 RuntimeFactory = Callable[..., Supervisor]
 
 
+pytestmark = pytest.mark.both_engines
+
 @pytest.fixture
 async def make_runtime(store: Store, models: ScriptedModels) -> AsyncIterator[RuntimeFactory]:
     made: list[Supervisor] = []

@@ -27,6 +27,8 @@ from tests.scripted import ScriptedModels, text, tools_called
 Unchanged = Callable[[], Any]
 
 
+pytestmark = pytest.mark.both_engines
+
 def created(result: ToolResult) -> list[str]:
     """The task ids a task_create result names, in order."""
     assert not result.is_error, result.text

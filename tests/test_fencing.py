@@ -26,6 +26,8 @@ from tests.conftest import query
 from tests.processes import DELIVERED, MANY_PROMPT, lace_env
 from tests.scripted import ScriptedModels, reply
 
+pytestmark = pytest.mark.both_engines
+
 LEASE_S = "1"
 
 

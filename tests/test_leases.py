@@ -21,6 +21,7 @@ from tests.conftest import new_session, spawn_child
 from tests.conftest import query as query_db
 from tests.processes import MANY_PROMPT, final_board, lace_env
 
+pytestmark = pytest.mark.both_engines
 
 def start_lace_run(home: Path, prompt: str, delay: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "lace", "run", prompt],

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lace.core.assignee import ThreadAssignee
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
@@ -16,6 +18,8 @@ from lace.store import Store
 from tests.conftest import new_session, query, spawn_child
 from tests.scripted import Handler, ScriptedModels, assigned_task, reply, tools_called
 from tests.scripted_coordinator import completions
+
+pytestmark = pytest.mark.both_engines
 
 HELPERS = 5
 

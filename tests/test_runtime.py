@@ -25,6 +25,7 @@ from tests.scripted import (
 )
 from tests.scripted_coordinator import completions, coordinator
 
+pytestmark = pytest.mark.both_engines
 
 async def test_root_delegates_to_two_concurrent_children(
         runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:

@@ -23,6 +23,7 @@ from tests.conftest import Caller, query, run_cli, spawn_child
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 
+pytestmark = pytest.mark.both_engines
 
 def supervisor(store: Store, workspace: Path | None = None, **settings: Any) -> Supervisor:
     quick = Limits(retry_base_s=0.001, retry_max_s=0.002)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,9 @@ import pytest
 
 from lace.core.records import Thread
 from lace.store import Store
-from tests.conftest import Caller, new_session, spawn_child
+from tests.conftest import Caller, new_session, query, spawn_child
+
+pytestmark = pytest.mark.both_engines
 
 TASK = {"title": "Write docs", "prompt": "Write the user guide."}
 
@@ -30,8 +31,7 @@ def make_task(call: Caller, actor: str | None = None, session_id: str | None = N
 
 
 def rows(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as connection:
-        return connection.execute(sql, params).fetchall()
+    return query(db_path, sql, *params)
 
 
 def test_task_create_writes_every_task_and_reports_each(call: Caller, db_path: Path,
