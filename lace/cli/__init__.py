@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     from lace.cli.commands import add_examples, add_workspace_flags, register_commands
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
-                        help="database file or SQLAlchemy URL (default: $LACE_DB, else "
-                             "$LACE_HOME/lace.db, else ~/.lace/lace.db)")
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH|URL",
+                        help="database file, sqlite:/// or postgresql://USER@HOST:PORT/DBNAME "
+                             "URL (default: $LACE_DB, else $LACE_HOME/lace.db, else "
+                             "~/.lace/lace.db)")
     parser = OneLineParser(
         prog="lace", parents=[common],
         description="A task board for LLM agents: tasks, threads and spawned helpers in one "

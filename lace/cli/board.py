@@ -12,8 +12,8 @@ from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.records import Thread
 from lace.core.text import printable, printable_json, valid_text
-from lace.store import Store, Tx, open_database, resolve_db_url
-from lace.store.db import upgrade
+from lace.store import Store, Tx, open_database, postgres, resolve_db_url
+from lace.store.db import sqlite_path, upgrade
 from lace.tools.base import ToolContext
 from lace.tools.person_tools import agent_line, event_text, in_tree_order
 from lace.tools.registry import ToolRegistry
@@ -215,12 +215,17 @@ def db_upgrade(args: argparse.Namespace) -> int:
     database = open_database(getattr(args, "db", None))
     database.close()
     upgrade(database.url)
-    say(f"{database.url}: schema up to date", one_line=True)
+    say(f"{shown_database(database.url)}: schema up to date", one_line=True)
     return 0
+
+
+def shown_database(url: str) -> str:
+    """A SQLite file as its path; a server's URL without its password."""
+    path = sqlite_path(url)
+    return str(path) if path else postgres.shown(url)
 
 
 def db_path(args: argparse.Namespace) -> int:
     """`lace db path`."""
-    url = resolve_db_url(getattr(args, "db", None))
-    say(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url, one_line=True)
+    say(shown_database(resolve_db_url(getattr(args, "db", None))), one_line=True)
     return 0

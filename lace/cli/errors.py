@@ -42,7 +42,20 @@ def _database_message(error: Exception, args: argparse.Namespace) -> tuple[str, 
         return (f"error: {where} is damaged ({damage}); restore a backup, or see what is wrong "
                 f"with: sqlite3 {where} 'PRAGMA integrity_check'", EXIT_USAGE)
     original = getattr(error, "orig", None) or error
-    return f"error: database error: {original}", EXIT_USAGE
+    return f"error: database error: {_without_password(str(original), args)}", EXIT_USAGE
+
+
+def _without_password(text: str, args: argparse.Namespace) -> str:
+    """`text` with the password of the database URL masked, wherever it appears."""
+    import sqlalchemy as sa
+
+    from lace.store.db import resolve_db_url
+
+    try:
+        password = sa.make_url(resolve_db_url(getattr(args, "db", None))).password
+    except (LaceError, sa.exc.ArgumentError):
+        return text
+    return text.replace(str(password), "***") if password else text
 
 
 def run_reporting_errors(args: argparse.Namespace) -> int:

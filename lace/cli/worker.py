@@ -81,12 +81,13 @@ class Workers:
               count: int) -> None:
         """Start `count` workers for the session, with the run's workspace and tool flags (and
         its environment and folder, so its settings)."""
-        argv = [sys.executable, "-m", "lace", "worker", "--db", database_url,
+        argv = [sys.executable, "-m", "lace", "worker",
                 "--session", root_id, "--workspace", str(workspace_of(args)), "--until-eof",
                 *(["--yes"] if args.yes else []), *(["--read-only"] if args.read_only else [])]
+        env = {**os.environ, "LACE_DB": database_url}  # not in argv: ps shows argv to anyone
         for _ in range(count):
             self.processes.append(subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                                   stdout=subprocess.DEVNULL))
+                                                   stdout=subprocess.DEVNULL, env=env))
 
     def terminate(self) -> None:
         """Ask every worker still running to stop (its running turns become interrupted)."""

@@ -237,15 +237,40 @@ def check_existing_file(path: Path) -> str | None:
                                        "Restore a backup, or see what is wrong with: sqlite3 "
                                        f"{path} 'PRAGMA integrity_check'") from None
         raise DatabaseRefusedError(f"{path} is not a lace database ({error}).") from None
-    revision = row[0] if row else None
+    return _known_revision(row[0] if row else None, str(path))
+
+
+def _known_revision(revision: str | None, where: str) -> str:
+    """`revision`, unless it is not lace's or newer than this lace knows."""
     if revision is None or not revision.startswith(REVISION_PREFIX):
-        raise DatabaseRefusedError(f"{path} is not a lace database (alembic revision {revision}).")
+        raise DatabaseRefusedError(f"{where} is not a lace database (alembic revision {revision}).")
     if _revision_number(revision) > _revision_number(HEAD_REVISION):
         raise DatabaseRefusedError(
-            f"{path} was written by a newer lace (schema {revision}, this lace knows up to "
+            f"{where} was written by a newer lace (schema {revision}, this lace knows up to "
             f"{HEAD_REVISION}); upgrade lace to open it."
         )
-    return str(revision)
+    return revision
+
+
+def check_existing_server(url: str) -> str | None:
+    """Refuse a server database that holds other tables or was written by a newer lace; its
+    revision (None when it is empty). Read without taking the write lock."""
+    where = postgres.shown(url)
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            tables = set(sa.inspect(connection).get_table_names())
+            if not tables:
+                return None
+            if "alembic_version" not in tables:
+                raise DatabaseRefusedError(
+                    f"{where} is not a lace database (it holds other tables); give lace a "
+                    "database of its own (createdb lace).")
+            revision = connection.exec_driver_sql(
+                "SELECT version_num FROM alembic_version").scalar()
+    finally:
+        engine.dispose()
+    return _known_revision(revision, where)
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Any:
@@ -266,18 +291,6 @@ def upgrade(url: str, revision: str = "head") -> None:
     try:
         with engine.connect() as connection, connection.begin():
             command.upgrade(alembic_config(connection), revision)
-    finally:
-        engine.dispose()
-
-
-def current_revision(url: str) -> str | None:
-    """The schema revision stored in the database, or None for a fresh one."""
-    engine = create_engine(url, for_migrations=True)
-    try:
-        with engine.connect() as connection:
-            if not sa.inspect(connection).has_table("alembic_version"):
-                return None
-            return connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     finally:
         engine.dispose()
 
@@ -305,7 +318,7 @@ def open_database(db: str | None = None) -> Database:
     path = sqlite_path(url)
     if path is not None:
         prepare_file(path)
-    revision = check_existing_file(path) if path else current_revision(url)
+    revision = check_existing_file(path) if path else check_existing_server(url)
     if revision != HEAD_REVISION:
         upgrade(url)
     return Database(url=url, engine=create_engine(url))

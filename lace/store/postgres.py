@@ -45,7 +45,7 @@ def postgres_url(url: sa.URL) -> str:
 
 def shown(url: str) -> str:
     """The URL as lace prints it: never with its password."""
-    return sa.make_url(url).render_as_string(hide_password=True)
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
 
 
 def connect_args() -> dict[str, Any]:

@@ -32,6 +32,8 @@ from lace.tui.widgets.thread_tree import ThreadTree
 from lace.tui.widgets.welcome import ModelReadiness, Welcome
 
 REFRESH_S = 0.5
+"""The longest the app goes without reading the board: it reads at once when the change feed
+hears a commit (another process's too: LISTEN on PostgreSQL, `data_version` on SQLite)."""
 MAIN_SCREEN_ACTIONS = frozenset({"next_thread", "previous_thread", "parent_thread", "board",
                                  "new_session", "focus_input", "leave_input", "stop_agent",
                                  "resume_agent", "end_session"})
@@ -86,7 +88,7 @@ class LaceApp(App[None]):
     async def on_mount(self) -> None:
         self.runtime.bus.subscribe(self._on_runtime_event)
         self.set_interval(STREAM_FLUSH_S, self.flush_updates)
-        self.set_interval(REFRESH_S, self.request_refresh)
+        self.run_worker(self._follow_changes(), group="changes", exit_on_error=False)
         if (session_id := self.session_id) is not None:
             resumed = await self.runtime.resume(session_id)
             if resumed:
@@ -130,6 +132,18 @@ class LaceApp(App[None]):
 
     def request_refresh(self) -> None:
         self.pending_refresh = True
+
+    async def _follow_changes(self) -> None:
+        """Mark a refresh whenever the database changed, and every REFRESH_S at the latest."""
+        from lace.runtime.worker import change_feed
+
+        feed = change_feed(self.runtime.store)
+        try:
+            while True:
+                await feed.wait(REFRESH_S)
+                self.request_refresh()
+        finally:
+            feed.close()
 
     async def flush_updates(self) -> None:
         if not self.is_running:
