@@ -104,6 +104,23 @@ def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     return resumed
 
 
+def open_session(tx: Tx, prompt: str, model: str) -> Thread:
+    """A new root thread whose inbox holds the person's prompt (`lace run`, `--detach` too)."""
+    provider, name = parse_model(model)
+    prompt = valid_text(prompt)
+    root = tx.create_session(provider=provider, model=name, title=prompt[:80],
+                             tools=list(EVERY_TOOL))
+    tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+    return root
+
+
+def quiet(tx: Tx, root_id: str) -> bool:
+    """Whether a session is done as far as the database tells: no runnable inbox row waits
+    and no agent of it is running, waiting or interrupted in any process (`lace run` with
+    workers, `lace wait`)."""
+    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
+
+
 @dataclass
 class Supervisor:
     """Owns the running turns of one process, and the process's lease (`process_id`)."""
@@ -179,16 +196,8 @@ class Supervisor:
 
     async def start_session(self, prompt: str, model: str) -> Thread:
         """A new root thread whose inbox holds the person's prompt."""
-        provider, name = parse_model(model)
-        prompt, self._stopping = valid_text(prompt), False
-
-        def create(tx: Tx) -> Thread:
-            root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                                     tools=list(EVERY_TOOL))
-            tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
-            return root
-
-        return await self.db.write(create)
+        self._stopping = False
+        return await self.db.write(lambda tx: open_session(tx, prompt, model))
 
     async def send(self, thread_id: str, text: str) -> None:
         """A person's message to any thread (through its inbox, so it works mid-turn)."""
@@ -421,12 +430,11 @@ class Supervisor:
             if self.storage_failure is not None:
                 await self.stop()
                 raise self.storage_failure
-            runnable, busy = await self.db.read(lambda tx: (
-                tx.runnable_threads(root_id),
-                self.share_work and tx.count_agents_in(root_id, BUSY)))
+            runnable, quiet_everywhere = await self.db.read(lambda tx: (
+                tx.runnable_threads(root_id), not self.share_work or quiet(tx, root_id)))
             for thread_id in runnable:
                 self.wake(thread_id)
-            if not self.running and not (self.share_work and (runnable or busy)):
+            if not self.running and quiet_everywhere:
                 return
             self._changed.clear()
             await self._changed.wait()
