@@ -196,6 +196,7 @@ def _detach(store: Store, prompt: str, model: str) -> int:
         root_id = open_session(tx, prompt, model).id
     store.close()
     print(root_id)
-    print(f"Session {root_id} waits for a worker: lace worker runs its agents (on any host "
-          f"that reaches the database); lace wait {root_id} prints its answer.", file=sys.stderr)
+    print(f"Session {root_id} waits for a worker: lace worker (or lace worker --session "
+          f"{root_id}) on this database runs its agents; lace wait {root_id} prints its answer.",
+          file=sys.stderr)
     return EXIT_QUIET
