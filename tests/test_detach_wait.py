@@ -196,6 +196,24 @@ def test_ctrl_c_stops_waiting_quietly_and_leaves_the_session_untouched(
     assert snapshot(db_path) == before
 
 
+@pytest.mark.slow
+def test_a_session_ended_while_waited_on_ends_the_wait_with_runs_code(
+        capsys: CaptureFixture, db_path: Path) -> None:
+    code, out, _ = run_cli(capsys, "run", "--detach", MANY_PROMPT, "--db", str(db_path))
+    root = out.rstrip("\n")
+    waiting = subprocess.Popen([sys.executable, "-m", "lace", "wait", root, "--json", "--db",
+                                str(db_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=lace_env(db_path.parent))
+    assert waiting.stderr is not None and waiting.stderr.readline().startswith("Waiting")
+    ended = run_cli(capsys, "session", "end", root, "--db", str(db_path))
+    out, err = waiting.communicate(timeout=60)
+    assert code == 0 and ended[0] == 0 and waiting.returncode == 0, err
+    summary = json.loads(out)
+    assert (summary["status"], summary["root_status"], summary["answer"]) == (
+        "quiet", "stopped", None)
+    assert query(db_path, "SELECT consumed_at FROM inbox") == [(None,)]  # no agent ran
+
+
 @pytest.fixture
 def board(store: Store, session: Thread) -> dict[str, str]:
     """A database holding a session and a child: the ids bad commands name."""
