@@ -22,7 +22,7 @@ from lace.store import Store
 from tests.conftest import query, run_cli, snapshot, spawn_child
 from tests.processes import MANY_PROMPT, lace_env
 from tests.scripted import ScriptedModels, reply
-from tests.test_worker import assert_delivered_once, live_processes, new_database, ready, worker
+from tests.workers import assert_delivered_once, live_processes, new_database, ready, worker
 
 CaptureFixture = pytest.CaptureFixture[str]
 SESSION_ID = re.compile(r"lace_\d{8}_[a-z0-9]{6}")
