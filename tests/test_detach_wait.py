@@ -79,48 +79,20 @@ def test_detach_prints_the_id_only_runs_no_agent_and_wait_times_out_without_a_wo
 
 
 @pytest.mark.slow
-def test_a_worker_runs_a_detached_fan_out_and_wait_prints_the_answer_as_run_does(
+def test_two_workers_run_a_detached_fan_out_once_and_wait_prints_runs_answer(
         capsys: CaptureFixture, tmp_path: Path) -> None:
     db = new_database(tmp_path)
     root = detach(db)
-    with worker(tmp_path, db, "--session", root, name="worker") as process:
+    with worker(tmp_path, db, "--session", root, name="named") as named, \
+            worker(tmp_path, db, name="every") as every:
         waited = lace(db, "wait", root)
-        (worker_id,) = live_processes(db)  # the wait holds no lease: it runs nothing
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-    assert waited.returncode == 0, waited.stderr
-    assert waited.stdout == answer_of_lace_run(capsys, tmp_path, MANY_PROMPT)
-    assert waited.stdout.startswith("All 4 tasks are done.")
-    assert query(db, "SELECT DISTINCT lease_holder FROM agent_metadata") == [(worker_id,)]
-    assert query(db, "SELECT COUNT(*) FROM threads WHERE parent_id IS NOT NULL") == [(4,)]
-    assert_delivered_once(db)
-    code, out, _ = run_cli(capsys, "wait", root, "--json", "--db", str(db))
-    summary = json.loads(out)
-    tokens_in, tokens_out = query(db, "SELECT SUM(tokens_in), SUM(tokens_out) FROM "
-                                      "agent_metadata")[0]
-    assert code == 0 and summary == {
-        "session": root, "status": "quiet", "root_status": "idle",
-        "answer": waited.stdout.removesuffix("\n"), "tasks": {"completed": 4},
-        "usage": {"tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": 0.0},
-        "exit_code": 0}
-    assert tokens_in > 0
-
-
-@pytest.mark.slow
-def test_two_workers_run_a_detached_session_and_the_answer_arrives_once(
-        tmp_path: Path) -> None:
-    db = new_database(tmp_path)
-    root = detach(db)
-    with worker(tmp_path, db, name="every", LACE_DEMO_DELAY="0.05") as every, \
-            worker(tmp_path, db, "--session", root, name="named",
-                   LACE_DEMO_DELAY="0.05") as named:
         ready(db, 2)
-        workers = set(live_processes(db))
-        waited = lace(db, "wait", root)
-        for process in (every, named):
+        workers = set(live_processes(db))  # the wait holds no lease: it runs no agent
+        for process in (named, every):
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=30) == 0
     assert waited.returncode == 0, waited.stderr
+    assert waited.stdout == answer_of_lace_run(capsys, tmp_path, MANY_PROMPT)
     assert waited.stdout.startswith("All 4 tasks are done.")
     assert query(db, SUMMED_UP, root) == [(1,)]
     assert_delivered_once(db)
@@ -131,6 +103,16 @@ def test_two_workers_run_a_detached_session_and_the_answer_arrives_once(
                      "agent_metadata JOIN llm_calls USING (thread_id) WHERE parent_thread_id "
                      "IS NOT NULL GROUP BY 1 ORDER BY 1") == [
         (f"{root}.{n}", 1, 2) for n in range(1, 5)]
+    code, out, _ = run_cli(capsys, "wait", root, "--json", "--db", str(db))
+    summary = json.loads(out)
+    tokens_in, tokens_out = query(db, "SELECT SUM(tokens_in), SUM(tokens_out) FROM "
+                                      "agent_metadata")[0]
+    assert code == 0 and summary == {
+        "session": root, "status": "quiet", "root_status": "idle",
+        "answer": waited.stdout.removesuffix("\n"), "tasks": {"completed": 4},
+        "usage": {"tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": 0.0},
+        "exit_code": 0}
+    assert tokens_in > 0
 
 
 def test_wait_reports_a_failed_root_with_runs_exit_code(
