@@ -105,11 +105,11 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                           "to `lace worker` processes (see lace wait)")
     add_workspace_flags(run)
 
-    wait = add("wait", "Wait until a session's agents are quiet (run by `lace worker` "
-                       "processes), then print the root's answer with lace run's exit codes "
-                       f"(0 answered, 1 the root failed; {EXIT_STILL_RUNNING} still running "
-                       "at --timeout, 130 Ctrl+C: the session is left as it is).",
-               "lace.cli.wait:wait_command")
+    wait = add("wait", "Wait, running no agent, until a session is quiet, then print the "
+                       "root's answer as lace run does.", "lace.cli.wait:wait_command")
+    wait.description = (f"{wait.description} Exit codes: lace run's (0 answered, 1 the root "
+                        f"failed), {EXIT_STILL_RUNNING} still running at --timeout, 130 Ctrl+C "
+                        "(the session is left as it is).")
     wait.add_argument("session", metavar="SESSION", help="the session's root thread id")
     wait.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
                       help=f"give up after S seconds with exit code {EXIT_STILL_RUNNING}, "

@@ -188,8 +188,8 @@ def _refuse_with_detach(args: argparse.Namespace) -> None:
 
 
 def _detach(store: Store, prompt: str, model: str) -> int:
-    """`lace run --detach`: the session and its prompt written, no agent run; the id alone on
-    stdout."""
+    """`lace run --detach`: write the session and its prompt, run no agent, and print the id
+    alone on stdout."""
     from lace.runtime.supervisor import open_session
 
     with store.transaction() as tx:
