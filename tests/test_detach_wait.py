@@ -204,6 +204,7 @@ def board(store: Store, session: Thread) -> dict[str, str]:
 
 BAD_INPUT = [
     (["wait", "lace_20990101_zzzzzz"], "Unknown thread 'lace_20990101_zzzzzz'"),
+    (["wait", "lace_\x1b[2J\x1b]0;pwned\x07"], "Unknown thread 'lace_\\x1b[2J"),
     (["wait", "CHILD"], "is not a session (root thread); its session is"),
     (["wait", "ROOT", "--timeout", "-1"], "must be more than 0"),
     (["wait", "ROOT", "--timeout", "0"], "must be more than 0"),
@@ -236,6 +237,7 @@ def test_bad_input_is_one_line_exits_2_and_writes_nothing(
         code, out, err = run_cli(capsys, *[board.get(word, word) for word in argv],
                                  "--db", str(db_path))
     assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+    assert "\x1b" not in err and "\x07" not in err  # a terminal never acts on an id's escapes
 
 
 def test_wait_on_a_missing_database_creates_none(capsys: CaptureFixture, tmp_path: Path) -> None:
