@@ -57,6 +57,8 @@ def _positive_float(text: str) -> float:
 
 
 _port = _whole_number(65535, "a port number")
+EXIT_STILL_RUNNING = 124
+"""`lace wait --timeout`: the session still runs (as timeout(1) exits)."""
 
 
 MAX_WORKERS = 64
@@ -98,7 +100,23 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--workers", type=_worker_count, default=0, metavar="N",
                      help="also run the session's agents in N `lace worker` processes (for "
                           "fan-outs that keep one core busy); they end with the run")
+    run.add_argument("--detach", action="store_true",
+                     help="only start the session: print its id and exit, leaving its agents "
+                          "to `lace worker` processes (see lace wait)")
     add_workspace_flags(run)
+
+    wait = add("wait", "Wait, running no agent, until a session is quiet, then print the "
+                       "root's answer as lace run does.", "lace.cli.wait:wait_command")
+    wait.description = (f"{wait.description} Exit codes: lace run's (0 answered, 1 the root "
+                        f"failed), {EXIT_STILL_RUNNING} still running at --timeout, 130 Ctrl+C "
+                        "(the session is left as it is).")
+    wait.add_argument("session", metavar="SESSION", help="the session's root thread id")
+    wait.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                      help=f"give up after S seconds with exit code {EXIT_STILL_RUNNING}, "
+                           "leaving the session running")
+    wait.add_argument("--json", action="store_true",
+                      help="print one JSON object: session, status, answer, task counts, "
+                           "usage, exit code")
 
     worker = add("worker", "Run the agents of every session of the database (or of the named "
                            "ones) until SIGINT or SIGTERM, beside any other lace process.",
@@ -282,8 +300,11 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace": ("lace", "lace --model anthropic/claude-sonnet-4-5", "lace --continue"),
     "lace run": ('lace run "Plan a small launch: write the announcement and list the risks."',
+                 'lace run --detach "Plan a small launch: write the announcement."',
                  'lace run --continue lace_20261122_ab12cd "Now list the risks too."'),
     "lace worker": ("lace worker --session lace_20261122_ab12cd --max-agents 8",),
+    "lace wait": ("lace wait lace_20261122_ab12cd",
+                  "lace wait lace_20261122_ab12cd --timeout 600 --json"),
     "lace web": ("lace web", "lace web --port 8080 --model openai/gpt-4o-mini"),
     "lace approve": ("lace approve 3", "lace approve 3 --session"),
     "lace deny": ("lace deny 3",),

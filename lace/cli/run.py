@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import open_store, print_json, say
+from lace.cli.outcome import EXIT_QUIET, read_outcome
 from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
 from lace.core.assignee import parse_model
@@ -24,8 +25,18 @@ if TYPE_CHECKING:
     from lace.llm.types import ModelClient
     from lace.runtime.supervisor import Supervisor
 
-EXIT_QUIET, EXIT_ROOT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+EXIT_TIMEOUT = 3
 EXIT_TERMINATED = 128 + signal.SIGTERM
+NOT_WITH_DETACH = {
+    "continue_thread": ("--continue", "it starts a new session"),
+    "workers": ("--workers", "`lace worker` processes run the agents"),
+    "timeout": ("--timeout", "use lace wait SESSION --timeout S"),
+    "json": ("--json", "it prints the session id only; lace wait SESSION --json"),
+    "yes": ("--yes", "give it to the `lace worker` that runs the agents"),
+    "read_only": ("--read-only", "give it to the `lace worker` that runs the agents"),
+}
+"""The flags of `lace run` that act on the process running the agents, which `--detach` is
+not: each refused with why."""
 
 
 def workspace_of(args: argparse.Namespace) -> Path:
@@ -55,6 +66,9 @@ def run_command(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written for a bad command), then run."""
     if args.continue_thread is None and not args.prompt:
         raise LaceError("give a prompt: lace run \"PROMPT\" (or lace run --continue THREAD_ID)")
+    detach = getattr(args, "detach", False)  # `lace resume` calls this too, without it
+    if detach:
+        _refuse_with_detach(args)
     settings = runtime_settings(args)
     model = args.model or settings.model
     provider, name = parse_model(model)
@@ -64,6 +78,8 @@ def run_command(args: argparse.Namespace) -> int:
     if problem:
         raise LaceError(problem)
     store = open_store(args)
+    if detach:
+        return _detach(store, args.prompt, model, workspace_of(args))
     if args.continue_thread:
         with store.reading() as tx:
             tx.get_thread(args.continue_thread)
@@ -150,22 +166,37 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
 
 
 def _report(store: Store, root_id: str, as_json: bool) -> int:
-    with store.reading() as tx:
-        root = tx.get_agent(root_id)
-        answers = [event.data["message"].get("content") for event in tx.thread_events(root_id)
-                   if event.type == "agent_message"]
-        answer = next((text for text in reversed(answers) if text), None)
-        agents = tx.session_agents(root_id)
-        tasks, _ = tx.query_tasks(root_id, include_closed=True)
+    outcome = read_outcome(store, root_id)
     if as_json:
         print_json({
-            "session": root_id, "answer": answer, "root_status": root.status,
-            "threads": [asdict(agent) for agent in agents],
-            "tasks": [asdict(task) for task in tasks],
-            "usage": {"tokens_in": sum(a.tokens_in for a in agents),
-                      "tokens_out": sum(a.tokens_out for a in agents),
-                      "cost_usd": sum(a.cost_usd for a in agents)},
+            "session": root_id, "answer": outcome.answer, "root_status": outcome.root.status,
+            "threads": [asdict(agent) for agent in outcome.agents],
+            "tasks": [asdict(task) for task in outcome.tasks],
+            "usage": outcome.usage(),
         })
-    elif answer:
-        say(answer)
-    return EXIT_ROOT_FAILED if root.status == "error" else EXIT_QUIET
+    elif outcome.answer:
+        say(outcome.answer)
+    return outcome.exit_code
+
+
+def _refuse_with_detach(args: argparse.Namespace) -> None:
+    """One line for the first flag given that only a process running agents could use."""
+    for dest, (flag, instead) in NOT_WITH_DETACH.items():
+        if getattr(args, dest, None):
+            raise LaceError(f"{flag} does not go with --detach: {instead}")
+
+
+def _detach(store: Store, prompt: str, model: str, workspace: Path) -> int:
+    """`lace run --detach`: write the session and its prompt, run no agent, and print the id
+    alone on stdout. Its agents work in `workspace`: a worker on this host started there (or
+    with --workspace) runs them."""
+    from lace.runtime.supervisor import open_session, place_of
+
+    with store.transaction() as tx:
+        root_id = open_session(tx, prompt, model, place_of(workspace)).id
+    store.close()
+    print(root_id)
+    print(f"Session {root_id} waits for a worker: lace worker (or lace worker --session "
+          f"{root_id}) on this database, on this host, with --workspace {workspace} (or run "
+          f"there) runs its agents; lace wait {root_id} prints its answer.", file=sys.stderr)
+    return EXIT_QUIET

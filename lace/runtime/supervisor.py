@@ -105,6 +105,29 @@ def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     return resumed
 
 
+def place_of(workspace: Path) -> Place:
+    """The place of a process on this host whose tools act on `workspace`."""
+    return Place(host=socket.gethostname(), workspace=str(workspace.resolve()))
+
+
+def open_session(tx: Tx, prompt: str, model: str, place: Place | None) -> Thread:
+    """A new root thread whose inbox holds the person's prompt (`lace run`, `--detach` too);
+    its agents work in the workspace at `place` (`Supervisor.place`)."""
+    provider, name = parse_model(model)
+    prompt = valid_text(prompt)
+    root = tx.create_session(provider=provider, model=name, title=prompt[:80],
+                             tools=list(EVERY_TOOL), place=place)
+    tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+    return root
+
+
+def quiet(tx: Tx, root_id: str) -> bool:
+    """Whether a session is done as far as the database tells: no runnable inbox row waits
+    and no agent of it is running, waiting or interrupted in any process (`lace run` with
+    workers, `lace wait`)."""
+    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
+
+
 @dataclass
 class Supervisor:
     """Owns the running turns of one process, and the process's lease (`process_id`)."""
@@ -142,9 +165,7 @@ class Supervisor:
     def place(self) -> Place | None:
         """Where this process runs agents: the agents of sessions started with another
         workspace, or on another host, are left to the processes there."""
-        if self.workspace is None:
-            return None
-        return Place(host=socket.gethostname(), workspace=str(self.workspace.resolve()))
+        return None if self.workspace is None else place_of(self.workspace)
 
     def __post_init__(self) -> None:
         if self.share_work:
@@ -188,16 +209,8 @@ class Supervisor:
 
     async def start_session(self, prompt: str, model: str) -> Thread:
         """A new root thread whose inbox holds the person's prompt."""
-        provider, name = parse_model(model)
-        prompt, self._stopping = valid_text(prompt), False
-
-        def create(tx: Tx) -> Thread:
-            root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                                     tools=list(EVERY_TOOL), place=self.place)
-            tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
-            return root
-
-        return await self.db.write(create)
+        self._stopping = False
+        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place))
 
     async def send(self, thread_id: str, text: str) -> None:
         """A person's message to any thread (through its inbox, so it works mid-turn)."""
@@ -431,12 +444,11 @@ class Supervisor:
             if self.storage_failure is not None:
                 await self.stop()
                 raise self.storage_failure
-            runnable, busy = await self.db.read(lambda tx: (
-                tx.runnable_threads(root_id),
-                self.share_work and tx.count_agents_in(root_id, BUSY)))
+            runnable, quiet_everywhere = await self.db.read(lambda tx: (
+                tx.runnable_threads(root_id), not self.share_work or quiet(tx, root_id)))
             for thread_id in runnable:
                 self.wake(thread_id)
-            if not self.running and not (self.share_work and (runnable or busy)):
+            if not self.running and quiet_everywhere:
                 return
             self._changed.clear()
             await self._changed.wait()

@@ -1,0 +1,85 @@
+"""`lace wait`: wait, running no agent, until a session is quiet, then report it as `lace run`
+does (the root's last answer and the same exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from lace.cli.board import open_store, print_json, say
+from lace.cli.commands import EXIT_STILL_RUNNING
+from lace.cli.outcome import Outcome, read_outcome
+from lace.core.errors import NotFoundError
+from lace.store import Store
+from lace.store.db import resolve_db_url, sqlite_path
+
+EXIT_INTERRUPTED = 130
+
+
+def wait_command(args: argparse.Namespace) -> int:
+    """Check the session exists (writing nothing), wait for it, and report it."""
+    path = sqlite_path(resolve_db_url(getattr(args, "db", None)))
+    if path is not None and not path.exists():
+        raise NotFoundError(f"Unknown session {args.session!r}: there is no database at {path}.")
+    store = open_store(args)
+    try:
+        with store.reading() as tx:
+            root_id = tx.get_session(args.session).id
+        try:
+            went_quiet = asyncio.run(until_quiet(store, root_id, args.timeout))
+        except KeyboardInterrupt:
+            print(f"lace: stopped waiting; session {root_id} is left as it is "
+                  f"(lace wait {root_id} waits again)", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        outcome = read_outcome(store, root_id)
+    finally:
+        store.close()
+    return _report(outcome, went_quiet, args)
+
+
+async def until_quiet(store: Store, root_id: str, timeout: float | None) -> bool:
+    """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
+    seconds (None: however long it takes). Looks again whenever the change feed hears a
+    commit, and at least as often as a worker looks for runnable threads."""
+    from lace.runtime.supervisor import POLL_S, quiet
+    from lace.runtime.worker import change_feed
+
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    feed = change_feed(store)
+    told = False
+    try:
+        while True:
+            with store.reading() as tx:
+                if quiet(tx, root_id):
+                    return True
+            if not told:
+                told = True
+                print(f"Waiting for session {root_id} (Ctrl+C stops waiting, not the session)",
+                      file=sys.stderr)
+            left = POLL_S if deadline is None else min(POLL_S, deadline - loop.time())
+            if left <= 0:
+                return False
+            await feed.wait(left)
+    finally:
+        feed.close()
+
+
+def _report(outcome: Outcome, went_quiet: bool, args: argparse.Namespace) -> int:
+    """Print the answer (or the JSON object) and return the exit code."""
+    code = outcome.exit_code if went_quiet else EXIT_STILL_RUNNING
+    if args.json:
+        print_json({"session": outcome.root_id, "status": "quiet" if went_quiet else "running",
+                    "root_status": outcome.root.status, "answer": outcome.answer,
+                    "tasks": outcome.task_counts(), "usage": outcome.usage(),
+                    "exit_code": code})
+        return code
+    if not went_quiet:
+        print(f"lace: session {outcome.root_id} still runs after {args.timeout:g}s; "
+              f"lace wait {outcome.root_id} waits again", file=sys.stderr)
+    elif outcome.answer:
+        say(outcome.answer)
+    if went_quiet and outcome.root.status == "error":
+        print(f"lace: the root agent failed; see lace show {outcome.root_id}", file=sys.stderr)
+    return code

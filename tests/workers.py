@@ -1,0 +1,86 @@
+"""`lace worker` processes on one SQLite file, and what they leave on it: shared by the tests
+of workers, `lace run --workers` and `lace run --detach` with `lace wait`."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from lace.store import Store, open_database
+from tests.processes import DELIVERED, lace_env
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) -> None:
+    """Poll `condition` until it holds; fail (never pass) when `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except sqlite3.OperationalError:  # a writer holds the file for a moment
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db, timeout=10) as connection:
+        return connection.execute(sql, params).fetchall()
+
+
+def value(db: Path, sql: str, *params: Any) -> Any:
+    return rows(db, sql, *params)[0][0]
+
+
+def live_processes(db: Path) -> list[str]:
+    return [row[0] for row in rows(db, "SELECT id FROM processes WHERE expires_at >= ?",
+                                   time.time())]
+
+
+def new_database(tmp_path: Path) -> Path:
+    db = tmp_path / "home" / "lace.db"
+    db.parent.mkdir(mode=0o700)
+    Store(open_database(str(db))).close()
+    return db
+
+
+def assert_delivered_once(db: Path) -> None:
+    """Every inbox row of every session was delivered, and none twice; no tool call has two
+    results; every task completed."""
+    assert rows(db, f"SELECT inbox_id, COUNT(*) FROM ({DELIVERED}) GROUP BY 1 "
+                    "HAVING COUNT(*) > 1") == []
+    assert value(db, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL") == 0
+    assert value(db, f"SELECT COUNT(DISTINCT inbox_id) FROM ({DELIVERED})") == value(
+        db, "SELECT COUNT(*) FROM inbox")
+    assert rows(db, "SELECT thread_id, json_extract(data, '$.call_id'), COUNT(*) FROM events "
+                    "WHERE type = 'tool_result' GROUP BY 1, 2 HAVING COUNT(*) > 1") == []
+    assert {row[0] for row in rows(db, "SELECT status FROM tasks")} == {"completed"}
+
+
+@contextmanager
+def worker(tmp_path: Path, db: Path, *argv: str, name: str,
+           **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`lace worker --db DB *argv`, its stderr in tmp_path/NAME.log; killed if the test left
+    it running."""
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "lace", "worker", "--db", str(db),
+                                    *argv], env=lace_env(tmp_path / "home", **env),
+                                   stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def ready(db: Path, count: int) -> None:
+    """Wait until `count` lace processes hold a lease (a worker takes one once ready)."""
+    wait_for(lambda: len(live_processes(db)) == count, f"{count} live lace processes")
