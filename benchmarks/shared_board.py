@@ -6,7 +6,8 @@ store work, and the K-task fan-out through real `lace run` processes.
 
 Per tool call: per_event.py's loop (a zero-latency scripted model; a helper makes task_add_note
 calls; the time from lace receiving each reply to its next model request), in-process, on a
-SQLite file and on a PostgreSQL database, `--rounds` times each, alternating, samples pooled.
+SQLite file, on a PostgreSQL database, and on one set to synchronous_commit=off (SQLite's own
+guarantee under WAL and synchronous=NORMAL), `--rounds` times each, alternating, samples pooled.
 
 Fan-out: fanout_workers.py's run (an OpenAI-compatible server in its own process waits L per
 call; the root assigns K tasks to `new:` helpers, each notes and completes), first on SQLite with
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
+
 from benchmarks import fanout_workers, per_event
 from benchmarks.common import percentile, postgres_server, raised_limits, table
 from benchmarks.fanout import warm_up
@@ -41,7 +44,9 @@ from benchmarks.fanout import warm_up
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer
 
-SQLITE, POSTGRES = "SQLite", "PostgreSQL"
+SQLITE, POSTGRES, ASYNC_COMMIT = "SQLite", "PostgreSQL", "PostgreSQL, async commit"
+"""ASYNC_COMMIT: the database set to synchronous_commit=off, SQLite's guarantee with WAL and
+synchronous=NORMAL (a crash of the machine may lose the last commits, never consistency)."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +74,9 @@ class SharedBoardResult:
     tool_call_us: dict[str, list[float]] = field(default_factory=dict)
     fanout: list[FanoutRun] = field(default_factory=list)
 
-    def tool_call_ratio(self, fraction: float) -> float:
-        """PostgreSQL's percentile over SQLite's."""
-        return (percentile(self.tool_call_us[POSTGRES], fraction)
+    def tool_call_ratio(self, fraction: float, database: str = POSTGRES) -> float:
+        """`database`'s percentile over SQLite's."""
+        return (percentile(self.tool_call_us[database], fraction)
                 / percentile(self.tool_call_us[SQLITE], fraction))
 
     def fanout_ratios(self, run: FanoutRun) -> tuple[float, float, float]:
@@ -95,15 +100,20 @@ def server_cpu_s(data: Path) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def tool_calls(result: SharedBoardResult, calls: int, server: PostgresServer | None) -> None:
+def tool_calls(result: SharedBoardResult, calls: int, server: PostgresServer | None,
+               async_commit: bool = False) -> None:
     """One round of per_event's loop on a SQLite file, or on a fresh database of `server`."""
     if server is None:
         timings, _ = asyncio.run(per_event.run_lace(calls))
     else:
         with server.fresh_database() as url:
+            if async_commit:
+                name = url.rsplit("/", 1)[1]
+                with psycopg.connect(server.url(), autocommit=True) as admin:
+                    admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
             timings, _ = asyncio.run(per_event.run_lace(calls, url))
-    result.tool_call_us.setdefault(SQLITE if server is None else POSTGRES, []).extend(
-        ms * 1000 for ms in timings)
+    name = SQLITE if server is None else ASYNC_COMMIT if async_commit else POSTGRES
+    result.tool_call_us.setdefault(name, []).extend(ms * 1000 for ms in timings)
 
 
 def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, latency_s: float,
@@ -134,10 +144,10 @@ def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, laten
 
 def report(result: SharedBoardResult) -> str:
     """Both tables."""
-    calls = [[name, len(values), f"{percentile(values, 0.50):.0f}",
-              f"{percentile(values, 0.95):.0f}"] for name, values in result.tool_call_us.items()]
-    calls[-1] += [f"{result.tool_call_ratio(0.50):.2f}", f"{result.tool_call_ratio(0.95):.2f}"]
-    calls[0] += ["1.00", "1.00"]
+    calls = [[name, len(values), *(f"{percentile(values, fraction):.0f}"
+                                    for fraction in (0.50, 0.95)),
+              *(f"{result.tool_call_ratio(fraction, name):.2f}" for fraction in (0.50, 0.95))]
+             for name, values in result.tool_call_us.items()]
     runs = []
     for run in result.fanout:
         wall, fanout, cpu = result.fanout_ratios(run)
@@ -192,6 +202,7 @@ def main(argv: Sequence[str] | None = None,
         for _ in range(args.rounds):
             tool_calls(result, args.calls, None)
             tool_calls(result, args.calls, server)
+            tool_calls(result, args.calls, server, async_commit=True)
         print(f"fan-out: K = {args.tasks}, L = {args.latency_ms:g} ms; limits raised through "
               "LACE_LIMITS__ variables; `processes` ran the helpers' last turns", flush=True)
         fan_out(result, server, args.tasks, args.latency_ms / 1000, args.workers)

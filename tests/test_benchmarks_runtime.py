@@ -64,10 +64,12 @@ def test_per_event_tiny(capsys: pytest.CaptureFixture[str]) -> None:
 def test_shared_board_tiny(postgres_server: PostgresServer,
                            capsys: pytest.CaptureFixture[str]) -> None:
     result = shared_board.main(["--tiny"], server=postgres_server)
-    assert list(result.tool_call_us) == [shared_board.SQLITE, shared_board.POSTGRES]
+    assert list(result.tool_call_us) == [shared_board.SQLITE, shared_board.POSTGRES,
+                                         shared_board.ASYNC_COMMIT]
     assert all(len(values) == 5 and all(positive(value) for value in values)
                for values in result.tool_call_us.values())
-    assert positive(result.tool_call_ratio(0.50)) and positive(result.tool_call_ratio(0.95))
+    assert all(positive(result.tool_call_ratio(fraction, name))
+               for name in result.tool_call_us for fraction in (0.50, 0.95))
     baseline, shared = result.fanout
     assert (baseline.database, baseline.workers, baseline.holders) == (shared_board.SQLITE, 0, 1)
     assert (shared.database, shared.workers) == (shared_board.POSTGRES, 1)
