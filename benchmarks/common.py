@@ -1,5 +1,5 @@
-"""Helpers shared by the benchmarks: a runtime on a temporary SQLite file with raised limits,
-percentiles, and plain-text tables."""
+"""Helpers shared by the benchmarks: a runtime on a temporary SQLite file (or a PostgreSQL
+database) with raised limits, a throwaway PostgreSQL server, percentiles, and plain-text tables."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -20,6 +20,9 @@ from lace.llm.checks import check_model
 from lace.llm.types import ModelClient
 from lace.runtime.supervisor import Supervisor
 from lace.store import Store, open_database
+
+if TYPE_CHECKING:
+    from tests.postgres import PostgresServer
 
 RAISED = ("max_running", "max_children", "spawns_per_minute")
 
@@ -44,12 +47,13 @@ def bench_settings(limits: Limits) -> Settings:
 
 
 @asynccontextmanager
-async def bench_runtime(client: ModelClient, limits: Limits,
-                        directory: Path | None = None) -> AsyncIterator[Supervisor]:
-    """A supervisor over a fresh, migrated SQLite file (lace's own WAL, synchronous=NORMAL),
-    built as tests/conftest.py builds it; stopped and closed on exit."""
+async def bench_runtime(client: ModelClient, limits: Limits, directory: Path | None = None,
+                        database: str | None = None) -> AsyncIterator[Supervisor]:
+    """A supervisor over a fresh, migrated SQLite file (lace's own WAL, synchronous=NORMAL), or
+    over `database` (the URL of an empty PostgreSQL database), built as tests/conftest.py
+    builds it; stopped and closed on exit."""
     with tempfile.TemporaryDirectory(prefix="lace-bench-", dir=directory) as folder:
-        store = Store(open_database(str(Path(folder) / "lace.db")))
+        store = Store(open_database(database or str(Path(folder) / "lace.db")))
         supervisor = Supervisor(store=store, client=client, settings=bench_settings(limits),
                                 check_model=check_model)
         try:
@@ -58,6 +62,22 @@ async def bench_runtime(client: ModelClient, limits: Limits,
             await supervisor.stop()
             supervisor.close()
             store.close()
+
+
+@contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (the tests' own, tests/postgres.py) with the
+    server's default durability (fsync, synchronous_commit and full_page_writes on)."""
+    from tests.postgres import BINARIES_MISSING, PostgresServer, find_binaries
+
+    bindir = find_binaries()
+    if bindir is None:
+        raise RuntimeError(BINARIES_MISSING)
+    server = PostgresServer.start(bindir, settings=())
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @contextmanager

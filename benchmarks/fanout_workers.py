@@ -3,6 +3,7 @@
 per call; each `lace run` is a real process, its workers too.
 
     python -m benchmarks.fanout_workers [--tasks 40 100] [--latency-ms 500] [--workers 0 1 2]
+                                        [--db sqlite|postgresql]
 
 Two figures per run: `wall`, the whole `lace run` as a person sees it (start-up, the root,
 the fan-out, the workers' start and stop); and `fan-out`, from the root's task_create reply to
@@ -14,6 +15,7 @@ CPU time of the run and its workers together; `processes` how many ran the helpe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import re
@@ -29,7 +31,7 @@ from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import table
+from benchmarks.common import postgres_server, table
 from benchmarks.fanout import root_step, worker_step
 
 PROMPT = "Fan out {tasks} tasks once {processes} processes run on {db}"
@@ -51,14 +53,26 @@ def script(model: str, messages: list[dict[str, Any]]) -> Any:
         call["function"]["name"] == "task_create" for call in message.get("tool_calls") or [])
         for message in messages)
     if not started:
-        with sqlite3.connect(db) as connection:
-            (live,), = connection.execute("SELECT COUNT(*) FROM processes WHERE expires_at >= ?",
-                                          (time.time(),))
+        live = board_value(db, "SELECT COUNT(*) FROM processes WHERE expires_at >= ?",
+                           time.time())
         if live < int(processes):
             return ScriptedReply(tool_calls=[("task_list", {})])
         messages = [message for message in messages if message["role"] in ("system", "user")]
     text, calls = root_step(messages, int(tasks), "new:openai/worker")
     return ScriptedReply(text=text, tool_calls=list(calls))
+
+
+def board_value(database: str, sql: str, *parameters: Any) -> Any:
+    """One value from a run's board: a SQLite file, or a PostgreSQL URL (the SQL translated as
+    the tests translate theirs)."""
+    if database.startswith("postgresql://"):
+        from tests.postgres import query
+
+        (value,), = query(database, sql, *parameters)
+        return value
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        (value,), = connection.execute(sql, parameters)
+        return value
 
 
 def serve(latency_s: float, address: Any, stop: ProcessEvent) -> None:
@@ -74,11 +88,13 @@ def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def run_once(base_url: str, tasks: int, workers: int, wait: bool = True) -> dict[str, float]:
-    """One `lace run` on a fresh database: wall, fan-out and CPU seconds, and how many
+def run_once(base_url: str, tasks: int, workers: int, wait: bool = True,
+             database: str | None = None) -> dict[str, float]:
+    """One `lace run` on a fresh database (a SQLite file in a temporary folder, or `database`,
+    the URL of an empty PostgreSQL database): wall, fan-out and CPU seconds, and how many
     processes ran the helpers' last turns."""
     with tempfile.TemporaryDirectory(prefix="lace-bench-") as folder:
-        db = Path(folder) / "lace.db"
+        db = database or str(Path(folder) / "lace.db")
         env = {key: value for key, value in os.environ.items() if not key.startswith("LACE_")}
         env.update(LACE_HOME=folder, OPENAI_BASE_URL=base_url, OPENAI_API_KEY="sk-not-real",
                    LACE_LIMITS__MAX_RUNNING=str(tasks + 1), LACE_LIMITS__MAX_CHILDREN=str(tasks),
@@ -86,7 +102,7 @@ def run_once(base_url: str, tasks: int, workers: int, wait: bool = True) -> dict
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         run = subprocess.run(
-            [sys.executable, "-m", "lace", "run", "--model", "openai/root",
+            [sys.executable, "-m", "lace", "run", "--model", "openai/root", "--db", db,
              *(["--workers", str(workers)] if workers else []),
              PROMPT.format(tasks=tasks, processes=workers + 1 if wait else 1, db=db)],
             env=env, capture_output=True, text=True, timeout=600, cwd=folder)
@@ -94,15 +110,12 @@ def run_once(base_url: str, tasks: int, workers: int, wait: bool = True) -> dict
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if run.returncode != 0 or f"All {tasks} tasks are done" not in run.stdout:
             raise AssertionError(f"the run failed: {run.stderr[-2000:]}")
-        with sqlite3.connect(db) as connection:
-            created, = connection.execute(
-                "SELECT MIN(created_at) FROM events WHERE type = 'tool_call' AND "
-                "json_extract(data, '$.tool_name') = 'task_create'").fetchone()
-            ended, = connection.execute(
-                "SELECT MAX(created_at) FROM events WHERE type = 'agent_message'").fetchone()
-            holders, = connection.execute(
-                "SELECT COUNT(DISTINCT lease_holder) FROM agent_metadata "
-                "WHERE thread_id LIKE '%.%'").fetchone()
+        created = board_value(db, "SELECT MIN(created_at) FROM events WHERE type = 'tool_call' "
+                              "AND json_extract(data, '$.tool_name') = 'task_create'")
+        ended = board_value(db, "SELECT MAX(created_at) FROM events "
+                            "WHERE type = 'agent_message'")
+        holders = board_value(db, "SELECT COUNT(DISTINCT lease_holder) FROM agent_metadata "
+                              "WHERE thread_id LIKE '%.%'")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall": wall, "fanout": stamp(ended) - stamp(created), "cpu": cpu,
             "holders": holders}
@@ -116,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, default=500.0)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="a SQLite file per run, or a database per run on a throwaway "
+                             "PostgreSQL server on 127.0.0.1")
     parser.add_argument("--no-wait", action="store_true",
                         help="the root fans out at once, before the workers are up")
     args = parser.parse_args(argv)
@@ -124,16 +140,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     server = context.Process(target=serve, args=(args.latency_ms / 1000, address, stop),
                              daemon=True)
     server.start()
-    try:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(server.join, 10)
+        cleanup.callback(stop.set)
+        postgres = cleanup.enter_context(postgres_server()) if args.db == "postgresql" else None
         base_url = address.get(timeout=30)
         print(f"L = {args.latency_ms:g} ms per call; {os.cpu_count()} cores; the server runs in "
-              "its own process; `fan-out` = root's task_create reply to its final answer")
+              "its own process; `fan-out` = root's task_create reply to its final answer; "
+              f"database: {args.db}")
         rows = []
         for tasks in args.tasks:
             baseline = None
             for workers in args.workers:
                 for _ in range(args.repeat):
-                    result = run_once(base_url, tasks, workers, wait=not args.no_wait)
+                    with (postgres.fresh_database() if postgres
+                          else contextlib.nullcontext()) as url:
+                        result = run_once(base_url, tasks, workers, wait=not args.no_wait,
+                                          database=url)
                     baseline = baseline or result
                     rows.append([tasks, workers, f"{result['wall']:.2f}",
                                  f"{result['wall'] / baseline['wall']:.2f}",
@@ -141,9 +164,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  f"{result['fanout'] / baseline['fanout']:.2f}",
                                  f"{result['cpu']:.1f}", result["holders"]])
                     print(rows[-1], flush=True)
-    finally:
-        stop.set()
-        server.join(10)
     print(table(["K", "--workers", "wall s", "wall ratio", "fan-out s", "fan-out ratio",
                  "cpu s", "processes"], rows))
 

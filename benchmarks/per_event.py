@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import sqlite3
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from benchmarks.common import (
     bench_runtime,
-    db_file,
     percentile,
     raised_limits,
     table,
@@ -117,18 +119,23 @@ def describe(mix: Counter[str]) -> str:
     return ", ".join(f"{number} {kind}" for kind, number in sorted(mix.items()))
 
 
-async def run_lace(calls: int) -> tuple[list[float], Counter[str]]:
-    """Milliseconds lace takes per task_add_note call, and its statement mix per call."""
+async def run_lace(calls: int, database: str | None = None,
+                   ) -> tuple[list[float], Counter[str]]:
+    """Milliseconds lace takes per task_add_note call, and its statement mix per call (on
+    SQLite; empty on `database`, the URL of an empty PostgreSQL database)."""
     model, counter = NoterModel(calls), SqlCounter()
     limits, _ = raised_limits(1)
-    async with bench_runtime(model, limits) as supervisor:
-        with traced_statements(supervisor.store.database.engine, counter.record):
+    async with bench_runtime(model, limits, database=database) as supervisor:
+        engine = supervisor.store.database.engine
+        with (traced_statements(engine, counter.record) if database is None
+              else contextlib.nullcontext()):
             root = await supervisor.start_session("Take notes.", ROOT_MODEL)
             await supervisor.run_until_quiet(root.id)
-        with sqlite3.connect(db_file(supervisor)) as connection:
-            notes = connection.execute("SELECT COUNT(*) FROM task_notes").fetchone()[0]
-            inbox = connection.execute("SELECT COUNT(*) FROM inbox WHERE thread_id = ? AND "
-                                       "kind = 'note'", (root.id,)).fetchone()[0]
+        with engine.connect() as connection:
+            notes = connection.execute(sa.text("SELECT COUNT(*) FROM task_notes")).scalar_one()
+            inbox = connection.execute(sa.text(
+                "SELECT COUNT(*) FROM inbox WHERE thread_id = :root AND kind = 'note'"),
+                {"root": root.id}).scalar_one()
     if notes != calls + 1 or inbox != calls or len(model.gaps) != calls:
         raise BenchmarkError(f"{notes} notes, {inbox} note notices, {len(model.gaps)} gaps "
                              f"for {calls} calls")

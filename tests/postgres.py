@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ BIN_OVERRIDE = "LACE_TEST_POSTGRES_BIN"
 FOLDER_PREFIX = "lace-test-postgres-"
 OWNER_FILE = "owner.pid"
 SPEED_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
-"""A server that is thrown away needs no durability."""
+"""A server that is thrown away needs no durability (the benchmarks start one without these)."""
 
 
 def find_binaries() -> Path | None:
@@ -58,12 +58,14 @@ def _as_server_user() -> list[str]:
 class PostgresServer:
     """One cluster in a folder of its own, listening on 127.0.0.1 and a unix socket there."""
 
-    def __init__(self, bindir: Path, folder: Path, port: int) -> None:
-        self.bindir, self.folder, self.port = bindir, folder, port
+    def __init__(self, bindir: Path, folder: Path, port: int,
+                 settings: Sequence[str] = SPEED_SETTINGS) -> None:
+        self.bindir, self.folder, self.port, self.settings = bindir, folder, port, settings
 
     @classmethod
-    def start(cls, bindir: Path) -> PostgresServer:
-        """initdb and start a cluster in a new folder under the system's temporary folder."""
+    def start(cls, bindir: Path, settings: Sequence[str] = SPEED_SETTINGS) -> PostgresServer:
+        """initdb and start a cluster in a new folder under the system's temporary folder, with
+        `settings` (`name=value`) on top of the server's defaults."""
         reap_abandoned()
         folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
         (folder / OWNER_FILE).write_text(_owner())
@@ -76,7 +78,7 @@ class PostgresServer:
                                    "`postgres` user, which is missing: apt-get install "
                                    "postgresql") from None
             os.chown(folder, postgres.pw_uid, postgres.pw_gid)
-        server = cls(bindir, folder, 0)
+        server = cls(bindir, folder, 0, settings)
         atexit.register(server.stop)
         try:
             server._run("initdb", "-D", str(server.data), "-U", "postgres", "-A", "trust",
@@ -97,7 +99,7 @@ class PostgresServer:
     def _start(self) -> None:
         options = [f"-p {self.port}", f"-k {shlex.quote(str(self.folder))}",
                    "-c listen_addresses=127.0.0.1",
-                   *(f"-c {setting}" for setting in SPEED_SETTINGS)]
+                   *(f"-c {setting}" for setting in self.settings)]
         self._run("pg_ctl", "start", "-w", "-D", str(self.data),
                   "-l", str(self.folder / "server.log"), "-o", " ".join(options))
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import fanout, memory, per_event, spawn_latency
+from benchmarks import fanout, memory, per_event, shared_board, spawn_latency
 from benchmarks.common import percentile, raised_limits, table
 from lace.store import Store, open_database
+from tests.postgres import PostgresServer
 
 
 def positive(value: float) -> bool:
@@ -58,6 +59,27 @@ def test_per_event_tiny(capsys: pytest.CaptureFixture[str]) -> None:
         assert result.bare_mix[kind] == result.lace_mix[kind]  # same transactions and rows
     out = capsys.readouterr().out
     assert "ratio lace/bare" in out and "bare sqlite3 loop" in out
+
+
+def test_shared_board_tiny(postgres_server: PostgresServer,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    result = shared_board.main(["--tiny"], server=postgres_server)
+    assert list(result.tool_call_us) == [shared_board.SQLITE, shared_board.POSTGRES,
+                                         shared_board.ASYNC_COMMIT]
+    assert all(len(values) == 5 and all(positive(value) for value in values)
+               for values in result.tool_call_us.values())
+    assert all(positive(result.tool_call_ratio(fraction, name))
+               for name in result.tool_call_us for fraction in (0.50, 0.95))
+    baseline, shared = result.fanout
+    assert (baseline.database, baseline.workers, baseline.holders) == (shared_board.SQLITE, 0, 1)
+    assert (shared.database, shared.workers) == (shared_board.POSTGRES, 1)
+    assert 1 <= shared.holders <= 2  # the run and its worker
+    assert baseline.server_cpu_s == 0 and positive(shared.server_cpu_s)
+    assert all(positive(ratio) for run in result.fanout for ratio in result.fanout_ratios(run))
+    assert result.fanout_ratios(baseline) == (1.0, 1.0, 1.0)
+    out = capsys.readouterr().out
+    assert "PostgreSQL on 127.0.0.1:" in out and "p50 ratio" in out and "fan-out ratio" in out
+    assert out.strip().splitlines()[-2].split()[:2] == ["PostgreSQL", "1"]
 
 
 def test_memory_tiny(capsys: pytest.CaptureFixture[str]) -> None:
