@@ -26,6 +26,12 @@ DELIVERED = ("SELECT json_extract(data, '$.inbox_id') AS inbox_id FROM events "
              "UNION ALL SELECT delivered.value FROM events, "
              "json_each(events.data, '$.inbox_ids') AS delivered")
 """Every inbox row each event delivered (a progress block delivers several), one per line."""
+DELIVERED_POSTGRES = (
+    "SELECT (data ->> 'inbox_id')::int AS inbox_id FROM events "
+    "WHERE data ->> 'inbox_id' IS NOT NULL "
+    "UNION ALL SELECT delivered::int FROM events, json_array_elements_text(CASE WHEN "
+    "json_typeof(data -> 'inbox_ids') = 'array' THEN data -> 'inbox_ids' END) AS delivered")
+"""DELIVERED as PostgreSQL spells it."""
 
 
 def lace(home: Path, *argv: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:

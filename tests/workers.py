@@ -1,5 +1,6 @@
-"""`lace worker` processes on one SQLite file, and what they leave on it: shared by the tests
-of workers, `lace run --workers` and `lace run --detach` with `lace wait`."""
+"""`lace worker` processes on one database (a SQLite file or a PostgreSQL URL), and what they
+leave on it: shared by the tests of workers, `lace run --workers`, `lace run --detach` with
+`lace wait`, and the shared board on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from lace.store import Store, open_database
-from tests.processes import DELIVERED, lace_env
+from tests import postgres
+from tests.processes import DELIVERED, DELIVERED_POSTGRES, lace_env
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) -> None:
@@ -23,14 +27,16 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) ->
         try:
             if condition():
                 return
-        except sqlite3.OperationalError:  # a writer holds the file for a moment
+        except (sqlite3.OperationalError, psycopg.OperationalError):  # not there yet, or busy
             pass
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
 
 
-def rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+def rows(db: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    if str(db).startswith("postgresql://"):
+        return postgres.query(str(db), sql, *params)
     with sqlite3.connect(db, timeout=10) as connection:
         return connection.execute(sql, params).fetchall()
 
@@ -51,13 +57,14 @@ def new_database(tmp_path: Path) -> Path:
     return db
 
 
-def assert_delivered_once(db: Path) -> None:
+def assert_delivered_once(db: Path | str) -> None:
     """Every inbox row of every session was delivered, and none twice; no tool call has two
     results; every task completed."""
-    assert rows(db, f"SELECT inbox_id, COUNT(*) FROM ({DELIVERED}) GROUP BY 1 "
+    delivered = DELIVERED_POSTGRES if str(db).startswith("postgresql://") else DELIVERED
+    assert rows(db, f"SELECT inbox_id, COUNT(*) FROM ({delivered}) AS d GROUP BY 1 "
                     "HAVING COUNT(*) > 1") == []
     assert value(db, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL") == 0
-    assert value(db, f"SELECT COUNT(DISTINCT inbox_id) FROM ({DELIVERED})") == value(
+    assert value(db, f"SELECT COUNT(DISTINCT inbox_id) FROM ({delivered}) AS d") == value(
         db, "SELECT COUNT(*) FROM inbox")
     assert rows(db, "SELECT thread_id, json_extract(data, '$.call_id'), COUNT(*) FROM events "
                     "WHERE type = 'tool_result' GROUP BY 1, 2 HAVING COUNT(*) > 1") == []

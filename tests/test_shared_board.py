@@ -1,0 +1,142 @@
+"""A shared board on PostgreSQL: `lace worker` processes take over from one killed mid-run, and
+workers racing for the same runnable agents never run one twice."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.core.assignee import HUMAN
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
+from lace.store import Store, open_database
+from tests.processes import lace_env
+from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
+
+HELPERS = 30
+RACED = 100
+LIMITS = {"LACE_LIMITS__LEASE_TIMEOUT_S": "2", "LACE_LIMITS__MAX_CHILDREN": "40",
+          "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
+
+
+def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root creates HELPERS tasks for `new:openai/worker` agents and sums up once all are
+    done; each helper notes, then completes its task."""
+    said = [str(message.get("content") or "") for message in messages]
+    if model == "worker":
+        if not any("assigned task" in text for text in said):
+            return ScriptedReply("done")  # a raced agent: one answer, one call
+        task_id = re.findall(r"assigned task '([^']+)'", "\n".join(said))[-1]
+        answered = sum(message["role"] == "assistant" for message in messages)
+        step: list[tuple[str, dict[str, Any] | str]] = [
+            ("task_add_note", {"task_id": task_id, "note": "on it"}),
+            ("task_complete", {"task_id": task_id, "message": "done"})]
+        return ScriptedReply("Done." if answered >= 2 else None, step[answered:answered + 1])
+    created = sum(text.count("Created task") for text in said)
+    if created < HELPERS:  # task_create takes up to 20 tasks a call: two calls of 15
+        return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+            {"title": f"Part {n}", "prompt": f"Do part {n}.", "assigned_to": "new:openai/worker"}
+            for n in range(created + 1, created + HELPERS // 2 + 1)]})])
+    completed = sum("has been completed by" in text for text in said)
+    return ScriptedReply(f"All {HELPERS} tasks are done." if completed >= HELPERS
+                         else f"{completed} of {HELPERS} done.")
+
+
+def lace_command(tmp_path: Path, server: FakeOpenAI, *argv: str,
+                 timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True, text=True,
+                          timeout=timeout, env=model_env(tmp_path, server))
+
+
+def model_env(tmp_path: Path, server: FakeOpenAI) -> dict[str, str]:
+    return lace_env(tmp_path / "home", OPENAI_BASE_URL=server.base_url,
+                    OPENAI_API_KEY="sk-fake-key", **LIMITS)
+
+
+def holder_of(db: str, pid: int) -> str:
+    return str(value(db, "SELECT id FROM processes WHERE pid = ?", pid))
+
+
+@pytest.mark.slow
+def test_three_workers_finish_a_session_when_one_is_killed_mid_run(
+        tmp_path: Path, postgres_url: str) -> None:
+    Store(open_database(postgres_url)).close()
+    with FakeOpenAI(fan_out, latency_s=0.3, backlog=512) as server:
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS}
+        with worker(tmp_path, postgres_url, name="a", **env) as first, \
+                worker(tmp_path, postgres_url, name="b", **env) as second, \
+                worker(tmp_path, postgres_url, name="c", **env) as victim:
+            ready(postgres_url, 3)
+            victim_id = holder_of(postgres_url, victim.pid)
+            detached = lace_command(tmp_path, server, "run", "--detach", "--db", postgres_url,
+                                    "--model", "openai/root", "Fan out.")
+            assert detached.returncode == 0, detached.stderr
+            root = detached.stdout.strip()
+            wait_for(lambda: value(postgres_url, "SELECT COUNT(*) FROM agent_metadata WHERE "
+                                                 "lease_holder = ? AND status = 'running' AND "
+                                                 "thread_id != ?", victim_id, root) >= 2
+                     and value(postgres_url, "SELECT COUNT(*) FROM tasks WHERE status = "
+                                             "'completed'") < HELPERS,
+                     "the victim to run helpers mid-run")
+            victim.send_signal(signal.SIGKILL)
+            waited = lace_command(tmp_path, server, "wait", root, "--db", postgres_url,
+                                  "--timeout", "180")
+            for process in (first, second):
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=30) == 0
+    assert waited.returncode == 0, waited.stderr
+    assert f"All {HELPERS} tasks are done." in waited.stdout
+    assert value(postgres_url, "SELECT COUNT(*) FROM tasks") == HELPERS
+    assert_delivered_once(postgres_url)  # every task completed, every inbox row consumed once
+    assert rows(postgres_url, "SELECT task_id, content, COUNT(*) FROM task_notes "
+                              "GROUP BY task_id, content HAVING COUNT(*) > 1") == []
+    assert value(postgres_url, "SELECT COUNT(*) FROM task_notes WHERE content = 'on it'") \
+        == HELPERS
+    assert {status for (status,) in rows(postgres_url, "SELECT status FROM agent_metadata")} \
+        == {"idle"}
+    taken_over = value(postgres_url, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'")
+    assert taken_over >= 2  # the victim's turns were resumed by the others
+    assert victim_id not in {holder for (holder,) in rows(
+        postgres_url, "SELECT lease_holder FROM agent_metadata")}
+
+
+@pytest.mark.slow
+def test_two_workers_racing_for_the_same_agents_never_run_one_twice(
+        tmp_path: Path, postgres_url: str) -> None:
+    store = Store(open_database(postgres_url))
+    with FakeOpenAI(fan_out, latency_s=0.05, backlog=512) as server:
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key",
+               "LACE_LIMITS__MAX_CHILDREN": str(RACED)}
+        with worker(tmp_path, postgres_url, name="a", **env) as first, \
+                worker(tmp_path, postgres_url, name="b", **env) as second:
+            ready(postgres_url, 2)
+            workers = {holder_of(postgres_url, first.pid), holder_of(postgres_url, second.pid)}
+            with store.transaction() as tx:  # all runnable at one commit: one NOTIFY for both
+                root = tx.create_session(provider="openai", model="root", tools=["task_list"])
+                for _ in range(RACED):
+                    child = tx.create_child_thread(root.id)
+                    tx.create_agent(thread_id=child.id, name=f"agent {child.id}",
+                                    provider="openai", model="worker", tools=["task_list"],
+                                    parent_thread_id=root.id)
+                    tx.post_inbox(child.id, sender=HUMAN, kind="message", text="Say done.")
+            wait_for(lambda: value(postgres_url, "SELECT COUNT(*) FROM events WHERE type = "
+                                                 "'agent_message'") == RACED
+                     and value(postgres_url, "SELECT COUNT(*) FROM agent_metadata WHERE "
+                                             "status != 'idle'") == 0,
+                     "every raced agent to answer", timeout=120)
+            for process in (first, second):
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=30) == 0
+    store.close()
+    calls = rows(postgres_url, "SELECT thread_id, COUNT(*) FROM llm_calls GROUP BY thread_id")
+    assert len(calls) == RACED and {count for _, count in calls} == {1}
+    assert len(server.requests) == RACED  # no call was made and then not recorded
+    holders = {holder for (holder,) in rows(
+        postgres_url, "SELECT lease_holder FROM agent_metadata WHERE thread_id != ?", root.id)}
+    assert holders == workers  # both raced, and each agent ran in one of them
