@@ -82,7 +82,7 @@ def write_session(db: Path, prompt: str = MANY_PROMPT) -> str:
 def done(db: Path, root_id: str) -> bool:
     """The demo coordinator summed up, and nothing of the session is running or pending."""
     summed_up = value(db, "SELECT COUNT(*) FROM events WHERE thread_id = ? AND type = "
-                          "'agent_message' AND data LIKE '%tasks are done%'", root_id)
+                          "'agent_message' AND CAST(data AS TEXT) LIKE '%tasks are done%'", root_id)
     busy = value(db, "SELECT COUNT(*) FROM agent_metadata JOIN threads ON threads.id = "
                      "agent_metadata.thread_id WHERE threads.root_id = ? AND status != 'idle'",
                  root_id)
@@ -122,9 +122,21 @@ async def test_the_sqlite_feed_hears_commits_of_other_connections_and_notify(
         feed.close()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def board(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A migrated database for workers to share: a SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return new_database(tmp_path)
+    url = str(request.getfixturevalue("postgres_url"))
+    (tmp_path / "home").mkdir(mode=0o700)
+    Store(open_database(url)).close()
+    return url
+
+
 @pytest.mark.slow
-def test_a_worker_runs_sessions_other_processes_write_new_ones_too(tmp_path: Path) -> None:
-    db = new_database(tmp_path)
+def test_a_worker_runs_sessions_other_processes_write_new_ones_too(
+        tmp_path: Path, board: Path | str) -> None:
+    db = board
     with worker(tmp_path, db, name="worker") as process:
         ready(db, 1)
         (worker_id,) = live_processes(db)
@@ -140,8 +152,9 @@ def test_a_worker_runs_sessions_other_processes_write_new_ones_too(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_two_workers_share_sessions_and_never_run_one_agent_twice(tmp_path: Path) -> None:
-    db = new_database(tmp_path)
+def test_two_workers_share_sessions_and_never_run_one_agent_twice(
+        tmp_path: Path, board: Path | str) -> None:
+    db = board
     with worker(tmp_path, db, name="a", LACE_DEMO_DELAY="0.05") as first, \
             worker(tmp_path, db, name="b", LACE_DEMO_DELAY="0.05") as second:
         ready(db, 2)
@@ -158,8 +171,8 @@ def test_two_workers_share_sessions_and_never_run_one_agent_twice(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_turn_is_taken_over_after_its_lease_runs_out(
-        tmp_path: Path) -> None:
-    db = new_database(tmp_path)
+        tmp_path: Path, board: Path | str) -> None:
+    db = board
     lease = {"LACE_LIMITS__LEASE_TIMEOUT_S": "1.5"}
     with worker(tmp_path, db, name="stuck", LACE_DEMO_DELAY="600", **lease) as stuck:
         ready(db, 1)
