@@ -34,42 +34,58 @@ DELIVERED_POSTGRES = (
 """DELIVERED as PostgreSQL spells it."""
 
 
-def lace(home: Path, *argv: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m lace *argv` run to its end; `crash_at` names a crash point to die at."""
-    env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
+def lace(home: Path, *argv: str, crash_at: str | None = None,
+         db: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m lace *argv` run to its end; `crash_at` names a crash point to die at; `db`
+    a database URL instead of the home's file."""
+    env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}),
+                   **({"LACE_DB": db} if db else {}))
     return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True, text=True,
                           env=env, timeout=120)
 
 
-def final_board(home: Path) -> dict[str, Any]:
-    """The session's tasks, notes and deliveries with ids normalised."""
-    with sqlite3.connect(home / "lace.db") as connection:
-        (root,), = connection.execute("SELECT id FROM threads WHERE parent_id IS NULL")
+def board_rows(db: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of one query, as a person would read them: sqlite3 on a file, psycopg on a URL."""
+    if str(db).startswith("postgresql://"):
+        from tests import postgres
 
-        def norm(value: Any) -> Any:
-            return value.replace(root, "ROOT") if isinstance(value, str) else value
+        return postgres.query(str(db), sql, *params)
+    with sqlite3.connect(db, timeout=10) as connection:
+        return connection.execute(sql, params).fetchall()
 
-        tasks = sorted(tuple(map(norm, row)) for row in connection.execute(
-            "SELECT title, status, priority, assigned_to, created_by FROM tasks"))
-        notes = sorted(tuple(map(norm, row)) for row in connection.execute(
-            "SELECT t.title, n.author, n.content FROM task_notes n JOIN tasks t "
-            "ON t.id = n.task_id"))
-        notices = sorted(tuple(map(norm, row)) for row in connection.execute(
-            "SELECT i.thread_id, i.kind, i.sender, t.title FROM inbox i LEFT JOIN tasks t "
-            "ON t.id = i.task_id WHERE i.kind NOT IN ('resume', 'reminder')"))
-        undelivered = connection.execute(
-            "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL").fetchone()
-        deliveries = connection.execute(
-            f"SELECT inbox_id, COUNT(*) FROM ({DELIVERED}) GROUP BY 1 HAVING COUNT(*) > 1"
-        ).fetchall()
-        consumed = connection.execute("SELECT COUNT(*) FROM inbox WHERE consumed_at IS NOT "
-                                      "NULL").fetchone()
-        delivered = connection.execute(
-            f"SELECT COUNT(DISTINCT inbox_id) FROM ({DELIVERED})").fetchone()
-        checks = (connection.execute("PRAGMA integrity_check").fetchall(),
-                  connection.execute("PRAGMA foreign_key_check").fetchall())
-        statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}
-    assert undelivered == (0,) and deliveries == [] and consumed == delivered
+
+def final_board(home: Path, db: str | None = None) -> dict[str, Any]:
+    """The session's tasks, notes and deliveries with ids normalised (from the home's file, or
+    the database at `db`)."""
+    database: Path | str = db or home / "lace.db"
+    postgres = str(database).startswith("postgresql://")
+    delivered_rows = DELIVERED_POSTGRES if postgres else DELIVERED
+
+    def rows(sql: str) -> list[tuple[Any, ...]]:
+        return board_rows(database, sql)
+
+    (root,), = rows("SELECT id FROM threads WHERE parent_id IS NULL")
+
+    def norm(value: Any) -> Any:
+        return value.replace(root, "ROOT") if isinstance(value, str) else value
+
+    tasks = sorted(tuple(map(norm, row)) for row in rows(
+        "SELECT title, status, priority, assigned_to, created_by FROM tasks"))
+    notes = sorted(tuple(map(norm, row)) for row in rows(
+        "SELECT t.title, n.author, n.content FROM task_notes n JOIN tasks t "
+        "ON t.id = n.task_id"))
+    notices = sorted(tuple(map(norm, row)) for row in rows(
+        "SELECT i.thread_id, i.kind, i.sender, t.title FROM inbox i LEFT JOIN tasks t "
+        "ON t.id = i.task_id WHERE i.kind NOT IN ('resume', 'reminder')"))
+    undelivered = rows("SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL")
+    deliveries = rows(f"SELECT inbox_id, COUNT(*) FROM ({delivered_rows}) AS d GROUP BY 1 "
+                      "HAVING COUNT(*) > 1")
+    consumed = rows("SELECT COUNT(*) FROM inbox WHERE consumed_at IS NOT NULL")
+    delivered = rows(f"SELECT COUNT(DISTINCT inbox_id) FROM ({delivered_rows}) AS d")
+    checks = ([("ok",)], []) if postgres else (  # PostgreSQL checks as it writes
+        rows("PRAGMA integrity_check"), rows("PRAGMA foreign_key_check"))
+    statuses = {row[0] for row in rows("SELECT status FROM agent_metadata")}
+    assert undelivered == [(0,)] and deliveries == [] and consumed == delivered
     assert checks == ([("ok",)], []) and statuses == {"idle"}
     return {"tasks": tasks, "notes": notes, "notices": notices}
 

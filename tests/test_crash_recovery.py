@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 
 from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
-from tests.processes import MANY_PROMPT, final_board, lace, lace_env
-
-pytestmark = pytest.mark.both_engines
+from tests.processes import MANY_PROMPT, board_rows, final_board, lace, lace_env
 
 PROMPT = "Write the announcement and list the risks"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,34 +28,41 @@ def clean_board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return final_board(home)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the crashed run writes: the home's SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "lace.db")
+    return str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.mark.parametrize("point", POINTS)
-def test_a_crash_at_each_point_loses_and_repeats_nothing(point: str, tmp_path: Path,
-                                                         clean_board: dict[str, Any]) -> None:
-    crashed = lace(tmp_path, "run", PROMPT, crash_at=point)
+def test_a_crash_at_each_point_loses_and_repeats_nothing(
+        point: str, tmp_path: Path, database: str, clean_board: dict[str, Any]) -> None:
+    crashed = lace(tmp_path, "run", PROMPT, crash_at=point, db=database)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
-    with sqlite3.connect(tmp_path / "lace.db") as connection:
-        (root,), = connection.execute("SELECT id FROM threads WHERE parent_id IS NULL")
-    resumed = lace(tmp_path, "run", "--continue", root)
+    (root,), = board_rows(database, "SELECT id FROM threads WHERE parent_id IS NULL")
+    resumed = lace(tmp_path, "run", "--continue", root, db=database)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("All 3 tasks are done.")
-    assert final_board(tmp_path) == clean_board
-    assert_each_task_started_once_after_its_blockers(tmp_path)
+    assert final_board(tmp_path, database) == clean_board  # the same board as SQLite's, unkilled
+    assert_each_task_started_once_after_its_blockers(database)
 
 
-def assert_each_task_started_once_after_its_blockers(home: Path) -> None:
+def assert_each_task_started_once_after_its_blockers(database: Path | str) -> None:
     """Every task got exactly one agent, created no earlier than the completion of each task
     it waited for (the completion's note and the agent commit together)."""
-    with sqlite3.connect(home / "lace.db") as connection:
-        agents = connection.execute(
-            "SELECT t.title, COUNT(a.thread_id), MIN(a.created_at) FROM tasks t LEFT JOIN "
-            "agent_metadata a ON a.created_for_task = t.id GROUP BY t.id").fetchall()
-        completions = dict(connection.execute(
-            "SELECT d.task_id || ' ' || d.blocked_by, MAX(n.created_at) FROM task_dependencies d "
-            "JOIN task_notes n ON n.task_id = d.blocked_by GROUP BY d.task_id, d.blocked_by"))
-        edges = connection.execute("SELECT t.title, a.created_at, d.task_id || ' ' || "
-                                   "d.blocked_by FROM task_dependencies d JOIN tasks t ON t.id = "
-                                   "d.task_id JOIN agent_metadata a ON a.created_for_task = "
-                                   "d.task_id").fetchall()
+    agents = board_rows(
+        database, "SELECT t.title, COUNT(a.thread_id), MIN(a.created_at) FROM tasks t LEFT "
+                  "JOIN agent_metadata a ON a.created_for_task = t.id GROUP BY t.id")
+    completions = dict(board_rows(
+        database, "SELECT d.task_id || ' ' || d.blocked_by, MAX(n.created_at) FROM "
+                  "task_dependencies d JOIN task_notes n ON n.task_id = d.blocked_by "
+                  "GROUP BY d.task_id, d.blocked_by"))
+    edges = board_rows(database, "SELECT t.title, a.created_at, d.task_id || ' ' || "
+                                 "d.blocked_by FROM task_dependencies d JOIN tasks t ON t.id = "
+                                 "d.task_id JOIN agent_metadata a ON a.created_for_task = "
+                                 "d.task_id")
     assert [count for _, count, _ in agents] == [1] * len(agents), agents
     assert edges, "the plan has no dependencies"
     for title, spawned_at, edge in edges:
@@ -105,7 +110,7 @@ def test_a_crash_anywhere_in_a_diamond_never_starts_a_task_twice_or_early(
     resumed = diamond_run(tmp_path, "run", "--continue", root)
     assert resumed.returncode == 0, resumed.stderr
     assert final_board(tmp_path) == clean_diamond
-    assert_each_task_started_once_after_its_blockers(tmp_path)
+    assert_each_task_started_once_after_its_blockers(tmp_path / "lace.db")
 
 
 COMMITTED = {
@@ -168,4 +173,4 @@ def test_random_sigkills_lose_and_repeat_nothing(seed: int, tmp_path: Path) -> N
     assert process.returncode == 0, (tmp_path / "lace.log").read_text()
     assert kills >= 1, f"seed {seed}: the run ended before the first kill"
     assert final_board(home) == clean
-    assert_each_task_started_once_after_its_blockers(home)
+    assert_each_task_started_once_after_its_blockers(home / "lace.db")

@@ -16,8 +16,7 @@ from typing import Any
 import psycopg
 
 from lace.store import Store, open_database
-from tests import postgres
-from tests.processes import DELIVERED, DELIVERED_POSTGRES, lace_env
+from tests.processes import DELIVERED, DELIVERED_POSTGRES, board_rows, lace_env
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) -> None:
@@ -34,11 +33,7 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) ->
         time.sleep(0.02)
 
 
-def rows(db: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    if str(db).startswith("postgresql://"):
-        return postgres.query(str(db), sql, *params)
-    with sqlite3.connect(db, timeout=10) as connection:
-        return connection.execute(sql, params).fetchall()
+rows = board_rows
 
 
 def value(db: Path, sql: str, *params: Any) -> Any:
