@@ -21,9 +21,9 @@ from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
 from lace.runtime.supervisor import Supervisor
-from lace.store import Store
+from lace.store import Store, open_database
 from tests.conftest import query
-from tests.processes import DELIVERED, MANY_PROMPT, lace_env
+from tests.processes import DELIVERED, MANY_PROMPT, board_rows, lace_env
 from tests.scripted import ScriptedModels, reply
 
 pytestmark = pytest.mark.both_engines
@@ -144,3 +144,45 @@ async def test_a_turn_frozen_in_a_tool_while_its_lease_is_taken_commits_nothing(
     finally:
         await runtime.stop()
         runtime.close()
+
+
+def pause_inside_a_write(pid: int, url: str) -> None:
+    """SIGSTOP `pid` at a moment it holds lace's write lock on PostgreSQL (the only lace
+    process running, so any advisory lock granted is its)."""
+    for _ in range(3000):
+        os.kill(pid, signal.SIGSTOP)
+        if board_rows(url, "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' "
+                           "AND granted") != [(0,)]:
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.002)
+    raise AssertionError("never caught the process inside a write")
+
+
+@pytest.mark.slow
+def test_a_process_paused_inside_a_write_on_postgresql_frees_the_board_and_commits_nothing(
+        tmp_path: Path, postgres_url: str) -> None:
+    Store(open_database(postgres_url)).close()
+    env = lace_env(tmp_path, LACE_DEMO_DELAY="0.3", LACE_LIMITS__LEASE_TIMEOUT_S=LEASE_S,
+                   LACE_DB=postgres_url)
+    first = subprocess.Popen([sys.executable, "-m", "lace", "run", MANY_PROMPT], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: board_rows(postgres_url, "SELECT COUNT(*) FROM events WHERE type = "
+                                                  "'notification' AND thread_id LIKE '%.%'")
+                 >= [(1,)], "a helper starting its first model call")
+        pause_inside_a_write(first.pid, postgres_url)
+        (root,), = board_rows(postgres_url, "SELECT id FROM threads WHERE parent_id IS NULL")
+        second = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 0, second.stderr  # the server ended the paused transaction
+        assert "All 4 tasks are done" in second.stdout
+        finished = board_rows(postgres_url, "SELECT COUNT(*) FROM events")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    first.communicate(timeout=60)
+    assert board_rows(postgres_url, "SELECT COUNT(*) FROM events") == finished
+    assert board_rows(postgres_url, "SELECT COUNT(*) FROM task_notes") == [(8,)]
+    assert board_rows(postgres_url, "SELECT task_id, content, COUNT(*) FROM task_notes "
+                                    "GROUP BY task_id, content HAVING COUNT(*) > 1") == []
+    assert set(board_rows(postgres_url, "SELECT status FROM agent_metadata")) == {("idle",)}

@@ -48,9 +48,17 @@ def shown(url: str) -> str:
     return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
 
 
+IDLE_IN_TRANSACTION_MS = 10_000
+"""A session idle inside a transaction this long is ended by the server, and its locks with
+it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock cannot freeze
+every other process. lace's own transactions last milliseconds and never wait on a model."""
+
+
 def connect_args() -> dict[str, Any]:
-    """psycopg settings: every statement run more than once is prepared on the server."""
-    return {"prepare_threshold": 1}
+    """psycopg settings: every statement run more than once is prepared on the server, and a
+    transaction left idle is ended (IDLE_IN_TRANSACTION_MS)."""
+    return {"prepare_threshold": 1,
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"}
 
 
 def in_transaction(raw: Any) -> bool:
