@@ -16,6 +16,7 @@ from lace.core.assignee import HUMAN
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
+from tests import postgres
 from tests.processes import lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
@@ -140,3 +141,30 @@ def test_two_workers_racing_for_the_same_agents_never_run_one_twice(
     holders = {holder for (holder,) in rows(
         postgres_url, "SELECT lease_holder FROM agent_metadata WHERE thread_id != ?", root.id)}
     assert holders == workers  # both raced, and each agent ran in one of them
+
+
+def test_a_password_is_never_printed_and_a_foreign_database_is_refused(
+        tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
+    def lace_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
+                              text=True, timeout=120, env=lace_env(tmp_path / "home"))
+
+    with_password = postgres_url.replace("://postgres@", "://postgres:s3cret-pw@")
+    assert with_password != postgres_url
+    shown = lace_cli("db", "path", "--db", with_password)
+    assert shown.returncode == 0
+    assert shown.stdout.strip() == with_password.replace("s3cret-pw", "***")
+    upgraded = lace_cli("db", "upgrade", "--db", with_password)  # trust auth: any password
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "s3cret-pw" not in upgraded.stdout + upgraded.stderr
+    assert "s3cret-pw" not in str(postgres.snapshot(postgres_url))
+    refused = lace_cli("threads", "--db", "postgresql://bob:s3cret-pw@127.0.0.1:1/nowhere")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("lace: error: ")
+    assert "s3cret-pw" not in refused.stderr
+    with postgres_server.fresh_database() as foreign:
+        rows(foreign, "CREATE TABLE not_lace (id INTEGER)")
+        other = lace_cli("threads", "--db", foreign)
+        assert other.returncode == 2 and "is not a lace database" in other.stderr
+        assert other.stderr.count("\n") == 1
+        assert postgres.snapshot(foreign) == {"not_lace": []}  # nothing written
