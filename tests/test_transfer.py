@@ -19,7 +19,7 @@ from lace.store import Store, open_database
 from tests.conftest import query, run_cli
 
 KEY = "sk-planted-0123456789abcdefKEY"
-LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
+LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace")
 TABLES = ("threads", "agent_metadata", "tasks", "task_notes", "events", "inbox", "llm_calls",
           "subscriptions", "approvals", "task_dependencies")
 

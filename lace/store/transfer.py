@@ -21,8 +21,9 @@ from lace.store import schema
 from lace.store.agent_rules import Tx
 from lace.store.export_format import FORMAT, VERSION, SessionDocument
 
-LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved")
-"""An agent's claim by a process of the database it came from: meaningless elsewhere."""
+LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace")
+"""An agent's claim by a process of the database it came from, and the host and folder it was
+bound to: meaningless elsewhere (an imported agent runs wherever its session is resumed)."""
 
 
 def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
@@ -56,7 +57,8 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
                          for note in notes if note["task_id"] == task["id"]]
     edges = _rows(tx, schema.task_dependencies, schema.task_dependencies.c.task_id.in_(
         [task["id"] for task in tasks]), join=False,
-        order=[sa.literal_column("task_dependencies.rowid")])  # edges of a task share a time
+        order=[schema.task_dependencies.c.created_at, schema.task_dependencies.c.task_id,
+               schema.task_dependencies.c.blocked_by])
     agents = _rows(tx, schema.agent_metadata, in_session, drop=LEASE_COLUMNS)
     calls = _rows(tx, schema.llm_calls, in_session, drop=("id",))
     document = {
