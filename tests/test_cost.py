@@ -20,6 +20,8 @@ from tests.scripted import ScriptedModels, dutiful_worker
 PRICED, UNPRICED = "openai/gpt-4o-mini", "openai/house-model-7"
 
 
+pytestmark = pytest.mark.both_engines
+
 def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
     """The root hands out three jobs; the helpers complete theirs."""
     task = next((m["content"].split("'")[1] for m in messages if m["role"] == "user"

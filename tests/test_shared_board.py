@@ -17,7 +17,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from tests import postgres
-from tests.processes import lace_env
+from tests.processes import final_board, lace, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
 HELPERS = 30
@@ -168,3 +168,20 @@ def test_a_password_is_never_printed_and_a_foreign_database_is_refused(
         assert other.returncode == 2 and "is not a lace database" in other.stderr
         assert other.stderr.count("\n") == 1
         assert postgres.snapshot(foreign) == {"not_lace": []}  # nothing written
+
+
+def test_a_session_moves_between_engines_through_export_and_import(
+        tmp_path: Path, postgres_url: str) -> None:
+    home, copy = tmp_path / "home", tmp_path / "copy.db"
+    ran = lace(home, "run", "Write the announcement and list the risks", db=postgres_url)
+    assert ran.returncode == 0, ran.stderr
+    (root,), = rows(postgres_url, "SELECT id FROM threads WHERE parent_id IS NULL")
+    exported = lace(home, "export", root, "-o", str(tmp_path / "session.json"),
+                    db=postgres_url)
+    assert exported.returncode == 0, exported.stderr
+    imported = lace(home, "import", str(tmp_path / "session.json"), "--db", str(copy))
+    assert imported.returncode == 0, imported.stderr
+    assert final_board(home, str(copy)) == final_board(home, postgres_url)
+    counts = "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM inbox), " \
+             "(SELECT COUNT(*) FROM llm_calls), (SELECT COUNT(*) FROM task_dependencies)"
+    assert rows(copy, counts) == rows(postgres_url, counts)

@@ -18,6 +18,8 @@ from lace.cli.transfer import MAX_IMPORT_BYTES
 from lace.store import Store, open_database
 from tests.conftest import query, run_cli
 
+pytestmark = pytest.mark.both_engines
+
 KEY = "sk-planted-0123456789abcdefKEY"
 LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace")
 TABLES = ("threads", "agent_metadata", "tasks", "task_notes", "events", "inbox", "llm_calls",
