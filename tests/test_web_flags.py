@@ -4,6 +4,7 @@ runs per page (quoted), and app connections refused to pages it did not serve.""
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import subprocess
 import sys
@@ -80,6 +81,18 @@ def test_each_page_runs_this_python_s_lace_with_the_same_database_and_flags(
                            capture_output=True, text=True, check=True)
     assert shown.stdout == f"lace {__version__}\n"
     assert not (tmp_path / "pwned").exists() and not (folder / "pwned").exists()
+
+
+def test_a_database_password_reaches_the_pages_apps_but_not_their_command_line(
+        capsys: Any, served: list[Server], monkeypatch: pytest.MonkeyPatch,
+        postgres_url: str) -> None:
+    url = postgres_url.replace("://postgres@", "://postgres:s3cret-pw@")  # trust: any password
+    monkeypatch.setenv("LACE_DB", "restored after the test")
+    assert main(["--db", url, "web", "--port", "8124"]) == 0
+    (server,) = served
+    assert "s3cret-pw" not in server.command and "--db" not in server.command
+    assert os.environ["LACE_DB"] == url.replace("postgresql://", "postgresql+psycopg://")
+    assert "s3cret-pw" not in capsys.readouterr().err
 
 
 @pytest.mark.slow

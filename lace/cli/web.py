@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import shlex
 import sys
 from urllib.parse import urlsplit
 
+import sqlalchemy as sa
 from aiohttp import web
 from textual_serve.server import Server
 
@@ -62,8 +64,14 @@ def allowed_origins(host: str, port: int, public_url: str) -> frozenset[str]:
 
 def app_command(args: argparse.Namespace) -> str:
     """The shell command textual-serve runs per connection: this Python's lace, with the
-    database and the flags given here (each argument quoted)."""
-    argv = [sys.executable, "-m", "lace", f"--db={resolve_db_url(getattr(args, 'db', None))}"]
+    database and the flags given here (each argument quoted). A database URL with a password
+    goes to the apps in the environment instead (`LACE_DB`): `ps` shows a command to anyone."""
+    url = resolve_db_url(getattr(args, "db", None))
+    argv = [sys.executable, "-m", "lace"]
+    if sa.make_url(url).password is None:
+        argv.append(f"--db={url}")
+    else:
+        os.environ["LACE_DB"] = url  # textual-serve starts each app with this environment
     if args.model:
         argv.append(f"--model={args.model}")
     if args.continue_thread:
