@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
-from lace.store.db import HEAD_REVISION, alembic_config, create_engine, upgrade
+from lace.store.db import HEAD_REVISION, alembic_config, create_engine, resolve_db_url, upgrade
+from tests import postgres
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,3 +129,28 @@ def test_alembic_upgrade_head_works_from_the_repo_root(tmp_path: Path) -> None:
     with sqlite3.connect(target) as connection:
         assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [
             (HEAD_REVISION,)]
+
+
+def test_the_same_migrations_build_postgresql_to_match_the_models_and_go_back(
+        postgres_url: str) -> None:
+    url = resolve_db_url(postgres_url)
+    alembic = Path(sys.executable).with_name("alembic")
+    subprocess.run([str(alembic), "-x", f"db={postgres_url}", "upgrade", "head"], cwd=REPO_ROOT,
+                   check=True, capture_output=True, env={**os.environ})
+    engine = create_engine(url, for_migrations=True)
+    try:
+        with engine.connect() as connection:
+            command.check(alembic_config(connection))  # raises if models and migrations differ
+            names = set(sa.inspect(connection).get_table_names()) | set(
+                sa.inspect(connection).get_view_names())
+        assert {"threads", "events", "tasks", "task_notes", "agent_metadata", "inbox",
+                "llm_calls", "agents", "task_board", "task_dependencies", "processes"} <= names
+        with engine.connect() as connection, connection.begin():
+            command.downgrade(alembic_config(connection), "base")
+        with engine.connect() as connection:
+            assert set(sa.inspect(connection).get_table_names()) == {"alembic_version"}
+    finally:
+        engine.dispose()
+    upgrade(url)
+    assert postgres.query(postgres_url, "SELECT version_num FROM alembic_version") == [
+        (HEAD_REVISION,)]
