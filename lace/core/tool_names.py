@@ -11,8 +11,9 @@ DELEGATION_TOOL_NAMES = ("delegate", "spawn", "spawn_await")
 MESSAGING_TOOL_NAMES = ("send_message", "subscribe", "unsubscribe", "publish")
 LIFETIME_TOOL_NAMES = ("agents_list", "agent_stop")
 WORKSPACE_TOOL_NAMES = ("file_read", "file_list", "file_search", "file_write", "file_edit", "bash")
+WORKTREE_TOOL_NAMES = ("worktree_merge",)
 ALL_TOOL_NAMES = (TASK_TOOL_NAMES + DELEGATION_TOOL_NAMES + MESSAGING_TOOL_NAMES
-                  + LIFETIME_TOOL_NAMES + WORKSPACE_TOOL_NAMES)
+                  + LIFETIME_TOOL_NAMES + WORKSPACE_TOOL_NAMES + WORKTREE_TOOL_NAMES)
 
 
 def nearest_tool_name(name: str) -> str | None:

@@ -21,7 +21,7 @@ from lace.paths import lace_home
 from lace.store.damage import WriteGuard
 from lace.store.failures import storage_error
 
-HEAD_REVISION = "lace_0009"
+HEAD_REVISION = "lace_0010"
 REVISION_PREFIX = "lace_"
 BUSY_TIMEOUT_MS = 10_000
 READONLY_OPTION = "lace_readonly"
