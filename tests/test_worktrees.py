@@ -1,0 +1,247 @@
+"""Helpers in their own git worktrees, in real repositories: two helpers edit the same file at
+once, each on its branch, and the main tree is untouched; the creator merges one cleanly and
+the other conflicts without changing anything; a spawn over uncommitted changes or outside a
+repository is a tool error (or copies the changes, by configuration)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.config import Limits, Settings, ToolSettings, WorkspaceSettings
+from lace.llm.checks import check_model
+from lace.llm.client import LiteLLMClient
+from lace.llm.types import ScriptedReply
+from lace.runtime.supervisor import Supervisor
+from lace.store import Store
+from tests.conftest import query
+from tests.gitrepos import git, new_repository, status
+from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
+
+WRITERS_ALLOWED = {"file_write": "allow", "file_edit": "allow", "bash": "allow"}
+
+
+def supervisor(store: Store, workspace: Path, **workspace_settings: Any) -> Supervisor:
+    settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2),
+                        tools=ToolSettings(policy=WRITERS_ALLOWED),
+                        workspace=WorkspaceSettings(**{"isolation": "worktree",
+                                                       **workspace_settings}))
+    return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
+                      check_model=check_model, workspace=workspace)
+
+
+def editor(content: str, mine: asyncio.Event, other: asyncio.Event) -> Any:
+    """Writes shared.txt, waits until the other editor has written too (so both edit at
+    once), then completes its task."""
+
+    async def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
+        task_id, done = assigned_task(messages), tools_called(messages)
+        if "file_write" not in done:
+            return reply(None, ("file_write", {"path": "shared.txt", "content": content}))
+        if "task_complete" not in done:
+            mine.set()
+            await other.wait()
+            return reply(None, ("task_complete", {"task_id": task_id,
+                                                  "message": f"wrote {content.strip()}"}))
+        return reply("finished")
+
+    return handle
+
+
+def delegating_root(*then: tuple[str, dict[str, Any]]) -> Any:
+    """Delegates one edit to each of helper_a and helper_b, then makes the calls `then` (one
+    per model call), then answers with every tool result it got, separated by `=====`."""
+
+    def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
+        done = tools_called(messages)
+        if "delegate" not in done:
+            return reply(None, ("delegate", {"tasks": [
+                {"title": f"Edit as {name}", "prompt": "Edit shared.txt.",
+                 "expected_response": "what you wrote", "assigned_to": f"new:scripted/{name}"}
+                for name in ("helper_a", "helper_b")]}))
+        step = len(done) - 1
+        if step < len(then):
+            return reply(None, then[step])
+        return reply("\n=====\n".join(text(m) for m in messages if m["role"] == "tool"))
+
+    return handle
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return new_repository(tmp_path / "repo", {"shared.txt": "base\n", "README.md": "# r\n"})
+
+
+async def run_session(runtime: Supervisor, models: ScriptedModels, prompt: str) -> str:
+    """Run a session with the scripted root until quiet; its final answer."""
+    root = await runtime.start_session(prompt, "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    return root.id
+
+
+def final_answer(db_path: Path, thread_id: str) -> str:
+    (answer,), = query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
+                                "WHERE thread_id = ? AND type = 'agent_message' "
+                                "ORDER BY id DESC LIMIT 1", thread_id)
+    return str(answer)
+
+
+async def test_two_helpers_edit_one_file_at_once_each_on_its_branch(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path,
+        isolated_home: Path) -> None:
+    main_before = git(repo, "rev-parse", "main")
+    a_wrote, b_wrote = asyncio.Event(), asyncio.Event()
+    models.on("root", delegating_root())
+    models.on("helper_a", editor("from A\n", a_wrote, b_wrote))
+    models.on("helper_b", editor("from B\n", b_wrote, a_wrote))
+    runtime = supervisor(store, repo)
+    root = await run_session(runtime, models, "edit")
+    runtime.close()
+    first, second = f"{root}.1", f"{root}.2"
+    assert git(repo, "show", f"lace/{first}:shared.txt") == "from A"
+    assert git(repo, "show", f"lace/{second}:shared.txt") == "from B"
+    assert (repo / "shared.txt").read_text() == "base\n"
+    assert git(repo, "rev-parse", "main") == main_before
+    assert status(repo) == ""
+    for helper, title in ((first, "Edit as helper_a"), (second, "Edit as helper_b")):
+        assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%s", f"lace/{helper}") == \
+            f"lace <{helper}>|lace <{helper}>|{title}"
+        assert git(repo, "rev-parse", f"lace/{helper}~1") == main_before
+    rows = query(db_path, "SELECT thread_id, folder, branch, base_branch, base_commit, status "
+                          "FROM worktrees ORDER BY thread_id")
+    assert [(row[0], row[2], row[3], row[4], row[5]) for row in rows] == [
+        (first, f"lace/{first}", "main", main_before, "active"),
+        (second, f"lace/{second}", "main", main_before, "active")]
+    for row in rows:
+        assert Path(row[1]).is_relative_to(isolated_home.resolve() / "worktrees")
+        assert (Path(row[1]) / "shared.txt").read_text() == ("from A\n" if row[0] == first
+                                                              else "from B\n")
+    answer = final_answer(db_path, root)
+    for helper in (first, second):
+        commit = git(repo, "rev-parse", f"lace/{helper}")
+        assert f"Worktree: branch lace/{helper} at commit {commit[:12]}, not merged" in answer
+    assert answer.count("shared.txt | 2 +-") == 2
+
+
+async def test_the_creator_merges_one_branch_and_the_other_conflicts_changing_nothing(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path) -> None:
+    a_wrote, b_wrote = asyncio.Event(), asyncio.Event()
+    models.on("helper_a", editor("from A\n", a_wrote, b_wrote))
+    models.on("helper_b", editor("from B\n", b_wrote, a_wrote))
+    runtime = supervisor(store, repo)
+    root_ids: list[str] = []
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        root_id = root_ids[0]
+        return delegating_root(("worktree_merge", {"thread_id": f"{root_id}.1"}),
+                               ("worktree_merge", {"thread_id": f"{root_id}.2"}))(messages)
+
+    models.on("root", root)
+    session = await runtime.start_session("edit", "scripted/root")
+    root_ids.append(session.id)
+    await asyncio.wait_for(runtime.run_until_quiet(session.id), 60)
+    runtime.close()
+    first, second = f"{session.id}.1", f"{session.id}.2"
+    second_head = git(repo, "rev-parse", f"lace/{second}")
+    merged_head = git(repo, "rev-parse", "main")
+    results = final_answer(db_path, session.id).split("\n=====\n")
+    assert results[1] == (f"lace/{first} merged into main: commit {merged_head[:12]}.")
+    assert results[2].startswith(f"Merging lace/{second} into main conflicts in shared.txt. "
+                                 "Nothing was changed")
+    assert git(repo, "log", "-1", "--format=%P", "main").split() == [
+        git(repo, "rev-parse", "main~1"), git(repo, "rev-parse", f"lace/{first}")]
+    assert git(repo, "log", "-1", "--format=%an <%ae>", "main") == f"lace <{session.id}>"
+    assert (repo / "shared.txt").read_text() == "from A\n"
+    assert status(repo) == ""
+    assert git(repo, "rev-parse", f"lace/{second}") == second_head
+    assert query(db_path, "SELECT thread_id, status, merged_commit FROM worktrees "
+                          "ORDER BY thread_id") == [(first, "merged", merged_head),
+                                                    (second, "active", None)]
+
+
+def spawner(**arguments: Any) -> Any:
+    """Spawns one helper with `arguments`, then answers with the spawn's result."""
+
+    def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "spawn" not in tools_called(messages):
+            return reply(None, ("spawn", {"task": "Edit README.md", "model": "scripted/helper",
+                                          **arguments}))
+        return reply(text(messages[-1]))
+
+    return handle
+
+
+def readme_writer(messages: list[dict[str, Any]]) -> ScriptedReply:
+    if "file_write" not in tools_called(messages):
+        return reply(None, ("file_write", {"path": "README.md", "content": "# edited\n"}))
+    return reply("README edited")
+
+
+async def test_a_spawn_over_uncommitted_changes_is_a_tool_error_that_writes_nothing(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path) -> None:
+    (repo / "shared.txt").write_text("half done\n")
+    models.on("root", spawner())
+    runtime = supervisor(store, repo)
+    root = await run_session(runtime, models, "spawn")
+    runtime.close()
+    answer = final_answer(db_path, root)
+    assert answer.startswith(f"{repo} has uncommitted changes (shared.txt) that a helper in "
+                             "its own worktree would not see. Commit them first")
+    assert query(db_path, "SELECT COUNT(*) FROM threads") == [(1,)]
+    assert query(db_path, "SELECT COUNT(*) FROM worktrees") == [(0,)]
+    assert query(db_path, "SELECT COUNT(*) FROM tasks") == [(0,)]
+
+
+async def test_copy_puts_the_uncommitted_changes_on_the_helpers_branch_only(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path) -> None:
+    (repo / "shared.txt").write_text("half done\n")
+    (repo / "new.txt").write_text("untracked\n")
+    before = (status(repo), git(repo, "rev-parse", "main"), git(repo, "ls-files", "--stage"))
+    models.on("root", spawner())
+    models.on("helper", readme_writer)
+    runtime = supervisor(store, repo, uncommitted="copy")
+    root = await run_session(runtime, models, "spawn")
+    runtime.close()
+    assert (status(repo), git(repo, "rev-parse", "main"), git(repo, "ls-files", "--stage")) \
+        == before
+    branch = f"lace/{root}.1"
+    assert git(repo, "show", f"{branch}:shared.txt") == "half done"
+    assert git(repo, "show", f"{branch}:new.txt") == "untracked"
+    assert git(repo, "show", f"{branch}:README.md") == "# edited"
+    assert git(repo, "log", "--format=%s", f"main..{branch}").splitlines() == [
+        "Edit README.md", "Uncommitted changes of main, copied for a helper"]
+
+
+async def test_outside_a_repository_or_detached_the_spawn_says_what_to_do(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    models.on("root", spawner())
+    runtime = supervisor(store, plain)
+    root = await run_session(runtime, models, "spawn")
+    assert final_answer(db_path, root) == (
+        f"The workspace {plain} is not in a git repository, so a helper cannot get a worktree "
+        'of it. Run `git init` and commit there first, or spawn with isolation "none".')
+    runtime.close()
+    detached = new_repository(tmp_path / "detached")
+    git(detached, "checkout", "--quiet", "--detach")
+    runtime = supervisor(store, detached)
+    root = await run_session(runtime, models, "spawn")
+    runtime.close()
+    assert "has a detached HEAD" in final_answer(db_path, root)
+    assert query(db_path, "SELECT COUNT(*) FROM worktrees") == [(0,)]
+
+
+async def test_isolation_none_on_the_spawn_overrides_the_setting(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path) -> None:
+    (repo / "shared.txt").write_text("half done\n")  # would refuse a worktree
+    models.on("root", spawner(isolation="none"))
+    models.on("helper", readme_writer)
+    runtime = supervisor(store, repo)
+    await run_session(runtime, models, "spawn")
+    runtime.close()
+    assert (repo / "README.md").read_text() == "# edited\n"
+    assert query(db_path, "SELECT COUNT(*) FROM worktrees") == [(0,)]
