@@ -82,10 +82,10 @@ def merge_worktree(worktree: Worktree, *, strategy: Strategy, actor: str, title:
     commit = run_git(repository, ["commit-tree", lines[0], *parents, "-m", message],
                      extra_env=identity(actor)).stdout.strip()
     if place is not None:
-        run_git(place, ["merge", "--ff-only", "--quiet", commit])
+        run_git(place, ["merge", "--ff-only", "--quiet", commit], extra_env=identity(actor))
     else:
         run_git(repository, ["update-ref", "-m", f"lace: merge {branch}",
-                             f"refs/heads/{target}", commit, old])
+                             f"refs/heads/{target}", commit, old], extra_env=identity(actor))
     return commit
 
 

@@ -141,11 +141,13 @@ def materialized(worktree: Worktree) -> Path:
         if (folder / ".git").exists():
             return folder
         folder.parent.mkdir(parents=True, exist_ok=True)
+        who = identity(worktree.thread_id)  # its reflog names the helper
         if commit_of(worktree.repository, f"refs/heads/{worktree.branch}") is not None:
-            run_git(worktree.repository, ["worktree", "add", str(folder), worktree.branch])
+            run_git(worktree.repository, ["worktree", "add", str(folder), worktree.branch],
+                    extra_env=who)
         else:
             run_git(worktree.repository, ["worktree", "add", "-b", worktree.branch,
-                                          str(folder), worktree.base_commit])
+                                          str(folder), worktree.base_commit], extra_env=who)
     return folder
 
 
