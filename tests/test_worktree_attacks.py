@@ -16,7 +16,7 @@ from lace.tools.worktrees import worktree_folders
 from tests.conftest import query
 from tests.gitrepos import git, new_repository, status
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
-from tests.test_worktrees import delegating_root, supervisor
+from tests.worktree_sessions import delegating_root, supervisor
 
 OWNED = "owned\n"
 ATTACKS: list[tuple[str, dict[str, str]]] = [

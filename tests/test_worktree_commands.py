@@ -16,7 +16,7 @@ from lace.store import Store
 from tests.conftest import query, run_cli
 from tests.gitrepos import branches, git, new_repository, status
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
-from tests.test_worktrees import delegating_root, supervisor
+from tests.worktree_sessions import delegating_root, supervisor
 
 
 def file_writer(path: str, content: str) -> Any:
@@ -139,7 +139,7 @@ def test_prune_removes_the_merged_and_keeps_unmerged_work_unless_forced(
     code, out, _ = lace(capsys, db_path, "worktrees", "prune")
     assert code == 0
     assert out.splitlines() == [
-        f"pruned {first}: removed {folders[first]} and lace/{first}",
+        f"pruned {first}: {folders[first]} and lace/{first} are gone",
         f"kept {second}: 1 unmerged commit(s) on lace/{second} (lace merge {second}, or "
         "--force to delete them)"]
     assert not Path(folders[first]).exists() and Path(folders[second]).is_dir()
@@ -148,7 +148,7 @@ def test_prune_removes_the_merged_and_keeps_unmerged_work_unless_forced(
     code, out, _ = lace(capsys, db_path, "worktrees", "prune")
     assert out == f"kept {second}: 1 uncommitted file(s) in {folders[second]}\n"
     code, out, _ = lace(capsys, db_path, "worktrees", "prune", "--force")
-    assert out == f"pruned {second}: removed {folders[second]} and lace/{second}\n"
+    assert out == f"pruned {second}: {folders[second]} and lace/{second} are gone\n"
     assert branches(repo) == ["main"] and not Path(folders[second]).exists()
     assert query(db_path, "SELECT thread_id, status FROM worktrees ORDER BY thread_id") == [
         (first, "pruned"), (second, "pruned")]

@@ -71,7 +71,7 @@ def prune_command(args: argparse.Namespace) -> int:
         remove_worktree(worktree)
         with store.transaction() as tx:
             tx.set_worktree_status(worktree.thread_id, "pruned")
-        say(f"pruned {worktree.thread_id}: removed {worktree.folder} and {worktree.branch}",
+        say(f"pruned {worktree.thread_id}: {worktree.folder} and {worktree.branch} are gone",
             one_line=True)
     if not rows:
         print("No worktrees to prune.")

@@ -118,7 +118,7 @@ def is_ancestor(folder: Path | str, older: str, newer: str) -> bool:
 
 def diffstat(folder: Path | str, base: str, head: str, *, max_files: int = 20) -> str:
     """`git diff --stat` from `base` to `head`, at most `max_files` files and the summary."""
-    lines = git_text(folder, ["diff", "--stat=100", base, head]).splitlines()
+    lines = run_git(folder, ["diff", "--stat=100", base, head]).stdout.rstrip().splitlines()
     if len(lines) > max_files + 1:
         lines = [*lines[:max_files], f" … {len(lines) - 1 - max_files} more files", lines[-1]]
     return "\n".join(lines)

@@ -63,6 +63,14 @@ def nearest_worktree(tx: Tx, thread_id: str) -> Worktree | None:
     return None
 
 
+def is_lace_file(path: str) -> bool:
+    """Whether a changed path is lace's own (`lace.toml`, `.mcp.json`, `.lace*`), which a
+    helper does not need and which does not hold a spawn back."""
+    parts = path.split("/")
+    return parts[-1] in ("lace.toml", ".mcp.json") or any(
+        part.startswith(".lace") for part in parts)
+
+
 def worktree_folders(repository: Path) -> Path:
     """Where this repository's worktrees go: `$LACE_HOME/worktrees/<name>-<hash>`, refused
     when that is inside the repository's working tree (file tools could not tell them apart)."""
@@ -104,7 +112,7 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
     if base_commit is None:
         raise ToolError(f"{folder} has no commit yet; commit once before giving a helper a "
                         "worktree.")
-    changed = changed_paths(folder)
+    changed = [path for path in changed_paths(folder) if not is_lace_file(path)]
     if changed:
         if context.workspace_settings.uncommitted != "copy":
             shown = ", ".join(changed[:SHOWN_PATHS]) + (
