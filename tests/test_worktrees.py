@@ -213,3 +213,57 @@ async def test_isolation_none_on_the_spawn_overrides_the_setting(
     runtime.close()
     assert (repo / "README.md").read_text() == "# edited\n"
     assert query(db_path, "SELECT COUNT(*) FROM worktrees") == [(0,)]
+
+
+async def test_a_helpers_helper_branches_from_its_branch_and_merges_back_into_it(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path) -> None:
+    session: list[str] = []
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        done = tools_called(messages)
+        if "delegate" not in done:
+            return reply(None, ("delegate", {"tasks": [{
+                "title": "Lead the work", "prompt": "Write lead.txt, have sub.txt written.",
+                "expected_response": "done", "assigned_to": "new:scripted/lead"}]}))
+        if "worktree_merge" not in done:
+            return reply(None, ("worktree_merge", {"thread_id": f"{session[0]}.1"}))
+        return reply(text(messages[-1]))
+
+    def lead(messages: list[dict[str, Any]]) -> ScriptedReply:
+        task_id, done = assigned_task(messages), tools_called(messages)
+        steps = [("file_write", {"path": "lead.txt", "content": "lead\n"}),
+                 ("spawn", {"task": "Write sub.txt", "model": "scripted/sub"}),
+                 ("spawn_await", {"job_ids": "*"}),
+                 ("worktree_merge", {"thread_id": f"{session[0]}.1.1"}),
+                 ("task_complete", {"task_id": task_id, "message": "lead and sub written"})]
+        for name, arguments in steps:
+            if name not in done:
+                return reply(None, (name, arguments))
+        return reply("finished")
+
+    def sub(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "file_write" not in tools_called(messages):
+            return reply(None, ("file_write", {"path": "sub.txt", "content": "sub\n"}))
+        return reply("sub.txt written")
+
+    models.on("root", root)
+    models.on("lead", lead)
+    models.on("sub", sub)
+    runtime = supervisor(store, repo)
+    started = await runtime.start_session("nested", "scripted/root")
+    session.append(started.id)
+    await asyncio.wait_for(runtime.run_until_quiet(started.id), 60)
+    runtime.close()
+    lead_id, sub_id = f"{started.id}.1", f"{started.id}.1.1"
+    assert query(db_path, "SELECT thread_id, base_branch FROM worktrees ORDER BY thread_id") \
+        == [(lead_id, "main"), (sub_id, f"lace/{lead_id}")]
+    checkpoint = git(repo, "rev-parse", f"lace/{sub_id}~1")
+    assert git(repo, "log", "-1", "--format=%s", checkpoint) == (
+        f"Work in progress of {lead_id}, committed before it started a helper")
+    assert git(repo, "show", f"{checkpoint}:lead.txt") == "lead"
+    lead_results = [text(m) for m in models.calls_of("lead")[-1] if m["role"] == "tool"]
+    assert lead_results[3].startswith(f"lace/{sub_id} merged into lace/{lead_id}: commit ")
+    assert final_answer(db_path, started.id).startswith(f"lace/{lead_id} merged into main")
+    assert (repo / "lead.txt").read_text() == "lead\n" and (repo / "sub.txt").read_text() == \
+        "sub\n"
+    assert status(repo) == ""

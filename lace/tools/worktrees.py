@@ -87,7 +87,8 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
     """Where a new helper of the caller starts: the caller's worktree branch, else the branch
     checked out in the workspace, at its current commit. Refused outside a git repository,
     on a detached HEAD, before the first commit, and over uncommitted changes unless
-    `[workspace] uncommitted = "copy"` (then they are copied onto the helper's branch)."""
+    `[workspace] uncommitted = "copy"` (then they are copied onto the helper's branch); a
+    caller's own worktree is lace's, so its changes are committed on its branch first."""
     creator = nearest_worktree(tx, context.thread_id)
     if creator is not None:
         folder, repository, branch = Path(creator.folder), Path(creator.repository), \
@@ -113,7 +114,10 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
         raise ToolError(f"{folder} has no commit yet; commit once before giving a helper a "
                         "worktree.")
     changed = [path for path in changed_paths(folder) if not is_lace_file(path)]
-    if changed:
+    if changed and creator is not None and creator.thread_id == context.thread_id:
+        base_commit = checkpoint(creator, f"Work in progress of {creator.thread_id}, "
+                                 "committed before it started a helper")
+    elif changed:
         if context.workspace_settings.uncommitted != "copy":
             shown = ", ".join(changed[:SHOWN_PATHS]) + (
                 f" and {len(changed) - SHOWN_PATHS} more" if len(changed) > SHOWN_PATHS else "")
@@ -124,6 +128,19 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
         base_commit = snapshot(folder, base_commit, branch, context.thread_id)
     return WorktreeOrigin(repository=str(repository), base_branch=branch,
                           base_commit=base_commit, folders=str(worktree_folders(repository)))
+
+
+def checkpoint(worktree: Worktree, message: str) -> str:
+    """Commit everything changed in a helper's worktree on its branch (author and committer
+    `lace <thread id>`), if anything is; the branch's head."""
+    folder = Path(worktree.folder)
+    with _lock(worktree.repository):
+        run_git(folder, ["add", "--all", "--", "."])
+        staged = run_git(folder, ["diff", "--cached", "--quiet"], ok_codes=(0, 1))
+        if staged.returncode == 1:
+            run_git(folder, ["commit", "--quiet", "--no-verify", "-m", message],
+                    extra_env=identity(worktree.thread_id))
+    return git_text(folder, ["rev-parse", "HEAD"])
 
 
 def snapshot(folder: Path, head: str, branch: str, actor: str) -> str:
@@ -172,19 +189,11 @@ class CommittedWork:
 
 
 def commit_work(worktree: Worktree, title: str, result: str) -> CommittedWork:
-    """Commit everything the helper changed on its branch (author and committer
-    `lace <thread id>`), and sum up the branch since its base commit."""
-    folder = Path(worktree.folder)
-    if not (folder / ".git").exists():
+    """Commit what the helper changed, with the task's title and result as the message, and
+    sum up its branch since its base commit."""
+    if not (Path(worktree.folder) / ".git").exists():
         head = commit_of(worktree.repository, f"refs/heads/{worktree.branch}")
         return CommittedWork(head, "" if head is None else diffstat(
             worktree.repository, worktree.base_commit, head))
-    with _lock(worktree.repository):
-        run_git(folder, ["add", "--all", "--", "."])
-        staged = run_git(folder, ["diff", "--cached", "--quiet"], ok_codes=(0, 1))
-        if staged.returncode == 1:
-            run_git(folder, ["commit", "--quiet", "--no-verify", "-m",
-                             commit_message(title, result)],
-                    extra_env=identity(worktree.thread_id))
-    head = git_text(folder, ["rev-parse", "HEAD"])
-    return CommittedWork(head, diffstat(folder, worktree.base_commit, head))
+    head = checkpoint(worktree, commit_message(title, result))
+    return CommittedWork(head, diffstat(worktree.folder, worktree.base_commit, head))
