@@ -267,3 +267,27 @@ async def test_a_helpers_helper_branches_from_its_branch_and_merges_back_into_it
     assert (repo / "lead.txt").read_text() == "lead\n" and (repo / "sub.txt").read_text() == \
         "sub\n"
     assert status(repo) == ""
+
+
+async def test_hostile_text_in_a_result_is_committed_as_text(
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    hostile = f"done\0 $(touch {marker}) `touch {marker}` <script>x</script>\n" + "z" * 40_000
+
+    def helper(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "file_write" not in tools_called(messages):
+            return reply(None, ("file_write", {"path": "-rf --force.txt", "content": "x\n"}))
+        return reply(hostile)
+
+    models.on("root", spawner(task="Line one; $(id)\nsecond line"))
+    models.on("helper", helper)
+    runtime = supervisor(store, repo)
+    root = await run_session(runtime, models, "spawn")
+    runtime.close()
+    branch = f"lace/{root}.1"
+    message = git(repo, "log", "-1", "--format=%B", branch)
+    assert message.splitlines()[0] == "Line one; $(id)"
+    assert message.splitlines()[2] == (f"done $(touch {marker}) `touch {marker}` "
+                                       "<script>x</script>")
+    assert len(message) > 40_000 and not marker.exists()
+    assert git(repo, "show", f"{branch}:-rf --force.txt") == "x"

@@ -28,9 +28,10 @@ def identity(actor: str) -> dict[str, str]:
 
 
 def commit_message(title: str, result: str) -> str:
-    """A helper's commit message: the task's title, then its result."""
-    subject = " ".join(title.split())[:72] or "lace helper work"
-    body = result.strip()
+    """A helper's commit message: the task's title (one line), then its result; without NUL
+    characters, which no command-line argument can hold."""
+    subject = " ".join(title.replace("\0", "").split())[:120] or "lace helper work"
+    body = result.replace("\0", "").strip()
     return f"{subject}\n\n{body}\n" if body else f"{subject}\n"
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lace.core.worktrees import Worktree, conflict, identity
+from lace.core.worktrees import Worktree, commit_message, conflict, identity
 from lace.tools.base import ToolError
 from lace.tools.git import (
     changed_paths,
@@ -77,8 +77,8 @@ def merge_worktree(worktree: Worktree, *, strategy: Strategy, actor: str, title:
     if done.returncode == 1:
         raise ToolError(conflict(branch, target, [line for line in lines[1:] if line]))
     parents = ["-p", old] if strategy == "squash" else ["-p", old, "-p", head]
-    message = (f"{title}\n\nSquashed from {branch}." if strategy == "squash"
-               else f"Merge {branch} into {target}: {title}")
+    message = commit_message(title, f"Squashed from {branch}.") if strategy == "squash" \
+        else commit_message(f"Merge {branch} into {target}: {title}", "")
     commit = run_git(repository, ["commit-tree", lines[0], *parents, "-m", message],
                      extra_env=identity(actor)).stdout.strip()
     if place is not None:
