@@ -81,7 +81,8 @@ def test_list_then_merge_one_and_squash_the_other(
     assert (repo / "a.txt").read_text() == "A\n" and (repo / "b.txt").read_text() == "B\n"
     assert status(repo) == ""
     code, _, err = lace(capsys, db_path, "merge", first)
-    assert code == 1 and err == f"lace: lace/{first} is merged already.\n"
+    assert code == 1 and err == f"lace: lace/{first} is merged already (nothing new on it " \
+        "since).\n"
     code, out, _ = lace(capsys, db_path, "worktrees")
     assert [line.split("  ")[1] for line in out.splitlines()] == ["merged", "merged"]
 
@@ -169,3 +170,22 @@ def test_bad_thread_ids_get_one_line(helpers: tuple[Path, str, str], db_path: Pa
     code, _, err = lace(capsys, db_path, "merge", root)
     assert (code, err) == (1, f"lace: {root!r} has no worktree; `lace worktrees` lists "
                               "them.\n")
+
+
+def test_work_added_after_a_merge_is_unmerged_again(
+        helpers: tuple[Path, str, str], db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo, first, _ = helpers
+    (folder,), = query(db_path, "SELECT folder FROM worktrees WHERE thread_id = ?", first)
+    assert lace(capsys, db_path, "merge", first, "--squash")[0] == 0
+    (Path(folder) / "later.txt").write_text("later\n")
+    git(Path(folder), "add", "later.txt")
+    git(Path(folder), "commit", "--quiet", "-m", "more work after the merge")
+    code, out, _ = lace(capsys, db_path, "worktrees")
+    assert f"{first}  merged  lace/{first} → main  (1 unmerged commit(s))" in out
+    code, out, _ = lace(capsys, db_path, "worktrees", "prune")
+    assert f"kept {first}: 1 unmerged commit(s) on lace/{first}" in out
+    assert Path(folder, "later.txt").exists()
+    code, out, err = lace(capsys, db_path, "merge", first)
+    assert (code, err) == (0, ""), err
+    assert git(repo, "show", "main:later.txt") == "later"

@@ -63,6 +63,9 @@ class Worktree:
     base_commit: str
     status: str
     merged_commit: str | None
+    """The base branch's commit that merged it."""
+    merged_head: str | None
+    """The head of its branch that was merged: later commits are not merged."""
     created_at: str
     updated_at: str
 

@@ -25,7 +25,7 @@ async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Works
 def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] | None:
     """The thread's own active worktree and the task it is about to complete, if both."""
     worktree = tx.find_worktree(thread_id)
-    if worktree is None or worktree.status != "active":
+    if worktree is None or worktree.status == "pruned":
         return None
     try:
         task = tx.get_task(task_id)

@@ -218,6 +218,7 @@ worktrees = sa.Table(
     sa.Column("base_commit", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("merged_commit", sa.Text, nullable=True),
+    sa.Column("merged_head", sa.Text, nullable=True),
     _created(),
     _updated(),
     sa.CheckConstraint(_one_of("status", WORKTREE_STATUSES), name="status"),

@@ -26,7 +26,8 @@ class WorktreeRows(RowVerbs):
                             folder=os.path.join(origin.folders, thread_id),
                             branch=branch_for(thread_id), base_branch=origin.base_branch,
                             base_commit=origin.base_commit, status="active",
-                            merged_commit=None, created_at=now, updated_at=now)
+                            merged_commit=None, merged_head=None, created_at=now,
+                            updated_at=now)
         self._execute(_worktrees.insert().values(**vars(worktree)))
         return worktree
 
@@ -51,11 +52,13 @@ class WorktreeRows(RowVerbs):
             statement = statement.where(_worktrees.c.status != "pruned")
         return [Worktree(**row._mapping) for row in self._execute(statement)]
 
-    def set_worktree_status(self, thread_id: str, status: str,
-                            merged_commit: str | None = None) -> None:
-        """Mark a worktree merged (with the commit that did it) or pruned."""
+    def set_worktree_status(self, thread_id: str, status: str, *,
+                            merged_commit: str | None = None,
+                            merged_head: str | None = None) -> None:
+        """Mark a worktree merged (with the commit that did it and the branch head it merged)
+        or pruned."""
         values: dict[str, str] = {"status": status, "updated_at": now_iso()}
-        if merged_commit is not None:
-            values["merged_commit"] = merged_commit
+        if merged_commit is not None and merged_head is not None:
+            values.update(merged_commit=merged_commit, merged_head=merged_head)
         self._execute(_worktrees.update().where(_worktrees.c.thread_id == thread_id)
                       .values(**values))

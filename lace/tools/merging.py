@@ -43,23 +43,34 @@ def state_of(worktree: Worktree) -> WorktreeState:
     head = commit_of(repository, f"refs/heads/{worktree.branch}")
     target = commit_of(repository, f"refs/heads/{worktree.base_branch}")
     unmerged = 0
-    if head is not None and worktree.status != "merged":
-        since = target if target is not None else worktree.base_commit
-        unmerged = int(git_text(repository, ["rev-list", "--count", f"{since}..{head}"]))
+    if head is not None:
+        since = worktree.merged_head if worktree.status == "merged" else target
+        unmerged = int(git_text(repository, ["rev-list", "--count",
+                                             f"{since or worktree.base_commit}..{head}"]))
     folder = Path(worktree.folder)
     uncommitted = len(changed_paths(folder)) if (folder / ".git").exists() else 0
     return WorktreeState(head, unmerged, uncommitted)
 
 
-def merge_worktree(worktree: Worktree, *, strategy: Strategy, actor: str, title: str) -> str:
-    """Merge (or squash) the helper's branch into its base branch; returns the new commit of
-    the base branch. A conflict, a dirty target or nothing to merge is a ToolError and
-    leaves both branches and every working tree as they were."""
+@dataclass(frozen=True)
+class Merged:
+    """What a merge made: the base branch's new commit, and the branch head it merged."""
+
+    commit: str
+    head: str
+
+
+def merge_worktree(worktree: Worktree, *, strategy: Strategy, actor: str, title: str) -> Merged:
+    """Merge (or squash) the helper's branch into its base branch. A conflict, a dirty target
+    or nothing to merge is a ToolError and leaves both branches and every working tree as
+    they were."""
     repository, branch, target = worktree.repository, worktree.branch, worktree.base_branch
     head = commit_of(repository, f"refs/heads/{branch}")
     old = commit_of(repository, f"refs/heads/{target}")
     if head is None or head == worktree.base_commit:
         raise ToolError(f"{branch} has no commits to merge (its helper committed nothing yet).")
+    if head == worktree.merged_head:
+        raise ToolError(f"{branch} is merged already (nothing new on it since).")
     if old is None:
         raise ToolError(f"The branch {target} that {branch} started from no longer exists.")
     if is_ancestor(repository, head, old):
@@ -86,7 +97,7 @@ def merge_worktree(worktree: Worktree, *, strategy: Strategy, actor: str, title:
     else:
         run_git(repository, ["update-ref", "-m", f"lace: merge {branch}",
                              f"refs/heads/{target}", commit, old], extra_env=identity(actor))
-    return commit
+    return Merged(commit, head)
 
 
 def prune_refusal(worktree: Worktree, state: WorktreeState, *, helper_working: bool,
@@ -97,12 +108,10 @@ def prune_refusal(worktree: Worktree, state: WorktreeState, *, helper_working: b
         return None
     if state.uncommitted:
         return f"{state.uncommitted} uncommitted file(s) in {worktree.folder}"
-    if worktree.status == "merged":
-        return None
     if state.unmerged_commits:
         return (f"{state.unmerged_commits} unmerged commit(s) on {worktree.branch} "
                 f"(lace merge {worktree.thread_id}, or --force to delete them)")
-    if helper_working:
+    if helper_working and worktree.status != "merged":
         return "its helper is still working"
     return None
 

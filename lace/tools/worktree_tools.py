@@ -36,14 +36,15 @@ class WorktreeMerge(Tool):
             raise PermissionDeniedError(
                 f"Only {worktree.thread_id}'s creator ({agent.parent_thread_id}) or a person "
                 f"may merge {worktree.branch}; you are {context.thread_id}.")
-        if worktree.status != "active":
-            raise ToolError(f"{worktree.branch} is {worktree.status} already.")
+        if worktree.status == "pruned":
+            raise ToolError(f"{worktree.branch} was pruned; there is nothing left to merge.")
         task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
         title = task.title if task is not None else f"work of {worktree.thread_id}"
-        commit = merge_worktree(worktree, strategy=self.strategy, actor=context.thread_id,
-                                title=title)
-        tx.set_worktree_status(worktree.thread_id, "merged", merged_commit=commit)
-        return merged(worktree.branch, worktree.base_branch, commit, self.strategy)
+        done = merge_worktree(worktree, strategy=self.strategy, actor=context.thread_id,
+                              title=title)
+        tx.set_worktree_status(worktree.thread_id, "merged", merged_commit=done.commit,
+                               merged_head=done.head)
+        return merged(worktree.branch, worktree.base_branch, done.commit, self.strategy)
 
 
 WORKTREE_TOOLS: tuple[type[Tool], ...] = (WorktreeMerge,)

@@ -1,5 +1,6 @@
 """worktrees: one git worktree per writing helper, on branch `lace/<thread id>`, with the branch
-it merges back into, the commit it started from, and whether it was merged or pruned.
+it merges back into, the commit it started from, and whether it was merged (the target's new
+commit, and the branch head that was merged) or pruned.
 
 Revision ID: lace_0010
 Revises: lace_0009
@@ -27,6 +28,7 @@ def upgrade() -> None:
         sa.Column("base_commit", sa.Text(), nullable=False),
         sa.Column("status", sa.Text(), nullable=False),
         sa.Column("merged_commit", sa.Text(), nullable=True),
+        sa.Column("merged_head", sa.Text(), nullable=True),
         sa.Column("created_at", sa.Text(), nullable=False),
         sa.Column("updated_at", sa.Text(), nullable=False),
         sa.CheckConstraint("status IN ('active', 'merged', 'pruned')",
