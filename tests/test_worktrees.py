@@ -215,9 +215,14 @@ async def test_isolation_none_on_the_spawn_overrides_the_setting(
     assert query(db_path, "SELECT COUNT(*) FROM worktrees") == [(0,)]
 
 
+@pytest.mark.parametrize("writes_first", [True, False], ids=["wrote-first", "spawned-first"])
 async def test_a_helpers_helper_branches_from_its_branch_and_merges_back_into_it(
-        store: Store, models: ScriptedModels, repo: Path, db_path: Path) -> None:
+        store: Store, models: ScriptedModels, repo: Path, db_path: Path,
+        writes_first: bool) -> None:
+    """The lead's helper starts from the lead's work so far: committed on the lead's branch
+    first when it wrote before spawning, the lead's starting commit when it wrote nothing."""
     session: list[str] = []
+    main_before = git(repo, "rev-parse", "main")
 
     def root(messages: list[dict[str, Any]]) -> ScriptedReply:
         done = tools_called(messages)
@@ -231,8 +236,9 @@ async def test_a_helpers_helper_branches_from_its_branch_and_merges_back_into_it
 
     def lead(messages: list[dict[str, Any]]) -> ScriptedReply:
         task_id, done = assigned_task(messages), tools_called(messages)
-        steps = [("file_write", {"path": "lead.txt", "content": "lead\n"}),
-                 ("spawn", {"task": "Write sub.txt", "model": "scripted/sub"}),
+        write = ("file_write", {"path": "lead.txt", "content": "lead\n"})
+        spawn = ("spawn", {"task": "Write sub.txt", "model": "scripted/sub"})
+        steps = [*([write, spawn] if writes_first else [spawn, write]),
                  ("spawn_await", {"job_ids": "*"}),
                  ("worktree_merge", {"thread_id": f"{session[0]}.1.1"}),
                  ("task_complete", {"task_id": task_id, "message": "lead and sub written"})]
@@ -257,10 +263,13 @@ async def test_a_helpers_helper_branches_from_its_branch_and_merges_back_into_it
     lead_id, sub_id = f"{started.id}.1", f"{started.id}.1.1"
     assert query(db_path, "SELECT thread_id, base_branch FROM worktrees ORDER BY thread_id") \
         == [(lead_id, "main"), (sub_id, f"lace/{lead_id}")]
-    checkpoint = git(repo, "rev-parse", f"lace/{sub_id}~1")
-    assert git(repo, "log", "-1", "--format=%s", checkpoint) == (
-        f"Work in progress of {lead_id}, committed before it started a helper")
-    assert git(repo, "show", f"{checkpoint}:lead.txt") == "lead"
+    start = git(repo, "rev-parse", f"lace/{sub_id}~1")
+    if writes_first:
+        assert git(repo, "log", "-1", "--format=%s", start) == (
+            f"Work in progress of {lead_id}, committed before it started a helper")
+        assert git(repo, "show", f"{start}:lead.txt") == "lead"
+    else:
+        assert start == main_before
     lead_results = [text(m) for m in models.calls_of("lead")[-1] if m["role"] == "tool"]
     assert lead_results[3].startswith(f"lace/{sub_id} merged into lace/{lead_id}: commit ")
     assert final_answer(db_path, started.id).startswith(f"lace/{lead_id} merged into main")

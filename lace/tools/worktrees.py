@@ -90,25 +90,17 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
     `[workspace] uncommitted = "copy"` (then they are copied onto the helper's branch); a
     caller's own worktree is lace's, so its changes are committed on its branch first."""
     creator = nearest_worktree(tx, context.thread_id)
+    if creator is not None and not (Path(creator.folder) / ".git").exists():
+        head = commit_of(creator.repository, f"refs/heads/{creator.branch}")
+        return WorktreeOrigin(repository=creator.repository, base_branch=creator.branch,
+                              base_commit=head or creator.base_commit,
+                              folders=str(worktree_folders(Path(creator.repository))))
     if creator is not None:
         folder, repository, branch = Path(creator.folder), Path(creator.repository), \
             creator.branch
-        if not folder.is_dir():
-            raise ToolError(f"Your worktree {folder} is missing; ask a person to look at it.")
     else:
-        if context.workspace is None:
-            raise ToolError("A helper in its own worktree needs a workspace, and this runtime "
-                            'has none; spawn it with isolation "none".')
-        top = top_level(context.workspace)
-        if top is None:
-            raise ToolError(f"The workspace {context.workspace} is not in a git repository, so "
-                            'a helper cannot get a worktree of it. Run `git init` and commit '
-                            'there first, or spawn with isolation "none".')
-        folder, repository = top, main_tree(top)
-        branch = current_branch(top) or ""
-        if not branch:
-            raise ToolError(f"{top} has a detached HEAD: a helper's work must merge back into "
-                            'a branch. Check one out first, or spawn with isolation "none".')
+        folder, repository, branch = _workspace_branch(context)
+    folders = worktree_folders(repository)
     base_commit = commit_of(folder, "HEAD")
     if base_commit is None:
         raise ToolError(f"{folder} has no commit yet; commit once before giving a helper a "
@@ -127,7 +119,24 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
                 '"none", or have a person set [workspace] uncommitted = "copy".')
         base_commit = snapshot(folder, base_commit, branch, context.thread_id)
     return WorktreeOrigin(repository=str(repository), base_branch=branch,
-                          base_commit=base_commit, folders=str(worktree_folders(repository)))
+                          base_commit=base_commit, folders=str(folders))
+
+
+def _workspace_branch(context: ToolContext) -> tuple[Path, Path, str]:
+    """The workspace's working tree, its repository's main tree, and the branch checked out."""
+    if context.workspace is None:
+        raise ToolError("A helper in its own worktree needs a workspace, and this runtime "
+                        'has none; spawn it with isolation "none".')
+    top = top_level(context.workspace)
+    if top is None:
+        raise ToolError(f"The workspace {context.workspace} is not in a git repository, so "
+                        "a helper cannot get a worktree of it. Run `git init` and commit "
+                        'there first, or spawn with isolation "none".')
+    branch = current_branch(top)
+    if branch is None:
+        raise ToolError(f"{top} has a detached HEAD: a helper's work must merge back into "
+                        'a branch. Check one out first, or spawn with isolation "none".')
+    return top, main_tree(top), branch
 
 
 def checkpoint(worktree: Worktree, message: str) -> str:
