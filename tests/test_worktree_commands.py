@@ -189,3 +189,28 @@ def test_work_added_after_a_merge_is_unmerged_again(
     code, out, err = lace(capsys, db_path, "merge", first)
     assert (code, err) == (0, ""), err
     assert git(repo, "show", "main:later.txt") == "later"
+
+
+def test_a_person_assigning_new_agents_gets_worktrees_from_the_folder_they_are_in(
+        store: Store, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import new_session, snapshot
+
+    repo = new_repository(tmp_path / "repo")
+    config = tmp_path / "lace-config.toml"
+    config.write_text('[workspace]\nisolation = "worktree"\n')
+    monkeypatch.setenv("LACE_CONFIG", str(config))
+    monkeypatch.chdir(repo)
+    session = new_session(store)
+    code, _, err = lace(capsys, db_path, "task", "add", "Edit the README",
+                        "--assign", "new:scripted/helper", "--session", session.id)
+    assert (code, err) == (0, "")
+    assert query(db_path, "SELECT thread_id, repository, base_branch, status FROM worktrees") \
+        == [(f"{session.id}.1", str(repo), "main", "active")]
+    (repo / "README.md").write_text("dirty\n")
+    before = snapshot(db_path)
+    code, _, err = lace(capsys, db_path, "task", "add", "Edit it again",
+                        "--assign", "new:scripted/helper", "--session", session.id)
+    assert code == 2 and err.startswith(f"lace: error: {repo} has uncommitted changes "
+                                        "(README.md)")
+    assert snapshot(db_path) == before
