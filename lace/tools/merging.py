@@ -111,7 +111,7 @@ def prune_refusal(worktree: Worktree, state: WorktreeState, *, helper_working: b
     if state.unmerged_commits:
         return (f"{state.unmerged_commits} unmerged commit(s) on {worktree.branch} "
                 f"(lace merge {worktree.thread_id}, or --force to delete them)")
-    if helper_working and worktree.status != "merged":
+    if helper_working:
         return "its helper is still working"
     return None
 
