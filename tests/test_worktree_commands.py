@@ -214,3 +214,41 @@ def test_a_person_assigning_new_agents_gets_worktrees_from_the_folder_they_are_i
     assert code == 2 and err.startswith(f"lace: error: {repo} has uncommitted changes "
                                         "(README.md)")
     assert snapshot(db_path) == before
+
+
+async def test_prune_keeps_a_working_helpers_worktree_and_a_stopped_ones_writes(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = new_repository(tmp_path / "repo")
+    wrote, never = asyncio.Event(), asyncio.Event()
+
+    async def slow_writer(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "file_write" not in tools_called(messages):
+            return reply(None, ("file_write", {"path": "draft.txt", "content": "draft\n"}))
+        wrote.set()
+        await never.wait()  # mid-task until stopped
+        return reply("unreachable")
+
+    models.on("root", lambda messages: reply(None, ("spawn", {
+        "task": "Draft it", "model": "scripted/helper"})) if not tools_called(messages)
+        else reply("spawned"))
+    models.on("helper", slow_writer)
+    runtime = supervisor(store, repo)
+    root = await runtime.start_session("draft", "scripted/root")
+    run = asyncio.create_task(runtime.run_until_quiet(root.id))
+    await asyncio.wait_for(wrote.wait(), 60)
+    helper = f"{root.id}.1"
+    (folder,), = query(db_path, "SELECT folder FROM worktrees")
+    assert lace(capsys, db_path, "worktrees", "prune")[:2] == (
+        0, f"kept {helper}: 1 uncommitted file(s) in {folder}\n")
+    (Path(folder) / "draft.txt").unlink()  # as if it had written nothing yet
+    assert lace(capsys, db_path, "worktrees", "prune")[:2] == (
+        0, f"kept {helper}: its helper is still working\n")
+    (Path(folder) / "draft.txt").write_text("draft\n")
+    await runtime.stop_agent(helper, "enough", by_person=True)
+    await asyncio.wait_for(run, 60)
+    runtime.close()
+    assert lace(capsys, db_path, "worktrees", "prune")[:2] == (
+        0, f"kept {helper}: 1 uncommitted file(s) in {folder}\n")
+    assert (Path(folder) / "draft.txt").read_text() == "draft\n"
+    assert f"lace/{helper}" in branches(repo)
