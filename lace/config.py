@@ -20,6 +20,7 @@ from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.tool_names import unknown_tool_problem
 from lace.core.tool_sets import EVERY_MCP_TOOL, is_mcp_tool, matches
+from lace.core.worktrees import Isolation
 from lace.paths import lace_home
 
 DEMO_MODEL = "demo/coordinator"
@@ -115,6 +116,19 @@ class ToolSettings(BaseModel):
         return copy
 
 
+class WorkspaceSettings(BaseModel):
+    """`[workspace]`: whether every helper gets a git worktree of its own (`isolation`), and
+    what a spawn does when its creator's tree has uncommitted changes: refuse with an error,
+    or `copy` them onto the helper's branch first."""
+
+    model_config = ConfigDict(extra="forbid")
+    isolation: Isolation = Field(default="none", description="none, or worktree: every "
+                                 "writing helper works in its own git worktree")
+    uncommitted: Literal["refuse", "copy"] = Field(
+        default="refuse", description="refuse a worktree spawn over uncommitted changes, or "
+        "copy them onto the helper's branch")
+
+
 class Budget(BaseModel):
     """Caps on a subtree: tokens, cost, turns and wall-clock seconds (None: no cap)."""
 
@@ -158,6 +172,8 @@ class Profile(BaseModel):
     fallbacks: list[str] = Field(default_factory=list,
                                  description="provider/model to continue on, in order, when "
                                              "this profile's model keeps failing")
+    isolation: Isolation | None = Field(default=None, description="worktree: each helper of "
+                                        "this profile works in its own git worktree")
 
     def prompt_text(self, config_file: Path | None) -> str | None:
         """The inline prompt, else the file's text (relative to the config file)."""
@@ -206,6 +222,7 @@ class Settings(BaseSettings):
     limits: Limits = Field(default_factory=Limits)
     budgets: Budgets = Field(default_factory=Budgets)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     fallbacks: list[str] = Field(default_factory=list,

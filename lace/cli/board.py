@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, TextIO
 
 from lace.core.assignee import HUMAN
@@ -115,15 +116,16 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def human_context(session_id: str) -> ToolContext:
-    """The person's tool context on the command line, under the configured limits and
-    profiles."""
+    """The person's tool context on the command line, under the configured limits, profiles
+    and `[workspace]` settings, with the folder it was started in as the workspace."""
     from lace.config import load_settings
     from lace.llm.checks import check_model
 
     settings = load_settings()
     return ToolContext(thread_id=HUMAN, session_id=session_id, check_model=check_model,
                        profiles=settings.profiles, limits=settings.limits,
-                       budgets=settings.budgets)
+                       budgets=settings.budgets, workspace=Path.cwd(),
+                       workspace_settings=settings.workspace)
 
 
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],

@@ -286,6 +286,27 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                        help="let --http listen on an address other machines can reach")
     add_workspace_flags(serve)
 
+    merge = add("merge", "Merge a helper's worktree branch (lace/THREAD_ID) into the branch it "
+                         "started from; a conflict changes nothing.",
+                "lace.cli.worktrees:merge_command")
+    merge.add_argument("thread_id", metavar="THREAD_ID")
+    merge.add_argument("--squash", action="store_true", help="one plain commit, no merge commit")
+
+    worktrees = add("worktrees", "List the helpers' git worktrees with their status.",
+                    "lace.cli.worktrees:worktrees_command")
+    worktrees.add_argument("--all", action="store_true", help="include pruned ones")
+    worktrees.add_argument("--json", action="store_true", help="print JSON")
+    worktree_actions = worktrees.add_subparsers(dest="worktrees_command", metavar="ACTION",
+                                                parser_class=type(worktrees))
+    prune = worktree_actions.add_parser(
+        "prune", help="Remove merged and abandoned worktrees and their branches.",
+        description="Remove merged and abandoned worktrees and their branches; one with "
+                    "unmerged commits or uncommitted files is kept unless --force.",
+        parents=[common])
+    prune.set_defaults(handler=lazy("lace.cli.worktrees:prune_command"))
+    prune.add_argument("--force", action="store_true",
+                       help="remove them all, unmerged work too (it is deleted)")
+
     database = add("db", "Database maintenance.", "lace.cli.board:db_help_command")
     db_actions = database.add_subparsers(dest="db_command", metavar="ACTION",
                                          parser_class=type(database))
@@ -329,6 +350,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace mcp list": ("lace mcp list --json",),
     "lace mcp serve": ("lace mcp serve",
                        "lace mcp serve --http 127.0.0.1:8765 --session lace_20261122_ab12cd"),
+    "lace merge": ("lace merge lace_20261122_ab12cd.1",
+                   "lace merge lace_20261122_ab12cd.2 --squash"),
+    "lace worktrees": ("lace worktrees", "lace worktrees prune"),
+    "lace worktrees prune": ("lace worktrees prune", "lace worktrees prune --force"),
     "lace db": ("lace db path",),
     "lace db upgrade": ("lace db upgrade --db ./team.db",),
     "lace db path": ("lace db path",),

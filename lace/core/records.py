@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from lace.core.worktrees import WorktreeOrigin
+
 EVENT_TYPES: Final = ("system_prompt", "user_message", "agent_message", "tool_call", "tool_result",
                       "notification", "error")
 APPROVAL_STATUSES: Final = ("pending", "approved", "approved_session", "denied")
@@ -181,6 +183,8 @@ class AgentPlan:
     topics: tuple[str, ...] = ()
     limits: SpawnLimits | None = None
     """Checked when the agent is spawned; None spawns unchecked."""
+    worktree: WorktreeOrigin | None = None
+    """Where the agent's own git worktree starts; None: it works in its creator's folder."""
 
     @property
     def model_name(self) -> str:
@@ -200,10 +204,11 @@ class AgentPlan:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentPlan:
         """A plan held by `to_json`."""
-        tools, limits = data.get("tools"), data.get("limits")
+        tools, limits, worktree = data.get("tools"), data.get("limits"), data.get("worktree")
         return cls(**{**data, "tools": None if tools is None else tuple(tools),
                       "topics": tuple(data.get("topics") or ()),
-                      "limits": None if limits is None else SpawnLimits(**limits)})
+                      "limits": None if limits is None else SpawnLimits(**limits),
+                      "worktree": None if worktree is None else WorktreeOrigin(**worktree)})
 
     @property
     def name(self) -> str:

@@ -14,8 +14,9 @@ WORKSPACE_TOOL_NAMES = ("file_read", "file_list", "file_search", "file_write", "
 BOARD_TOOL_NAMES = (TASK_TOOL_NAMES + DELEGATION_TOOL_NAMES + MESSAGING_TOOL_NAMES
                     + LIFETIME_TOOL_NAMES)
 """The tools that act on the board only: an agent with no others may run on any host."""
+WORKTREE_TOOL_NAMES = ("worktree_merge",)
 ALL_TOOL_NAMES = (TASK_TOOL_NAMES + DELEGATION_TOOL_NAMES + MESSAGING_TOOL_NAMES
-                  + LIFETIME_TOOL_NAMES + WORKSPACE_TOOL_NAMES)
+                  + LIFETIME_TOOL_NAMES + WORKSPACE_TOOL_NAMES + WORKTREE_TOOL_NAMES)
 
 
 def needs_workspace(tools: list[str] | None) -> bool:

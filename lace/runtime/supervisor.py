@@ -179,7 +179,8 @@ class Supervisor:
             protected_paths=self.settings.tools.protected_paths)
         tools = ToolRunner(db=self.db, bus=self.bus, check_model=self.check_model,
                            limits=self.settings.limits, profiles=self.settings.profiles,
-                           budgets=self.settings.budgets, workspace=workspace)
+                           budgets=self.settings.budgets, workspace=workspace,
+                           workspace_settings=self.settings.workspace)
         tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
                                     timeout_s=self.settings.limits.approval_timeout_s,
                                     changed=tools.change_signal)

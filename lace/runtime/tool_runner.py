@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lace.config import Budgets, Limits, Profile
+from lace.config import Budgets, Limits, Profile, WorkspaceSettings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
@@ -26,6 +26,7 @@ from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus
+from lace.runtime.isolation import with_committed_work, workspace_of
 from lace.store import Store, Tx
 from lace.store.leases import fenced
 from lace.tools.base import (
@@ -39,6 +40,7 @@ from lace.tools.base import (
 from lace.tools.delegation import settled
 from lace.tools.mcp.servers import McpServers
 from lace.tools.registry import ToolRegistry, decoded_arguments
+from lace.tools.task_tools import TaskComplete
 from lace.tools.workspace import Workspace, WorkspaceTool
 
 POLL_S = 0.5
@@ -59,6 +61,7 @@ class ToolRunner:
     budgets: Budgets = field(default_factory=Budgets)
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     workspace: Workspace | None = None
+    workspace_settings: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     approvals: Approvals | None = None
     mcp: McpServers | None = None
     """The process's MCP servers (None when none is configured)."""
@@ -80,7 +83,9 @@ class ToolRunner:
                  lease: Lease | None) -> ToolContext:
         return ToolContext(thread_id=thread_id, session_id=session_id,
                            check_model=self.check_model, profiles=self.profiles, tools=tools,
-                           limits=self.limits, budgets=self.budgets, lease=lease)
+                           limits=self.limits, budgets=self.budgets, lease=lease,
+                           workspace=None if self.workspace is None else self.workspace.folder,
+                           workspace_settings=self.workspace_settings)
 
     async def _write(self, context: ToolContext, work: Callable[[Tx], T]) -> T:
         """A write for this caller: for an agent, only while its turn's lease holds."""
@@ -123,6 +128,9 @@ class ToolRunner:
             return await self._start_wait(context, tool, PendingWait(call_id, name, text, []))
         if call_id is not None and isinstance(tool, WorkspaceTool):
             return await self._perform(context, tool, call_id)
+        if call_id is not None and isinstance(tool, TaskComplete):
+            tool = tool.model_copy(update={"message": await with_committed_work(
+                self.db, context.thread_id, tool.task_id, tool.message)})
 
         def run(tx: Tx) -> tuple[ToolResult, Recorded]:
             result = ToolResult(tool.run(tx, context))
@@ -192,7 +200,8 @@ class ToolRunner:
                                                 context.lease)
             if denial is not None:
                 raise ToolError(denial)
-            performed = await tool.perform(self.workspace)
+            workspace = await workspace_of(self.db, self.workspace, context.thread_id)
+            performed = await tool.perform(workspace)
             result = ToolResult(performed.text, is_error=performed.is_error)
             files_changed = [valid_text(path) for path in performed.files_changed]
         except (LaceError, OSError) as error:

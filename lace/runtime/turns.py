@@ -24,6 +24,7 @@ from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
 from lace.runtime.fallbacks import next_fallback, switch_model, worth_a_fallback
+from lace.runtime.isolation import with_committed_work
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn, finished_its_work
 from lace.store import Tx
@@ -176,11 +177,21 @@ class TurnRunner:
                             for call, result in zip(reply.tool_calls, results, strict=True))
             if await self._work_done(thread_id, reply, results):
                 break
-        await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, reply.content)))
+        final = await self._final_answer(thread_id, reply.content)
+        await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
         crash_point("after_turn_end")
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
+
+    async def _final_answer(self, thread_id: str, text: str | None) -> str | None:
+        """The answer that completes a spawned helper's task, with its committed worktree."""
+        agent = await self.db.read(lambda tx: tx.get_agent(thread_id))
+        if agent.type != "ephemeral" or agent.current_task is None:
+            return text
+        task_id = agent.current_task
+        return await with_committed_work(self.db, thread_id, task_id,
+                                         (text or "").strip() or "(no answer)")
 
     async def _work_done(self, thread_id: str, reply: ModelReply,
                          results: list[ToolResult]) -> bool:

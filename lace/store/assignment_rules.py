@@ -17,6 +17,7 @@ from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan, SpawnLimits, Task
 from lace.core.tasks import ACTIVE_STATUSES, check_transition
 from lace.store.dependencies import DependencyRows
+from lace.store.worktree_rows import WorktreeRows
 
 
 def is_progress(actor: str, task: Task) -> bool:
@@ -26,7 +27,7 @@ def is_progress(actor: str, task: Task) -> bool:
     return actor == task.assigned_to and is_thread_id(actor)
 
 
-class AssignmentRules(DependencyRows):
+class AssignmentRules(DependencyRows, WorktreeRows):
     """Applying, holding and releasing assignments, and telling the people concerned."""
 
     def _check_assignee(self, session_id: str, assignee: Assignment, actor: str) -> None:
@@ -94,6 +95,8 @@ class AssignmentRules(DependencyRows):
                           budget=plan.budget)
         for topic in plan.topics:
             self.insert_subscription(child.id, topic)
+        if plan.worktree is not None:
+            self.insert_worktree(child.id, plan.worktree)
         if task.status != "in_progress":
             check_transition(task.id, task.status, "in_progress")
         updated_at = self.set_task_fields(task.id, assigned_to=child.id, status="in_progress")

@@ -119,6 +119,15 @@ class HeldLimits(Row):
     spawns_per_minute: Count
 
 
+class HeldWorktree(Row):
+    """Where the planned helper's own git worktree starts (`lace.core.worktrees`)."""
+
+    repository: str
+    base_branch: str
+    base_commit: str
+    folders: str
+
+
 class HeldPlan(Row):
     """The agent a waiting task spawns when released (`lace.core.records.AgentPlan`)."""
 
@@ -132,6 +141,7 @@ class HeldPlan(Row):
     budget: dict[str, float] | None
     topics: list[str]
     limits: HeldLimits | None
+    worktree: HeldWorktree | None = None
 
 
 class HeldAssignment(Row):

@@ -8,6 +8,7 @@ from lace.core.agents import AGENT_STATUSES, AGENT_TYPES
 from lace.core.notifications import INBOX_KINDS, INBOX_PRIORITIES
 from lace.core.records import APPROVAL_STATUSES, EVENT_TYPES
 from lace.core.tasks import PRIORITIES, STATUSES
+from lace.core.worktrees import WORKTREE_STATUSES
 
 metadata = sa.MetaData(
     naming_convention={
@@ -206,4 +207,22 @@ processes = sa.Table(
     sa.Column("started_at", sa.Text, nullable=False),
     sa.Column("heartbeat_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
+)
+
+worktrees = sa.Table(
+    "worktrees",
+    metadata,
+    sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), primary_key=True),
+    sa.Column("repository", sa.Text, nullable=False),
+    sa.Column("folder", sa.Text, nullable=False),
+    sa.Column("branch", sa.Text, nullable=False),
+    sa.Column("base_branch", sa.Text, nullable=False),
+    sa.Column("base_commit", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("merged_commit", sa.Text, nullable=True),
+    sa.Column("merged_head", sa.Text, nullable=True),
+    _created(),
+    _updated(),
+    sa.CheckConstraint(_one_of("status", WORKTREE_STATUSES), name="status"),
+    sa.Index(None, "status"),
 )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from lace.config import Budgets, Limits, Profile
+from lace.config import Budgets, Limits, Profile, WorkspaceSettings
 from lace.config import ModelCheck as ModelCheck
 from lace.core.errors import LaceError
 from lace.core.records import Lease
@@ -40,6 +41,9 @@ class ToolContext:
     budgets: Budgets = field(default_factory=Budgets)
     lease: Lease | None = None
     """An agent's claim on its turn: every write of the call checks it (None for the person)."""
+    workspace: Path | None = None
+    """The folder the runtime's tools act in (a helper with a worktree acts in that instead)."""
+    workspace_settings: WorkspaceSettings = field(default_factory=WorkspaceSettings)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from lace.config import Budget
 from lace.core.errors import NotFoundError
 from lace.core.records import Task
 from lace.core.tasks import ACTIVE_STATUSES
+from lace.core.worktrees import Isolation
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, WaitingTool, refuse_deadlock
 from lace.tools.messaging import Topic
@@ -19,6 +20,9 @@ from lace.tools.spawning import assignment, parse_assignment, plan_spawn, spawn_
 from lace.tools.task_tools import Assignee
 
 TITLE_LENGTH = 80
+ISOLATION = ('"worktree": a new helper works in its own git worktree, on branch lace/<its '
+             'thread id>, merged back with worktree_merge (default: the profile\'s, else '
+             '[workspace] isolation).')
 
 
 def last_note(tx: Tx, task: Task) -> str:
@@ -55,6 +59,7 @@ class DelegatedTask(BaseModel):
     prompt: str = Field(min_length=1, description="The full instructions.")
     expected_response: str = Field(min_length=1, description="The shape the answer must have.")
     assigned_to: Assignee
+    isolation: Isolation | None = Field(default=None, description=ISOLATION)
 
 
 class Delegate(WaitingTool):
@@ -71,7 +76,8 @@ class Delegate(WaitingTool):
         created = [tx.create_task(
             session_id=context.session_id, actor=context.thread_id, title=item.title,
             prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
-            priority="high", assignee=assignment(tx, context, assignee, self.budget))
+            priority="high",
+            assignee=assignment(tx, context, assignee, self.budget, item.isolation))
             for item, assignee in zip(self.tasks, assignees, strict=True)]
         refuse_deadlock(tx, context, {task.assigned_to for task in created if task.assigned_to})
         return [task.id for task in created]
@@ -98,6 +104,7 @@ class Spawn(Tool):
     auto_subscribe: list[Topic] = Field(default_factory=list,
                                         description="Topics the helper is subscribed to.")
     budget: Budget | None = Field(default=None, description="Caps on the helper's subtree.")
+    isolation: Isolation | None = Field(default=None, description=ISOLATION)
 
     @classmethod
     def schema_for(cls, own_tools: tuple[str, ...], profiles: list[str]) -> dict[str, Any]:
@@ -114,13 +121,16 @@ class Spawn(Tool):
     def run(self, tx: Tx, context: ToolContext) -> str:
         plan = plan_spawn(tx, context, spawn_spec(context, self.profile, self.model),
                           tools=self.tools, type="ephemeral", instructions=self.system_prompt,
-                          budget=self.budget, topics=list(dict.fromkeys(self.auto_subscribe)))
+                          budget=self.budget, topics=list(dict.fromkeys(self.auto_subscribe)),
+                          isolation=self.isolation)
         title = (self.task.strip().splitlines() or ["task"])[0][:TITLE_LENGTH]
         prompt = f"{self.context}\n\n{self.task}" if self.context else self.task
         task = tx.create_task(session_id=context.session_id, actor=context.thread_id,
                               title=title, prompt=prompt, assignee=plan)
+        where = "" if plan.worktree is None else \
+            f", in its own git worktree on branch lace/{task.assigned_to}"
         return (f"Spawned job {task.id} in thread {task.assigned_to} "
-                f"({plan.model_name}). Collect its result with spawn_await.")
+                f"({plan.model_name}{where}). Collect its result with spawn_await.")
 
 
 JobIds = Annotated[str, Field(min_length=1, description='"id1,id2" or "*" for all not yet awaited')]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lace.paths import lace_home
@@ -51,6 +51,14 @@ class Protection:
             if real_path == protected or protected in real_path.parents:
                 return reason
         return None
+
+    def inside(self, folder: Path) -> Protection:
+        """The protection of a workspace at `folder` inside a protected folder (a helper's
+        worktree under lace's home): the same, but for the folders that enclose it."""
+        real = _real(folder)
+        return replace(self, absolute=tuple(
+            (path, reason) for path, reason in self.absolute
+            if path != real and path not in real.parents))
 
     @classmethod
     def for_lace(cls, *, database_url: str | None, protected_paths: Sequence[str]) -> Protection:

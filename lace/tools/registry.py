@@ -20,6 +20,7 @@ from lace.tools.schema import function_definition
 from lace.tools.shell import SHELL_TOOLS
 from lace.tools.spawning import SPAWNING_TOOLS
 from lace.tools.task_tools import TASK_TOOLS
+from lace.tools.worktree_tools import WORKTREE_TOOLS
 
 KEY_SUGGESTIONS = {
     "assignTo": "assigned_to",
@@ -56,7 +57,8 @@ class ToolRegistry:
     """The tools lace offers, each by name."""
 
     def __init__(self, tools: Iterable[type[Tool]] = TASK_TOOLS + DELEGATION_TOOLS
-                 + MESSAGING_TOOLS + LIFETIME_TOOLS + FILE_TOOLS + SHELL_TOOLS) -> None:
+                 + MESSAGING_TOOLS + LIFETIME_TOOLS + FILE_TOOLS + SHELL_TOOLS
+                 + WORKTREE_TOOLS) -> None:
         self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
         self._definitions: dict[tuple[tuple[str, ...], tuple[str, ...], bool,
                                       tuple[str, ...]], list[dict[str, Any]]] = {}

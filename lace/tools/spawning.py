@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lace.config import Budget, Profile
+from lace.config import WRITING_TOOLS, Budget, Profile
 from lace.core.assignee import (
     EXPECTED_FORMS,
     Assignee,
@@ -19,10 +19,12 @@ from lace.core.assignee import (
 from lace.core.errors import InvalidAssigneeError
 from lace.core.ids import is_thread_id
 from lace.core.records import AgentPlan, SpawnLimits
-from lace.core.tool_sets import EVERY_TOOL, intersect, uncovered
+from lace.core.tool_sets import EVERY_TOOL, grants, intersect, uncovered
+from lace.core.worktrees import Isolation, WorktreeOrigin
 from lace.store import Tx
 from lace.store.budgets import remaining
 from lace.tools.base import ToolContext, ToolError
+from lace.tools.worktrees import plan_origin
 
 SPAWNING_TOOLS = ("delegate", "spawn", "spawn_await")
 
@@ -82,10 +84,11 @@ def spawn_spec(context: ToolContext, profile: str | None, model: str | None) -> 
 
 
 def assignment(tx: Tx, context: ToolContext, assignee: Assignee | None,
-               budget: Budget | None = None) -> Assignment | None:
+               budget: Budget | None = None,
+               isolation: Isolation | None = None) -> Assignment | None:
     """What the store applies for a parsed assignee: a plan for a `new:` spec, else itself."""
     if isinstance(assignee, NewAgentSpec):
-        return plan_spawn(tx, context, assignee, budget=budget)
+        return plan_spawn(tx, context, assignee, budget=budget, isolation=isolation)
     return assignee
 
 
@@ -112,10 +115,11 @@ def _chosen_model(tx: Tx, context: ToolContext, spec: NewAgentSpec,
 def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
                tools: Sequence[str] | None = None, type: str = "persistent",
                instructions: str | None = None, budget: Budget | None = None,
-               topics: Sequence[str] = ()) -> AgentPlan:
+               topics: Sequence[str] = (), isolation: Isolation | None = None) -> AgentPlan:
     """The one planner of a new agent: the model (the spec's > the profile's > the
     caller's), the tools (explicit > the profile's, intersected > the caller's), each of which
-    only shrinks, and the limits its spawn must respect."""
+    only shrinks, the limits its spawn must respect, and its own git worktree (isolation:
+    explicit > the profile's > `[workspace]`) when it may write."""
     profile = context.profiles[spec.profile] if spec.profile is not None else None
     provider, model = _chosen_model(tx, context, spec, profile)
     own = caller_tools(context, EVERY_TOOL)
@@ -135,7 +139,19 @@ def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
                      profile=spec.profile, tools=granted, type=type,
                      instructions="\n\n".join(prompts) or None,
                      budget=clamped_budget(tx, context, budget), topics=tuple(topics),
-                     limits=spawn_limits(context))
+                     limits=spawn_limits(context),
+                     worktree=_worktree(tx, context, profile, isolation, granted))
+
+
+def _worktree(tx: Tx, context: ToolContext, profile: Profile | None,
+              isolation: Isolation | None, granted: Sequence[str]) -> WorktreeOrigin | None:
+    """Where the helper's own worktree starts, when it gets one: isolation `worktree` and a
+    tool that writes (a helper that only reads shares its creator's folder)."""
+    chosen = isolation or (profile.isolation if profile else None) or \
+        context.workspace_settings.isolation
+    if chosen != "worktree" or not any(grants(granted, tool) for tool in WRITING_TOOLS):
+        return None
+    return plan_origin(tx, context)
 
 
 def clamped_budget(tx: Tx, context: ToolContext, budget: Budget | None) -> dict[str, float] | None:

@@ -3,16 +3,16 @@ session, for agents whose tools act on a workspace (files, bash, MCP servers of 
 A worker claims such an agent only on that host and for that folder; an agent with only board
 tools (`host` and `workspace` NULL) runs anywhere.
 
-Revision ID: lace_0010
-Revises: lace_0009
+Revision ID: lace_0011
+Revises: lace_0010
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "lace_0010"
-down_revision = "lace_0009"
+revision = "lace_0011"
+down_revision = "lace_0010"
 branch_labels = None
 depends_on = None
 

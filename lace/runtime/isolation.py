@@ -1,0 +1,52 @@
+"""The runtime's side of helper worktrees: the workspace each agent's tools act in (its
+worktree, created at first use, with the same protection), and the commit of its work when it
+completes its task, which the completion message then names."""
+
+from __future__ import annotations
+
+from lace.core.errors import LaceError
+from lace.core.records import Task
+from lace.core.worktrees import Worktree
+from lace.runtime.database import AsyncStore
+from lace.store import Tx
+from lace.tools.workspace import Workspace, off_loop
+from lace.tools.worktrees import commit_work, materialized, nearest_worktree
+
+
+async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Workspace:
+    """The workspace of a thread: the nearest worktree of it or its ancestors, else `base`."""
+    worktree = await db.read(lambda tx: nearest_worktree(tx, thread_id))
+    if worktree is None:
+        return base
+    folder = await off_loop(lambda: materialized(worktree))
+    return Workspace(folder, base.protection.inside(folder))
+
+
+def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] | None:
+    """The thread's own active worktree and the task it is about to complete, if both."""
+    worktree = tx.find_worktree(thread_id)
+    if worktree is None or worktree.status == "pruned":
+        return None
+    try:
+        task = tx.get_task(task_id)
+    except LaceError:
+        return None
+    if task.assigned_to != thread_id or task.status == "completed":
+        return None
+    return worktree, task
+
+
+async def with_committed_work(db: AsyncStore, thread_id: str, task_id: str,
+                              result: str) -> str:
+    """`result`, followed by what the helper's worktree holds once its work is committed on
+    its branch (or why it could not be); `result` alone when the thread has no worktree."""
+    found = await db.read(lambda tx: _completing(tx, thread_id, task_id))
+    if found is None:
+        return result
+    worktree, task = found
+    try:
+        work = await off_loop(lambda: commit_work(worktree, task.title, result))
+    except (LaceError, OSError) as error:
+        return (f"{result}\n\nWorktree: the work on {worktree.branch} could not be committed "
+                f"({error}); it is still in {worktree.folder}.")
+    return f"{result}\n\n{work.describe(worktree)}"
