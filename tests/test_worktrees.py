@@ -20,6 +20,8 @@ from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_cal
 from tests.worktree_sessions import delegating_root, supervisor
 
 
+pytestmark = pytest.mark.both_engines
+
 def editor(content: str, mine: asyncio.Event, other: asyncio.Event) -> Any:
     """Writes shared.txt, waits until the other editor has written too (so both edit at
     once), then completes its task."""
