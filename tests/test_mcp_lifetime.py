@@ -84,7 +84,8 @@ def test_a_quiet_run_stops_its_server(tmp_path: Path, leftovers: Path) -> None:
 def test_a_run_cut_short_stops_its_server(tmp_path: Path, leftovers: Path, ending: str) -> None:
     config(tmp_path, leftovers)
     with FakeOpenAI(calling("mcp__notes__slow", {"seconds": 600})) as fake:
-        process = start_lace(tmp_path, fake, *(["--timeout", "4"] if ending == "timeout"
+        # the timeout must leave the server time to start, also beside other tests (xdist)
+        process = start_lace(tmp_path, fake, *(["--timeout", "20"] if ending == "timeout"
                                                  else []))
         pid = wait_for_server(leftovers, process)
         if ending == "sigterm":

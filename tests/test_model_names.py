@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +133,39 @@ def test_the_demo_runs_without_the_test_switch(capsys: CaptureFixture, db_path: 
 def test_a_test_enables_scripted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LACE_TEST_PROVIDERS", "1")
     assert check_model("scripted", "x") is None
+
+
+FIRST_CALL = """
+import asyncio
+from lace.llm.client import LiteLLMClient
+from lace.llm.scripted import local_providers_registered
+
+async def main() -> None:
+    started = seen_loop_turn_mid_import = False
+
+    async def first_call() -> object:
+        nonlocal started
+        started = True
+        return await LiteLLMClient().complete("demo/worker", [{"role": "user", "content": "hi"}],
+                                              [])
+
+    async def watch() -> None:
+        nonlocal seen_loop_turn_mid_import
+        while True:
+            seen_loop_turn_mid_import |= started and not local_providers_registered()
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    reply = await first_call()
+    watcher.cancel()
+    print(seen_loop_turn_mid_import, bool(reply.content))
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_model_call_imports_litellm_off_the_event_loop() -> None:
+    # seconds of import on the loop would leave a run or worker deaf to SIGTERM and its timeout
+    done = subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert (done.returncode, done.stdout.split()) == (0, ["True", "True"]), done.stderr

@@ -4,6 +4,7 @@ call, streamed when watched); both sort errors by kind."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any
 
@@ -12,6 +13,7 @@ from lace.llm.calls import ProviderClient, model_error, outgoing
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.prices import price_table
+from lace.llm.scripted import local_providers_registered
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
 
@@ -37,7 +39,8 @@ class LiteLLMClient(ProviderClient):
                        on_delta: DeltaCallback | None = None) -> ModelReply:
         """One model call; raises ModelError."""
         self.check_allowed(model)
-        self.warm_up()
+        if not local_providers_registered():  # seconds of import, off the loop: signals still work
+            await asyncio.to_thread(self.warm_up)
         module = litellm()
         # max_retries=0: lace's own backoff is the one retry policy, and every attempt is an
         # `llm_calls` row (the OpenAI SDK would otherwise retry 5xx and 429 out of sight).

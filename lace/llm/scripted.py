@@ -9,6 +9,7 @@ import inspect
 import itertools
 import json
 import os
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -98,17 +99,27 @@ def make_provider_class() -> type:
 _providers: dict[str, Any] = {}
 
 
+_registering = threading.Lock()
+
+
+def local_providers_registered() -> bool:
+    return bool(_providers)
+
+
 def register_local_providers() -> None:
-    """Make `demo/...` and `scripted/...` callable through litellm (idempotent)."""
-    if _providers:
-        return
-    provider_class = make_provider_class()
-    _providers["demo"] = provider_class("demo", _demo)
-    _providers["scripted"] = provider_class("scripted", _unavailable)
-    module = litellm()
-    module.custom_provider_map = [
-        entry for entry in module.custom_provider_map if entry["provider"] not in _providers
-    ] + [{"provider": name, "custom_handler": handler} for name, handler in _providers.items()]
+    """Make `demo/...` and `scripted/...` callable through litellm (idempotent, thread-safe:
+    first calls import litellm in threads)."""
+    with _registering:
+        if _providers:
+            return
+        provider_class = make_provider_class()
+        handlers = {"demo": provider_class("demo", _demo),
+                    "scripted": provider_class("scripted", _unavailable)}
+        module = litellm()
+        module.custom_provider_map = [
+            entry for entry in module.custom_provider_map if entry["provider"] not in handlers
+        ] + [{"provider": name, "custom_handler": handler} for name, handler in handlers.items()]
+        _providers.update(handlers)  # last: registered means callable
 
 
 def install_script(script: Script) -> None:
