@@ -123,6 +123,10 @@ def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
 
 
 def _configure_postgres(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        postgres.bind_text_without_nul(dbapi_connection)
+
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
         if postgres.in_transaction(driver(connection)):

@@ -9,6 +9,7 @@ workers and the app (SQLite's `PRAGMA data_version` plays that part there)."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -59,6 +60,32 @@ def connect_args() -> dict[str, Any]:
     transaction left idle is ended (IDLE_IN_TRANSACTION_MS)."""
     return {"prepare_threshold": 1,
             "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"}
+
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character in text becomes on PostgreSQL, whose text types cannot hold one (SQLite
+stores it): a model's argument, a tool's output or a reply holding NUL must not fail the write."""
+
+
+@cache
+def _nul_free_dumpers() -> tuple[type, ...]:
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
+
+    class NulFreeText(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    class NulFreeBinary(StrBinaryDumper):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    return NulFreeText, NulFreeBinary
+
+
+def bind_text_without_nul(raw: Any) -> None:
+    """Make the psycopg connection send every str with NUL_STAND_IN for each NUL."""
+    for dumper in _nul_free_dumpers():
+        raw.adapters.register_dumper(str, dumper)
 
 
 def in_transaction(raw: Any) -> bool:
