@@ -19,7 +19,6 @@ from tests.gitrepos import git, new_repository, status
 from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
 from tests.worktree_sessions import delegating_root, supervisor
 
-
 pytestmark = pytest.mark.both_engines
 
 def editor(content: str, mine: asyncio.Event, other: asyncio.Event) -> Any:
