@@ -44,9 +44,20 @@ def postgres_url(url: sa.URL) -> str:
     return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
+def passwords(url: str | sa.URL) -> list[str]:
+    """The passwords a URL carries: after its user, or as libpq's `password` parameter."""
+    parsed = sa.make_url(url) if isinstance(url, str) else url
+    given = parsed.query.get("password")
+    found = [parsed.password, *([given] if isinstance(given, str) else given or ())]
+    return [str(password) for password in found if password]
+
+
 def shown(url: str) -> str:
-    """The URL as lace prints it: never with its password."""
-    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
+    """The URL as lace prints it: never with its password (in either place)."""
+    parsed = sa.make_url(url).set(drivername="postgresql")
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True).replace("=%2A%2A%2A", "=***")
 
 
 IDLE_IN_TRANSACTION_MS = 10_000
