@@ -186,6 +186,22 @@ def test_a_password_given_as_a_url_parameter_is_never_printed(
     assert "s3cret-pw" not in other.stderr
 
 
+def test_the_urls_own_options_are_kept_with_laces(postgres_url: str) -> None:
+    """`?options=-csearch_path=board` puts lace's tables in that schema: lace's own connection
+    options (the idle-transaction timeout) must not replace the URL's."""
+    rows(postgres_url, "CREATE SCHEMA board")
+    database = open_database(f"{postgres_url}?options=-csearch_path%3Dboard")
+    try:
+        with database.engine.connect() as connection:
+            settings = [connection.exec_driver_sql(f"SHOW {name}").scalar() for name in
+                        ("search_path", "idle_in_transaction_session_timeout")]
+    finally:
+        database.close()
+    assert settings == ["board", "10s"]
+    assert rows(postgres_url, "SELECT DISTINCT table_schema FROM information_schema.tables "
+                              "WHERE table_name = 'tasks'") == [("board",)]
+
+
 def test_a_session_moves_between_engines_through_export_and_import(
         tmp_path: Path, postgres_url: str) -> None:
     home, copy = tmp_path / "home", tmp_path / "copy.db"

@@ -148,7 +148,7 @@ def create_engine(url: str, *, for_migrations: bool = False) -> Engine:
     path = sqlite_path(url)
     if path is None:
         engine = sa.create_engine(url, poolclass=NullPool if for_migrations else None,
-                                  connect_args=postgres.connect_args(), pool_pre_ping=True)
+                                  connect_args=postgres.connect_args(url), pool_pre_ping=True)
         _configure_postgres(engine)
         return engine
     prepare_file(path)  # also for `alembic upgrade`, which reaches lace here

@@ -66,11 +66,14 @@ it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock
 every other process. lace's own transactions last milliseconds and never wait on a model."""
 
 
-def connect_args() -> dict[str, Any]:
+def connect_args(url: str) -> dict[str, Any]:
     """psycopg settings: every statement run more than once is prepared on the server, and a
-    transaction left idle is ended (IDLE_IN_TRANSACTION_MS)."""
-    return {"prepare_threshold": 1,
-            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"}
+    transaction left idle is ended (IDLE_IN_TRANSACTION_MS), after the URL's own `options`
+    (a `search_path`, say), which these would otherwise replace."""
+    given = sa.make_url(url).query.get("options")
+    given = " ".join([given] if isinstance(given, str) else given or ())
+    ours = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    return {"prepare_threshold": 1, "options": f"{given} {ours}".strip()}
 
 
 NUL_STAND_IN = "\ufffd"
