@@ -394,3 +394,17 @@ def test_a_nul_character_in_a_title_is_stored_on_either_engine(call: Caller,
     expected = "\u0000" if not is_postgres(db_path) else "\ufffd"
     assert rows(db_path, "SELECT title, prompt FROM tasks WHERE id = ?", task_id) == [
         (f"a{expected}b", f"p{expected}q")]
+
+
+def test_a_nul_character_in_json_leaves_its_fields_readable(store: Store, db_path: Path,
+                                                           session: Thread) -> None:
+    """PostgreSQL's `->>` fails on any json value holding an escaped NUL: one tool output or
+    argument holding NUL would break every later query of the session's events there."""
+    with store.transaction() as tx:
+        tx.append_event(session.id, "tool_result", {"call_id": "c1", "output": "a\u0000b\\u0000"})
+    if is_postgres(db_path):
+        assert rows(db_path, "SELECT data ->> 'output' FROM events "
+                             "WHERE type = 'tool_result'") == [("a\ufffdb\\u0000",)]
+    else:
+        (data,), = rows(db_path, "SELECT data FROM events WHERE type = 'tool_result'")
+        assert json.loads(data)["output"] == "a\u0000b\\u0000"

@@ -9,6 +9,8 @@ workers and the app (SQLite's `PRAGMA data_version` plays that part there)."""
 
 from __future__ import annotations
 
+import json
+import re
 from functools import cache
 from typing import Any
 
@@ -96,10 +98,25 @@ def _nul_free_dumpers() -> tuple[type, ...]:
     return NulFreeText, NulFreeBinary
 
 
+_JSON_NUL = re.compile(r"\\\\|\\u0000")
+"""In JSON text: an escaped backslash (kept), or an escaped NUL."""
+
+
+def json_without_nul(value: Any) -> str:
+    """`value` as JSON with NUL_STAND_IN for each NUL: a json value holding `\\u0000` anywhere
+    makes every `->>` on it fail ("unsupported Unicode escape sequence")."""
+    return _JSON_NUL.sub(lambda found: found[0] if found[0] == "\\\\" else "\\ufffd",
+                         json.dumps(value))
+
+
 def bind_text_without_nul(raw: Any) -> None:
-    """Make the psycopg connection send every str with NUL_STAND_IN for each NUL."""
+    """Make the psycopg connection send every str, and every JSON value, with NUL_STAND_IN
+    for each NUL."""
+    from psycopg.types.json import set_json_dumps
+
     for dumper in _nul_free_dumpers():
         raw.adapters.register_dumper(str, dumper)
+    set_json_dumps(json_without_nul, raw)
 
 
 def in_transaction(raw: Any) -> bool:
