@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "ZENAPIKEY", "TOKEN", "SECRET", "PASSWORD",
                               "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "JWT", "PAT"})
@@ -45,11 +45,11 @@ def _credential_values(environment: Mapping[str, str]) -> tuple[str, ...]:
     for name, value in environment.items():
         if is_database_setting(name) and "://" in value:
             try:
-                password = urlsplit(value).password
+                parts = urlsplit(value)
+                found = [parts.password, *parse_qs(parts.query).get("password", [])]
             except ValueError:
-                password = None
-            if password:
-                values.add(password)
+                found = []
+            values.update(password for password in found if password)
     return tuple(sorted(values))
 
 

@@ -200,6 +200,16 @@ def test_answering_an_unknown_request_is_one_line(capsys: Any, db_path: Path,
     assert code == 2 and err == "lace: error: Unknown approval request 99.\n"
 
 
+@pytest.mark.parametrize("argv", [["approve", "3000000000"], ["deny", "2147483648"]])
+def test_an_id_past_the_largest_integer_is_refused_alike_on_both_engines(
+        capsys: Any, db_path: Path, argv: list[str]) -> None:
+    """PostgreSQL's ids are 32-bit: a larger one must not reach it ("integer out of range")."""
+    from tests.conftest import run_cli
+
+    code, _, err = run_cli(capsys, *argv, "--db", str(db_path))
+    assert code == 2 and err.count("\n") == 1 and "must be from 1 to 2147483647" in err, err
+
+
 PADDED = "ls" + " " * 300 + "; echo pwned > owned.txt"
 
 

@@ -167,3 +167,26 @@ async def test_a_long_queue_commits_in_batches_and_loses_nothing(store: Store,
     assert commits() == 3  # two full batches and the rest
     assert query(db_path, "SELECT id FROM events WHERE type = 'user_message' ORDER BY id") == [
         (event_id,) for event_id in ids]
+
+
+async def test_a_connection_the_server_ended_is_replaced(store: Store, db_path: Path) -> None:
+    """A PostgreSQL server may end a session (a restart, a network cut, pg_terminate_backend):
+    the loop's own connections must not stay broken for the rest of the process."""
+    if not is_postgres(db_path):
+        pytest.skip("a SQLite file's connection is never ended by a server")
+    db = AsyncStore(store)
+    session = new_session(store)
+    await db.write(lambda tx: tx.append_event(session.id, "user_message", {"n": 1}))
+    await db.read(lambda tx: tx.connection)
+    with psycopg.connect(str(db_path), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    outcomes = [await asyncio.gather(db.write(
+        lambda tx: tx.append_event(session.id, "user_message", {"n": 2})),
+        return_exceptions=True) for _attempt in range(2)]
+    read = await asyncio.gather(db.read(lambda tx: 1), return_exceptions=True)
+    read = await asyncio.gather(db.read(lambda tx: 1), return_exceptions=True)
+    db.close()
+    assert not isinstance(outcomes[-1][0], BaseException), outcomes
+    assert read == [1]
+    assert len(query(db_path, "SELECT id FROM events WHERE type = 'user_message'")) >= 2

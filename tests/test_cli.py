@@ -135,7 +135,7 @@ def test_lace_resume_refuses_a_timeout_that_is_not_a_number(capsys: CaptureFixtu
 
 
 def test_a_database_url_lace_cannot_use_is_one_line(capsys: CaptureFixture) -> None:
-    code, out, err = lace(capsys, "tasks", "--db", "postgresql://ann:s3cret@localhost/lace")
+    code, out, err = lace(capsys, "tasks", "--db", "mysql://ann:s3cret@localhost/lace")
     assert (code, out) == (2, "") and err.count("\n") == 1
     assert "lace stores its board in SQLite" in err and "s3cret" not in err, err
     code, _, err = lace(capsys, "tasks", "--db", "sqlite://")

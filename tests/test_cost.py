@@ -124,3 +124,17 @@ def test_cost_of_a_thread_that_is_not_a_session_is_one_line(
     assert (code, out) == (2, "") and len(err.splitlines()) == 1
     code, _, err = run_cli(capsys, "cost", "--db", str(db_path), "--by", "week")
     assert code == 2 and "invalid choice: 'week'" in err
+
+
+async def test_token_counts_past_two_to_the_31_are_recorded_on_both_engines(
+        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+    """A long-lived agent's totals (or a provider's reported usage) pass 2**31 - 1, where
+    PostgreSQL's INTEGER ends: the agent must not fail on writing them."""
+    models.on("huge", lambda _messages: ScriptedReply(text="done", prompt_tokens=3_000_000_000,
+                                                      completion_tokens=5))
+    root = await runtime.start_session("go", "scripted/huge")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    assert query(db_path, "SELECT status, tokens_in FROM agent_metadata") == [
+        ("idle", 3_000_000_000)]
+    assert query(db_path, "SELECT prompt_tokens FROM llm_calls") == [(3_000_000_000,)]
+    assert query(db_path, "SELECT tokens_in FROM agents") == [(3_000_000_000,)]

@@ -244,3 +244,12 @@ def test_wait_on_a_missing_database_creates_none(capsys: CaptureFixture, tmp_pat
     code, out, err = run_cli(capsys, "wait", "lace_20990101_zzzzzz", "--db", str(missing))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"there is no database at {missing}" in err and not missing.exists()
+
+
+def test_wait_on_an_empty_postgresql_database_creates_no_tables(
+        capsys: CaptureFixture, postgres_url: str) -> None:
+    code, out, err = run_cli(capsys, "wait", "lace_20990101_zzzzzz", "--db", postgres_url)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "holds no lace board" in err
+    assert query(postgres_url, "SELECT COUNT(*) FROM information_schema.tables "
+                               "WHERE table_schema = 'public'") == [(0,)]

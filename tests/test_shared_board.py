@@ -170,6 +170,38 @@ def test_a_password_is_never_printed_and_a_foreign_database_is_refused(
         assert postgres.snapshot(foreign) == {"not_lace": []}  # nothing written
 
 
+def test_a_password_given_as_a_url_parameter_is_never_printed(
+        tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
+    """libpq also takes the password as `?password=`: it is masked like one after the user."""
+    def lace_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
+                              text=True, timeout=120, env=lace_env(tmp_path / "home"))
+
+    shown = lace_cli("db", "path", "--db", f"{postgres_url}?password=s3cret-pw")
+    assert shown.returncode == 0 and shown.stdout.strip() == f"{postgres_url}?password=***"
+    with postgres_server.fresh_database() as foreign:
+        rows(foreign, "CREATE TABLE not_lace (id INTEGER)")
+        other = lace_cli("threads", "--db", f"{foreign}?password=s3cret-pw")
+    assert other.returncode == 2 and "is not a lace database" in other.stderr
+    assert "s3cret-pw" not in other.stderr
+
+
+def test_the_urls_own_options_are_kept_with_laces(postgres_url: str) -> None:
+    """`?options=-csearch_path=board` puts lace's tables in that schema: lace's own connection
+    options (the idle-transaction timeout) must not replace the URL's."""
+    rows(postgres_url, "CREATE SCHEMA board")
+    database = open_database(f"{postgres_url}?options=-csearch_path%3Dboard")
+    try:
+        with database.engine.connect() as connection:
+            settings = [connection.exec_driver_sql(f"SHOW {name}").scalar() for name in
+                        ("search_path", "idle_in_transaction_session_timeout")]
+    finally:
+        database.close()
+    assert settings == ["board", "10s"]
+    assert rows(postgres_url, "SELECT DISTINCT table_schema FROM information_schema.tables "
+                              "WHERE table_name = 'tasks'") == [("board",)]
+
+
 def test_a_session_moves_between_engines_through_export_and_import(
         tmp_path: Path, postgres_url: str) -> None:
     home, copy = tmp_path / "home", tmp_path / "copy.db"

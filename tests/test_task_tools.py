@@ -11,7 +11,7 @@ import pytest
 
 from lace.core.records import Thread
 from lace.store import Store
-from tests.conftest import Caller, new_session, query, spawn_child
+from tests.conftest import Caller, is_postgres, new_session, query, spawn_child
 
 pytestmark = pytest.mark.both_engines
 
@@ -384,3 +384,27 @@ def test_schemas_inline_enums_and_forbid_extra_keys() -> None:
     assert items["additionalProperties"] is False
     assert items["properties"]["priority"]["enum"] == ["high", "medium", "low"]
     assert definitions["task_update"]["parameters"]["required"] == ["task_id"]
+
+
+def test_a_nul_character_in_a_title_is_stored_on_either_engine(call: Caller,
+                                                              db_path: Path) -> None:
+    """PostgreSQL's text cannot hold NUL (SQLite's can): a model's argument holding one is stored
+    with U+FFFD in its place there, instead of failing the write with a traceback."""
+    task_id = make_task(call, title="a\u0000b", prompt="p\u0000q")
+    expected = "\u0000" if not is_postgres(db_path) else "\ufffd"
+    assert rows(db_path, "SELECT title, prompt FROM tasks WHERE id = ?", task_id) == [
+        (f"a{expected}b", f"p{expected}q")]
+
+
+def test_a_nul_character_in_json_leaves_its_fields_readable(store: Store, db_path: Path,
+                                                           session: Thread) -> None:
+    """PostgreSQL's `->>` fails on any json value holding an escaped NUL: one tool output or
+    argument holding NUL would break every later query of the session's events there."""
+    with store.transaction() as tx:
+        tx.append_event(session.id, "tool_result", {"call_id": "c1", "output": "a\u0000b\\u0000"})
+    if is_postgres(db_path):
+        assert rows(db_path, "SELECT data ->> 'output' FROM events "
+                             "WHERE type = 'tool_result'") == [("a\ufffdb\\u0000",)]
+    else:
+        (data,), = rows(db_path, "SELECT data FROM events WHERE type = 'tool_result'")
+        assert json.loads(data)["output"] == "a\u0000b\\u0000"

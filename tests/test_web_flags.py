@@ -83,10 +83,12 @@ def test_each_page_runs_this_python_s_lace_with_the_same_database_and_flags(
     assert not (tmp_path / "pwned").exists() and not (folder / "pwned").exists()
 
 
+@pytest.mark.parametrize("where", ["after the user", "as a parameter"])
 def test_a_database_password_reaches_the_pages_apps_but_not_their_command_line(
         capsys: Any, served: list[Server], monkeypatch: pytest.MonkeyPatch,
-        postgres_url: str) -> None:
-    url = postgres_url.replace("://postgres@", "://postgres:s3cret-pw@")  # trust: any password
+        postgres_url: str, where: str) -> None:
+    url = postgres_url.replace("://postgres@", "://postgres:s3cret-pw@") \
+        if where == "after the user" else f"{postgres_url}?password=s3cret-pw"  # trust auth
     monkeypatch.setenv("LACE_DB", "restored after the test")
     assert main(["--db", url, "web", "--port", "8124"]) == 0
     (server,) = served

@@ -252,3 +252,18 @@ async def test_prune_keeps_a_working_helpers_worktree_and_a_stopped_ones_writes(
         0, f"kept {helper}: 1 uncommitted file(s) in {folder}\n")
     assert (Path(folder) / "draft.txt").read_text() == "draft\n"
     assert f"lace/{helper}" in branches(repo)
+
+
+def test_prune_keeps_a_branch_whose_merge_was_undone(
+        helpers: tuple[Path, str, str], db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A person who undoes lace's merge (git reset on the base branch) leaves the helper's
+    branch as the only copy of its work: prune must not delete it as merged."""
+    repo, first, _ = helpers
+    (folder,), = query(db_path, "SELECT folder FROM worktrees WHERE thread_id = ?", first)
+    before = git(repo, "rev-parse", "main")
+    assert lace(capsys, db_path, "merge", first)[0] == 0
+    git(repo, "reset", "--quiet", "--hard", before)
+    code, out, _ = lace(capsys, db_path, "worktrees", "prune")
+    assert code == 0 and f"kept {first}: 1 unmerged commit(s) on lace/{first}" in out
+    assert f"lace/{first}" in branches(repo) and Path(folder, "a.txt").exists()

@@ -24,6 +24,8 @@ def lazy(target: str) -> Handler:
 
 LARGEST_ID = 2**63 - 1
 """SQLite's largest integer: ids and counts past it cannot even be looked up."""
+LARGEST_ROW_ID = 2**31 - 1
+"""The largest id of a row (an approval request): PostgreSQL's INTEGER columns end there."""
 
 
 def _whole_number(highest: int, expected: str = "a whole number") -> Callable[[str], int]:
@@ -42,6 +44,7 @@ def _whole_number(highest: int, expected: str = "a whole number") -> Callable[[s
 
 
 _positive_int = _whole_number(LARGEST_ID)
+_row_id = _whole_number(LARGEST_ROW_ID)
 
 
 def _positive_float(text: str) -> float:
@@ -150,11 +153,11 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")
-    approve.add_argument("approval_id", type=_positive_int, metavar="ID")
+    approve.add_argument("approval_id", type=_row_id, metavar="ID")
     approve.add_argument("--session", action="store_true",
                          help="allow this tool for the rest of the session")
     deny = add("deny", "Refuse a tool call an agent waits on.", "lace.cli.approvals:deny_command")
-    deny.add_argument("approval_id", type=_positive_int, metavar="ID")
+    deny.add_argument("approval_id", type=_row_id, metavar="ID")
     approvals = add("approvals", "List the approval requests that wait for an answer.",
                     "lace.cli.approvals:approvals_command")
     approvals.add_argument("--json", action="store_true", help="print JSON")

@@ -50,12 +50,15 @@ def _without_password(text: str, args: argparse.Namespace) -> str:
     import sqlalchemy as sa
 
     from lace.store.db import resolve_db_url
+    from lace.store.postgres import passwords
 
     try:
-        password = sa.make_url(resolve_db_url(getattr(args, "db", None))).password
+        secrets = passwords(resolve_db_url(getattr(args, "db", None)))
     except (LaceError, sa.exc.ArgumentError):
         return text
-    return text.replace(str(password), "***") if password else text
+    for password in secrets:
+        text = text.replace(password, "***")
+    return text
 
 
 def run_reporting_errors(args: argparse.Namespace) -> int:

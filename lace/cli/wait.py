@@ -13,15 +13,21 @@ from lace.cli.outcome import Outcome, read_outcome
 from lace.core.errors import NotFoundError
 from lace.store import Store
 from lace.store.db import resolve_db_url, sqlite_path
+from lace.store.postgres import shown
+from lace.store.revisions import check_existing_server
 
 EXIT_INTERRUPTED = 130
 
 
 def wait_command(args: argparse.Namespace) -> int:
     """Check the session exists (writing nothing), wait for it, and report it."""
-    path = sqlite_path(resolve_db_url(getattr(args, "db", None)))
+    url = resolve_db_url(getattr(args, "db", None))
+    path = sqlite_path(url)
     if path is not None and not path.exists():
         raise NotFoundError(f"Unknown session {args.session!r}: there is no database at {path}.")
+    if path is None and check_existing_server(url) is None:  # empty: migrating would write
+        raise NotFoundError(f"Unknown session {args.session!r}: {shown(url)} holds no lace "
+                            "board.")
     store = open_store(args)
     try:
         with store.reading() as tx:

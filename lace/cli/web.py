@@ -12,7 +12,6 @@ import shlex
 import sys
 from urllib.parse import urlsplit
 
-import sqlalchemy as sa
 from aiohttp import web
 from textual_serve.server import Server
 
@@ -20,6 +19,7 @@ from lace.cli.run import workspace_of
 from lace.cli.tui import build_app
 from lace.core.errors import LaceError
 from lace.store import resolve_db_url
+from lace.store.postgres import passwords
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -68,7 +68,7 @@ def app_command(args: argparse.Namespace) -> str:
     goes to the apps in the environment instead (`LACE_DB`): `ps` shows a command to anyone."""
     url = resolve_db_url(getattr(args, "db", None))
     argv = [sys.executable, "-m", "lace"]
-    if sa.make_url(url).password is None:
+    if not passwords(url):
         argv.append(f"--db={url}")
     else:
         os.environ["LACE_DB"] = url  # textual-serve starts each app with this environment

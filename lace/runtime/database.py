@@ -84,6 +84,16 @@ def _fail_all(batch: list[tuple[Work, asyncio.Future[Any]]], error: BaseExceptio
             future.set_exception(error)
 
 
+def _unless_lost(connection: sa.Connection | None) -> sa.Connection | None:
+    """`connection`, or None (after discarding it) once its server ended the session (a
+    PostgreSQL restart, a network cut): the next use connects again."""
+    if connection is None or not getattr(driver(connection), "closed", False):
+        return connection
+    connection.invalidate()
+    connection.close()
+    return None
+
+
 class AsyncStore:
     """Runs store work on the event loop when SQLite's lock is free, else on a thread."""
 
@@ -144,6 +154,7 @@ class AsyncStore:
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
         for writers in WAL mode, so reads run here."""
+        self._reader = _unless_lost(self._reader)
         if self._reader is None:
             self._reader = self.store.database.engine.connect()
         with raw_transaction(self._reader, write=False):
@@ -153,6 +164,7 @@ class AsyncStore:
         """The loop's connection for writes, which fails at once instead of waiting for the
         lock. Only BEGIN IMMEDIATE can meet the lock: in WAL mode, a transaction holding the
         write lock is not blocked again until it ends."""
+        self._writer = _unless_lost(self._writer)
         if self._writer is None:
             self._writer = self.store.database.engine.connect()
             if not is_postgres(self._writer.engine):  # PostgreSQL's writers try the lock

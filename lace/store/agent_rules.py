@@ -22,6 +22,11 @@ from lace.store.leases import LeaseVerbs
 from lace.store.task_rules import TaskRules
 
 
+def _whole_sum(column: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
+    """SUM of a BIGINT column as a whole number: PostgreSQL's SUM of one is NUMERIC."""
+    return sa.cast(sa.func.sum(column), sa.BigInteger)
+
+
 @dataclass(frozen=True)
 class Usage:
     """What a subtree (an agent and everything below it) has used."""
@@ -84,8 +89,8 @@ class Tx(TaskRules, LeaseVerbs):
             sa.select(calls.thread_id, calls.model, day.label("day"),
                       sa.func.count().label("calls"),
                       sa.func.count(calls.error).label("failed"),
-                      sa.func.sum(calls.prompt_tokens).label("tokens_in"),
-                      sa.func.sum(calls.completion_tokens).label("tokens_out"),
+                      _whole_sum(calls.prompt_tokens).label("tokens_in"),
+                      _whole_sum(calls.completion_tokens).label("tokens_out"),
                       sa.func.sum(calls.cost_usd).label("cost_usd"))
             .join(schema.threads, threads.id == calls.thread_id)
             .where(threads.root_id == root_id)

@@ -123,6 +123,10 @@ def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
 
 
 def _configure_postgres(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        postgres.bind_text_without_nul(dbapi_connection)
+
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
         if postgres.in_transaction(driver(connection)):
@@ -144,7 +148,7 @@ def create_engine(url: str, *, for_migrations: bool = False) -> Engine:
     path = sqlite_path(url)
     if path is None:
         engine = sa.create_engine(url, poolclass=NullPool if for_migrations else None,
-                                  connect_args=postgres.connect_args(), pool_pre_ping=True)
+                                  connect_args=postgres.connect_args(url), pool_pre_ping=True)
         _configure_postgres(engine)
         return engine
     prepare_file(path)  # also for `alembic upgrade`, which reaches lace here

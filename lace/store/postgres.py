@@ -9,6 +9,9 @@ workers and the app (SQLite's `PRAGMA data_version` plays that part there)."""
 
 from __future__ import annotations
 
+import json
+import re
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -43,9 +46,20 @@ def postgres_url(url: sa.URL) -> str:
     return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
+def passwords(url: str | sa.URL) -> list[str]:
+    """The passwords a URL carries: after its user, or as libpq's `password` parameter."""
+    parsed = sa.make_url(url) if isinstance(url, str) else url
+    given = parsed.query.get("password")
+    found = [parsed.password, *([given] if isinstance(given, str) else given or ())]
+    return [str(password) for password in found if password]
+
+
 def shown(url: str) -> str:
-    """The URL as lace prints it: never with its password."""
-    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
+    """The URL as lace prints it: never with its password (in either place)."""
+    parsed = sa.make_url(url).set(drivername="postgresql")
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True).replace("=%2A%2A%2A", "=***")
 
 
 IDLE_IN_TRANSACTION_MS = 10_000
@@ -54,11 +68,55 @@ it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock
 every other process. lace's own transactions last milliseconds and never wait on a model."""
 
 
-def connect_args() -> dict[str, Any]:
+def connect_args(url: str) -> dict[str, Any]:
     """psycopg settings: every statement run more than once is prepared on the server, and a
-    transaction left idle is ended (IDLE_IN_TRANSACTION_MS)."""
-    return {"prepare_threshold": 1,
-            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"}
+    transaction left idle is ended (IDLE_IN_TRANSACTION_MS), after the URL's own `options`
+    (a `search_path`, say), which these would otherwise replace."""
+    given = sa.make_url(url).query.get("options")
+    given = " ".join([given] if isinstance(given, str) else given or ())
+    ours = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    return {"prepare_threshold": 1, "options": f"{given} {ours}".strip()}
+
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character in text becomes on PostgreSQL, whose text types cannot hold one (SQLite
+stores it): a model's argument, a tool's output or a reply holding NUL must not fail the write."""
+
+
+@cache
+def _nul_free_dumpers() -> tuple[type, ...]:
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
+
+    class NulFreeText(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    class NulFreeBinary(StrBinaryDumper):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    return NulFreeText, NulFreeBinary
+
+
+_JSON_NUL = re.compile(r"\\\\|\\u0000")
+"""In JSON text: an escaped backslash (kept), or an escaped NUL."""
+
+
+def json_without_nul(value: Any) -> str:
+    """`value` as JSON with NUL_STAND_IN for each NUL: a json value holding `\\u0000` anywhere
+    makes every `->>` on it fail ("unsupported Unicode escape sequence")."""
+    return _JSON_NUL.sub(lambda found: found[0] if found[0] == "\\\\" else "\\ufffd",
+                         json.dumps(value))
+
+
+def bind_text_without_nul(raw: Any) -> None:
+    """Make the psycopg connection send every str, and every JSON value, with NUL_STAND_IN
+    for each NUL."""
+    from psycopg.types.json import set_json_dumps
+
+    for dumper in _nul_free_dumpers():
+        raw.adapters.register_dumper(str, dumper)
+    set_json_dumps(json_without_nul, raw)
 
 
 def in_transaction(raw: Any) -> bool:

@@ -13,7 +13,7 @@ from lace.core.errors import DatabaseRefusedError
 from lace.store import postgres
 from lace.store.failures import storage_error
 
-HEAD_REVISION = "lace_0011"
+HEAD_REVISION = "lace_0012"
 REVISION_PREFIX = "lace_"
 
 

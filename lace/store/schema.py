@@ -10,6 +10,9 @@ from lace.core.records import APPROVAL_STATUSES, EVENT_TYPES
 from lace.core.tasks import PRIORITIES, STATUSES
 from lace.core.worktrees import WORKTREE_STATUSES
 
+TOKEN_COUNT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""Token counts add up past 2**31 over an agent's life: BIGINT on PostgreSQL (SQLite's INTEGER
+is 64-bit already)."""
 metadata = sa.MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -128,11 +131,11 @@ agent_metadata = sa.Table(
     sa.Column("lease_holder", sa.Text, nullable=True),
     sa.Column("lease_epoch", sa.Integer, nullable=False, server_default="0"),
     sa.Column("stopped_by_person", sa.Boolean, nullable=False, server_default="0"),
-    sa.Column("tokens_reserved", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("tokens_reserved", TOKEN_COUNT, nullable=False, server_default="0"),
     sa.Column("host", sa.Text, nullable=True),
     sa.Column("workspace", sa.Text, nullable=True),
-    sa.Column("tokens_in", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("tokens_out", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("tokens_in", TOKEN_COUNT, nullable=False, server_default="0"),
+    sa.Column("tokens_out", TOKEN_COUNT, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
     _created(),
     _updated(),
@@ -165,8 +168,8 @@ llm_calls = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("thread_id", sa.Text, sa.ForeignKey("threads.id"), nullable=False),
     sa.Column("model", sa.Text, nullable=False),
-    sa.Column("prompt_tokens", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("completion_tokens", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("prompt_tokens", TOKEN_COUNT, nullable=False, server_default="0"),
+    sa.Column("completion_tokens", TOKEN_COUNT, nullable=False, server_default="0"),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
     sa.Column("latency_ms", sa.Float, nullable=True),
     sa.Column("error", sa.Text, nullable=True),

@@ -44,7 +44,10 @@ def state_of(worktree: Worktree) -> WorktreeState:
     target = commit_of(repository, f"refs/heads/{worktree.base_branch}")
     unmerged = 0
     if head is not None:
-        since = worktree.merged_head if worktree.status == "merged" else target
+        merge_kept = worktree.status == "merged" and target is not None \
+            and worktree.merged_commit is not None \
+            and is_ancestor(repository, worktree.merged_commit, target)
+        since = worktree.merged_head if merge_kept else target  # a merge undone is not one
         unmerged = int(git_text(repository, ["rev-list", "--count",
                                              f"{since or worktree.base_commit}..{head}"]))
     folder = Path(worktree.folder)
