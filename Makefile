@@ -3,6 +3,8 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
 PROMPT ?= Plan a small launch: write the announcement and list the risks.
+# pytest-xdist processes for `make test` (each starts its own throwaway PostgreSQL server)
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint
 
@@ -22,4 +24,4 @@ lint: $(BIN)/lace
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
