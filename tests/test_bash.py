@@ -5,6 +5,7 @@ stopped), or lace exits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -168,3 +169,24 @@ async def test_an_agent_stopped_mid_call_leaves_no_process(store: Store, models:
     finally:
         await runtime.stop()
         runtime.close()
+
+
+async def test_a_call_cancelled_while_its_command_starts_leaves_no_process(
+        tmp_path: Path) -> None:
+    """Cancelled at every early moment, while `bash` is still being started among them: the
+    command may already run its children before lace holds its process (a stop that lands
+    then left them running)."""
+    pid_file = tmp_path / "pids"
+    command = f"sleep 300 & echo $! >> {pid_file}; sleep 300"
+    for attempt in range(16):
+        call = asyncio.create_task(Bash(command=command).perform(tmp_path))
+        for _ in range(attempt % 8):
+            await asyncio.sleep(0)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            async with asyncio.timeout(30):  # before the fix, asyncio's own cleanup hung here
+                await call
+    await asyncio.sleep(0.5)  # a command cancelled late may still be writing its pid
+    pids = [int(line) for line in pid_file.read_text().split()] if pid_file.exists() else []
+    assert pids, "no command ever started: the test did not reach the window it is for"
+    await all_gone(pids)

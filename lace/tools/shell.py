@@ -141,10 +141,19 @@ class Bash(WorkspaceTool):
     async def perform(self, workspace: os.PathLike[str]) -> WorkspaceResult:
         environment = tool_environment(load_settings().tools.bash.pass_env)
         loop = asyncio.get_running_loop()
-        transport, collector = await loop.subprocess_exec(
+        starting = asyncio.ensure_future(loop.subprocess_exec(
             lambda: _Collector(loop), "bash", "-c", self.command, cwd=workspace,
             env=environment, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True))
+        try:  # the command may run (and start children) before the spawn returns: a cancel
+            transport, collector = await asyncio.shield(starting)  # then ends its whole group
+        except asyncio.CancelledError:
+            started, _ = await starting
+            try:
+                await end_group(started.get_pid())
+            finally:
+                started.close()
+            raise
         group = transport.get_pid()  # a new session: its leader's pid is the group's id
         _live_groups.add(group)
         timed_out = False
