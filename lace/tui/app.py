@@ -73,6 +73,7 @@ class LaceApp(App[None]):
         self.streamed: dict[str, str] = {}
         self.pending_refresh = True
         self.shown_thread: str | None = None
+        self.following: asyncio.Task[None] | None = None  # `_follow_changes`, once mounted
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -88,7 +89,8 @@ class LaceApp(App[None]):
     async def on_mount(self) -> None:
         self.runtime.bus.subscribe(self._on_runtime_event)
         self.set_interval(STREAM_FLUSH_S, self.flush_updates)
-        self.run_worker(self._follow_changes(), group="changes", exit_on_error=False)
+        # a task, not a Textual worker: tests wait for every worker to complete
+        self.following = asyncio.create_task(self._follow_changes(), name="lace-app-changes")
         if (session_id := self.session_id) is not None:
             resumed = await self.runtime.resume(session_id)
             if resumed:
@@ -372,6 +374,8 @@ class LaceApp(App[None]):
     async def on_unmount(self) -> None:
         """However the app ends (a browser page closed sends no key): running turns are marked
         interrupted, as `q` does; nothing is drawn meanwhile (the widgets are going)."""
+        if self.following is not None:
+            self.following.cancel()
         async with self.view_lock:  # a refresh under way finishes first
             await self.runtime.stop()
         self.reader.close()
