@@ -167,6 +167,13 @@ class Supervisor:
         workspace, or on another host, are left to the processes there."""
         return None if self.workspace is None else place_of(self.workspace)
 
+    @property
+    def claims_at(self) -> Place | None:
+        """The place this process claims agents for: its own when it shares the work with
+        other processes (workers); none when it runs its sessions alone (`lace run
+        --continue` in another folder still runs the session it was asked to)."""
+        return self.place if self.share_work else None
+
     def __post_init__(self) -> None:
         if self.share_work:
             self._share = 1  # until the watch has counted the turns and the processes
@@ -189,7 +196,7 @@ class Supervisor:
                                    lambda text: self.bus.publish(Warned(text)), warnings)
         self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
                                  bus=self.bus, tools=tools, budgets=self.settings.budgets,
-                                 holder=self.process_id, place=self.place,
+                                 holder=self.process_id, place=self.claims_at,
                                  fallbacks_for=self.settings.fallbacks_for)
 
     def _apply(self, effects: Effects) -> None:
@@ -296,9 +303,9 @@ class Supervisor:
             return
 
         def look(tx: Tx) -> list[str]:
-            runnable = tx.runnable_anywhere(self.place) if roots is None else [
+            runnable = tx.runnable_anywhere(self.claims_at) if roots is None else [
                 thread for root_id in roots
-                for thread in tx.runnable_threads(root_id, self.place)]
+                for thread in tx.runnable_threads(root_id, self.claims_at)]
             if self.share_work:
                 held = (sum(tx.sessions_with_agents_in(HELD_STATUSES).values()) if roots is None
                         else sum(tx.count_agents_in(root_id, HELD_STATUSES)
