@@ -57,8 +57,10 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
                          for note in notes if note["task_id"] == task["id"]]
     edges = _rows(tx, schema.task_dependencies, schema.task_dependencies.c.task_id.in_(
         [task["id"] for task in tasks]), join=False,
-        order=[schema.task_dependencies.c.created_at, schema.task_dependencies.c.task_id,
-               schema.task_dependencies.c.blocked_by])
+        order=[schema.task_dependencies.c.created_at])
+    created = {task["id"]: task["created_at"] for task in tasks}
+    edges.sort(key=lambda edge: (edge["created_at"], created[edge["task_id"]],  # by time, so
+                                 created[edge["blocked_by"]]))  # a renamed id keeps its place
     agents = _rows(tx, schema.agent_metadata, in_session, drop=LEASE_COLUMNS)
     calls = _rows(tx, schema.llm_calls, in_session, drop=("id",))
     document = {
