@@ -18,7 +18,7 @@ os.environ.setdefault("LACE_TEST_PROVIDERS", "1")  # the benchmarks' `scripted` 
 from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.llm.checks import check_model
 from lace.llm.types import ModelClient
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store, open_database
 
 if TYPE_CHECKING:
@@ -48,14 +48,13 @@ def bench_settings(limits: Limits) -> Settings:
 
 @asynccontextmanager
 async def bench_runtime(client: ModelClient, limits: Limits, directory: Path | None = None,
-                        database: str | None = None) -> AsyncIterator[Supervisor]:
+                        database: str | None = None) -> AsyncIterator[Runtime]:
     """A supervisor over a fresh, migrated SQLite file (lace's own WAL, synchronous=NORMAL), or
     over `database` (the URL of an empty PostgreSQL database), built as tests/conftest.py
     builds it; stopped and closed on exit."""
     with tempfile.TemporaryDirectory(prefix="lace-bench-", dir=directory) as folder:
         store = Store(open_database(database or str(Path(folder) / "lace.db")))
-        supervisor = Supervisor(store=store, client=client, settings=bench_settings(limits),
-                                check_model=check_model)
+        supervisor = open_runtime(store, bench_settings(limits), client, check_model=check_model)
         try:
             yield supervisor
         finally:
@@ -100,7 +99,7 @@ def traced_statements(target: Any, record: Callable[[str], None]) -> Iterator[No
             connection.set_trace_callback(None)
 
 
-def db_file(supervisor: Supervisor) -> Path:
+def db_file(supervisor: Runtime) -> Path:
     """The SQLite file behind a supervisor."""
     path = supervisor.store.database.engine.url.database
     assert path is not None

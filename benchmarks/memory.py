@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from benchmarks.common import bench_runtime, db_file, raised_limits, table
 from benchmarks.fanout import ROOT_MODEL, BenchmarkError, FanoutModel, check_board, warm_up
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 
 HOLD_TIMEOUT_S = 120.0
 
@@ -69,7 +69,7 @@ async def wait_held(model: FanoutModel, count: int) -> None:
             await asyncio.sleep(0.01)
 
 
-async def fan_out(supervisor: Supervisor, model: FanoutModel, tasks: int, prompt: str,
+async def fan_out(supervisor: Runtime, model: FanoutModel, tasks: int, prompt: str,
                   held: Callable[[], Awaitable[None]] | None = None) -> None:
     """One session of `tasks` children run until quiet and checked; with `held`, the
     workers' first calls wait until `held` (run once all of them are waiting) returns."""

@@ -4,7 +4,7 @@ streaming `--rate` deltas a second, while a person presses keys. Measures, in a 
 from the key event to the screen refreshed, and how late the event loop wakes meanwhile.
 
 The agents are real: spawned through the `task_create` tool with limits raised in the settings,
-run by the app's own Supervisor on a real SQLite file (lace's WAL, synchronous=NORMAL). Their
+run by the app's own Runtime on a real SQLite file (lace's WAL, synchronous=NORMAL). Their
 model is a scripted `ModelClient` that streams text through `on_delta` (the runtime passes one
 only for the watched thread, as it does with litellm; the others still take the same time) and
 then calls a board tool, so every agent keeps writing. Run: `python -m benchmarks.tui_load`.

@@ -182,11 +182,10 @@ async def runtime(store: Store, models: Any) -> Any:
     from lace.config import Limits, Settings
     from lace.llm.checks import check_model
     from lace.llm.client import LiteLLMClient
-    from lace.runtime.supervisor import Supervisor
+    from lace.runtime import open_runtime
 
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
-    supervisor = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                            check_model=check_model)
+    supervisor = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
     yield supervisor
     await supervisor.stop()
     supervisor.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from lace.core.records import Thread
+from lace.runtime import Runtime
 from lace.runtime.events import RuntimeEvent, TurnEnded, TurnStarted
-from lace.runtime.supervisor import Supervisor
 
 
-async def first_root_answer(runtime: Supervisor, prompt: str, model: str, *,
+async def first_root_answer(runtime: Runtime, prompt: str, model: str, *,
                             watch: bool = False, timeout_s: float = 30,
                             ) -> tuple[Thread, str | None]:
     """Start a session and wait for its root's first turn to end: (root, its answer). With
@@ -19,7 +19,7 @@ async def first_root_answer(runtime: Supervisor, prompt: str, model: str, *,
     def on_event(event: RuntimeEvent) -> None:
         is_root = "." not in getattr(event, "thread_id", ".")
         if watch and is_root and isinstance(event, TurnStarted):
-            runtime.runner.watched.add(event.thread_id)
+            runtime.watch(event.thread_id)
         if is_root and isinstance(event, TurnEnded) and not ended.done():
             ended.set_result(event.text)
 

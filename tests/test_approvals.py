@@ -17,7 +17,7 @@ from lace.config import Limits, Settings, ToolSettings
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query
 from tests.processes import lace_env
@@ -26,10 +26,10 @@ from tests.scripted import ScriptedModels, reply, text, tools_called
 pytestmark = pytest.mark.both_engines
 
 def make(store: Store, workspace: Path, policy: dict[str, Any] | None = None,
-         **limits: Any) -> Supervisor:
+         **limits: Any) -> Runtime:
     settings = Settings(limits=Limits(**limits), tools=ToolSettings(policy=policy or {}))
-    return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                      check_model=check_model, workspace=workspace)
+    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+                        workspace=workspace)
 
 
 def writer(*paths: str) -> Any:
@@ -44,7 +44,7 @@ def writer(*paths: str) -> Any:
     return handle
 
 
-async def answer_when_asked(db_path: Path, status: str, runtime: Supervisor) -> int:
+async def answer_when_asked(db_path: Path, status: str, runtime: Runtime) -> int:
     for _ in range(400):
         pending = query(db_path, "SELECT id FROM approvals WHERE status = 'pending'")
         if pending:

@@ -13,7 +13,7 @@ import pytest
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 from tests.conftest import query, run_cli
 from tests.scripted import ScriptedModels, dutiful_worker
 
@@ -64,7 +64,7 @@ def sums(db_path: Path, where: str = "1", *params: Any) -> dict[str, Any]:
 
 
 async def test_cost_totals_are_sums_over_llm_calls(
-        runtime: Supervisor, models: ScriptedModels, server: FakeOpenAI, db_path: Path,
+        runtime: Runtime, models: ScriptedModels, server: FakeOpenAI, db_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     models.on("worker", dutiful_worker())
     server.faults += ["429", "503"]  # two failed calls of the root, retried
@@ -127,7 +127,7 @@ def test_cost_of_a_thread_that_is_not_a_session_is_one_line(
 
 
 async def test_token_counts_past_two_to_the_31_are_recorded_on_both_engines(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     """A long-lived agent's totals (or a provider's reported usage) pass 2**31 - 1, where
     PostgreSQL's INTEGER ends: the agent must not fail on writing them."""
     models.on("huge", lambda _messages: ScriptedReply(text="done", prompt_tokens=3_000_000_000,

@@ -16,8 +16,8 @@ from lace.core.assignee import ThreadAssignee
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import TurnEnded
-from lace.runtime.supervisor import Supervisor
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store
 from lace.tools.base import ToolContext, ToolError, refuse_deadlock
@@ -25,21 +25,20 @@ from lace.tools.registry import ToolRegistry
 from tests.conftest import query
 from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
 
-RuntimeFactory = Callable[..., Supervisor]
+RuntimeFactory = Callable[..., Runtime]
 
 
 pytestmark = pytest.mark.both_engines
 
 @pytest.fixture
 async def make_runtime(store: Store, models: ScriptedModels) -> AsyncIterator[RuntimeFactory]:
-    made: list[Supervisor] = []
+    made: list[Runtime] = []
 
-    def make(**limits: Any) -> Supervisor:
+    def make(**limits: Any) -> Runtime:
         profiles = limits.pop("profiles", {})
         settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.002, **limits),
                             profiles=profiles)
-        runtime = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                             check_model=check_model)
+        runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
         made.append(runtime)
         return runtime
 
@@ -328,7 +327,6 @@ async def test_an_agent_at_the_depth_limit_does_not_see_spawning_tools(
         return await original(model, messages, tools, **kwargs)
 
     runtime.client.complete = spy  # type: ignore[method-assign]
-    runtime.runner.client = runtime.client
     models.on("root", calls_then_answer(("spawn", {"task": "x", "model": "scripted/leaf"})))
     models.on("leaf", lambda messages: reply("leaf done"))
     root = await runtime.start_session("go", "scripted/root")

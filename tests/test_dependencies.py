@@ -16,7 +16,7 @@ from lace.config import Limits
 from lace.core.records import Thread
 from lace.llm.checks import check_provider
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store
 from lace.tools.base import ToolContext, ToolResult
@@ -65,7 +65,7 @@ def agent_call(store: Store, session: Thread, actor: str, tool: str,
 
 
 async def test_a_diamond_starts_each_task_after_its_blockers_with_their_results(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     """A; B and C after A; D after B and C, all `new:scripted/worker` in one task_create: B's
     and C's first requests come only once A is completed, D's once both are, and D's carries
     their results."""

@@ -14,7 +14,7 @@ import pytest
 from lace.config import Limits, Profile, Settings
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query, run_cli
 from tests.scripted import ScriptedModels, dutiful_worker, reply
@@ -40,17 +40,17 @@ def coordinator_or_worker(messages: list[dict[str, Any]]) -> ScriptedReply:
     return reply("all done")
 
 
-def make_runtime(store: Store, **settings: Any) -> Supervisor:
+def make_runtime(store: Store, **settings: Any) -> Runtime:
     from lace.llm.checks import check_model
     from lace.llm.client import LiteLLMClient
 
-    return Supervisor(store=store, client=LiteLLMClient(), check_model=check_model,
-                      settings=Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005,
-                                                      model_retries=2), **settings))
+    return open_runtime(store, Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005,
+                                                      model_retries=2), **settings),
+                                                          LiteLLMClient(), check_model=check_model)
 
 
 @pytest.fixture
-async def fallback_runtime(store: Store, models: ScriptedModels) -> AsyncIterator[Supervisor]:
+async def fallback_runtime(store: Store, models: ScriptedModels) -> AsyncIterator[Runtime]:
     supervisor = make_runtime(store, fallbacks=["scripted/spare", "scripted/last"])
     yield supervisor
     await supervisor.stop()
@@ -96,7 +96,7 @@ async def test_a_429_storm_moves_the_agent_to_the_next_model_and_it_stays(
 
 
 async def test_an_outage_moves_root_and_helper_to_the_fallback(
-        fallback_runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        fallback_runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     models.on("root", _down("ServiceUnavailableError"))
     models.on("worker", _down("InternalServerError"))
     models.on("spare", coordinator_or_worker)
@@ -137,7 +137,7 @@ async def test_a_profile_list_replaces_the_top_level_one(
 
 
 async def test_a_context_overflow_moves_on_once_nothing_is_left_to_trim(
-        fallback_runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        fallback_runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     from lace.llm.litellm_setup import litellm
 
     def small(messages: list[dict[str, Any]]) -> ScriptedReply:
@@ -156,7 +156,7 @@ async def test_a_context_overflow_moves_on_once_nothing_is_left_to_trim(
 
 
 async def test_an_exhausted_list_fails_as_a_model_failure_does(
-        fallback_runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        fallback_runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
         {"title": "Job", "prompt": "p", "assigned_to": "new:scripted/worker"}]}))
         if not any(m["role"] == "tool" for m in messages) else reply("noted"))
@@ -175,7 +175,7 @@ async def test_an_exhausted_list_fails_as_a_model_failure_does(
 
 
 async def test_a_permanent_error_does_not_fall_back(
-        fallback_runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        fallback_runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     models.on("root", _down("BadRequestError"))
     models.on("spare", lambda messages: pytest.fail("a bad request is not a fallback's job"))
     root = await fallback_runtime.start_session("go", "scripted/root")
@@ -185,7 +185,7 @@ async def test_a_permanent_error_does_not_fall_back(
 
 
 async def test_threads_and_the_sidebar_name_the_model_an_agent_is_on(
-        fallback_runtime: Supervisor, models: ScriptedModels, db_path: Path,
+        fallback_runtime: Runtime, models: ScriptedModels, db_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     from lace.tui.session_view import load_session_view
 

@@ -15,7 +15,7 @@ import pytest
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 from tests.conftest import query
 from tests.scripted import ScriptedModels, reply
 
@@ -41,7 +41,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         yield fake
 
 
-async def test_server_errors_are_retried(runtime: Supervisor, server: FakeOpenAI,
+async def test_server_errors_are_retried(runtime: Runtime, server: FakeOpenAI,
                                          db_path: Path) -> None:
     server.faults += ["503", "429"]
     root = await runtime.start_session("hi", "openai/fake")
@@ -54,12 +54,12 @@ async def test_server_errors_are_retried(runtime: Supervisor, server: FakeOpenAI
                           "WHERE type = 'agent_message'") == [(ANSWER,)]
 
 
-async def test_a_dropped_stream_is_retried_not_kept_half(runtime: Supervisor,
+async def test_a_dropped_stream_is_retried_not_kept_half(runtime: Runtime,
                                                         server: FakeOpenAI,
                                                         db_path: Path) -> None:
     server.faults.append("drop_stream")
     root = await runtime.start_session("hi", "openai/fake")
-    runtime.runner.watched.add(root.id)
+    runtime.watch(root.id)
     await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
     assert all(request.get("stream") for request in server.requests)
     assert len(server.requests) == 2
@@ -70,7 +70,7 @@ async def test_a_dropped_stream_is_retried_not_kept_half(runtime: Supervisor,
 
 
 async def test_errors_past_the_retries_block_the_task_and_tell_its_creator(
-        runtime: Supervisor, server: FakeOpenAI, models: ScriptedModels,
+        runtime: Runtime, server: FakeOpenAI, models: ScriptedModels,
         db_path: Path) -> None:
     server.faults += ["500"] * 10
     models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
@@ -90,7 +90,7 @@ async def test_errors_past_the_retries_block_the_task_and_tell_its_creator(
 
 
 async def test_a_key_echoed_in_an_error_reaches_neither_the_database_nor_the_logs(
-        runtime: Supervisor, server: FakeOpenAI, db_path: Path,
+        runtime: Runtime, server: FakeOpenAI, db_path: Path,
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     secret = "sk-test-0123456789abcdefSECRET"
     monkeypatch.setenv("OPENAI_API_KEY", secret)

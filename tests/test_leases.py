@@ -80,7 +80,7 @@ async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_on
     from lace.config import Limits, Settings
     from lace.llm.checks import check_model
     from lace.llm.client import LiteLLMClient
-    from lace.runtime.supervisor import Supervisor
+    from lace.runtime import open_runtime
     from lace.store import open_database
 
     home = tmp_path / "home"
@@ -95,15 +95,14 @@ async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_on
         monkeypatch.setenv("LACE_DEMO_DELAY", "0")
         settings = Settings(limits=Limits(lease_timeout_s=1.0))
         store = Store(open_database(str(home / "lace.db")))
-        second = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                            check_model=check_model)
+        second = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
         assert await second.resume(root) == []
         await asyncio.sleep(0.5)
         assert all(holder != second.process_id for _, _, holder in held)
         assert query(home, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'") == [(0,)]
         assert set(held) <= set(query(home, "SELECT thread_id, status, lease_holder FROM "
                                             "agent_metadata"))
-        assert second.running.keys().isdisjoint(thread for thread, _, _ in held)
+        assert second.running.isdisjoint(thread for thread, _, _ in held)
     finally:
         other.kill()
         other.wait()

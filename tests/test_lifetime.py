@@ -14,7 +14,7 @@ from lace.config import Budgets, Limits, Settings
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import is_postgres, query
 from tests.scripted import ScriptedModels, assigned_task, reply, text, tools_called
@@ -25,12 +25,11 @@ TOPIC_MESSAGE = re.compile(r"\[message from (\S+) on topic 'party-chat'\]\n(.*)"
 
 
 
-def make(store: Store, **limits: Any) -> Supervisor:
+def make(store: Store, **limits: Any) -> Runtime:
     budgets = limits.pop("budgets", Budgets())
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.002, **limits),
                         budgets=budgets)
-    return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                      check_model=check_model)
+    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
 
 
 def assert_everything_recorded(db_path: Path, models: ScriptedModels) -> None:

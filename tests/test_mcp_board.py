@@ -25,7 +25,7 @@ from lace.core.text import MAX_NESTING
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import new_session, query
 from tests.scripted import ScriptedModels, assigned_task, dutiful_worker, reply, tools_called
@@ -67,7 +67,7 @@ def created_id(text: str) -> str:
 
 
 async def test_a_client_sees_the_agents_schemas_and_the_served_list_is_pinned(
-        runtime: Supervisor, session: Thread) -> None:
+        runtime: Runtime, session: Thread) -> None:
     async with connected(BoardServer(runtime, session.id)) as client:
         tools = (await client.list_tools()).tools
     served = [{"name": tool.name, "description": tool.description,
@@ -115,19 +115,19 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.parametrize(("tool", "arguments", "expected"), HOSTILE,
                          ids=[f"{n}-{case[0]}" for n, case in enumerate(HOSTILE)])
 async def test_bad_arguments_get_the_agents_error_text_and_write_nothing(
-        runtime: Supervisor, session: Thread, store: Store, unchanged: Callable[[], Any],
+        runtime: Runtime, session: Thread, store: Store, unchanged: Callable[[], Any],
         tool: str, arguments: dict[str, Any], expected: str) -> None:
     async with connected(BoardServer(runtime, session.id)) as client:
         with unchanged():
             is_error, text = await call(client, tool, arguments)
     assert is_error and expected in text, text
-    if tool in runtime.runner.tools.registry.tools:  # what the person's call gets in the app
+    if tool in runtime.tools.registry.tools:  # what the person's call gets in the app
         with unchanged():
             assert (await runtime.act_as_human(session.id, tool, arguments)).text == text
 
 
 async def test_markup_and_control_characters_are_kept_as_text(
-        runtime: Supervisor, session: Thread, db_path: Path) -> None:
+        runtime: Runtime, session: Thread, db_path: Path) -> None:
     title = "[bold red]x[/] <script>alert(1)</script> \x1b[31m"
     async with connected(BoardServer(runtime, session.id)) as client:
         is_error, text = await call(client, "task_create", create(title, HUMAN))
@@ -138,7 +138,7 @@ async def test_markup_and_control_characters_are_kept_as_text(
 
 
 async def test_task_wait_returns_the_result_and_thread_read_the_childs_conversation(
-        runtime: Supervisor, session: Thread, models: ScriptedModels) -> None:
+        runtime: Runtime, session: Thread, models: ScriptedModels) -> None:
     models.on("worker", dutiful_worker("forty-two"))
     async with connected(BoardServer(runtime, session.id)) as client:
         _, text = await call(client, "task_create", create("Answer", "new:scripted/worker"))
@@ -157,7 +157,7 @@ async def test_task_wait_returns_the_result_and_thread_read_the_childs_conversat
 
 
 async def test_task_wait_times_out_with_the_task_still_open(
-        runtime: Supervisor, session: Thread) -> None:
+        runtime: Runtime, session: Thread) -> None:
     async with connected(BoardServer(runtime, session.id)) as client:
         _, text = await call(client, "task_create", create("For a person", HUMAN))
         task_id = created_id(text)
@@ -180,8 +180,9 @@ async def test_task_wait_says_which_approval_an_agent_waits_for(
         return reply("done")
 
     models.on("shell", shell)
-    runtime = Supervisor(store=store, client=LiteLLMClient(), settings=Settings(
-        limits=Limits(approval_timeout_s=60)), check_model=check_model, workspace=tmp_path)
+    runtime = open_runtime(store, Settings(
+        limits=Limits(approval_timeout_s=60)), LiteLLMClient(), check_model=check_model,
+            workspace=tmp_path)
     try:
         async with connected(BoardServer(runtime, session.id)) as client:
             _, text = await call(client, "task_create", create("Shell", "new:scripted/shell"))
@@ -202,7 +203,7 @@ async def test_task_wait_says_which_approval_an_agent_waits_for(
 
 
 async def test_agent_stop_stops_a_running_agent_as_the_person(
-        runtime: Supervisor, session: Thread, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, session: Thread, models: ScriptedModels, db_path: Path) -> None:
     started, never = asyncio.Event(), asyncio.Event()
 
     async def stuck(_messages: list[dict[str, Any]]) -> ScriptedReply:
@@ -227,7 +228,7 @@ async def test_agent_stop_stops_a_running_agent_as_the_person(
 
 
 async def test_another_sessions_threads_are_out_of_reach(
-        runtime: Supervisor, session: Thread, store: Store,
+        runtime: Runtime, session: Thread, store: Store,
         unchanged: Callable[[], Any]) -> None:
     other = new_session(store, "someone else's")
     async with connected(BoardServer(runtime, session.id)) as client:
@@ -241,7 +242,7 @@ async def test_another_sessions_threads_are_out_of_reach(
 
 
 async def test_with_no_session_the_first_task_create_starts_one(
-        runtime: Supervisor, store: Store, db_path: Path, unchanged: Callable[[], Any]) -> None:
+        runtime: Runtime, store: Store, db_path: Path, unchanged: Callable[[], Any]) -> None:
     board = BoardServer(runtime, None)
     async with connected(board) as client:
         with unchanged():
@@ -258,7 +259,7 @@ async def test_with_no_session_the_first_task_create_starts_one(
 
 
 async def test_the_resources_hold_the_board_and_a_thread_and_announce_changes(
-        runtime: Supervisor, session: Thread, models: ScriptedModels) -> None:
+        runtime: Runtime, session: Thread, models: ScriptedModels) -> None:
     models.on("worker", dutiful_worker("done well"))
     async with connected(BoardServer(runtime, session.id)) as client:
         listed = [str(resource.uri) for resource in (await client.list_resources()).resources]
@@ -280,7 +281,7 @@ async def test_the_resources_hold_the_board_and_a_thread_and_announce_changes(
     assert "task_complete" in [event["data"].get("tool_name") for event in thread["events"]]
 
 
-async def test_no_key_is_served(runtime: Supervisor, session: Thread, models: ScriptedModels,
+async def test_no_key_is_served(runtime: Runtime, session: Thread, models: ScriptedModels,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     models.on("worker", dutiful_worker(f"the key is {SECRET}"))
@@ -296,7 +297,7 @@ async def test_no_key_is_served(runtime: Supervisor, session: Thread, models: Sc
 
 
 async def test_a_client_of_the_2025_protocol_subscribes_to_a_thread(
-        runtime: Supervisor, session: Thread, models: ScriptedModels) -> None:
+        runtime: Runtime, session: Thread, models: ScriptedModels) -> None:
     models.on("worker", dutiful_worker("done"))
     updated: asyncio.Queue[str] = asyncio.Queue()
 
@@ -317,7 +318,7 @@ async def test_a_client_of_the_2025_protocol_subscribes_to_a_thread(
 
 
 async def test_a_long_task_wait_reports_progress_to_a_client_that_asks(
-        runtime: Supervisor, session: Thread) -> None:
+        runtime: Runtime, session: Thread) -> None:
     board = BoardServer(runtime, session.id)
     board.progress_every_s = 0.05
     reports: list[tuple[float, float | None, str | None]] = []

@@ -16,8 +16,8 @@ from lace.config import Limits, McpServer, ToolSettings, load_settings
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import Warned
-from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from tests.conftest import query
 from tests.mcp_servers.harness import (
@@ -47,7 +47,7 @@ def calls_in_turn(*calls: tuple[str, dict[str, Any]]) -> Any:
     return handle
 
 
-async def run_session(runtime: Supervisor, prompt: str = "go") -> str:
+async def run_session(runtime: Runtime, prompt: str = "go") -> str:
     root = await runtime.start_session(prompt, "scripted/root")
     try:
         await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
@@ -69,9 +69,9 @@ class Recording:
         return await self.client.complete(model, messages, tools, **kwargs)
 
 
-def recording(runtime: Supervisor) -> Recording:
-    runtime.runner.client = Recording(runtime.runner.client)  # type: ignore[assignment]
-    return runtime.runner.client  # type: ignore[return-value]
+def recording(runtime: Runtime) -> Recording:
+    runtime.scheduler.runner.client = Recording(runtime.client)  # type: ignore[assignment]
+    return runtime.scheduler.runner.client  # type: ignore[return-value]
 
 
 async def test_an_agent_calls_a_stdio_server_whose_tools_are_in_the_first_request(
@@ -118,9 +118,8 @@ async def test_a_third_party_server_from_pypi_through_lace_toml(
         f'[mcp_servers.time]\ncommand = "{command}"\nargs = ["--local-timezone", "UTC"]\n')
     monkeypatch.chdir(tmp_path)
     settings = load_settings()
-    runtime = Supervisor(store=store, client=LiteLLMClient(),
-                         settings=settings.model_copy(update={"limits": Limits(**QUICK)}),
-                         check_model=check_model)
+    runtime = open_runtime(store, settings.model_copy(update={"limits": Limits(**QUICK)}),
+                           LiteLLMClient(), check_model=check_model)
     models.on("root", calls_in_turn(
         ("mcp__time__convert_time", {"source_timezone": "Europe/Paris", "time": "12:30",
                                      "target_timezone": "Asia/Tokyo"}),

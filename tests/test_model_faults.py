@@ -11,7 +11,7 @@ from typing import Any
 
 from lace.config import Settings
 from lace.llm.types import DeltaCallback, ModelReply, ScriptedReply, ToolCallRequest
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.runtime.turns import TRIMMED
 from lace.store import Store
 from tests.conftest import query
@@ -23,7 +23,7 @@ def results(messages: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_malformed_and_unknown_calls_come_back_as_tool_errors(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     def model(messages: list[dict[str, Any]]) -> ScriptedReply:
         seen = results(messages)
         if not seen:
@@ -45,7 +45,7 @@ async def test_malformed_and_unknown_calls_come_back_as_tool_errors(
     assert errors == [(1,), (1,), (0,)]
 
 
-async def test_an_empty_answer_is_retried(runtime: Supervisor, models: ScriptedModels,
+async def test_an_empty_answer_is_retried(runtime: Runtime, models: ScriptedModels,
                                           db_path: Path) -> None:
     answers = iter([reply(None), reply("")])
     models.on("root", lambda messages: next(answers, reply("finally")))
@@ -58,7 +58,7 @@ async def test_an_empty_answer_is_retried(runtime: Supervisor, models: ScriptedM
 
 
 async def test_a_context_overflow_trims_old_tool_results(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     from lace.llm.litellm_setup import litellm
 
     def model(messages: list[dict[str, Any]]) -> ScriptedReply:
@@ -87,7 +87,7 @@ async def test_a_context_overflow_trims_old_tool_results(
     assert overflows[0][0] >= 1
 
 
-async def test_a_provider_timeout_is_retried(runtime: Supervisor, models: ScriptedModels,
+async def test_a_provider_timeout_is_retried(runtime: Runtime, models: ScriptedModels,
                                              db_path: Path) -> None:
     from lace.llm.litellm_setup import litellm
 
@@ -112,7 +112,7 @@ class CancelledAsItAnswers:
     agent's turn land in the same event-loop iteration: the race in which Python 3.11's
     `asyncio.wait_for` returns the answer and drops the cancellation."""
 
-    supervisor: Supervisor | None = None
+    supervisor: Runtime | None = None
     calls: int = 0
 
     async def complete(self, model: str, messages: list[dict[str, Any]],
@@ -122,7 +122,7 @@ class CancelledAsItAnswers:
         self.calls += 1
         if self.calls > 3:  # with the cancellation lost, end the turn so the test can fail
             return ModelReply(content="done")
-        (turn,) = self.supervisor.running.values()
+        (turn,) = self.supervisor.scheduler.running.values()
         asyncio.get_running_loop().call_soon(turn.cancel)
         call = ToolCallRequest(id=f"call_{self.calls}", name="task_list", arguments="{}")
         return ModelReply(content=None, tool_calls=(call,))
@@ -130,10 +130,10 @@ class CancelledAsItAnswers:
 
 async def test_a_turn_cancelled_as_its_answer_arrives_stops(store: Store) -> None:
     client = CancelledAsItAnswers()
-    supervisor = Supervisor(store=store, client=client, settings=Settings())
+    supervisor = open_runtime(store, Settings(), client)
     client.supervisor = supervisor
     await supervisor.start_session("go", "scripted/root")
-    (turn,) = supervisor.running.values()
+    (turn,) = supervisor.scheduler.running.values()
     await asyncio.wait({turn}, timeout=30)
     await supervisor.stop()
     supervisor.close()

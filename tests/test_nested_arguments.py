@@ -14,8 +14,8 @@ import pytest
 
 from lace.cli.progress import progress_printer
 from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime
 from lace.runtime.events import EventAppended
-from lace.runtime.supervisor import Supervisor
 from tests.conftest import Caller, query
 from tests.scripted import ScriptedModels, reply, text
 
@@ -36,7 +36,7 @@ def test_providers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_deep_arguments_are_a_tool_error_and_the_turn_goes_on(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     printed = io.StringIO()
     runtime.bus.subscribe(progress_printer(printed))
 

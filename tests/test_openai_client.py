@@ -25,7 +25,7 @@ from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.prices import call_cost
 from lace.llm.types import ModelClient, ModelError, ModelReply, ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import open_runtime
 from lace.store import Store, open_database
 from lace.tools.registry import ToolRegistry
 from tests.conftest import query
@@ -322,7 +322,7 @@ async def run_turn(client: ModelClient, db_path: Path, *, streamed: bool) -> dic
     """One root turn on `openai/gpt-4o-mini` (a 503 first), and what it recorded."""
     store = Store(open_database(str(db_path)))
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
-    runtime = Supervisor(store=store, client=client, settings=settings, check_model=check_model)
+    runtime = open_runtime(store, settings, client, check_model=check_model)
     with FakeOpenAI(board_script) as fake:
         fake.faults.append("503")
         with pytest.MonkeyPatch.context() as patch:
@@ -332,7 +332,7 @@ async def run_turn(client: ModelClient, db_path: Path, *, streamed: bool) -> dic
                 root = await runtime.start_session("What is on the board?",
                                                    "openai/gpt-4o-mini")
                 if streamed:
-                    runtime.runner.watched.add(root.id)
+                    runtime.watch(root.id)
                 await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
             finally:
                 await runtime.stop()

@@ -13,7 +13,7 @@ import pytest
 
 from lace.core.assignee import ThreadAssignee
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 from lace.store import Store
 from tests.conftest import new_session, query, spawn_child
 from tests.scripted import Handler, ScriptedModels, assigned_task, reply, tools_called
@@ -40,7 +40,7 @@ def one_task_root(title: str, assigned_to: str,
 
 
 async def test_a_fan_out_costs_two_calls_per_helper_and_no_root_call_for_their_notes(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     log: list[str] = []  # what the models saw, in order
     root_waiting, all_noted = asyncio.Event(), asyncio.Event()
     noted: set[str] = set()
@@ -95,7 +95,7 @@ async def test_a_fan_out_costs_two_calls_per_helper_and_no_root_call_for_their_n
 
 
 async def test_progress_reaches_the_creator_in_one_block_with_its_next_turn(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
         task_id, done = assigned_task(messages), tools_called(messages)
         steps = [("task_update", {"task_id": task_id, "status": "pending"}),
@@ -126,7 +126,7 @@ async def test_progress_reaches_the_creator_in_one_block_with_its_next_turn(
 
 
 async def test_blocked_and_messages_still_wake_the_creator_at_once(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     told = asyncio.Event()
 
     def heard(text: str) -> None:
@@ -149,7 +149,7 @@ async def test_blocked_and_messages_still_wake_the_creator_at_once(
 
 
 async def test_a_helper_with_more_open_work_goes_on_after_completing_a_task(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     def root(messages: list[dict[str, Any]]) -> ScriptedReply:
         called = tools_called(messages)
         if not called:
@@ -192,7 +192,7 @@ async def test_a_helper_with_more_open_work_goes_on_after_completing_a_task(
 
 
 async def test_a_persons_note_on_a_task_assigned_to_human_wakes_the_creator(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     models.on("root", one_task_root("Pick a name", "human"))
     session = await runtime.start_session("Ask the person.", "scripted/root")
     await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)

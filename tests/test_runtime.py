@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import RuntimeEvent, TurnEnded
-from lace.runtime.supervisor import Supervisor
 from tests.conftest import is_postgres, query, snapshot
 from tests.root_turn import first_root_answer
 from tests.scripted import (
@@ -28,7 +28,7 @@ from tests.scripted_coordinator import completions, coordinator
 pytestmark = pytest.mark.both_engines
 
 async def test_root_delegates_to_two_concurrent_children(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     arrived: list[str] = []
     both_called = asyncio.Event()
     overlapped: list[bool] = []
@@ -109,7 +109,7 @@ async def test_root_delegates_to_two_concurrent_children(
 
 
 async def test_a_grandchild_is_numbered_under_its_parent(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     def middle(messages: list[dict[str, Any]]) -> ScriptedReply:
         task_id = assigned_task(messages)
         if "task_create" not in tools_called(messages):
@@ -134,7 +134,7 @@ async def test_a_grandchild_is_numbered_under_its_parent(
 
 
 async def test_reassignment_moves_the_task_to_another_agent(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     def root_script(messages: list[dict[str, Any]]) -> ScriptedReply:
         results = [text(m) for m in messages if m["role"] == "tool"]
         if not results:
@@ -171,7 +171,7 @@ async def test_reassignment_moves_the_task_to_another_agent(
 
 
 async def test_a_failing_model_blocks_its_task_and_tells_the_creator(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     from lace.llm.litellm_setup import litellm
 
     def broken(messages: list[dict[str, Any]]) -> ScriptedReply:
@@ -199,7 +199,7 @@ async def test_a_failing_model_blocks_its_task_and_tells_the_creator(
         ("idle",)]
 
 
-async def test_transient_failures_are_retried(runtime: Supervisor, models: ScriptedModels,
+async def test_transient_failures_are_retried(runtime: Runtime, models: ScriptedModels,
                                               db_path: Path) -> None:
     from lace.llm.litellm_setup import litellm
 
@@ -219,7 +219,7 @@ async def test_transient_failures_are_retried(runtime: Supervisor, models: Scrip
 
 
 async def test_a_notice_arriving_mid_turn_waits_and_is_delivered_once(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     child_done = asyncio.Event()
     release_root = asyncio.Event()
 
@@ -256,7 +256,7 @@ async def test_a_notice_arriving_mid_turn_waits_and_is_delivered_once(
     assert query(db_path, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL") == [(0,)]
 
 
-async def test_a_spawn_is_refused_without_a_key(runtime: Supervisor, models: ScriptedModels,
+async def test_a_spawn_is_refused_without_a_key(runtime: Runtime, models: ScriptedModels,
                                                 db_path: Path) -> None:
     models.on("root", coordinator("new:openai/gpt-4o", titles=("Needs key",)))
     root = await runtime.start_session("go", "scripted/root")
@@ -268,7 +268,7 @@ async def test_a_spawn_is_refused_without_a_key(runtime: Supervisor, models: Scr
     assert query(db_path, "SELECT COUNT(*) FROM tasks") == [(0,)]
 
 
-async def test_a_custom_base_url_needs_no_key(runtime: Supervisor, models: ScriptedModels,
+async def test_a_custom_base_url_needs_no_key(runtime: Runtime, models: ScriptedModels,
                                               db_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
@@ -281,7 +281,7 @@ async def test_a_custom_base_url_needs_no_key(runtime: Supervisor, models: Scrip
 
 
 async def test_a_child_that_never_completes_is_reminded_then_blocked(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     models.on("root", coordinator("new:scripted/lazy", titles=("Chore",)))
     models.on("lazy", lambda messages: reply(f"I looked at it ({len(messages)} messages)"))
     root = await runtime.start_session("go", "scripted/root")
@@ -321,15 +321,14 @@ async def test_model_calls_respect_the_limits(store: Any, models: ScriptedModels
 
     models.on("root", coordinator(*["new:scripted/worker"] * 4, titles=("a", "b", "c", "d")))
     models.on("worker", counted)
-    supervisor = Supervisor(store=store, client=LiteLLMClient(),
-                            settings=Settings(limits=Limits(**limits)))
+    supervisor = open_runtime(store, Settings(limits=Limits(**limits)), LiteLLMClient())
     root = await supervisor.start_session("go", "scripted/root")
     await asyncio.wait_for(supervisor.run_until_quiet(root.id), 60)
     supervisor.close()
     assert peak[0] == peak_wanted
 
 
-async def test_a_watched_thread_streams_its_text(runtime: Supervisor,
+async def test_a_watched_thread_streams_its_text(runtime: Runtime,
                                                  models: ScriptedModels) -> None:
     from lace.runtime.events import TextStreamed
 
@@ -344,7 +343,7 @@ async def test_a_watched_thread_streams_its_text(runtime: Supervisor,
 
 
 async def test_prices_are_counted_and_unknown_prices_logged_once(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path,
+        runtime: Runtime, models: ScriptedModels, db_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
@@ -371,7 +370,7 @@ async def test_prices_are_counted_and_unknown_prices_logged_once(
                       "add up)"]
 
 
-async def test_provider_keys_are_never_written(runtime: Supervisor, models: ScriptedModels,
+async def test_provider_keys_are_never_written(runtime: Runtime, models: ScriptedModels,
                                                db_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "sk-test-0123456789abcdefSECRET"
@@ -386,7 +385,7 @@ async def test_provider_keys_are_never_written(runtime: Supervisor, models: Scri
                  f"{root.id}.1") == [("openai", "gpt-4o")]
 
 
-async def test_tests_cannot_reach_a_real_provider(runtime: Supervisor, db_path: Path,
+async def test_tests_cannot_reach_a_real_provider(runtime: Runtime, db_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     root = await runtime.start_session("hi", "openai/gpt-4o")

@@ -20,8 +20,8 @@ from lace.llm.client import LiteLLMClient
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.paths import credential_values
+from lace.runtime import open_runtime
 from lace.runtime.events import ApprovalRequested, EventAppended, TurnFailed
-from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from lace.tools.registry import ToolRegistry
 from lace.tools.shell import Bash
@@ -152,8 +152,8 @@ async def test_keys_in_answers_notes_and_bash_output_are_masked(
         store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path,
         keys: tuple[str, str]) -> None:
     settings = Settings(tools=ToolSettings(policy={"bash": "allow"}))
-    runtime = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                         check_model=check_model, workspace=tmp_path)
+    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+                           workspace=tmp_path)
     models.on("root", key_leaking_root)
     session = await runtime.start_session("go", "scripted/root")
     async with asyncio.timeout(30):
@@ -196,8 +196,7 @@ async def test_a_provider_error_echoing_a_key_is_masked_everywhere(
     echoing_server.faults += ["400"] * 3
     caplog.set_level(logging.DEBUG)
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
-    runtime = Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                         check_model=check_model)
+    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
     session = await runtime.start_session("hi", "openai/fake")
     async with asyncio.timeout(30):
         await runtime.run_until_quiet(session.id)

@@ -16,7 +16,7 @@ from lace.core.assignee import ThreadAssignee
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from lace.store.budgets import remaining
 from tests.conftest import Caller, query, run_cli, spawn_child
@@ -25,10 +25,10 @@ from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 
 pytestmark = pytest.mark.both_engines
 
-def supervisor(store: Store, workspace: Path | None = None, **settings: Any) -> Supervisor:
+def supervisor(store: Store, workspace: Path | None = None, **settings: Any) -> Runtime:
     quick = Limits(retry_base_s=0.001, retry_max_s=0.002)
-    return Supervisor(store=store, client=LiteLLMClient(), check_model=check_model,
-                      settings=Settings(**{"limits": quick, **settings}), workspace=workspace)
+    return open_runtime(store, Settings(**{"limits": quick, **settings}), LiteLLMClient(),
+                        check_model=check_model, workspace=workspace)
 
 
 def test_an_agent_a_person_stopped_takes_no_task_from_an_agent(

@@ -18,8 +18,8 @@ from lace.cli.progress import progress_printer
 from lace.core.text import printable, printable_json, valid_text
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import ApprovalRequested, EventAppended, ThreadSpawned, TurnFailed
-from lace.runtime.supervisor import Supervisor
 from lace.store import Store
 from tests.conftest import new_session, query
 from tests.conftest import run_cli as lace
@@ -67,7 +67,7 @@ def surrogate_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
 
 async def test_a_lone_surrogate_from_the_model_never_wedges_the_thread(
-        runtime: Supervisor, surrogate_server: FakeOpenAI, db_path: Path) -> None:
+        runtime: Runtime, surrogate_server: FakeOpenAI, db_path: Path) -> None:
     root = await runtime.start_session("hi", "openai/fake")
     await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
     await runtime.send(root.id, "and now?")
@@ -87,7 +87,7 @@ async def test_a_lone_surrogate_from_the_model_never_wedges_the_thread(
 
 
 async def test_a_thread_stored_with_a_surrogate_by_an_earlier_lace_goes_on(
-        runtime: Supervisor, surrogate_server: FakeOpenAI, store: Store,
+        runtime: Runtime, surrogate_server: FakeOpenAI, store: Store,
         db_path: Path) -> None:
     surrogate_server.script = lambda model, messages: ScriptedReply(text="going on")
     with store.transaction() as tx:  # what lace wrote before text was checked where it enters
@@ -123,9 +123,8 @@ async def test_a_file_name_that_is_not_utf8_never_wedges_the_thread(
     with FakeOpenAI(listing_script) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
-        runtime = Supervisor(store=store, client=LiteLLMClient(), check_model=check_model,
-                             settings=Settings(limits=Limits(model_retries=0)),
-                             workspace=workspace)
+        runtime = open_runtime(store, Settings(limits=Limits(model_retries=0)), LiteLLMClient(),
+                               check_model=check_model, workspace=workspace)
         try:
             root = await runtime.start_session("list", "openai/fake")
             await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)

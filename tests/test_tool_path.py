@@ -10,7 +10,7 @@ from typing import Any
 
 from lace.core.notifications import PREFIX
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 from lace.runtime.tool_runner import call_tool
 from lace.tools.names import ALL_TOOL_NAMES
 from tests.conftest import query
@@ -44,7 +44,7 @@ def board(db_path: Path, session_id: str) -> list[tuple[Any, ...]]:
 
 
 async def test_the_person_and_an_agent_get_the_same_results_and_rows(
-        runtime: Supervisor, models: ScriptedModels, db_path: Path) -> None:
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
     async def silent_worker(messages: list[dict[str, Any]]) -> ScriptedReply:
         await asyncio.Event().wait()  # works on forever: its rows stay as the spawn left them
         raise AssertionError("unreachable")

@@ -200,7 +200,7 @@ async def test_another_process_session_shows_live_without_running_it(
     app = create_app(db=str(db_path), continue_thread=root.id, model="scripted/root")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
-        assert app.runtime.running == {}
+        assert app.runtime.running == frozenset()
         with store.transaction() as tx:
             tx.append_event(root.id, "agent_message", {"message": {
                 "role": "assistant", "content": "written by the other process"}})

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime
 from lace.store import Store
 from tests.conftest import query
 from tests.gitrepos import git, new_repository, status
@@ -44,7 +44,7 @@ def repo(tmp_path: Path) -> Path:
     return new_repository(tmp_path / "repo", {"shared.txt": "base\n", "README.md": "# r\n"})
 
 
-async def run_session(runtime: Supervisor, models: ScriptedModels, prompt: str) -> str:
+async def run_session(runtime: Runtime, models: ScriptedModels, prompt: str) -> str:
     """Run a session with the scripted root until quiet; its final answer."""
     root = await runtime.start_session(prompt, "scripted/root")
     await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)

@@ -10,20 +10,20 @@ from lace.config import Limits, Settings, ToolSettings, WorkspaceSettings
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.scripted import reply, text, tools_called
 
 WRITERS_ALLOWED = {"file_write": "allow", "file_edit": "allow", "bash": "allow"}
 
 
-def supervisor(store: Store, workspace: Path, **workspace_settings: Any) -> Supervisor:
+def supervisor(store: Store, workspace: Path, **workspace_settings: Any) -> Runtime:
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2),
                         tools=ToolSettings(policy=WRITERS_ALLOWED),
                         workspace=WorkspaceSettings(**{"isolation": "worktree",
                                                        **workspace_settings}))
-    return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                      check_model=check_model, workspace=workspace)
+    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+                        workspace=workspace)
 
 
 def delegating_root(*then: tuple[str, dict[str, Any]]) -> Any:

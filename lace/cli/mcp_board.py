@@ -26,9 +26,9 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.secrets import mask, mask_data
 from lace.paths import credential_values
+from lace.runtime import Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TasksChanged, ThreadSpawned
-from lace.runtime.supervisor import Supervisor
-from lace.runtime.tool_runner import Arguments, ToolRunner
+from lace.runtime.tool_runner import Arguments
 from lace.store import Tx
 from lace.tools.base import ToolContext, ToolError, ToolResult
 from lace.tools.person_tools import SERVED_TOOLS, TaskWait, session_thread
@@ -63,19 +63,15 @@ def served(text: str) -> str:
 class BoardServer:
     """One session's board served over MCP, on the runtime of this process."""
 
-    def __init__(self, supervisor: Supervisor, session_id: str | None) -> None:
-        self.supervisor, self.session_id = supervisor, session_id
-        own = supervisor.runner.tools
-        self.runner = ToolRunner(db=supervisor.db, bus=supervisor.bus,
-                                 check_model=own.check_model, limits=own.limits,
-                                 profiles=own.profiles, budgets=own.budgets,
-                                 registry=ToolRegistry(SERVED_TOOLS))
+    def __init__(self, runtime: Runtime, session_id: str | None) -> None:
+        self.runtime, self.session_id = runtime, session_id
+        self.runner = runtime.offering(ToolRegistry(SERVED_TOOLS))
         self.updates = InMemorySubscriptionBus()
         self._starting = asyncio.Lock()
         self._sending: set[asyncio.Task[None]] = set()
         self._subscribed: dict[str, set[ServerSession]] = {}
         self.progress_every_s = PROGRESS_S
-        supervisor.bus.subscribe(self._announce)
+        runtime.subscribe(self._announce)
         self.server: Server[Any] = Server(
             "lace", version=__version__, title="lace task board", instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
@@ -141,32 +137,22 @@ class BoardServer:
         async with self._starting:
             if self.session_id is None:
                 self.session_id = await asyncio.to_thread(
-                    start_session_for, self.supervisor.store, arguments,
+                    start_session_for, self.runtime.store, arguments,
                     self.runner.human_context(""))
-                self.supervisor.sessions.add(self.session_id)
+                self.runtime.serve_session(self.session_id)
             return self.session_id
 
     async def _wait(self, tool: TaskWait, context: ToolContext,
                     progress: Progress | None) -> None:
         """Return once `tool` may answer: its tasks settled, an agent waiting for an approval,
         or its timeout passed. An unknown task id raises at once."""
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        deadline, next_report = began + tool.timeout_s, began + self.progress_every_s
-        signals = self.supervisor.runner.tools
-        while not await self.runner.db.read(lambda tx: tool.over(tx, context)):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            if loop.time() >= next_report:
-                next_report = loop.time() + self.progress_every_s
-                waited = loop.time() - began
-                if progress is not None:
-                    await progress(waited, tool.timeout_s, f"waited {waited:.0f} s")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(POLL_S, remaining,
-                                               max(0.0, next_report - loop.time()))):
-                    await signals.change_signal().wait()
+        async def report(waited: float) -> None:
+            if progress is not None:
+                await progress(waited, tool.timeout_s, f"waited {waited:.0f} s")
+
+        await self.runtime.wait_until(lambda tx: tool.over(tx, context), tool.timeout_s,
+                                      every=self.progress_every_s, progress=report,
+                                      poll=POLL_S)
 
     # resources
 
@@ -174,7 +160,7 @@ class BoardServer:
                               None) -> types.ListResourcesResult:
         board = types.Resource(uri=BOARD_URI, name="board", mime_type="application/json",
                                description="The session's tasks, closed ones too.")
-        threads = [] if self.session_id is None else await self.runner.db.read(
+        threads = [] if self.session_id is None else await self.runtime.read(
             lambda tx: tx.session_threads(str(self.session_id)))
         return types.ListResourcesResult(resources=[board, *(
             types.Resource(uri=f"{THREAD_PREFIX}{thread.id}", name=thread.id,
@@ -193,10 +179,10 @@ class BoardServer:
         uri = str(params.uri)
         try:
             if uri == BOARD_URI:
-                value = await self.runner.db.read(self._board)
+                value = await self.runtime.read(self._board)
             elif uri.startswith(THREAD_PREFIX):
                 thread_id = uri.removeprefix(THREAD_PREFIX)
-                value = await self.runner.db.read(lambda tx: self._thread(tx, thread_id))
+                value = await self.runtime.read(lambda tx: self._thread(tx, thread_id))
             else:
                 raise ToolError(f"Unknown resource {uri!r}: lace serves {BOARD_URI} and "
                                 f"{THREAD_PREFIX}{{thread_id}}.")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lace.cli.board import open_store
-from lace.cli.run import model_client, new_supervisor, runtime_settings, workspace_of
+from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
 from lace.config import Settings
 from lace.core.errors import LaceError
 from lace.store import Store
@@ -105,6 +105,7 @@ def open_socket(listen: Listen) -> Listening:
 async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
                  session_id: str | None, listening: Listening | None) -> int:
     from lace.cli.mcp_board import BoardServer
+    from lace.runtime import Sharing
     from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()
@@ -114,17 +115,18 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, main.cancel)
     client = model_client()
-    supervisor = new_supervisor(args, store, settings, client, feed=change_feed(store),
-                                share_work=True, sessions={session_id} if session_id else set())
-    board = BoardServer(supervisor, session_id)
+    runtime = new_runtime(args, store, settings, client, Sharing(
+        feed=change_feed(store), share_work=True,
+        sessions=frozenset({session_id} if session_id else ())))
+    board = BoardServer(runtime, session_id)
 
     async def run_agents() -> None:
         """Import the model SDKs off the event loop (seconds), so the client's handshake is
         answered at once, then run the session's agents (resuming those cut off)."""
         await asyncio.to_thread(client.warm_up)
-        await supervisor.serve()
+        await runtime.serve()
 
-    runtime = asyncio.create_task(run_agents(), name="lace-mcp-runtime")
+    agents = asyncio.create_task(run_agents(), name="lace-mcp-runtime")
     print(f"lace mcp serve (pid {os.getpid()}): session {session_id or '(none yet)'}, "
           f"{'http://' + listening.address.netloc + '/mcp' if listening else 'stdio'}",
           file=sys.stderr)
@@ -133,9 +135,9 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
         pass
     finally:
-        runtime.cancel()
-        await asyncio.gather(runtime, return_exceptions=True)
-        supervisor.close()
+        agents.cancel()
+        await asyncio.gather(agents, return_exceptions=True)
+        runtime.close()
     return 0
 
 

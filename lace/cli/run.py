@@ -23,7 +23,7 @@ from lace.tools.workspace import DaemonThreads
 if TYPE_CHECKING:
     from lace.llm.client import RoutingClient
     from lace.llm.types import ModelClient
-    from lace.runtime.supervisor import Supervisor
+    from lace.runtime import Runtime, Sharing
 
 EXIT_TIMEOUT = 3
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -100,21 +100,22 @@ def model_client() -> RoutingClient:
     return default_client()
 
 
-def new_supervisor(args: argparse.Namespace, store: Store, settings: Settings,
-                   client: ModelClient, **sharing: Any) -> Supervisor:
-    """The runtime of `lace run` and `lace worker`, narrating on stderr; `sharing` says how
-    it shares the database with other processes (see `Supervisor`)."""
+def new_runtime(args: argparse.Namespace, store: Store, settings: Settings,
+                client: ModelClient, sharing: Sharing | None = None) -> Runtime:
+    """The runtime of `lace run`, `lace worker` and `lace mcp serve`, narrating on stderr;
+    `sharing` says how it shares the database with other processes."""
     from lace.llm.checks import check_model
-    from lace.runtime.supervisor import Supervisor
+    from lace.runtime import ALONE, open_runtime
 
-    supervisor = Supervisor(store=store, client=client, settings=settings,
-                            check_model=check_model, workspace=workspace_of(args), **sharing)
-    supervisor.bus.subscribe(progress_printer())
-    return supervisor
+    runtime = open_runtime(store, settings, client, check_model=check_model,
+                           workspace=workspace_of(args), sharing=sharing or ALONE)
+    runtime.subscribe(progress_printer())
+    return runtime
 
 
 async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any) -> int:
     from lace.cli.worker import Workers
+    from lace.runtime import Sharing
     from lace.runtime.worker import change_feed
 
     # A thread that never returns (a tool stuck in a system call) must not keep the process
@@ -125,34 +126,34 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
     workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
-    sharing = {"feed": change_feed(store), "share_work": True} if workers_wanted else {}
-    supervisor = new_supervisor(args, store, settings, model_client(), **sharing)
+    sharing = Sharing(feed=change_feed(store), share_work=True) if workers_wanted else None
+    runtime = new_runtime(args, store, settings, model_client(), sharing)
     workers = Workers()
     try:
         if args.continue_thread:
             root_id = root_of(args.continue_thread)
-            resumed = await supervisor.resume(root_id)
+            resumed = await runtime.resume(root_id)
             if resumed:
                 print(f"Resuming {len(resumed)} interrupted agent(s): {', '.join(resumed)}",
                       file=sys.stderr)
             if args.prompt:
-                await supervisor.send(args.continue_thread, args.prompt)
+                await runtime.send(args.continue_thread, args.prompt)
         else:
-            root_id = (await supervisor.start_session(args.prompt, model)).id
+            root_id = (await runtime.start_session(args.prompt, model)).id
             print(f"Session {root_id}", file=sys.stderr)
         workers.start(args, store.database.url, root_id, workers_wanted)
         try:
             async with asyncio.timeout(args.timeout):
-                await supervisor.run_until_quiet(root_id)
+                await runtime.run_until_quiet(root_id)
         except asyncio.CancelledError:  # Ctrl+C: stop cleanly, resumable with --continue
             workers.terminate()
-            await supervisor.stop()
+            await runtime.stop()
             raise
         except TimeoutError:
             workers.terminate()
-            await supervisor.stop()
+            await runtime.stop()
             await workers.stop()
-            cut = await supervisor.db.read(
+            cut = await runtime.read(
                 lambda tx: tx.count_agents_in(root_id, ("interrupted",)))
             print(f"lace: timed out after {args.timeout}s; {cut} turn(s) marked interrupted; "
                   f"resume with lace run --continue {root_id}", file=sys.stderr)
@@ -161,8 +162,8 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
         return _report(store, root_id, args.json)
     finally:
         await workers.stop()
-        await supervisor.stop_servers()
-        supervisor.close()
+        await runtime.stop_servers()
+        runtime.close()
 
 
 def _report(store: Store, root_id: str, as_json: bool) -> int:
@@ -190,7 +191,7 @@ def _detach(store: Store, prompt: str, model: str, workspace: Path) -> int:
     """`lace run --detach`: write the session and its prompt, run no agent, and print the id
     alone on stdout. Its agents work in `workspace`: a worker on this host started there (or
     with --workspace) runs them."""
-    from lace.runtime.supervisor import open_session, place_of
+    from lace.runtime.sessions import open_session, place_of
 
     with store.transaction() as tx:
         root_id = open_session(tx, prompt, model, place_of(workspace)).id

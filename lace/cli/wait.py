@@ -48,7 +48,8 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None) -> bool
     """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
     seconds (None: however long it takes). Looks again whenever the change feed hears a
     commit, and at least as often as a worker looks for runnable threads."""
-    from lace.runtime.supervisor import POLL_S, quiet
+    from lace.runtime.scheduler import POLL_S
+    from lace.runtime.sessions import quiet
     from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()

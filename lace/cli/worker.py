@@ -12,7 +12,7 @@ import sys
 import time
 
 from lace.cli.board import open_store
-from lace.cli.run import model_client, new_supervisor, runtime_settings, workspace_of
+from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
 from lace.config import Settings
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
@@ -36,6 +36,7 @@ def worker_command(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
                  roots: list[str]) -> int:
+    from lace.runtime import Sharing
     from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()
@@ -55,15 +56,15 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     try:
         client = model_client()  # its SDK imported before this process takes agents
         await asyncio.to_thread(client.warm_up, litellm_too=False)
-        supervisor = new_supervisor(
-            args, store, settings, client, feed=change_feed(store), share_work=True,
-            sessions=set(roots), serve_all=not roots, max_agents=args.max_agents)
+        runtime = new_runtime(args, store, settings, client, Sharing(
+            feed=change_feed(store), share_work=True, sessions=frozenset(roots),
+            serve_all=not roots, max_agents=args.max_agents))
         try:
-            print(f"lace worker {supervisor.process_id[:8]} (pid {os.getpid()}) runs the agents "
+            print(f"lace worker {runtime.process_id[:8]} (pid {os.getpid()}) runs the agents "
                   f"of {', '.join(roots) or 'every session'}", file=sys.stderr)
-            await supervisor.serve()
+            await runtime.serve()
         finally:
-            supervisor.close()
+            runtime.close()
     except asyncio.CancelledError:  # SIGINT or SIGTERM: stopped cleanly
         return 0
     return 0

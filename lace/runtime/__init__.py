@@ -1,1 +1,6 @@
-"""The agent runtime: turns driven by the database inbox, under limits, publishing events."""
+"""The runtime: one `Runtime` per process, built by `open_runtime`, behind every front end."""
+
+from lace.runtime.assembly import ALONE, Sharing, open_runtime
+from lace.runtime.facade import Runtime
+
+__all__ = ["ALONE", "Runtime", "Sharing", "open_runtime"]

@@ -15,7 +15,7 @@ import logging
 
 import sqlalchemy as sa
 
-from lace.runtime.supervisor import ChangeFeed, Polling
+from lace.runtime.scheduler import ChangeFeed, Polling
 from lace.store import Store
 from lace.store.db import driver, is_postgres
 from lace.store.postgres import CHANNEL

@@ -18,8 +18,8 @@ from textual.widgets import Footer, Header, Input, Static, Tree
 from lace.core.errors import LaceError
 from lace.core.records import Approval
 from lace.core.text import printable
+from lace.runtime import Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed, Warned
-from lace.runtime.supervisor import Supervisor
 from lace.store import Tx
 from lace.tui.board import BoardScreen
 from lace.tui.literal import literal
@@ -60,7 +60,7 @@ class LaceApp(App[None]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, runtime: Supervisor, *, model: str, readiness: ModelReadiness,
+    def __init__(self, runtime: Runtime, *, model: str, readiness: ModelReadiness,
                  session_id: str | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.session_id = runtime, model, session_id
@@ -87,7 +87,7 @@ class LaceApp(App[None]):
         yield Footer()
 
     async def on_mount(self) -> None:
-        self.runtime.bus.subscribe(self._on_runtime_event)
+        self.runtime.subscribe(self._on_runtime_event)
         self.set_interval(STREAM_FLUSH_S, self.flush_updates)
         # a task, not a Textual worker: tests wait for every worker to complete
         self.following = asyncio.create_task(self._follow_changes(), name="lace-app-changes")
@@ -197,7 +197,7 @@ class LaceApp(App[None]):
         if thread_id is None:
             return
         conversation = self.query_one(Conversation)
-        self.runtime.runner.watched = {thread_id}
+        self.runtime.watch(thread_id)
         if self.shown_thread != thread_id:
             events, hidden = await self.reader.read(
                 lambda tx: tx.latest_events(thread_id, SHOWN_EVENTS))

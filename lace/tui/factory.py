@@ -10,7 +10,7 @@ from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.llm.types import ModelClient
 from lace.paths import lace_home
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import open_runtime
 from lace.store import Store, open_database
 from lace.tui.app import LaceApp
 from lace.tui.widgets.welcome import ModelReadiness
@@ -48,8 +48,8 @@ unknown provider is refused here; a missing key is shown on the first screen."""
         from lace.llm.client import default_client
 
         client = default_client()
-    runtime = Supervisor(store=store, client=client, settings=settings, check_model=check_model,
-                         workspace=workspace or Path.cwd())
+    runtime = open_runtime(store, settings, client, check_model=check_model,
+                           workspace=workspace or Path.cwd())
     app = LaceApp(runtime, model=model, session_id=session_id, readiness=readiness)
     if continue_thread not in (None, LATEST):
         app.selected = continue_thread

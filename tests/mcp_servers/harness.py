@@ -17,7 +17,7 @@ from typing import Any
 from lace.config import Limits, McpServer, Settings, ToolSettings
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
-from lace.runtime.supervisor import Supervisor
+from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.processes import free_port
 
@@ -32,12 +32,11 @@ def notes_stdio(**env: str) -> McpServer:
 
 def runtime_with(store: Store, servers: dict[str, McpServer],
                  policy: dict[str, Any] | None = None, *, tools: ToolSettings | None = None,
-                 **limits: Any) -> Supervisor:
+                 **limits: Any) -> Runtime:
     """A runtime whose settings name these servers (and this tool policy)."""
     settings = Settings(limits=Limits(**{**QUICK, **limits}),
                         tools=tools or ToolSettings(policy=policy or {}), mcp_servers=servers)
-    return Supervisor(store=store, client=LiteLLMClient(), settings=settings,
-                      check_model=check_model)
+    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
 
 
 @contextlib.contextmanager

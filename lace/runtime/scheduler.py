@@ -1,4 +1,4 @@
-"""The supervisor: runs a turn for every thread with pending inbox rows, concurrently, in one
+"""The scheduler: runs a turn for every thread with pending inbox rows, concurrently, in one
 asyncio process; idle agents hold no coroutine. Several processes may run the agents of one
 session (`lace run --workers`, `lace worker`): each claims a thread in the transaction that
 starts its turn, learns of rows the others wrote through a `ChangeFeed`, and takes only its
@@ -11,36 +11,25 @@ import contextlib
 import logging
 import math
 import random
-import socket
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from lace.config import Settings
+from lace.config import Limits
 from lace.core.agents import HELD_STATUSES
-from lace.core.assignee import HUMAN, parse_model
 from lace.core.effects import Effects
 from lace.core.errors import StorageError
 from lace.core.ids import root_of
-from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
-from lace.core.records import Lease, Place, Thread
-from lace.core.text import valid_text
-from lace.core.tool_sets import EVERY_TOOL
-from lace.llm.types import ModelClient, ModelError
-from lace.runtime.approvals import Approvals
+from lace.core.records import Lease, Place
+from lace.llm.types import ModelError
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed, Warned
-from lace.runtime.tool_runner import ToolRunner
+from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
+from lace.runtime.sessions import BUSY, quiet, resume_cut_off
 from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
-from lace.store import Store, Tx
+from lace.store import Tx
 from lace.store.failures import storage_error
 from lace.store.leases import LeaseLostError, fenced
-from lace.tools.base import ModelCheck, ToolResult, no_model_check
-from lace.tools.mcp.configured import configured_servers
-from lace.tools.mcp.servers import McpServers
-from lace.tools.workspace import Workspace
 
 log = logging.getLogger("lace.runtime")
 POLL_S = 0.5
@@ -48,8 +37,6 @@ DEFER_S = 0.1
 """How long a process at its share of the turns leaves a woken thread for the others before it
 claims the thread itself (if it is still unclaimed: no thread waits on a process that never
 comes)."""
-BUSY = (*HELD_STATUSES, "interrupted")
-"""An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
 
 
 class ChangeFeed(Protocol):
@@ -93,63 +80,20 @@ class Polling:
         """Nothing to release."""
 
 
-def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
-    """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
-    `interrupted`, and those marked running or waiting whose process has died."""
-    resumed = tx.cut_off_agents(root_id, alive={process_id})
-    for thread_id in resumed:
-        tx.update_agent(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
-        tx.orphan_approvals(thread_id)
-        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
-                      priority="high")
-    return resumed
-
-
-def place_of(workspace: Path) -> Place:
-    """The place of a process on this host whose tools act on `workspace`."""
-    return Place(host=socket.gethostname(), workspace=str(workspace.resolve()))
-
-
-def open_session(tx: Tx, prompt: str, model: str, place: Place | None) -> Thread:
-    """A new root thread whose inbox holds the person's prompt (`lace run`, `--detach` too);
-    its agents work in the workspace at `place` (`Supervisor.place`)."""
-    provider, name = parse_model(model)
-    prompt = valid_text(prompt)
-    root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                             tools=list(EVERY_TOOL), place=place)
-    tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
-    return root
-
-
-def quiet(tx: Tx, root_id: str) -> bool:
-    """Whether a session is done as far as the database tells: no runnable inbox row waits
-    and no agent of it is running, waiting or interrupted in any process (`lace run` with
-    workers, `lace wait`)."""
-    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
-
-
 @dataclass
-class Supervisor:
-    """Owns the running turns of one process, and the process's lease (`process_id`)."""
+class Scheduler:
+    """Owns the running turns of one process, and the process's lease (`process_id`); built by
+    `lace.runtime.assembly.open_runtime`, which registered the process first."""
 
-    store: Store
-    client: ModelClient
-    settings: Settings
-    check_model: ModelCheck = no_model_check
-    workspace: Path | None = None
-    bus: EventBus = field(default_factory=EventBus)
-    db: AsyncStore = field(init=False)
-    runner: TurnRunner = field(init=False)
-    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    _wake_again: set[str] = field(default_factory=set)
-    _halting: set[str] = field(default_factory=set)
-    _stopping: bool = False
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-    process_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    db: AsyncStore
+    runner: TurnRunner
+    bus: EventBus
+    limits: Limits
+    process_id: str
+    database_path: Path | None = None
+    """The SQLite file, to tell a full disk from other errors (None on a server)."""
+    feed: ChangeFeed = field(default_factory=lambda: Polling())
     sessions: set[str] = field(default_factory=set)
-    _watch: asyncio.Task[None] | None = None
-    storage_failure: StorageError | None = None
-    feed: ChangeFeed = field(default_factory=Polling)
     serve_all: bool = False
     """Serve every session of the database, new ones too (`lace worker` without --session)."""
     max_agents: int | None = None
@@ -157,49 +101,27 @@ class Supervisor:
     share_work: bool = False
     """Other processes run these sessions' agents too: claim at once only a fair share of the
     turns (see `wake`), and count a session quiet only when the database says so."""
+    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    storage_failure: StorageError | None = None
+    _wake_again: set[str] = field(default_factory=set)
+    _halting: set[str] = field(default_factory=set)
+    _stopping: bool = False
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _watch: asyncio.Task[None] | None = None
     _share: float = math.inf
     _deferred: set[str] = field(default_factory=set)
     _left_some: bool = False
 
-    @property
-    def place(self) -> Place | None:
-        """Where this process runs agents: the agents of sessions started with another
-        workspace, or on another host, are left to the processes there."""
-        return None if self.workspace is None else place_of(self.workspace)
-
-    @property
-    def claims_at(self) -> Place | None:
-        """The place this process claims agents for: its own when it shares the work with
-        other processes (workers); none when it runs its sessions alone (`lace run
-        --continue` in another folder still runs the session it was asked to)."""
-        return self.place if self.share_work else None
-
     def __post_init__(self) -> None:
         if self.share_work:
             self._share = 1  # until the watch has counted the turns and the processes
-        servers, warnings = configured_servers(self.settings, self.workspace)  # may refuse
-        with self.store.transaction() as tx:
-            tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
-        self.db = AsyncStore(self.store, on_commit=self._apply)
-        workspace = None if self.workspace is None else Workspace.for_lace(
-            self.workspace, database_url=self.store.database.url,
-            protected_paths=self.settings.tools.protected_paths)
-        tools = ToolRunner(db=self.db, bus=self.bus, check_model=self.check_model,
-                           limits=self.settings.limits, profiles=self.settings.profiles,
-                           budgets=self.settings.budgets, workspace=workspace,
-                           workspace_settings=self.settings.workspace)
-        tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
-                                    timeout_s=self.settings.limits.approval_timeout_s,
-                                    changed=tools.change_signal)
-        if servers or warnings:
-            tools.mcp = McpServers(servers, self.settings.limits,
-                                   lambda text: self.bus.publish(Warned(text)), warnings)
-        self.runner = TurnRunner(db=self.db, client=self.client, limits=self.settings.limits,
-                                 bus=self.bus, tools=tools, budgets=self.settings.budgets,
-                                 holder=self.process_id, place=self.claims_at,
-                                 fallbacks_for=self.settings.fallbacks_for)
 
-    def _apply(self, effects: Effects) -> None:
+    @property
+    def claims_at(self) -> Place | None:
+        """The place this process claims agents for (`TurnRunner.place`)."""
+        return self.runner.place
+
+    def apply(self, effects: Effects) -> None:
         """Act on what a committed write caused: announce new agents, let waiting tools look
         again, cancel the turns of stopped agents, and wake every agent that was told
         something."""
@@ -213,28 +135,9 @@ class Supervisor:
         for thread_id in effects.woken:
             self.wake(thread_id)
 
-    # sessions
-
-    async def start_session(self, prompt: str, model: str) -> Thread:
-        """A new root thread whose inbox holds the person's prompt."""
+    def reopen(self) -> None:
+        """Accept wake-ups again after `stop` (a new session, or one resumed)."""
         self._stopping = False
-        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place))
-
-    async def send(self, thread_id: str, text: str) -> None:
-        """A person's message to any thread (through its inbox, so it works mid-turn)."""
-        await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
-                                                     text=valid_text(text)))
-
-    async def act_as_human(self, root_id: str, tool: str,
-                           arguments: dict[str, Any]) -> ToolResult:
-        """Call a tool as the person (`human`) through the one tool path."""
-        tools = self.runner.tools
-        return await tools.call(tools.human_context(root_id), tool, arguments)
-
-    async def decide(self, approval_id: int, status: str) -> None:
-        """The person's answer to an approval request (the app's prompt)."""
-        await self.db.write(lambda tx: tx.decide_approval(approval_id, status, HUMAN))
-        self.runner.tools.changed()
 
     async def resume(self, root_id: str) -> list[str]:
         """Queue a resume for every agent of the session whose turn was cut off (marked
@@ -242,7 +145,7 @@ class Supervisor:
         From now on this process also takes over the session's agents if their holder dies."""
         self._stopping = False
         self.sessions.add(root_id)
-        resumed = await self.db.write(lambda tx: _resume_cut_off(tx, root_id, self.process_id))
+        resumed = await self.db.write(lambda tx: resume_cut_off(tx, root_id, self.process_id))
         self._start_watch()
         return resumed
 
@@ -258,7 +161,7 @@ class Supervisor:
         of the lease timeout renew the heartbeat and take over the agents of processes that
         died."""
         loop = asyncio.get_running_loop()
-        lease_timeout = self.settings.limits.lease_timeout_s
+        lease_timeout = self.limits.lease_timeout_s
         beat_every = lease_timeout / 5
         next_beat = loop.time() + beat_every
         while True:
@@ -368,10 +271,6 @@ class Supervisor:
         return await self.db.write(fenced(lease, lambda tx: tx.stop_subtree(
             thread_id, reason=reason, by_person=by_person)))
 
-    async def resume_agent(self, thread_id: str) -> bool:
-        """Resume a stopped agent: it continues its conversation."""
-        return await self.db.write(lambda tx: tx.resume_agent(thread_id))
-
     async def _drive(self, thread_id: str) -> None:
         try:
             while True:
@@ -416,7 +315,7 @@ class Supervisor:
         """Whether `error` is the disk refusing a write (full, read-only). Then the run ends
         (`run_until_quiet` raises it) and the agent is left as it is, not marked `error`: its
         process is gone when the run ends, so `lace run --continue` resumes it."""
-        storage = storage_error(error, self.store.database.path)
+        storage = storage_error(error, self.database_path)
         if storage is None:
             return False
         self.storage_failure = self.storage_failure or storage
@@ -509,14 +408,7 @@ class Supervisor:
             await self.runner.tools.mcp.stop()
 
     def close(self) -> None:
-        """Stop the store thread, close the store's connections and give up the lease."""
+        """Stop watching the database (the runtime closes the store and gives up the lease)."""
         if self._watch is not None:
             self._watch.cancel()
         self.feed.close()
-        self.db.close()
-        try:
-            with self.store.transaction() as tx:
-                tx.forget_process(self.process_id)
-        except Exception as error:  # a full disk: the row expires with the lease
-            if not self._storage_failed(error):
-                raise

@@ -1,0 +1,190 @@
+"""The Runtime: the one object every front end (the command line, the app, the web page, the
+MCP server, `lace run`, `lace worker`, the Python API) talks to. It owns the board, the scheduler
+and the model seam; `lace.runtime.assembly.open_runtime` builds it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from lace.config import Settings
+from lace.core.assignee import HUMAN
+from lace.core.records import Lease, Place, Thread
+from lace.core.text import valid_text
+from lace.llm.types import ModelClient
+from lace.runtime.database import AsyncStore
+from lace.runtime.events import EventBus, RuntimeEvent
+from lace.runtime.scheduler import Scheduler
+from lace.runtime.sessions import open_session
+from lace.runtime.tool_runner import Arguments, ToolRunner
+from lace.store import Store, Tx
+from lace.store.failures import storage_error
+from lace.tools.base import ToolResult
+from lace.tools.registry import ToolRegistry
+
+T = TypeVar("T")
+
+
+@dataclass
+class Runtime:
+    """One process's runtime: sessions, the person's calls, and the agents' turns."""
+
+    store: Store
+    """The database, for front ends that read it (`store.reading()`)."""
+    db: AsyncStore
+    settings: Settings
+    client: ModelClient
+    bus: EventBus
+    tools: ToolRunner
+    scheduler: Scheduler
+    workspace: Path | None = None
+    place: Place | None = None
+    """Where this process runs agents (None: wherever the session was started)."""
+    python_tools: tuple[str, ...] = ()
+    """The names of the process's Python tools, given to every root it opens."""
+    _closed: bool = field(default=False, repr=False)
+
+    # what a front end watches
+
+    @property
+    def process_id(self) -> str:
+        """This process's id in the `processes` table (its lease on the agents it runs)."""
+        return self.scheduler.process_id
+
+    @property
+    def running(self) -> frozenset[str]:
+        """The threads whose turn runs in this process now."""
+        return frozenset(self.scheduler.running)
+
+    def subscribe(self, handler: Callable[[RuntimeEvent], None]) -> None:
+        """Call `handler` with every event the runtime publishes (past tense, in order)."""
+        self.bus.subscribe(handler)
+
+    def watch(self, *thread_ids: str) -> None:
+        """Stream these threads' model replies as they arrive (`TextStreamed`): the ones a
+        person is looking at; other threads' replies arrive whole."""
+        self.scheduler.runner.watched = set(thread_ids)
+
+    async def read(self, work: Callable[[Tx], T]) -> T:
+        """Run `work` in one read transaction, off the writers' way."""
+        return await self.db.read(work)
+
+    async def changed(self, timeout: float) -> None:
+        """Return when the board changed (a commit of this process) or after `timeout`."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.tools.change_signal().wait()
+
+    async def wait_until(self, over: Callable[[Tx], bool], timeout: float, *,
+                         every: float = 5.0,
+                         progress: Callable[[float], Awaitable[None]] | None = None,
+                         poll: float = 0.5) -> bool:
+        """Wait until `over` holds on the board (checked on each change, and every `poll`
+        seconds for other processes' commits), or `timeout` seconds passed; `progress` is told
+        the seconds waited every `every` seconds. Whether `over` held."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        deadline, next_report = began + timeout, began + every
+        while not await self.db.read(over):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if loop.time() >= next_report:
+                next_report = loop.time() + every
+                if progress is not None:
+                    await progress(loop.time() - began)
+            await self.changed(min(poll, remaining, max(0.0, next_report - loop.time())))
+        return True
+
+    def offering(self, registry: ToolRegistry) -> ToolRunner:
+        """The tool path of this runtime offering only `registry`'s tools (the MCP server
+        serves the person's tools, not the agents')."""
+        return dataclasses.replace(self.tools, registry=registry)
+
+    # sessions and the person's acts
+
+    async def start_session(self, prompt: str, model: str) -> Thread:
+        """A new root thread whose inbox holds the person's prompt."""
+        self.scheduler.reopen()
+        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place,
+                                                           self.python_tools))
+
+    def serve_session(self, root_id: str) -> None:
+        """Run this session's agents here from now on (a session the MCP server started)."""
+        self.scheduler.sessions.add(root_id)
+
+    async def send(self, thread_id: str, text: str) -> None:
+        """A person's message to any thread (through its inbox, so it works mid-turn)."""
+        await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
+                                                     text=valid_text(text)))
+
+    async def act_as_human(self, root_id: str, tool: str, arguments: Arguments,
+                           ) -> ToolResult:
+        """Call a tool as the person (`human`) through the one tool path."""
+        return await self.tools.call(self.tools.human_context(root_id), tool, arguments)
+
+    async def decide(self, approval_id: int, status: str) -> None:
+        """The person's answer to an approval request (the app's prompt)."""
+        await self.db.write(lambda tx: tx.decide_approval(approval_id, status, HUMAN))
+        self.tools.changed()
+
+    async def resume(self, root_id: str) -> list[str]:
+        """Resume the session's agents whose turn was cut off; from now on this process also
+        takes over the session's agents if their holder dies."""
+        return await self.scheduler.resume(root_id)
+
+    async def stop_agent(self, thread_id: str, reason: str, *, by_person: bool = False,
+                         lease: Lease | None = None) -> list[str]:
+        """Stop an agent and its subtree (by a person it lasts until a person resumes it)."""
+        return await self.scheduler.stop_agent(thread_id, reason, by_person=by_person,
+                                               lease=lease)
+
+    async def resume_agent(self, thread_id: str) -> bool:
+        """Resume a stopped agent: it continues its conversation."""
+        return await self.db.write(lambda tx: tx.resume_agent(thread_id))
+
+    # running agents
+
+    def wake(self, thread_id: str) -> None:
+        """Run `thread_id`'s pending inbox rows soon."""
+        self.scheduler.wake(thread_id)
+
+    def cancel(self, thread_ids: Sequence[str]) -> None:
+        """Cancel the running turns of these agents at once."""
+        self.scheduler.cancel(list(thread_ids))
+
+    async def run_until_quiet(self, root_id: str) -> None:
+        """Run every agent of the session until none is running and no runnable row waits."""
+        await self.scheduler.run_until_quiet(root_id)
+
+    async def serve(self) -> None:
+        """Run the agents of the sessions served until cancelled, then stop."""
+        await self.scheduler.serve()
+
+    async def stop(self) -> list[str]:
+        """Cancel running turns (their agents become `interrupted`, resumable) and stop the
+        MCP servers; returns the threads cut off."""
+        return await self.scheduler.stop()
+
+    async def stop_servers(self) -> None:
+        """Stop the process's MCP servers (every exit path of lace comes here)."""
+        await self.scheduler.stop_servers()
+
+    def close(self) -> None:
+        """Stop watching, close the store's connections and give up the lease."""
+        if self._closed:
+            return
+        self._closed = True
+        self.scheduler.close()
+        self.db.close()
+        try:
+            with self.store.transaction() as tx:
+                tx.forget_process(self.process_id)
+        except Exception as error:  # a full disk: the row expires with the lease
+            if storage_error(error, self.store.database.path) is None:
+                raise

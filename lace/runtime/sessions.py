@@ -1,0 +1,56 @@
+"""Session-level transactions the runtime and its front ends share: opening a session, resuming
+the turns a dead process cut off, and whether a session is quiet."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from lace.core.agents import HELD_STATUSES
+from lace.core.assignee import HUMAN, parse_model
+from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
+from lace.core.records import Place, Thread
+from lace.core.text import valid_text
+from lace.core.tool_sets import EVERY_TOOL
+from lace.store import Tx
+
+BUSY = (*HELD_STATUSES, "interrupted")
+"""An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
+
+
+def place_of(workspace: Path) -> Place:
+    """The place of a process on this host whose tools act on `workspace`."""
+    return Place(host=socket.gethostname(), workspace=str(workspace.resolve()))
+
+
+def open_session(tx: Tx, prompt: str, model: str, place: Place | None,
+                 extra_tools: Sequence[str] = ()) -> Thread:
+    """A new root thread whose inbox holds the person's prompt (`lace run`, `--detach` too);
+    its agents work in the workspace at `place`. The root has every lace tool, and the Python
+    tools of the process that opens it (`extra_tools`)."""
+    provider, name = parse_model(model)
+    prompt = valid_text(prompt)
+    root = tx.create_session(provider=provider, model=name, title=prompt[:80],
+                             tools=[*EVERY_TOOL, *extra_tools], place=place)
+    tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+    return root
+
+
+def resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
+    """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
+    `interrupted`, and those marked running or waiting whose process has died."""
+    resumed = tx.cut_off_agents(root_id, alive={process_id})
+    for thread_id in resumed:
+        tx.update_agent(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
+        tx.orphan_approvals(thread_id)
+        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
+                      priority="high")
+    return resumed
+
+
+def quiet(tx: Tx, root_id: str) -> bool:
+    """Whether a session is done as far as the database tells: no runnable inbox row waits
+    and no agent of it is running, waiting or interrupted in any process (`lace run` with
+    workers, `lace wait`)."""
+    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
