@@ -28,8 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks.common import table, traced_statements
-from lace.cli.board import pick_session, tasks_command, threads_command
+from lace.cli.board import tasks_command, threads_command
 from lace.config import Budgets
+from lace.runtime.board import pick_session
 from lace.runtime.conversation import begin_turn
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database, schema

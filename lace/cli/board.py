@@ -10,17 +10,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lace.core.assignee import HUMAN
-from lace.core.errors import LaceError, NotFoundError
-from lace.core.records import Thread
+from lace.core.errors import LaceError
 from lace.core.text import printable, printable_json, valid_text
-from lace.store import Store, Tx, open_database, postgres, resolve_db_url
+from lace.runtime.board import NO_SESSION, Board, person_context
+from lace.store import Store, open_database, postgres, resolve_db_url
 from lace.store.db import sqlite_path, upgrade
 from lace.tools.base import ToolContext
 from lace.tools.person_tools import agent_line, event_text, in_tree_order
 from lace.tools.registry import ToolRegistry
 from lace.tools.task_tools import task_line
-
-NO_SESSION = "No session yet: start one with lace run \"...\" or lace task add \"...\"."
 
 
 def open_store(args: argparse.Namespace) -> Store:
@@ -28,14 +26,10 @@ def open_store(args: argparse.Namespace) -> Store:
     return Store(open_database(getattr(args, "db", None)))
 
 
-def pick_session(tx: Tx, session_id: str | None) -> Thread:
-    """The named session, else the latest; NotFoundError when there is none."""
-    if session_id:
-        return tx.get_session(session_id)
-    latest = tx.latest_session()
-    if latest is None:
-        raise NotFoundError(NO_SESSION)
-    return latest
+def board_of(args: argparse.Namespace) -> Board:
+    """The board named by `--db` (or the environment), with the folder lace was started in as
+    the person's workspace."""
+    return Board(open_store(args))
 
 
 def say(text: str, *, one_line: bool = False, file: TextIO | None = None) -> None:
@@ -51,15 +45,14 @@ def print_json(value: Any) -> None:
 
 def tasks_command(args: argparse.Namespace) -> int:
     """`lace tasks`."""
-    with open_store(args).reading() as tx:
-        if args.session is None and tx.latest_session() is None:
+    with board_of(args) as board:
+        if args.session is None and board.latest_session() is None:
             print("[]" if args.json else f"No tasks: {NO_SESSION[0].lower()}{NO_SESSION[1:]}")
             return 0
-        session = pick_session(tx, args.session)
-        tasks, total = tx.query_tasks(session.id, include_closed=args.all, limit=args.limit)
-        tasks = tx.with_edges(tasks, session.id)
+        page = board.tasks(args.session, include_closed=args.all, limit=args.limit)
+    session, tasks = page.session, page.tasks
     if args.json:
-        print_json({"session": session.id, "total": total,
+        print_json({"session": session.id, "total": page.total,
                     "tasks": [asdict(task) for task in tasks]})
         return 0
     say(f"Session {session.id}" + (f": {session.title}" if session.title else ""),
@@ -69,37 +62,35 @@ def tasks_command(args: argparse.Namespace) -> int:
     for task in tasks:
         notes = f"  ({task.note_count} note{'s' if task.note_count != 1 else ''})"
         say(f"  {task_line(task)}{notes if task.note_count else ''}", one_line=True)
-    if total > len(tasks):
-        print(f"  … {total - len(tasks)} more")
+    if page.total > len(tasks):
+        print(f"  … {page.total - len(tasks)} more")
     return 0
 
 
 def threads_command(args: argparse.Namespace) -> int:
     """`lace threads`."""
-    with open_store(args).reading() as tx:
-        session = pick_session(tx, args.session)
-        threads = tx.session_threads(session.id)
-        agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
-        tasks = tx.tasks_by_id([a.current_task for a in agents.values() if a.current_task])
-        usage = {thread.id: tx.subtree_usage(thread.id) for thread in threads}
+    with board_of(args) as board:
+        session = board.session(args.session)
+        views = board.threads(session.id)
+        current = board.current_tasks(views)
     if args.json:
         print_json({"session": session.id, "threads": [
-            {**asdict(thread), "agent": asdict(agents[thread.id]) if thread.id in agents else None,
-             "subtree": asdict(usage[thread.id])}
-            for thread in threads]})
+            {**asdict(view.thread), "agent": asdict(view.agent) if view.agent else None,
+             "subtree": asdict(view.subtree)}
+            for view in views]})
         return 0
-    titles = {task.id: task.title for task in tasks}
-    for thread in in_tree_order(threads):
-        say(agent_line(thread, agents.get(thread.id), titles, usage[thread.id]), one_line=True)
+    titles = {task.id: task.title for task in current.values()}
+    by_id = {view.thread.id: view for view in views}
+    for thread in in_tree_order([view.thread for view in views]):
+        view = by_id[thread.id]
+        say(agent_line(thread, view.agent, titles, view.subtree), one_line=True)
     return 0
 
 
 def show_command(args: argparse.Namespace) -> int:
     """`lace show THREAD_ID`."""
-    with open_store(args).reading() as tx:
-        thread = tx.get_thread(args.thread_id)
-        agent = tx.find_agent(thread.id)
-        events = tx.thread_events(thread.id)
+    with board_of(args) as board:
+        thread, agent, events = board.thread(args.thread_id)
     if args.json:
         print_json({"thread": asdict(thread), "agent": asdict(agent) if agent else None,
                     "events": [asdict(event) for event in events]})
@@ -116,28 +107,16 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def human_context(session_id: str) -> ToolContext:
-    """The person's tool context on the command line, under the configured limits, profiles
-    and `[workspace]` settings, with the folder it was started in as the workspace."""
+    """The person's tool context on the command line, in the folder lace was started in."""
     from lace.config import load_settings
-    from lace.llm.checks import check_model
 
-    settings = load_settings()
-    return ToolContext(thread_id=HUMAN, session_id=session_id, check_model=check_model,
-                       profiles=settings.profiles, limits=settings.limits,
-                       budgets=settings.budgets, workspace=Path.cwd(),
-                       workspace_settings=settings.workspace)
+    return person_context(load_settings(), Path.cwd(), session_id)
 
 
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
                   session_id: str | None = None) -> int:
-    from lace.runtime.tool_runner import call_tool
-
-    store = open_store(args)
-    with store.reading() as tx:
-        if session_id is None and "task_id" in arguments:
-            session_id = tx.get_task(arguments["task_id"]).thread_id
-        session = pick_session(tx, session_id).id
-    result = call_tool(store, human_context(session), tool, arguments)
+    with board_of(args) as board:
+        result = board.call(tool, arguments, session_id)
     if result.is_error:
         raise LaceError(result.text)
     say(result.text)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lace.cli.board import open_store, pick_session, print_json, say
+from lace.cli.board import open_store, print_json, say
 from lace.core.usage import Totals, priced_models, subtree_totals, totals_by
 from lace.llm.prices import known_price
+from lace.runtime.board import pick_session
 
 HEADER = f"{'calls':>6} {'failed':>6} {'in':>9} {'out':>9} {'total':>9}  {'cost':<18}"
 

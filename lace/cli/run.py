@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import open_store, print_json, say
-from lace.cli.outcome import EXIT_QUIET, read_outcome
 from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
+from lace.runtime.outcome import EXIT_QUIET, read_outcome
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
 

@@ -9,8 +9,8 @@ import sys
 
 from lace.cli.board import open_store, print_json, say
 from lace.cli.commands import EXIT_STILL_RUNNING
-from lace.cli.outcome import Outcome, read_outcome
 from lace.core.errors import NotFoundError
+from lace.runtime.outcome import Outcome, read_outcome
 from lace.store import Store
 from lace.store.db import resolve_db_url, sqlite_path
 from lace.store.postgres import shown

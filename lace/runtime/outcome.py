@@ -1,5 +1,5 @@
-"""How a session ended, as `lace run` and `lace wait` report it: the root's last answer, the
-board, the usage and the exit code."""
+"""How a session ended, as `lace run`, `lace wait` and `lace.run` report it: the root's last
+answer, the board, the usage and the exit code."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lace.core.records import Agent, Task
+from lace.core.usage import Totals, priced_models, totals_by
+from lace.llm.prices import known_price
 from lace.store import Store
 
 EXIT_QUIET, EXIT_ROOT_FAILED = 0, 1
@@ -49,3 +51,12 @@ def read_outcome(store: Store, root_id: str) -> Outcome:
         tasks, _ = tx.query_tasks(root_id, include_closed=True)
     answer = next((text for text in reversed(answers) if text), None)
     return Outcome(root_id=root_id, root=root, answer=answer, agents=agents, tasks=tasks)
+
+
+def session_totals(store: Store, root_id: str) -> Totals:
+    """Tokens, calls and cost of every model call of the session; calls to a model with no
+    known price are counted apart (`Totals.unpriced_calls`), never as $0."""
+    with store.reading() as tx:
+        groups = tx.call_groups(root_id)
+    rows = totals_by(groups, "thread", priced_models(groups, known_price))
+    return sum(rows.values(), Totals())

@@ -1,0 +1,171 @@
+"""The Board: one database's tasks and threads for code that runs no agents (the command
+line's reads and the person's calls, and `lace.open_board` in Python). A call changes the board
+through the one tool path; the agents it wakes run in whichever process runs the session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lace.config import Settings, load_settings
+from lace.core.assignee import HUMAN
+from lace.core.errors import LaceError, NotFoundError
+from lace.core.records import Agent, Event, Note, Task, Thread
+from lace.runtime.tool_runner import call_tool
+from lace.store import Store, Tx, open_database
+from lace.store.agent_rules import Usage
+from lace.tools.base import ToolContext, ToolResult
+
+NO_SESSION = "No session yet: start one with lace run \"...\" or lace task add \"...\"."
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """Some of a session's tasks, and how many it has in all."""
+
+    session: Thread
+    tasks: list[Task]
+    total: int
+
+
+@dataclass(frozen=True)
+class ThreadView:
+    """A thread with its agent (None for a thread no agent runs) and its subtree's usage."""
+
+    thread: Thread
+    agent: Agent | None
+    subtree: Usage
+
+
+def person_context(settings: Settings, workspace: Path, session_id: str) -> ToolContext:
+    """The person's tool context with no runtime: the configured limits, profiles and
+    `[workspace]` settings, acting in `workspace`."""
+    from lace.llm.checks import check_model
+
+    return ToolContext(thread_id=HUMAN, session_id=session_id, check_model=check_model,
+                       profiles=settings.profiles, limits=settings.limits,
+                       budgets=settings.budgets, workspace=workspace,
+                       workspace_settings=settings.workspace)
+
+
+def pick_session(tx: Tx, session_id: str | None) -> Thread:
+    """The named session, else the latest; NotFoundError when there is none."""
+    if session_id:
+        return tx.get_session(session_id)
+    latest = tx.latest_session()
+    if latest is None:
+        raise NotFoundError(NO_SESSION)
+    return latest
+
+
+class Board:
+    """The board of one database, read and changed as the person (`human`)."""
+
+    def __init__(self, store: Store, settings: Settings | None = None,
+                 workspace: Path | None = None) -> None:
+        self.store = store
+        self.settings = settings or load_settings()
+        self.workspace = workspace or Path.cwd()
+
+    def __enter__(self) -> Board:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database's connections."""
+        self.store.close()
+
+    # reading
+
+    def latest_session(self) -> Thread | None:
+        """The newest session, or None when the database has none."""
+        with self.store.reading() as tx:
+            return tx.latest_session()
+
+    def session(self, session_id: str | None = None) -> Thread:
+        """The named session (a root thread id), else the latest; NotFoundError if none."""
+        with self.store.reading() as tx:
+            return pick_session(tx, session_id)
+
+    def tasks(self, session_id: str | None = None, *, include_closed: bool = False,
+              limit: int | None = None) -> TaskPage:
+        """A session's tasks (open ones unless `include_closed`), each with what it waits for
+        and blocks, oldest first."""
+        with self.store.reading() as tx:
+            session = pick_session(tx, session_id)
+            tasks, total = tx.query_tasks(session.id, include_closed=include_closed,
+                                          limit=limit)
+            return TaskPage(session, tx.with_edges(tasks, session.id), total)
+
+    def task(self, task_id: str) -> Task:
+        """One task; NotFoundError for an unknown id."""
+        with self.store.reading() as tx:
+            return tx.with_edges([tx.get_task(task_id)])[0]
+
+    def notes(self, task_id: str) -> list[Note]:
+        """A task's notes, oldest first."""
+        with self.store.reading() as tx:
+            tx.get_task(task_id)
+            return tx.task_notes(task_id)
+
+    def threads(self, session_id: str | None = None) -> list[ThreadView]:
+        """Every thread of a session with its agent and its subtree's usage."""
+        with self.store.reading() as tx:
+            session = pick_session(tx, session_id)
+            agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
+            return [ThreadView(thread, agents.get(thread.id), tx.subtree_usage(thread.id))
+                    for thread in tx.session_threads(session.id)]
+
+    def current_tasks(self, views: list[ThreadView]) -> dict[str, Task]:
+        """The task each agent of `views` works on, by task id."""
+        ids = [view.agent.current_task for view in views
+               if view.agent is not None and view.agent.current_task]
+        with self.store.reading() as tx:
+            return {task.id: task for task in tx.tasks_by_id(ids)}
+
+    def thread(self, thread_id: str) -> tuple[Thread, Agent | None, list[Event]]:
+        """A thread, its agent and its whole conversation."""
+        with self.store.reading() as tx:
+            thread = tx.get_thread(thread_id)
+            return thread, tx.find_agent(thread.id), tx.thread_events(thread.id)
+
+    # changing, as the person
+
+    def context(self, session_id: str) -> ToolContext:
+        """The person's tool context in a session, on this board."""
+        return person_context(self.settings, self.workspace, session_id)
+
+    def call(self, tool: str, arguments: dict[str, Any],
+             session_id: str | None = None) -> ToolResult:
+        """Call one of lace's tools as the person in a session (the latest by default, the
+        task's own when the arguments name a task)."""
+        with self.store.reading() as tx:
+            if session_id is None and "task_id" in arguments:
+                session_id = tx.get_task(arguments["task_id"]).thread_id
+            session = pick_session(tx, session_id).id
+        return call_tool(self.store, self.context(session), tool, arguments)
+
+    def add_note(self, task_id: str, note: str) -> None:
+        """A note on a task, as the person; LaceError when the board refuses it."""
+        _checked(self.call("task_add_note", {"task_id": task_id, "note": note}))
+
+    def complete_task(self, task_id: str, message: str) -> None:
+        """Complete a task with its result, as the person (its creator is told)."""
+        _checked(self.call("task_complete", {"task_id": task_id, "message": message}))
+
+
+def _checked(result: ToolResult) -> ToolResult:
+    if result.is_error:
+        raise LaceError(result.text)
+    return result
+
+
+def open_board(db: str | Path | None = None, *, settings: Settings | None = None,
+               workspace: str | Path | None = None) -> Board:
+    """The board of the database at `db` (a file path or URL; by default $LACE_DB, else
+    lace's own file), migrated to the current schema."""
+    return Board(Store(open_database(None if db is None else str(db))), settings,
+                 None if workspace is None else Path(workspace).expanduser().resolve())
