@@ -49,17 +49,17 @@ def bench_settings(limits: Limits) -> Settings:
 @asynccontextmanager
 async def bench_runtime(client: ModelClient, limits: Limits, directory: Path | None = None,
                         database: str | None = None) -> AsyncIterator[Runtime]:
-    """A supervisor over a fresh, migrated SQLite file (lace's own WAL, synchronous=NORMAL), or
+    """A runtime over a fresh, migrated SQLite file (lace's own WAL, synchronous=NORMAL), or
     over `database` (the URL of an empty PostgreSQL database), built as tests/conftest.py
     builds it; stopped and closed on exit."""
     with tempfile.TemporaryDirectory(prefix="lace-bench-", dir=directory) as folder:
         store = Store(open_database(database or str(Path(folder) / "lace.db")))
-        supervisor = open_runtime(store, bench_settings(limits), client, check_model=check_model)
+        runtime = open_runtime(store, bench_settings(limits), client, check_model=check_model)
         try:
-            yield supervisor
+            yield runtime
         finally:
-            await supervisor.stop()
-            supervisor.close()
+            await runtime.stop()
+            runtime.close()
             store.close()
 
 
@@ -99,9 +99,9 @@ def traced_statements(target: Any, record: Callable[[str], None]) -> Iterator[No
             connection.set_trace_callback(None)
 
 
-def db_file(supervisor: Runtime) -> Path:
-    """The SQLite file behind a supervisor."""
-    path = supervisor.store.database.engine.url.database
+def db_file(runtime: Runtime) -> Path:
+    """The SQLite file behind a runtime."""
+    path = runtime.store.database.engine.url.database
     assert path is not None
     return Path(path)
 

@@ -176,12 +176,12 @@ async def run_fanout(tasks: int, latency_s: float) -> FanoutRun:
     """Fan `tasks` tasks out and run the session until quiet; the board is checked."""
     model = FanoutModel(tasks, latency_s)
     limits, _ = raised_limits(tasks)
-    async with bench_runtime(model, limits) as supervisor:
+    async with bench_runtime(model, limits) as runtime:
         began = time.perf_counter()
-        root = await supervisor.start_session("Fan the work out.", ROOT_MODEL)
-        await supervisor.run_until_quiet(root.id)
+        root = await runtime.start_session("Fan the work out.", ROOT_MODEL)
+        await runtime.run_until_quiet(root.id)
         wall = time.perf_counter() - began
-        check_board(str(db_file(supervisor)), root.id, tasks)
+        check_board(str(db_file(runtime)), root.id, tasks)
     return FanoutRun(tasks, latency_s, wall, model.root_calls, model.worker_calls)
 
 

@@ -69,19 +69,19 @@ async def wait_held(model: FanoutModel, count: int) -> None:
             await asyncio.sleep(0.01)
 
 
-async def fan_out(supervisor: Runtime, model: FanoutModel, tasks: int, prompt: str,
+async def fan_out(runtime: Runtime, model: FanoutModel, tasks: int, prompt: str,
                   held: Callable[[], Awaitable[None]] | None = None) -> None:
     """One session of `tasks` children run until quiet and checked; with `held`, the
     workers' first calls wait until `held` (run once all of them are waiting) returns."""
     model.hold = asyncio.Event() if held is not None else None
-    root = await supervisor.start_session(prompt, ROOT_MODEL)
-    quiet = asyncio.ensure_future(supervisor.run_until_quiet(root.id))
+    root = await runtime.start_session(prompt, ROOT_MODEL)
+    quiet = asyncio.ensure_future(runtime.run_until_quiet(root.id))
     if held is not None and model.hold is not None:
         await wait_held(model, tasks)
         await held()
         model.hold.set()
     await quiet
-    check_board(str(db_file(supervisor)), root.id, tasks)
+    check_board(str(db_file(runtime)), root.id, tasks)
 
 
 async def measure(tasks: int) -> list[Snapshot]:
@@ -89,15 +89,15 @@ async def measure(tasks: int) -> list[Snapshot]:
     await warm_up()
     model = FanoutModel(tasks, 0.0)
     limits, _ = raised_limits(tasks)
-    async with bench_runtime(model, limits) as supervisor:
+    async with bench_runtime(model, limits) as runtime:
         snapshots = [snapshot("baseline (runtime ready)", 0)]
 
         async def record_running() -> None:
             snapshots.append(snapshot(f"{tasks} agents mid-call", tasks + 1))
 
-        await fan_out(supervisor, model, tasks, "Fan out, held.", record_running)
+        await fan_out(runtime, model, tasks, "Fan out, held.", record_running)
         snapshots.append(snapshot(f"the same {tasks} idle", tasks + 1))
-        await fan_out(supervisor, model, tasks, "Fan out again.")
+        await fan_out(runtime, model, tasks, "Fan out again.")
         snapshots.append(snapshot(f"{tasks} more, idle", 2 * (tasks + 1)))
     return snapshots
 

@@ -64,7 +64,7 @@ def test_run_with_python_tools_and_an_output_type(
     assert offered == {"5", "HI"}
     retry = [m["content"] for m in last_request if m["role"] == "user"][-1]
     assert "did not validate" in retry and "total" in retry
-    assert result.session_id.startswith("lace_") or result.session_id
+    assert result.session_id.startswith("lace_")
     calls = query(str(tmp_path / "api.db"),
                   "SELECT COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM llm_calls")
     assert (result.usage.calls, result.usage.input_tokens, result.usage.output_tokens) == \
@@ -180,3 +180,23 @@ def test_the_board_from_python(models: ScriptedModels, tmp_path: Path) -> None:
         assert "tool_call" in {event.type for event in events}
         with pytest.raises(lace.LaceError):
             board.complete_task(task.id, "again")  # already completed: refused
+
+
+def test_the_first_example_of_the_docs_runs(tmp_path: Path) -> None:
+    """docs/python-api.md's first example, as a person would paste it, with the offline demo."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    page = (Path(__file__).parent.parent / "docs" / "python-api.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", page, re.DOTALL)[0]
+    env = {**os.environ, "LACE_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    session, tokens_in, tokens_out, cost = lines[-1].split()
+    assert session.startswith("lace_") and int(tokens_in) > 0 and int(tokens_out) > 0
+    assert cost == "0.0"
+    assert "announcement" in done.stdout.lower()

@@ -119,7 +119,7 @@ class TurnRunner:
     watched: set[str] = field(default_factory=set)
     holder: str = ""
     place: Place | None = None
-    """Where this process runs agents (`Supervisor.place`): it claims no agent of another."""
+    """Where this process runs agents (`Runtime.place`): it claims no agent of another."""
     leases: dict[str, Lease] = field(default_factory=dict)
     """The lease of each thread's latest turn, until its drive ends."""
     fallbacks_for: Callable[[str | None], tuple[str, ...]] = lambda _profile: ()
@@ -139,7 +139,7 @@ class TurnRunner:
             self.holder, self.place))
         if start is None:
             raise AlreadyRunningError(thread_id)
-        self.leases[thread_id] = start.lease  # the supervisor drops it when the drive ends
+        self.leases[thread_id] = start.lease  # the scheduler drops it when the drive ends
         return await self._run(start, started)
 
     async def _run(self, start: TurnStart, started: float) -> str | None:
