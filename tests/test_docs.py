@@ -15,8 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MAX_README_LINES = 250
-PAGES_UNDER_WAY = {"docs/python-api.md"}
-"""Pages the README links that another branch of issue 28 writes; empty this once they exist."""
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -53,16 +51,9 @@ def test_relative_links_lead_to_files_and_headings_that_exist(page: Path) -> Non
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
         shown = linked.relative_to(ROOT).as_posix()
-        if shown in PAGES_UNDER_WAY:
-            continue
         assert linked.exists(), f"{page.name} links {target}, which does not exist"
         if anchor and linked.suffix == ".md":
             assert anchor in anchors(linked), f"{page.name} links {target}: no such heading"
-
-
-def test_pages_under_way_are_still_missing() -> None:
-    assert not [page for page in PAGES_UNDER_WAY if (ROOT / page).exists()], \
-        "the page exists now: take it out of PAGES_UNDER_WAY"
 
 
 def test_every_lace_command_shown_at_a_prompt_parses() -> None:
