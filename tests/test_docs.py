@@ -50,7 +50,6 @@ def test_relative_links_lead_to_files_and_headings_that_exist(page: Path) -> Non
     for target in relative_links(page):
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
-        shown = linked.relative_to(ROOT).as_posix()
         assert linked.exists(), f"{page.name} links {target}, which does not exist"
         if anchor and linked.suffix == ".md":
             assert anchor in anchors(linked), f"{page.name} links {target}: no such heading"
