@@ -3,8 +3,10 @@ database) with raised limits, a throwaway PostgreSQL server, percentiles, and pl
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -96,7 +98,8 @@ def traced_statements(target: Any, record: Callable[[str], None]) -> Iterator[No
     finally:
         sa.event.remove(target, "checkout", trace)
         for connection in traced:
-            connection.set_trace_callback(None)
+            with contextlib.suppress(sqlite3.ProgrammingError):  # closed meanwhile: nothing to undo
+                connection.set_trace_callback(None)
 
 
 def db_file(runtime: Runtime) -> Path:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lace.core.version import __version__
+
 if TYPE_CHECKING:
     from lace.api import (
         Board,
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
     )
     from lace.core.errors import LaceError
 
-__version__ = "0.1.0"
 __all__ = ["Board", "LaceError", "OutputValidationError", "Result", "RunError", "Usage",
            "__version__", "open_board", "run", "run_async"]
 

@@ -88,7 +88,7 @@ def test_the_tools_import_neither_the_llm_nor_the_runtime() -> None:
 
 def test_the_runtime_knows_nothing_of_the_ui() -> None:
     loaded = modules_after_import(*modules_of("lace.runtime"), "lace.llm.client")
-    assert "lace.runtime.supervisor" in loaded
+    assert "lace.runtime.scheduler" in loaded and "lace.runtime.assembly" in loaded
     assert loaded_from(loaded, ("textual", "litellm", "mcp", "mcp_types")) == set()
     assert loaded_from(loaded, ("lace.tui", "lace.cli")) == set()
 

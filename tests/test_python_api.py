@@ -175,7 +175,7 @@ def test_the_board_from_python(models: ScriptedModels, tmp_path: Path) -> None:
         assert [view.thread.id for view in views] == [result.session_id,
                                                      f"{result.session_id}.1"]
         assert views[0].subtree.tokens > views[1].subtree.tokens > 0
-        thread, agent, events = board.thread(f"{result.session_id}.1")
+        _thread, agent, events = board.thread(f"{result.session_id}.1")
         assert agent is not None and agent.model_name == "scripted/worker"
         assert "tool_call" in {event.type for event in events}
         with pytest.raises(lace.LaceError):

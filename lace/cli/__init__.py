@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from lace import __version__
+from lace.core.version import __version__
 
 
 class OneLineParser(argparse.ArgumentParser):

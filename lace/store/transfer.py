@@ -10,12 +10,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from lace import __version__
 from lace.core import ids
 from lace.core.agents import HELD_STATUSES
 from lace.core.clock import now_iso
 from lace.core.secrets import mask_data
 from lace.core.text import map_strings
+from lace.core.version import __version__
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store.agent_rules import Tx
