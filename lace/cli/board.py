@@ -31,8 +31,8 @@ def open_store(args: argparse.Namespace) -> Store:
 def pick_session(tx: Tx, session_id: str | None) -> Thread:
     """The named session, else the latest; NotFoundError when there is none."""
     if session_id:
-        return tx.get_session(session_id)
-    latest = tx.latest_session()
+        return tx.threads.get_session(session_id)
+    latest = tx.threads.latest_session()
     if latest is None:
         raise NotFoundError(NO_SESSION)
     return latest
@@ -52,12 +52,12 @@ def print_json(value: Any) -> None:
 def tasks_command(args: argparse.Namespace) -> int:
     """`lace tasks`."""
     with open_store(args).reading() as tx:
-        if args.session is None and tx.latest_session() is None:
+        if args.session is None and tx.threads.latest_session() is None:
             print("[]" if args.json else f"No tasks: {NO_SESSION[0].lower()}{NO_SESSION[1:]}")
             return 0
         session = pick_session(tx, args.session)
-        tasks, total = tx.query_tasks(session.id, include_closed=args.all, limit=args.limit)
-        tasks = tx.with_edges(tasks, session.id)
+        tasks, total = tx.tasks.query(session.id, include_closed=args.all, limit=args.limit)
+        tasks = tx.edges.attach(tasks, session.id)
     if args.json:
         print_json({"session": session.id, "total": total,
                     "tasks": [asdict(task) for task in tasks]})
@@ -78,10 +78,10 @@ def threads_command(args: argparse.Namespace) -> int:
     """`lace threads`."""
     with open_store(args).reading() as tx:
         session = pick_session(tx, args.session)
-        threads = tx.session_threads(session.id)
-        agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
-        tasks = tx.tasks_by_id([a.current_task for a in agents.values() if a.current_task])
-        usage = {thread.id: tx.subtree_usage(thread.id) for thread in threads}
+        threads = tx.threads.of_session(session.id)
+        agents = {agent.thread_id: agent for agent in tx.agents.of_session(session.id)}
+        tasks = tx.tasks.by_ids([a.current_task for a in agents.values() if a.current_task])
+        usage = {thread.id: tx.usage.subtree(thread.id) for thread in threads}
     if args.json:
         print_json({"session": session.id, "threads": [
             {**asdict(thread), "agent": asdict(agents[thread.id]) if thread.id in agents else None,
@@ -97,9 +97,9 @@ def threads_command(args: argparse.Namespace) -> int:
 def show_command(args: argparse.Namespace) -> int:
     """`lace show THREAD_ID`."""
     with open_store(args).reading() as tx:
-        thread = tx.get_thread(args.thread_id)
-        agent = tx.find_agent(thread.id)
-        events = tx.thread_events(thread.id)
+        thread = tx.threads.get(args.thread_id)
+        agent = tx.agents.find(thread.id)
+        events = tx.events.of_thread(thread.id)
     if args.json:
         print_json({"thread": asdict(thread), "agent": asdict(agent) if agent else None,
                     "events": [asdict(event) for event in events]})
@@ -135,7 +135,7 @@ def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any]
     store = open_store(args)
     with store.reading() as tx:
         if session_id is None and "task_id" in arguments:
-            session_id = tx.get_task(arguments["task_id"]).thread_id
+            session_id = tx.tasks.get(arguments["task_id"]).thread_id
         session = pick_session(tx, session_id).id
     result = call_tool(store, human_context(session), tool, arguments)
     if result.is_error:
@@ -155,10 +155,10 @@ def task_add_command(args: argparse.Namespace) -> int:
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     if session_id is None and args.blocked_by:
         with store.reading() as tx:
-            session_id = tx.get_task(args.blocked_by[0]).thread_id
+            session_id = tx.tasks.get(args.blocked_by[0]).thread_id
     if session_id is None:
         with store.reading() as tx:
-            latest = tx.latest_session()
+            latest = tx.threads.latest_session()
         if latest is None:
             session_id = start_session_for(store, arguments, human_context(""))
             print(f"Started session {session_id}", file=sys.stderr)
@@ -182,8 +182,8 @@ def start_session_for(store: Store, arguments: Any, context: ToolContext) -> str
         parse_assignment(item.assigned_to, context)
     provider, model = parse_model(default_model())
     with store.transaction() as tx:
-        return tx.create_session(provider=provider, model=model,
-                                 title=valid_text(items[0].title)).id
+        return tx.threads.create_session(provider=provider, model=model,
+                                         title=valid_text(items[0].title)).id
 
 
 def task_note_command(args: argparse.Namespace) -> int:

@@ -42,10 +42,10 @@ class Outcome:
 def read_outcome(store: Store, root_id: str) -> Outcome:
     """The session's root, its last non-empty answer, its agents and all its tasks."""
     with store.reading() as tx:
-        root = tx.get_agent(root_id)
-        answers = [event.data["message"].get("content") for event in tx.thread_events(root_id)
+        root = tx.agents.get(root_id)
+        answers = [event.data["message"].get("content") for event in tx.events.of_thread(root_id)
                    if event.type == "agent_message"]
-        agents = tx.session_agents(root_id)
-        tasks, _ = tx.query_tasks(root_id, include_closed=True)
+        agents = tx.agents.of_session(root_id)
+        tasks, _ = tx.tasks.query(root_id, include_closed=True)
     answer = next((text for text in reversed(answers) if text), None)
     return Outcome(root_id=root_id, root=root, answer=answer, agents=agents, tasks=tasks)

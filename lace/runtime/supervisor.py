@@ -96,11 +96,11 @@ class Polling:
 def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
     `interrupted`, and those marked running or waiting whose process has died."""
-    resumed = tx.cut_off_agents(root_id, alive={process_id})
+    resumed = tx.leases.cut_off_agents(root_id, alive={process_id})
     for thread_id in resumed:
-        tx.update_agent(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
-        tx.orphan_approvals(thread_id)
-        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
+        tx.agents.update(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
+        tx.approvals.orphan(thread_id)
+        tx.inbox.post(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
                       priority="high")
     return resumed
 
@@ -115,9 +115,9 @@ def open_session(tx: Tx, prompt: str, model: str, place: Place | None) -> Thread
     its agents work in the workspace at `place` (`Supervisor.place`)."""
     provider, name = parse_model(model)
     prompt = valid_text(prompt)
-    root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                             tools=list(EVERY_TOOL), place=place)
-    tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+    root = tx.threads.create_session(provider=provider, model=name, title=prompt[:80],
+                                     tools=list(EVERY_TOOL), place=place)
+    tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
     return root
 
 
@@ -125,7 +125,7 @@ def quiet(tx: Tx, root_id: str) -> bool:
     """Whether a session is done as far as the database tells: no runnable inbox row waits
     and no agent of it is running, waiting or interrupted in any process (`lace run` with
     workers, `lace wait`)."""
-    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
+    return not tx.inbox.runnable(root_id) and not tx.agents.count_in(root_id, BUSY)
 
 
 @dataclass
@@ -179,7 +179,7 @@ class Supervisor:
             self._share = 1  # until the watch has counted the turns and the processes
         servers, warnings = configured_servers(self.settings, self.workspace)  # may refuse
         with self.store.transaction() as tx:
-            tx.register_process(self.process_id, self.settings.limits.lease_timeout_s)
+            tx.processes.register(self.process_id, self.settings.limits.lease_timeout_s)
         self.db = AsyncStore(self.store, on_commit=self._apply)
         workspace = None if self.workspace is None else Workspace.for_lace(
             self.workspace, database_url=self.store.database.url,
@@ -222,7 +222,7 @@ class Supervisor:
 
     async def send(self, thread_id: str, text: str) -> None:
         """A person's message to any thread (through its inbox, so it works mid-turn)."""
-        await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
+        await self.db.write(lambda tx: tx.inbox.post(thread_id, sender=HUMAN, kind="message",
                                                      text=valid_text(text)))
 
     async def act_as_human(self, root_id: str, tool: str,
@@ -233,7 +233,7 @@ class Supervisor:
 
     async def decide(self, approval_id: int, status: str) -> None:
         """The person's answer to an approval request (the app's prompt)."""
-        await self.db.write(lambda tx: tx.decide_approval(approval_id, status, HUMAN))
+        await self.db.write(lambda tx: tx.approvals.decide(approval_id, status, HUMAN))
         self.runner.tools.changed()
 
     async def resume(self, root_id: str) -> list[str]:
@@ -267,7 +267,8 @@ class Supervisor:
                 self._changed.set()  # a session quiet here may not be quiet elsewhere
                 if loop.time() >= next_beat:
                     next_beat = loop.time() + beat_every
-                    await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
+                    await self.db.write(
+                        lambda tx: tx.processes.beat(self.process_id, lease_timeout))
                     await self._take_over()
                 await self._cancel_stopped()
                 await self._wake_runnable()
@@ -279,7 +280,7 @@ class Supervisor:
     async def _take_over(self) -> None:
         """Resume the cut-off agents of every session served (serving all: of every session
         with agents running, waiting or interrupted)."""
-        roots = sorted(await self.db.read(lambda tx: tx.sessions_with_agents_in(BUSY))
+        roots = sorted(await self.db.read(lambda tx: tx.agents.sessions_with(BUSY))
                        if self.serve_all else self.sessions)
         for root_id in roots:
             await self.resume(root_id)
@@ -291,7 +292,7 @@ class Supervisor:
             return
         running = list(self.running)
         stopped = await self.db.read(lambda tx: [
-            agent.thread_id for agent in tx.agents_by_id(running) if agent.status == "stopped"])
+            agent.thread_id for agent in tx.agents.by_ids(running) if agent.status == "stopped"])
         self.cancel(stopped)
 
     async def _wake_runnable(self) -> None:
@@ -303,14 +304,14 @@ class Supervisor:
             return
 
         def look(tx: Tx) -> list[str]:
-            runnable = tx.runnable_anywhere(self.claims_at) if roots is None else [
+            runnable = tx.inbox.runnable_anywhere(self.claims_at) if roots is None else [
                 thread for root_id in roots
-                for thread in tx.runnable_threads(root_id, self.claims_at)]
+                for thread in tx.inbox.runnable(root_id, self.claims_at)]
             if self.share_work:
-                held = (sum(tx.sessions_with_agents_in(HELD_STATUSES).values()) if roots is None
-                        else sum(tx.count_agents_in(root_id, HELD_STATUSES)
+                held = (sum(tx.agents.sessions_with(HELD_STATUSES).values()) if roots is None
+                        else sum(tx.agents.count_in(root_id, HELD_STATUSES)
                                  for root_id in roots))
-                processes = max(1, len(tx.live_processes()))
+                processes = max(1, len(tx.processes.live()))
                 self._share = max(1, math.ceil((held + len(runnable)) / processes))
             return runnable
 
@@ -365,19 +366,19 @@ class Supervisor:
         """Stop an agent and its subtree: by a person (the app; it lasts until a person
         resumes it), or by the watchdog or a budget (during a turn under `lease`)."""
 
-        return await self.db.write(fenced(lease, lambda tx: tx.stop_subtree(
+        return await self.db.write(fenced(lease, lambda tx: tx.lifecycle.stop_subtree(
             thread_id, reason=reason, by_person=by_person)))
 
     async def resume_agent(self, thread_id: str) -> bool:
         """Resume a stopped agent: it continues its conversation."""
-        return await self.db.write(lambda tx: tx.resume_agent(thread_id))
+        return await self.db.write(lambda tx: tx.lifecycle.resume(thread_id))
 
     async def _drive(self, thread_id: str) -> None:
         try:
             while True:
                 self._wake_again.discard(thread_id)  # this look covers every wake so far
                 if not await self.db.read(
-                        lambda tx: thread_id in tx.runnable_threads_of(thread_id)):
+                        lambda tx: thread_id in tx.inbox.runnable_of(thread_id)):
                     return
                 try:
                     await self.runner.run(thread_id)
@@ -453,7 +454,7 @@ class Supervisor:
                 await self.stop()
                 raise self.storage_failure
             runnable, quiet_everywhere = await self.db.read(lambda tx: (
-                tx.runnable_threads(root_id), not self.share_work or quiet(tx, root_id)))
+                tx.inbox.runnable(root_id), not self.share_work or quiet(tx, root_id)))
             for thread_id in runnable:
                 self.wake(thread_id)
             if not self.running and quiet_everywhere:
@@ -490,9 +491,9 @@ class Supervisor:
         await asyncio.gather(*self.running.values(), return_exceptions=True)
 
         def mark(tx: Tx) -> None:
-            for agent in tx.agents_by_id(cut):
+            for agent in tx.agents.by_ids(cut):
                 if agent.status in HELD_STATUSES and agent.lease_holder == self.process_id:
-                    tx.update_agent(agent.thread_id, status="interrupted", tokens_reserved=0)
+                    tx.agents.update(agent.thread_id, status="interrupted", tokens_reserved=0)
 
         try:
             await self.db.write(mark)
@@ -516,7 +517,7 @@ class Supervisor:
         self.db.close()
         try:
             with self.store.transaction() as tx:
-                tx.forget_process(self.process_id)
+                tx.processes.forget(self.process_id)
         except Exception as error:  # a full disk: the row expires with the lease
             if not self._storage_failed(error):
                 raise
