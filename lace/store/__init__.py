@@ -1,4 +1,5 @@
-"""The SQLite store: tables, migrations, and one class of verbs, each verb one transaction."""
+"""The store: tables, migrations, and `Tx`, one transaction made of row verbs per table and
+the board's rules over them."""
 
 from lace.store.db import Database, open_database, resolve_db_url
 from lace.store.store import Store

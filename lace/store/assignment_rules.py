@@ -139,10 +139,9 @@ class AssignmentRules:
         it is told when the task can start."""
         reassigned = after.assigned_to != before.assigned_to
         if reassigned:
-            told = before.assigned_to and self.inbox.was_told(before.assigned_to, after.id,
-                                                              "assignment")
-            if told:
-                self.inbox.notify(before.assigned_to, sender=actor, kind="unassigned",
+            old = before.assigned_to
+            if old and self.inbox.was_told(old, after.id, "assignment"):
+                self.inbox.notify(old, sender=actor, kind="unassigned",
                                   text=notifications.unassigned(after, actor), task_id=after.id)
             if not held:
                 self._assign_to_agent(after, actor)

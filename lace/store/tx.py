@@ -57,14 +57,15 @@ class _Part(Generic[PartT]):
 
 
 class Tx:
-    """One transaction: `tx.tasks.get(...)`, `tx.board.complete_task(...)`. What its verbs
-    caused is recorded in `effects`, which only the owner of the transaction reads."""
+    """One transaction: `tx.tasks.get(...)`, `tx.board.complete_task(...)`. Its verbs record
+    what they caused in `effects`, a log the owner of the transaction (who opened it) gives
+    and reads once it committed; without one, nobody acts on them (the command line)."""
 
     def __init__(self, connection: sa.Connection, effects: EffectLog | None = None) -> None:
         self.connection = connection
         self.raw: Any = driver(connection)
-        self.effects = effects if effects is not None else EffectLog()
-        self.agent_cache = AgentCache()
+        self._effects = effects if effects is not None else EffectLog()
+        self._agent_cache = AgentCache()
 
     # rows, per table
 
@@ -74,7 +75,7 @@ class Tx:
 
     @_Part
     def agents(self) -> AgentRows:
-        return AgentRows(self.connection, self.raw, self.agent_cache)
+        return AgentRows(self.connection, self.raw, self._agent_cache)
 
     @_Part
     def events(self) -> EventRows:
@@ -82,19 +83,19 @@ class Tx:
 
     @_Part
     def inbox(self) -> InboxRows:
-        return InboxRows(self.connection, self.raw, self.agents, self.effects)
+        return InboxRows(self.connection, self.raw, self.agents, self._effects)
 
     @_Part
     def tasks(self) -> TaskRows:
-        return TaskRows(self.connection, self.raw, self.notes, self.effects)
+        return TaskRows(self.connection, self.raw, self.notes, self._effects)
 
     @_Part
     def notes(self) -> NoteRows:
-        return NoteRows(self.connection, self.raw, self.effects)
+        return NoteRows(self.connection, self.raw, self._effects)
 
     @_Part
     def edges(self) -> EdgeRows:
-        return EdgeRows(self.connection, self.raw, self.effects)
+        return EdgeRows(self.connection, self.raw, self._effects)
 
     @_Part
     def worktrees(self) -> WorktreeRows:
@@ -110,7 +111,7 @@ class Tx:
 
     @_Part
     def usage(self) -> UsageRows:
-        return UsageRows(self.connection, self.raw, self.agent_cache)
+        return UsageRows(self.connection, self.raw, self._agent_cache)
 
     @_Part
     def approvals(self) -> ApprovalRows:
@@ -127,7 +128,7 @@ class Tx:
         return AssignmentRules(
             threads=self.threads, agents=self.agents, inbox=self.inbox, tasks=self.tasks,
             notes=self.notes, edges=self.edges, worktrees=self.worktrees,
-            subscriptions=self.subscriptions, effects=self.effects)
+            subscriptions=self.subscriptions, effects=self._effects)
 
     @_Part
     def board(self) -> TaskBoard:
@@ -138,4 +139,4 @@ class Tx:
     def lifecycle(self) -> AgentLifecycle:
         return AgentLifecycle(agents=self.agents, events=self.events, inbox=self.inbox,
                               tasks=self.tasks, notes=self.notes, board=self.board,
-                              effects=self.effects)
+                              effects=self._effects)
