@@ -379,7 +379,7 @@ def rolled_back_turn(store: Store, thread_id: str) -> int:
     with store.database.engine.connect() as connection:
         transaction = connection.begin()
         tx = Tx(connection)
-        tx.post_inbox(thread_id, sender="human", kind="message", text="a turn starts")
+        tx.inbox.post(thread_id, sender="human", kind="message", text="a turn starts")
         start = begin_turn(tx, thread_id, {}, holder="board-scale")
         transaction.rollback()
     assert start is not None, f"{thread_id} is not idle"
@@ -406,37 +406,39 @@ def probes(store: Store, path: Path, subjects: Subjects) -> list[Probe]:
         return call
 
     def lace_tasks(limit: int | None) -> Callable[[Tx], Any]:
-        return lambda tx: tx.query_tasks(pick_session(tx, None).id, include_closed=False,
+        return lambda tx: tx.tasks.query(pick_session(tx, None).id, include_closed=False,
                                          limit=limit)[0]
 
     db = str(path)
     return [
-        Probe("task_list (root)", "tool task_list → Tx.list_tasks", tool(root, "task_list")),
-        Probe("task_list (agent .7)", "tool task_list → Tx.list_tasks", tool(child, "task_list")),
-        Probe("task_list filter=all +done", "tool task_list → Tx.list_tasks",
+        Probe("task_list (root)", "tool task_list → tx.board.list_tasks",
+              tool(root, "task_list")),
+        Probe("task_list (agent .7)", "tool task_list → tx.board.list_tasks",
+              tool(child, "task_list")),
+        Probe("task_list filter=all +done", "tool task_list → tx.board.list_tasks",
               tool(root, "task_list", filter="all", include_completed=True)),
-        Probe("task_view", "tool task_view → Tx.get_task(with_notes)",
+        Probe("task_view", "tool task_view → tx.tasks.get(with_notes)",
               tool(root, "task_view", task_id=subjects.task)),
-        Probe("lace tasks (query)", "Tx.query_tasks(limit=None)", read(lace_tasks(None))),
-        Probe("lace tasks --limit 50 (query)", "Tx.query_tasks(limit=50)", read(lace_tasks(50))),
+        Probe("lace tasks (query)", "tx.tasks.query(limit=None)", read(lace_tasks(None))),
+        Probe("lace tasks --limit 50 (query)", "tx.tasks.query(limit=50)", read(lace_tasks(50))),
         Probe("lace tasks (command)", "cli.board.tasks_command",
               lambda: quiet(tasks_command, db=db, session=None, all=False, limit=None,
                             json=False)),
         Probe("lace threads (command)", "cli.board.threads_command",
               lambda: quiet(threads_command, db=db, session=None, json=False)),
-        Probe("app: open long thread", f"Tx.latest_events({SHOWN_EVENTS})",
-              read(lambda tx: tx.latest_events(root, SHOWN_EVENTS)[0])),
+        Probe("app: open long thread", f"tx.events.latest({SHOWN_EVENTS})",
+              read(lambda tx: tx.events.latest(root, SHOWN_EVENTS)[0])),
         Probe("app: refresh (every 0.5 s)", "tui.session_view.load_session_view",
               read(lambda tx: load_session_view(tx, root, with_tasks=False),
                    lambda view: len(view.rows))),
         Probe("app: refresh, board open", "load_session_view(with_tasks)",
               read(lambda tx: load_session_view(tx, root), lambda view: len(view.tasks))),
-        Probe("begin_turn: thread_events", "Tx.thread_events (whole thread)",
-              read(lambda tx: tx.thread_events(root))),
+        Probe("begin_turn: thread_events", "tx.events.of_thread (whole thread)",
+              read(lambda tx: tx.events.of_thread(root))),
         Probe("begin_turn (rolled back)", "runtime.conversation.begin_turn",
               lambda: rolled_back_turn(store, root)),
-        Probe("runnable_threads (0.5 s)", "Tx.runnable_threads(session)",
-              read(lambda tx: tx.runnable_threads(root))),
+        Probe("runnable_threads (0.5 s)", "tx.inbox.runnable(session)",
+              read(lambda tx: tx.inbox.runnable(root))),
         Probe("halt_before_call", "store.budgets.halt_before_call (2M cap)",
               read(lambda tx: halt_before_call(tx, child, Budgets()), lambda halt: 1)),
     ]

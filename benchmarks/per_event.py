@@ -32,6 +32,7 @@ from benchmarks.common import (
     traced_statements,
 )
 from benchmarks.fanout import ASSIGNED, ROOT_MODEL, BenchmarkError, warm_up
+from lace.core.records import NewAgent
 from lace.llm.types import DeltaCallback, ModelReply, ToolCallRequest
 from lace.store import Store, open_database
 
@@ -152,13 +153,14 @@ def seed(path: Path) -> tuple[str, str, str]:
     """A lace database with a root, its child and the child's task: (root, child, task)."""
     store = Store(open_database(str(path)))
     with store.transaction() as tx:
-        root = tx.create_session(provider="scripted", model="root")
-        task = tx.create_task(session_id=root.id, actor=root.id, title="Take notes",
-                              prompt="Add notes.")
-        child = tx.create_child_thread(root.id)
-        tx.create_agent(thread_id=child.id, name="noter", provider="scripted", model="noter",
-                        parent_thread_id=root.id, created_for_task=task.id)
-        tx.set_task_fields(task.id, assigned_to=child.id)
+        root = tx.threads.create_session(provider="scripted", model="root")
+        task = tx.board.create_task(session_id=root.id, actor=root.id, title="Take notes",
+                                    prompt="Add notes.")
+        child = tx.threads.create_child(root.id)
+        tx.agents.create(NewAgent(thread_id=child.id, name="noter", provider="scripted",
+                                  model="noter", parent_thread_id=root.id,
+                                  created_for_task=task.id))
+        tx.tasks.set_fields(task.id, assigned_to=child.id)
     store.close()
     return root.id, child.id, task.id
 

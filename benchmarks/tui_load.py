@@ -111,7 +111,8 @@ async def make_session(path: Path, agents: int) -> str:
     db = AsyncStore(store)
     try:
         with store.transaction() as tx:
-            root = tx.create_session(provider="scripted", model="root", title="200 helpers").id
+            root = tx.threads.create_session(provider="scripted", model="root",
+                                             title="200 helpers").id
         limits, _ = raised_limits(agents)
         runner = ToolRunner(db=db, limits=limits)
         context = ToolContext(thread_id=root, session_id=root, limits=limits)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lace.core.records import Thread
+from lace.core.records import NewAgent, Thread
 from lace.llm.checks import check_provider
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
@@ -102,15 +102,15 @@ def store(db_path: Path) -> Iterator[Store]:
 def new_session(store: Store, title: str = "test session") -> Thread:
     """A root thread with its agent row."""
     with store.transaction() as tx:
-        return tx.create_session(provider="demo", model="coordinator", title=title)
+        return tx.threads.create_session(provider="demo", model="coordinator", title=title)
 
 
 def spawn_child(store: Store, parent_id: str, model: str = "worker") -> str:
     """A child thread with an agent row, as the runtime would create it."""
     with store.transaction() as tx:
-        child = tx.create_child_thread(parent_id)
-        tx.create_agent(thread_id=child.id, name=f"agent {child.id}", provider="demo",
-                        model=model, parent_thread_id=parent_id)
+        child = tx.threads.create_child(parent_id)
+        tx.agents.create(NewAgent(thread_id=child.id, name=f"agent {child.id}", provider="demo",
+                                  model=model, parent_thread_id=parent_id))
     return child.id
 
 

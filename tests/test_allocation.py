@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lace.core import ids
-from lace.core.records import Thread
+from lace.core.records import NewAgent, Thread
 from lace.store import Store, open_database
 from tests.conftest import new_session
 
@@ -22,8 +22,9 @@ def _spawn_children(path: str, parent_id: str, count: int,
     made = []
     for _ in range(count):
         with store.transaction() as tx:
-            made.append(tx.create_child_thread(parent_id).id)
-            task = tx.create_task(session_id=parent_id, actor=parent_id, title="t", prompt="p")
+            made.append(tx.threads.create_child(parent_id).id)
+            task = tx.board.create_task(session_id=parent_id, actor=parent_id, title="t",
+                                        prompt="p")
             made.append(task.id)
     results.put(made)
 
@@ -51,7 +52,7 @@ def test_child_ids_under_process_contention(db_path: Path, store: Store,
 
 def test_grandchild_ids_under_thread_contention(store: Store, session: Thread) -> None:
     with store.transaction() as tx:
-        parent = tx.create_child_thread(session.id).id
+        parent = tx.threads.create_child(session.id).id
     made: list[str] = []
     lock = threading.Lock()
     start = threading.Barrier(6)
@@ -60,7 +61,7 @@ def test_grandchild_ids_under_thread_contention(store: Store, session: Thread) -
         start.wait()
         for _ in range(10):
             with store.transaction() as tx:
-                child = tx.create_child_thread(parent).id
+                child = tx.threads.create_child(parent).id
             with lock:
                 made.append(child)
 
@@ -76,18 +77,19 @@ def test_children_past_nine_are_numbered_not_sorted_as_text(store: Store) -> Non
     session = new_session(store)
     with store.transaction() as tx:
         for _ in range(11):
-            last = tx.create_child_thread(session.id).id
+            last = tx.threads.create_child(session.id).id
     assert last == f"{session.id}.11"
 
 
 def test_a_clashing_task_id_is_retried(store: Store, session: Thread,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     with store.transaction() as tx:
-        first = tx.create_task(session_id=session.id, actor="human", title="a", prompt="p").id
+        first = tx.board.create_task(session_id=session.id, actor="human", title="a", prompt="p").id
     offered = iter([first, first, "task_20261122_0000ff"])
     monkeypatch.setattr(ids, "new_task_id", lambda: next(offered))
     with store.transaction() as tx:
-        second = tx.create_task(session_id=session.id, actor="human", title="b", prompt="p").id
+        second = tx.board.create_task(session_id=session.id, actor="human", title="b",
+                                      prompt="p").id
     assert second == "task_20261122_0000ff"
 
 
@@ -103,15 +105,15 @@ def test_a_hundred_agents_writing_at_once_lose_nothing(store: Store, session: Th
         try:
             start.wait()
             with store.transaction() as tx:
-                child = tx.create_child_thread(session.id).id
-                tx.create_agent(thread_id=child, name="w", provider="demo", model="worker",
-                                parent_thread_id=session.id)
+                child = tx.threads.create_child(session.id).id
+                tx.agents.create(NewAgent(thread_id=child, name="w", provider="demo",
+                                          model="worker", parent_thread_id=session.id))
             for n in range(writes):
                 with store.transaction() as tx:
-                    task = tx.create_task(session_id=session.id, actor=child, title=f"t{n}",
-                                          prompt="p")
-                    tx.add_note(task.id, session_id=session.id, actor=child, content="note")
-                    tx.append_event(child, "agent_message", {"message": {"content": str(n)}})
+                    task = tx.board.create_task(session_id=session.id, actor=child, title=f"t{n}",
+                                                prompt="p")
+                    tx.board.add_note(task.id, session_id=session.id, actor=child, content="note")
+                    tx.events.append(child, "agent_message", {"message": {"content": str(n)}})
         except BaseException as error:  # reported below; "database is locked" would land here
             failures.append(error)
 

@@ -68,7 +68,7 @@ class OtherWriter:
 async def test_a_free_lock_means_the_write_runs_on_the_loop(store: Store) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    writer = await db.write(lambda tx: (tx.append_event(session.id, "user_message", {"n": 1}),
+    writer = await db.write(lambda tx: (tx.events.append(session.id, "user_message", {"n": 1}),
                                         threading.current_thread())[1])
     reader = await db.read(lambda tx: threading.current_thread())
     db.close()
@@ -84,7 +84,7 @@ async def test_a_held_lock_sends_the_write_to_the_thread_and_the_loop_goes_on(
 
     def append(tx: Tx) -> int:
         ran_on.append(threading.current_thread())
-        return tx.append_event(session.id, "user_message", {"n": 1})
+        return tx.events.append(session.id, "user_message", {"n": 1})
 
     write = asyncio.create_task(db.write(append))
     ticks = 0
@@ -107,7 +107,7 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
 
     def append(n: int) -> Callable[[Tx], int]:
         def work(tx: Tx) -> int:
-            event_id = tx.append_event(session.id, "user_message", {"n": n})
+            event_id = tx.events.append(session.id, "user_message", {"n": n})
             if n == 2:
                 raise InvalidTransitionError("the second write fails after its insert")
             return event_id
@@ -127,7 +127,7 @@ async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_pat
     db = AsyncStore(store)
     session = new_session(store)
     event_id = await db.write(
-        lambda tx: tx.append_event(session.id, "user_message", {"n": 1}))
+        lambda tx: tx.events.append(session.id, "user_message", {"n": 1}))
     seen = query(db_path, "SELECT id FROM events WHERE id = ?", event_id)  # another connection
     db.close()
     assert seen == [(event_id,)]
@@ -139,14 +139,14 @@ async def test_a_sqlalchemy_statement_joins_the_loops_transaction(store: Store,
     session = new_session(store)
 
     def count_then_fail(tx: Tx) -> None:
-        tx.count_turn(session.id)  # through SQLAlchemy, not a prepared statement
+        tx.agents.count_turn(session.id)  # through SQLAlchemy, not a prepared statement
         raise InvalidTransitionError("undo it")
 
     failed = await asyncio.gather(db.write(count_then_fail), return_exceptions=True)
     after_rollback = query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
                            session.id)
-    await db.write(lambda tx: tx.count_turn(session.id))
-    await db.write(lambda tx: tx.count_turn(session.id))
+    await db.write(lambda tx: tx.agents.count_turn(session.id))
+    await db.write(lambda tx: tx.agents.count_turn(session.id))
     db.close()
     assert isinstance(failed[0], InvalidTransitionError)
     assert after_rollback == [(0,)]
@@ -161,7 +161,7 @@ async def test_a_long_queue_commits_in_batches_and_loses_nothing(store: Store,
     commits = committed(store, db_path)
     writes = 2 * MAX_BATCH + 5
     ids = await asyncio.gather(*(db.write(
-        lambda tx, n=n: tx.append_event(session.id, "user_message", {"n": n}))
+        lambda tx, n=n: tx.events.append(session.id, "user_message", {"n": n}))
         for n in range(writes)))
     db.close()
     assert commits() == 3  # two full batches and the rest
@@ -176,13 +176,13 @@ async def test_a_connection_the_server_ended_is_replaced(store: Store, db_path: 
         pytest.skip("a SQLite file's connection is never ended by a server")
     db = AsyncStore(store)
     session = new_session(store)
-    await db.write(lambda tx: tx.append_event(session.id, "user_message", {"n": 1}))
+    await db.write(lambda tx: tx.events.append(session.id, "user_message", {"n": 1}))
     await db.read(lambda tx: tx.connection)
     with psycopg.connect(str(db_path), autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     outcomes = [await asyncio.gather(db.write(
-        lambda tx: tx.append_event(session.id, "user_message", {"n": 2})),
+        lambda tx: tx.events.append(session.id, "user_message", {"n": 2})),
         return_exceptions=True) for _attempt in range(2)]
     read = await asyncio.gather(db.read(lambda tx: 1), return_exceptions=True)
     read = await asyncio.gather(db.read(lambda tx: 1), return_exceptions=True)

@@ -33,8 +33,8 @@ def test_fanout_tiny(capsys: pytest.CaptureFixture[str]) -> None:
 def test_fanout_refuses_an_unfinished_board(tmp_path: Path) -> None:
     store = Store(open_database(str(tmp_path / "lace.db")))
     with store.transaction() as tx:
-        root = tx.create_session(provider="scripted", model="root")
-        tx.create_task(session_id=root.id, actor=root.id, title="Open", prompt="p")
+        root = tx.threads.create_session(provider="scripted", model="root")
+        tx.board.create_task(session_id=root.id, actor=root.id, title="Open", prompt="p")
     store.close()
     with pytest.raises(fanout.BenchmarkError, match="completed tasks"):
         fanout.check_board(str(tmp_path / "lace.db"), root.id, 1)

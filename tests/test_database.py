@@ -61,7 +61,7 @@ def test_write_transactions_begin_immediate(store: Store, db_path: Path) -> None
 
 def test_foreign_keys_are_enforced(store: Store) -> None:
     with pytest.raises(sa.exc.IntegrityError), store.transaction() as tx:
-        tx.append_event("no-such-thread", "user_message", {"content": "x"})
+        tx.events.append("no-such-thread", "user_message", {"content": "x"})
 
 
 def _bytes_and_mtime(path: Path) -> tuple[bytes, int]:
@@ -115,7 +115,7 @@ def _open_and_write(path: str, barrier: multiprocessing.synchronize.Barrier,  # 
         barrier.wait()
         store = Store(open_database(path))
         with store.transaction() as tx:
-            session = tx.create_session(provider="demo", model="m")
+            session = tx.threads.create_session(provider="demo", model="m")
         results.put(("ok", session.id))
     except Exception as error:  # reported to the parent, which fails the test
         results.put(("error", repr(error)))
@@ -231,7 +231,7 @@ def test_every_page_whose_damage_integrity_check_sees_is_refused(
             store = Store(open_database(str(damaged_copy)))
             try:
                 with store.transaction() as tx:
-                    tx.create_session(provider="demo", model="coordinator")
+                    tx.threads.create_session(provider="demo", model="coordinator")
             finally:
                 store.close()
         assert _bytes_and_mtime(damaged_copy) == before, page
@@ -244,7 +244,7 @@ def test_a_big_file_is_checked_at_its_roots_and_edges(db_path: Path) -> None:
     issue) is still found, whatever the time budget allows."""
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
-        session = tx.create_session(provider="demo", model="coordinator")
+        session = tx.threads.create_session(provider="demo", model="coordinator")
     store.close()
     rows = (FULL_CHECK_BYTES // 900) + 2000
     with sqlite3.connect(db_path) as connection:
@@ -264,7 +264,7 @@ def test_a_big_file_is_checked_at_its_roots_and_edges(db_path: Path) -> None:
     assert problem is not None and "malformed" in problem
     store = Store(open_database(str(db_path)))
     with pytest.raises(DatabaseRefusedError, match="is damaged"), store.transaction() as tx:
-        tx.create_session(provider="demo", model="coordinator")
+        tx.threads.create_session(provider="demo", model="coordinator")
     store.close()
     assert _bytes_and_mtime(db_path) == before
 
@@ -279,7 +279,7 @@ def test_lace_makes_its_folders_0700_and_its_files_0600(tmp_path: Path,
     try:
         store = Store(open_database())
         with store.transaction() as tx:
-            tx.create_session(provider="demo", model="coordinator")
+            tx.threads.create_session(provider="demo", model="coordinator")
         with store.reading():
             files = sorted(path.name for path in home.iterdir())
             modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in home.iterdir()}

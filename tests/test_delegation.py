@@ -13,6 +13,7 @@ import pytest
 
 from lace.config import Limits, Profile, Settings, load_settings
 from lace.core.assignee import ThreadAssignee
+from lace.core.records import NewAgent
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
@@ -232,9 +233,9 @@ def child_context(store: Store, session_id: str, tools: tuple[str, ...],
                   **extra: Any) -> ToolContext:
     """A context for an agent whose own tools are `tools`, as the runtime builds it."""
     with store.transaction() as tx:
-        child = tx.create_child_thread(session_id)
-        tx.create_agent(thread_id=child.id, name="narrow", provider="scripted", model="narrow",
-                        parent_thread_id=session_id, tools=list(tools))
+        child = tx.threads.create_child(session_id)
+        tx.agents.create(NewAgent(thread_id=child.id, name="narrow", provider="scripted",
+                                  model="narrow", parent_thread_id=session_id, tools=list(tools)))
     return ToolContext(thread_id=child.id, session_id=session_id,
                        check_model=check_model, tools=tools, **extra)
 
@@ -248,7 +249,7 @@ def spawned_tools(db_path: Path) -> list[list[str]]:
 def test_tools_only_shrink_on_every_path_with_the_schema_bypassed(
         store: Store, db_path: Path) -> None:
     with store.transaction() as tx:
-        session = tx.create_session(provider="scripted", model="root")
+        session = tx.threads.create_session(provider="scripted", model="root")
     own = ("task_create", "task_update", "task_complete", "spawn", "delegate")
     profiles = {"wide": Profile(tools=["task_create", "task_view", "spawn"]),
                 "open": Profile()}
@@ -293,7 +294,7 @@ def test_spawn_schema_lists_only_own_tools_and_profiles() -> None:
 
 def test_limits_refuse_with_the_limit_its_value_and_key(store: Store, db_path: Path) -> None:
     with store.transaction() as tx:
-        session = tx.create_session(provider="scripted", model="root")
+        session = tx.threads.create_session(provider="scripted", model="root")
     spawn = {"task": "x", "model": "scripted/any"}
     deep = ToolContext(thread_id=f"{session.id}", session_id=session.id,
                        check_model=check_model, limits=Limits(max_depth=0))
@@ -405,8 +406,8 @@ def test_profiles_from_a_real_config_file(tmp_path: Path, monkeypatch: pytest.Mo
     settings = load_settings()
     assert settings.profiles["critic"].system_prompt == "You criticise plans."
     with store.transaction() as tx:
-        session = tx.create_session(provider="scripted", model="root",
-                                    tools=ToolRegistry().names())
+        session = tx.threads.create_session(provider="scripted", model="root",
+                                            tools=ToolRegistry().names())
     context = ToolContext(thread_id=session.id, session_id=session.id,
                           check_model=check_model, profiles=settings.profiles,
                           tools=tuple(ToolRegistry().names()))
@@ -427,7 +428,7 @@ def test_profiles_from_a_real_config_file(tmp_path: Path, monkeypatch: pytest.Mo
     from lace.runtime.prompt import system_prompt
 
     with store.reading() as tx:
-        agent = tx.get_agent(session.id)
+        agent = tx.agents.get(session.id)
     prompt = system_prompt(agent, None, ToolRegistry().names(), settings.profiles)
     assert "<available_profiles>\n- critic: Finds holes in plans (tools: task_view, " \
            "task_complete)\n- helper: You help. (tools: all of yours)" in prompt
@@ -486,20 +487,20 @@ async def test_spawn_await_star_refuses_a_wait_that_would_deadlock(
 
 def test_the_wait_graph_is_read_from_what_committed(store: Store, db_path: Path) -> None:
     with store.transaction() as tx:
-        session = tx.create_session(provider="scripted", model="root")
+        session = tx.threads.create_session(provider="scripted", model="root")
     helper = child_context(store, session.id, ("delegate", "spawn_await", "task_complete"))
     root = ToolContext(thread_id=session.id, session_id=session.id, check_model=check_model)
     with store.transaction() as tx:  # the helper waits on the root, as a resumed turn would
-        task = tx.create_task(session_id=session.id, actor=helper.thread_id, title="Back",
-                              prompt="p", assignee=ThreadAssignee(session.id))
-        tx.append_event(helper.thread_id, "tool_call", {
+        task = tx.board.create_task(session_id=session.id, actor=helper.thread_id, title="Back",
+                                    prompt="p", assignee=ThreadAssignee(session.id))
+        tx.events.append(helper.thread_id, "tool_call", {
             "call_id": "c1", "tool_name": "delegate", "arguments": "{}",
             "waiting_for": [task.id]})
     with store.transaction() as tx:
-        assert tx.wait_edges(session.id) == {helper.thread_id: {session.id}}
+        assert tx.agents.wait_edges(session.id) == {helper.thread_id: {session.id}}
         with pytest.raises(ToolError, match="would deadlock"):
             refuse_deadlock(tx, root, {helper.thread_id})
     with store.transaction() as tx:  # answered: the wait is over
-        tx.append_event(helper.thread_id, "tool_result", {"call_id": "c1"})
-        assert tx.wait_edges(session.id) == {}
+        tx.events.append(helper.thread_id, "tool_result", {"call_id": "c1"})
+        assert tx.agents.wait_edges(session.id) == {}
         refuse_deadlock(tx, root, {helper.thread_id})

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lace.config import Limits
-from lace.core.records import Thread
+from lace.core.records import NewAgent, Thread
 from lace.llm.checks import check_provider
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime
@@ -386,9 +386,9 @@ def test_a_spawn_refused_at_release_does_not_fail_the_completion(
         {"title": "Other", "prompt": "p", "assigned_to": "human"}]}))
     # a second live child appears before First completes: Later's spawn is past the limit
     with store.transaction() as tx:
-        tx.create_agent(thread_id=tx.create_child_thread(session.id).id, name="extra",
-                        provider="scripted", model="worker", parent_thread_id=session.id,
-                        created_for_task=busy)
+        tx.agents.create(NewAgent(thread_id=tx.threads.create_child(session.id).id, name="extra",
+                                  provider="scripted", model="worker", parent_thread_id=session.id,
+                                  created_for_task=busy))
     completed = agent_call(store, session, f"{session.id}.1", "task_complete",
                            {"task_id": first, "message": "first done"})
     assert not completed.is_error, completed.text

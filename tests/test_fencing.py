@@ -130,9 +130,9 @@ async def test_a_turn_frozen_in_a_tool_while_its_lease_is_taken_commits_nothing(
                     != [(1,)]:
                 await asyncio.sleep(0.01)
         with store.transaction() as tx:  # another (live) process takes the agent over
-            tx.register_process("another-process", 60.0)
-            tx.update_agent(session.id, status="running", lease_holder="another-process",
-                            lease_epoch=tx.get_agent(session.id).lease_epoch + 1)
+            tx.processes.register("another-process", 60.0)
+            tx.agents.update(session.id, status="running", lease_holder="another-process",
+                             lease_epoch=tx.agents.get(session.id).lease_epoch + 1)
         async with asyncio.timeout(10):
             await runtime.run_until_quiet(session.id)
         assert query(db_path, "SELECT type FROM events WHERE thread_id = ? ORDER BY id",

@@ -66,9 +66,9 @@ def test_every_tool_answers_hostile_arguments_without_an_exception(tmp_path: Pat
     db_path = tmp_path / "fuzz.db"
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
-        session = tx.create_session(provider="demo", model="coordinator")
-        other = tx.create_session(provider="demo", model="coordinator")
-        tx.create_task(session_id=other.id, actor=other.id, title="foreign", prompt="p")
+        session = tx.threads.create_session(provider="demo", model="coordinator")
+        other = tx.threads.create_session(provider="demo", model="coordinator")
+        tx.board.create_task(session_id=other.id, actor=other.id, title="foreign", prompt="p")
     context = ToolContext(thread_id=session.id, session_id=session.id,
                           check_model=check_provider)
 
@@ -97,12 +97,12 @@ def test_hostile_arguments_through_an_agents_own_tool_path(tmp_path: Path) -> No
     db_path = tmp_path / "fuzz.db"
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
-        session = tx.create_session(provider="demo", model="coordinator",
-                                    tools=list(ToolRegistry().names()))
-        other = tx.create_session(provider="demo", model="coordinator")
-        foreign = tx.create_task(session_id=other.id, actor=other.id, title="foreign",
-                                 prompt="p")
-        agent = tx.get_agent(session.id)
+        session = tx.threads.create_session(provider="demo", model="coordinator",
+                                            tools=list(ToolRegistry().names()))
+        other = tx.threads.create_session(provider="demo", model="coordinator")
+        foreign = tx.board.create_task(session_id=other.id, actor=other.id, title="foreign",
+                                       prompt="p")
+        agent = tx.agents.get(session.id)
     calls = iter(range(1_000_000))
 
     async def agent_call(tool: str, arguments: Any) -> ToolResult:

@@ -54,7 +54,7 @@ def test_interrupted_agents_and_those_of_dead_processes_count_as_cut_off(store: 
     finished.wait()
     with store.transaction() as tx:
         for process in ("live", "gone", "silent", "remote"):
-            tx.register_process(process, 15.0)
+            tx.processes.register(process, 15.0)
         tx.connection.execute(sa.text("UPDATE processes SET pid = :pid WHERE id = 'gone'"),
                               {"pid": finished.pid})
         tx.connection.exec_driver_sql(
@@ -65,13 +65,13 @@ def test_interrupted_agents_and_those_of_dead_processes_count_as_cut_off(store: 
                                              ["live", "gone", "silent", "remote", "mine"],
                                              ["running", "running", "waiting", "running",
                                               "running"], strict=True):
-            tx.update_agent(thread_id, status=status, lease_holder=holder)
+            tx.agents.update(thread_id, status=status, lease_holder=holder)
     with store.transaction() as tx:  # it writes (PostgreSQL refuses a write in a read)
-        assert tx.cut_off_agents(root, alive={"mine"}) == children[:2]
-        assert tx.cut_off_agents(root, alive=set()) == [*children[:2], children[3]]
-        tx.update_agent(root, status="interrupted")
-        assert tx.cut_off_agents(root, alive={"mine"}) == [root, *children[:2]]
-        assert tx.live_processes() == {"live", "remote"}
+        assert tx.leases.cut_off_agents(root, alive={"mine"}) == children[:2]
+        assert tx.leases.cut_off_agents(root, alive=set()) == [*children[:2], children[3]]
+        tx.agents.update(root, status="interrupted")
+        assert tx.leases.cut_off_agents(root, alive={"mine"}) == [root, *children[:2]]
+        assert tx.processes.live() == {"live", "remote"}
 
 
 @pytest.mark.slow

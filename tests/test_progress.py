@@ -215,12 +215,12 @@ def test_a_wait_that_times_out_keeps_the_progress_of_tasks_still_running(
     root = new_session(store)
     helper = spawn_child(store, root.id)
     with store.transaction() as tx:
-        running, done = (tx.create_task(session_id=root.id, actor=root.id, title=title,
-                                        prompt=title, assignee=ThreadAssignee(helper))
+        running, done = (tx.board.create_task(session_id=root.id, actor=root.id, title=title,
+                                              prompt=title, assignee=ThreadAssignee(helper))
                          for title in ("Running", "Done"))
         for task in (running, done):
-            tx.add_note(task.id, session_id=root.id, actor=helper, content="started")
-        tx.complete_task(done.id, session_id=root.id, actor=helper, message="result")
-        tx.consume_notices(root.id, [running.id, done.id])  # what a waiting tool's end does
+            tx.board.add_note(task.id, session_id=root.id, actor=helper, content="started")
+        tx.board.complete_task(done.id, session_id=root.id, actor=helper, message="result")
+        tx.inbox.consume_notices(root.id, [running.id, done.id])  # what a waiting tool's end does
     assert query(db_path, "SELECT task_id, kind FROM inbox WHERE thread_id = ? AND "
                           "consumed_at IS NULL", root.id) == [(running.id, "note")]

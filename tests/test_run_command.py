@@ -153,7 +153,7 @@ def test_stop_resume_and_session_end_from_the_command_line(
 
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
-        root = tx.create_session(provider="scripted", model="root")
+        root = tx.threads.create_session(provider="scripted", model="root")
     created = call_tool(store, ToolContext(thread_id=root.id, session_id=root.id), "task_create",
                         {"tasks": [{"title": "Job", "prompt": "p",
                                     "assigned_to": "new:scripted/worker"}]})

@@ -177,8 +177,8 @@ async def test_keys_in_answers_notes_and_bash_output_are_masked(
 def test_a_key_in_an_inbox_text_is_masked(store: Store, db_path: Path,
                                           keys: tuple[str, str]) -> None:
     with store.transaction() as tx:
-        root = tx.create_session(provider="demo", model="coordinator")
-        tx.post_inbox(root.id, sender="human", kind="message", text=f"use {PLAIN_KEY}")
+        root = tx.threads.create_session(provider="demo", model="coordinator")
+        tx.inbox.post(root.id, sender="human", kind="message", text=f"use {PLAIN_KEY}")
     assert query(db_path, "SELECT text FROM inbox") == [("use [redacted]",)]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lace.core.assignee import HUMAN
+from lace.core.records import NewAgent
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
@@ -119,13 +120,14 @@ def test_two_workers_racing_for_the_same_agents_never_run_one_twice(
             ready(postgres_url, 2)
             workers = {holder_of(postgres_url, first.pid), holder_of(postgres_url, second.pid)}
             with store.transaction() as tx:  # all runnable at one commit: one NOTIFY for both
-                root = tx.create_session(provider="openai", model="root", tools=["task_list"])
+                root = tx.threads.create_session(provider="openai", model="root",
+                                                 tools=["task_list"])
                 for _ in range(RACED):
-                    child = tx.create_child_thread(root.id)
-                    tx.create_agent(thread_id=child.id, name=f"agent {child.id}",
-                                    provider="openai", model="worker", tools=["task_list"],
-                                    parent_thread_id=root.id)
-                    tx.post_inbox(child.id, sender=HUMAN, kind="message", text="Say done.")
+                    child = tx.threads.create_child(root.id)
+                    tx.agents.create(NewAgent(thread_id=child.id, name=f"agent {child.id}",
+                                              provider="openai", model="worker",
+                                              tools=["task_list"], parent_thread_id=root.id))
+                    tx.inbox.post(child.id, sender=HUMAN, kind="message", text="Say done.")
             wait_for(lambda: value(postgres_url, "SELECT COUNT(*) FROM events WHERE type = "
                                                  "'agent_message'") == RACED
                      and value(postgres_url, "SELECT COUNT(*) FROM agent_metadata WHERE "

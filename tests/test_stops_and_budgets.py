@@ -13,6 +13,7 @@ import pytest
 
 from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.core.assignee import ThreadAssignee
+from lace.core.records import NewAgent
 from lace.llm.checks import check_model
 from lace.llm.client import LiteLLMClient
 from lace.llm.types import ScriptedReply
@@ -133,9 +134,9 @@ async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_cal
 def test_the_default_cap_follows_each_agents_own_provider(
         store: Store, session: Any) -> None:
     with store.transaction() as tx:
-        child = tx.create_child_thread(session.id)
-        tx.create_agent(thread_id=child.id, name="gpt", provider="openai", model="gpt-4o",
-                        parent_thread_id=session.id)
+        child = tx.threads.create_child(session.id)
+        tx.agents.create(NewAgent(thread_id=child.id, name="gpt", provider="openai", model="gpt-4o",
+                                  parent_thread_id=session.id))
         assert remaining(tx, session.id, Budgets()) == {}  # the root is the local demo
         assert remaining(tx, child.id, Budgets()) == {"tokens": 2_000_000}
 
@@ -143,10 +144,10 @@ def test_the_default_cap_follows_each_agents_own_provider(
 async def test_an_approval_left_by_a_dead_process_is_not_left_pending(
         store: Store, session: Any, db_path: Path) -> None:
     with store.transaction() as tx:
-        tx.update_agent(session.id, status="waiting", lease_holder="a-process-that-died")
-        approval = tx.request_approval(session.id, "bash", {"command": "ls"})
-        task = tx.create_task(session_id=session.id, actor="human", title="t", prompt="p",
-                              assignee=ThreadAssignee(session.id))
+        tx.agents.update(session.id, status="waiting", lease_holder="a-process-that-died")
+        approval = tx.approvals.request(session.id, "bash", {"command": "ls"})
+        task = tx.board.create_task(session_id=session.id, actor="human", title="t", prompt="p",
+                                    assignee=ThreadAssignee(session.id))
     runtime = supervisor(store)
     try:
         assert await runtime.resume(session.id) == [session.id]

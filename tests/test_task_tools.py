@@ -270,7 +270,7 @@ def test_messages_lists_and_stops_stay_inside_the_session(call: Caller, store: S
     other = new_session(store, "other")
     stranger = spawn_child(store, other.id)
     with store.transaction() as tx:
-        tx.subscribe(stranger, "news")
+        tx.subscriptions.add(stranger, "news")
     with unchanged():
         for target in (other.id, stranger):
             assert_error(call("send_message", {"to": target, "text": "hi"}),
@@ -281,7 +281,7 @@ def test_messages_lists_and_stops_stay_inside_the_session(call: Caller, store: S
     published = call("publish", {"topic": "news", "text": "to this session only"})
     assert not published.is_error
     with store.reading() as tx:
-        assert tx.take_inbox(stranger) == []
+        assert tx.inbox.take(stranger) == []
 
 
 def test_only_creator_or_assignee_may_change(call: Caller, store: Store, session: Thread,
@@ -401,7 +401,7 @@ def test_a_nul_character_in_json_leaves_its_fields_readable(store: Store, db_pat
     """PostgreSQL's `->>` fails on any json value holding an escaped NUL: one tool output or
     argument holding NUL would break every later query of the session's events there."""
     with store.transaction() as tx:
-        tx.append_event(session.id, "tool_result", {"call_id": "c1", "output": "a\u0000b\\u0000"})
+        tx.events.append(session.id, "tool_result", {"call_id": "c1", "output": "a\u0000b\\u0000"})
     if is_postgres(db_path):
         assert rows(db_path, "SELECT data ->> 'output' FROM events "
                              "WHERE type = 'tool_result'") == [("a\ufffdb\\u0000",)]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from lace.cli.progress import progress_printer
+from lace.core.records import NewAgent
 from lace.core.text import printable, printable_json, valid_text
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
@@ -91,8 +92,8 @@ async def test_a_thread_stored_with_a_surrogate_by_an_earlier_lace_goes_on(
         db_path: Path) -> None:
     surrogate_server.script = lambda model, messages: ScriptedReply(text="going on")
     with store.transaction() as tx:  # what lace wrote before text was checked where it enters
-        session = tx.create_session(provider="openai", model="fake")
-        tx.append_event(session.id, "agent_message", {
+        session = tx.threads.create_session(provider="openai", model="fake")
+        tx.events.append(session.id, "agent_message", {
             "message": {"role": "assistant", "content": "old \ud800 answer"}})
     await runtime.send(session.id, "hi")
     await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)
@@ -164,8 +165,8 @@ def test_show_prints_a_surrogate_stored_by_an_earlier_lace(capsys: CaptureFixtur
                                                             store: Store, db_path: Path) -> None:
     session = new_session(store)
     with store.transaction() as tx:  # what lace wrote before text was checked at the seam
-        tx.append_event(session.id, "agent_message",
-                        {"message": {"role": "assistant", "content": "old \ud800 text"}})
+        tx.events.append(session.id, "agent_message",
+                         {"message": {"role": "assistant", "content": "old \ud800 text"}})
     code, out, err = lace(capsys, "show", session.id, "--db", str(db_path))
     assert code == 0 and err == "" and "old \\ud800 text" in out
     code, out, err = lace(capsys, "show", session.id, "--json", "--db", str(db_path))
@@ -219,10 +220,10 @@ def test_names_stored_with_a_newline_stay_on_their_line(capsys: CaptureFixture, 
                                                         db_path: Path) -> None:
     session = new_session(store, title=f"session {CONTROLS}\nINJECTED")
     with store.transaction() as tx:
-        child = tx.create_child_thread(session.id)
-        tx.create_agent(thread_id=child.id, name="x\nINJECTED", provider="openai",
-                        model="x\nINJECTED", parent_thread_id=session.id)
-        tx.request_approval(child.id, "bash", {"command": f"echo {CONTROLS}\nINJECTED"})
+        child = tx.threads.create_child(session.id)
+        tx.agents.create(NewAgent(thread_id=child.id, name="x\nINJECTED", provider="openai",
+                                  model="x\nINJECTED", parent_thread_id=session.id))
+        tx.approvals.request(child.id, "bash", {"command": f"echo {CONTROLS}\nINJECTED"})
     for argv in (["threads"], ["tasks"], ["approvals"], ["show", child.id],
                  ["stop", child.id], ["stop", child.id]):
         code, out, err = lace(capsys, *argv, "--db", str(db_path))

@@ -65,8 +65,8 @@ async def test_the_person_and_an_agent_get_the_same_results_and_rows(
     by_agent = [normalised(results[call_id], agent_session.id) for (call_id,) in calls]
 
     with runtime.store.transaction() as tx:
-        person_session = tx.create_session(provider="scripted", model="root",
-                                           tools=list(ALL_TOOL_NAMES))
+        person_session = tx.threads.create_session(provider="scripted", model="root",
+                                                   tools=list(ALL_TOOL_NAMES))
     by_person = [normalised((await runtime.act_as_human(person_session.id, name, args)).text,
                             person_session.id) for name, args in CALLS]
 

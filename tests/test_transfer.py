@@ -35,9 +35,9 @@ def demo_session(capsys: pytest.CaptureFixture[str], db: Path) -> str:
     root = err.split("Session ", 1)[1].split()[0]
     opened = Store(open_database(str(db)))
     with opened.transaction() as tx:
-        tx.subscribe(f"{root}.1", "launch")
-        tx.request_approval(f"{root}.2", "bash", {"command": "echo hi"})
-        tx.post_inbox(root, sender="human", kind="message", text="one more thing")
+        tx.subscriptions.add(f"{root}.1", "launch")
+        tx.approvals.request(f"{root}.2", "bash", {"command": "echo hi"})
+        tx.inbox.post(root, sender="human", kind="message", text="one more thing")
     opened.close()
     return root
 

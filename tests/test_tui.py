@@ -10,6 +10,7 @@ from typing import Any
 from textual.widgets import DataTable, Input, Static
 
 from benchmarks.common import traced_statements
+from lace.core.records import NewAgent
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tui.app import LaceApp
@@ -192,21 +193,21 @@ async def test_another_process_session_shows_live_without_running_it(
     """Agents a live process runs are shown, not run; new rows appear on the next poll."""
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
-        root = tx.create_session(provider="scripted", model="root", title="elsewhere")
-        tx.register_process("elsewhere", 15.0)  # alive: this pid exists and the heartbeat is fresh
-        tx.update_agent(root.id, status="running", lease_holder="elsewhere")
-        tx.post_inbox(root.id, sender="human", kind="message", text="pending elsewhere")
+        root = tx.threads.create_session(provider="scripted", model="root", title="elsewhere")
+        tx.processes.register("elsewhere", 15.0)  # alive: this pid exists, its heartbeat fresh
+        tx.agents.update(root.id, status="running", lease_holder="elsewhere")
+        tx.inbox.post(root.id, sender="human", kind="message", text="pending elsewhere")
     models.on("root", lambda messages: reply("must not run here"))
     app = create_app(db=str(db_path), continue_thread=root.id, model="scripted/root")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
         assert app.runtime.running == frozenset()
         with store.transaction() as tx:
-            tx.append_event(root.id, "agent_message", {"message": {
+            tx.events.append(root.id, "agent_message", {"message": {
                 "role": "assistant", "content": "written by the other process"}})
-            child = tx.create_child_thread(root.id)
-            tx.create_agent(thread_id=child.id, name="helper", provider="scripted",
-                            model="worker", parent_thread_id=root.id)
+            child = tx.threads.create_child(root.id)
+            tx.agents.create(NewAgent(thread_id=child.id, name="helper", provider="scripted",
+                                      model="worker", parent_thread_id=root.id))
         await pilot.pause(1.2)
         assert child.id in app.query_one(ThreadTree).ordered_threads()
         assert any("written by the other process" in t for t in conversation_texts(app))
@@ -218,9 +219,9 @@ def test_continue_reopens_the_latest_or_named_session(db_path: Path,
                                                       models: ScriptedModels) -> None:
     store = Store(open_database(str(db_path)))
     with store.transaction() as tx:
-        first = tx.create_session(provider="scripted", model="root")
-        child = tx.create_child_thread(first.id)
-        second = tx.create_session(provider="scripted", model="root")
+        first = tx.threads.create_session(provider="scripted", model="root")
+        child = tx.threads.create_child(first.id)
+        second = tx.threads.create_session(provider="scripted", model="root")
     store.close()
     latest = create_app(db=str(db_path), continue_thread="latest", model="scripted/root")
     assert latest.session_id == second.id
@@ -291,8 +292,8 @@ async def test_the_board_is_read_on_a_thread_not_on_the_event_loop(
     root = new_session(store).id
     with store.transaction() as tx:
         for number in range(BOARD_TASKS):
-            tx.insert_task(session_id=root, created_by="human", title=f"Task {number}",
-                           prompt="Do it")
+            tx.tasks.insert(session_id=root, created_by="human", title=f"Task {number}",
+                            prompt="Do it")
     app = create_app(db=str(db_path), continue_thread=root, model="demo/coordinator")
     ran: list[tuple[int, str]] = []
 

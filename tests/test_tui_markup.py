@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Static
 from textual.widgets._toast import Toast
 
 from lace.core.assignee import HumanAssignee
+from lace.core.records import NewAgent
 from lace.store import Store
 from lace.tui.app import LaceApp
 from lace.tui.board import BoardScreen
@@ -40,13 +41,14 @@ def seed(store: Store) -> tuple[str, str, str]:
     """A session whose every shown field holds MARKUP: (root, child, task id)."""
     session = new_session(store, title=f"title {MARKUP}")
     with store.transaction() as tx:
-        tx.update_agent(session.id, model=f"root{MARKUP}")
-        task = tx.create_task(session_id=session.id, actor=session.id, title=f"task {MARKUP}",
-                              prompt=f"prompt {MARKUP}", assignee=HumanAssignee())
-        tx.insert_note(task.id, f"author{MARKUP}", f"note {MARKUP}")
-        child = tx.create_child_thread(session.id)
-        tx.create_agent(thread_id=child.id, name=f"name{MARKUP}", provider="scripted",
-                        model="worker", parent_thread_id=session.id, current_task=task.id)
+        tx.agents.update(session.id, model=f"root{MARKUP}")
+        task = tx.board.create_task(session_id=session.id, actor=session.id, title=f"task {MARKUP}",
+                                    prompt=f"prompt {MARKUP}", assignee=HumanAssignee())
+        tx.notes.insert(task.id, f"author{MARKUP}", f"note {MARKUP}")
+        child = tx.threads.create_child(session.id)
+        tx.agents.create(NewAgent(thread_id=child.id, name=f"name{MARKUP}", provider="scripted",
+                                  model="worker", parent_thread_id=session.id,
+                                  current_task=task.id))
         events: list[tuple[str, dict[str, Any]]] = [
             ("user_message", {"message": {"role": "user", "content": f"you {MARKUP}"}}),
             ("notification", {"kind": f"kind{MARKUP}", "sender": f"sender{MARKUP}",
@@ -63,8 +65,8 @@ def seed(store: Store) -> tuple[str, str, str]:
             ("error", {"error": f"error {MARKUP}"}),
         ]
         for kind, data in events:
-            tx.append_event(child.id, kind, data)
-        tx.request_approval(child.id, f"bash{MARKUP}", {"command": f"echo {MARKUP}"})
+            tx.events.append(child.id, kind, data)
+        tx.approvals.request(child.id, f"bash{MARKUP}", {"command": f"echo {MARKUP}"})
     return session.id, child.id, task.id
 
 
@@ -147,6 +149,6 @@ async def test_every_field_is_shown_literally(store: Store, db_path: Path) -> No
         assert app.is_running
     assert app.return_code in (None, 0)
     with store.reading() as tx:
-        task = tx.get_task(task_id, with_notes=True)
+        task = tx.tasks.get(task_id, with_notes=True)
     assert [note.content for note in task.notes] == [f"note {MARKUP}", MARKUP]
     assert task.thread_id == root

@@ -71,9 +71,9 @@ def write_session(db: Path, prompt: str = MANY_PROMPT) -> str:
     store = Store(open_database(str(db)))
     try:
         with store.transaction() as tx:
-            root = tx.create_session(provider="demo", model="coordinator", title=prompt[:80],
-                                     tools=list(ALL_TOOL_NAMES))
-            tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+            root = tx.threads.create_session(provider="demo", model="coordinator",
+                                             title=prompt[:80], tools=list(ALL_TOOL_NAMES))
+            tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
         return root.id
     finally:
         store.close()

@@ -22,7 +22,7 @@ SEE_ALL = "lace approvals --full shows all"
 def orphaned(tx: Tx, approval: Approval, live: set[str]) -> bool:
     """Whether nobody waits for this pending request any more: its agent is not waiting, or
     the process that holds the agent is not in `live` (it was killed, or its lease expired)."""
-    agent = tx.find_agent(approval.thread_id)
+    agent = tx.agents.find(approval.thread_id)
     return agent is None or agent.status != "waiting" or agent.lease_holder not in live
 
 
@@ -34,8 +34,8 @@ def _orphan_note(approval: Approval) -> str:
 def approvals_command(args: argparse.Namespace) -> int:
     """`lace approvals`."""
     with open_store(args).reading() as tx:
-        pending = tx.pending_approvals()
-        live = tx.live_processes()
+        pending = tx.approvals.pending()
+        live = tx.processes.live()
         orphans = {approval.id for approval in pending if orphaned(tx, approval, live)}
     if args.json:
         print_json([{**asdict(approval), "orphaned": approval.id in orphans}
@@ -54,13 +54,13 @@ def approvals_command(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace, status: str) -> int:
     with open_store(args).transaction() as tx:
-        asked = tx.get_approval(args.approval_id)
-        orphan = asked.status == "pending" and orphaned(tx, asked, tx.live_processes())
+        asked = tx.approvals.get(args.approval_id)
+        orphan = asked.status == "pending" and orphaned(tx, asked, tx.processes.live())
         if orphan and status != "denied":
             raise LaceError(f"Approval request #{asked.id} is orphaned: the process that asked "
                             "for it is gone, so approving it would run nothing. Resume with "
                             f"lace run --continue {root_of(asked.thread_id)}; it asks again.")
-        approval = tx.decide_approval(args.approval_id, status, HUMAN)
+        approval = tx.approvals.decide(args.approval_id, status, HUMAN)
     note = f" {_orphan_note(approval)}" if orphan else ""
     say(f"#{approval.id} {approval.tool} for {approval.thread_id}: {approval.status}{note}",
         one_line=True)

@@ -134,10 +134,10 @@ def task_add_command(args: argparse.Namespace) -> int:
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     if session_id is None and args.blocked_by:
         with store.reading() as tx:
-            session_id = tx.get_task(args.blocked_by[0]).thread_id
+            session_id = tx.tasks.get(args.blocked_by[0]).thread_id
     if session_id is None:
         with store.reading() as tx:
-            latest = tx.latest_session()
+            latest = tx.threads.latest_session()
         if latest is None:
             session_id = start_session_for(store, arguments, human_context(""))
             print(f"Started session {session_id}", file=sys.stderr)
@@ -161,8 +161,8 @@ def start_session_for(store: Store, arguments: Any, context: ToolContext) -> str
         parse_assignment(item.assigned_to, context)
     provider, model = parse_model(default_model())
     with store.transaction() as tx:
-        return tx.create_session(provider=provider, model=model,
-                                 title=valid_text(items[0].title)).id
+        return tx.threads.create_session(provider=provider, model=model,
+                                         title=valid_text(items[0].title)).id
 
 
 def task_note_command(args: argparse.Namespace) -> int:

@@ -23,9 +23,9 @@ def cost_command(args: argparse.Namespace) -> int:
     """`lace cost [--session ID] [--by thread|model|day] [--json]`."""
     with open_store(args).reading() as tx:
         session = pick_session(tx, args.session)
-        groups = tx.call_groups(session.id)
-        threads = [thread.id for thread in tx.session_threads(session.id)]
-        models = {agent.thread_id: agent.model_name for agent in tx.session_agents(session.id)}
+        groups = tx.usage.call_groups(session.id)
+        threads = [thread.id for thread in tx.threads.of_session(session.id)]
+        models = {agent.thread_id: agent.model_name for agent in tx.agents.of_session(session.id)}
     priced = priced_models(groups, known_price)
     rows = totals_by(groups, args.by, priced)
     total = sum(rows.values(), Totals())

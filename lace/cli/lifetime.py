@@ -14,8 +14,8 @@ def stop_command(args: argparse.Namespace) -> int:
     its next model call)."""
     store = open_store(args)
     with store.transaction() as tx:
-        tx.get_agent(args.thread_id)
-        stopped = tx.stop_subtree(args.thread_id, reason=f"{args.reason} (by human)",
+        tx.agents.get(args.thread_id)
+        stopped = tx.lifecycle.stop_subtree(args.thread_id, reason=f"{args.reason} (by human)",
                                    by_person=True)
     say(f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}" if stopped
         else f"{args.thread_id} and its subtree were already stopped.", one_line=True)
@@ -26,9 +26,9 @@ def session_end_command(args: argparse.Namespace) -> int:
     """`lace session end ROOT_ID`: stop every agent of the session; nothing is deleted."""
     store = open_store(args)
     with store.transaction() as tx:
-        root = tx.get_session(args.root_id)
-        stopped = tx.stop_subtree(root.id, reason=f"session ended: {args.reason} (by human)",
-                                   by_person=True)
+        root = tx.threads.get_session(args.root_id)
+        stopped = tx.lifecycle.stop_subtree(
+            root.id, reason=f"session ended: {args.reason} (by human)", by_person=True)
     say(f"Session {root.id} ended; {len(stopped)} agent(s) stopped.", one_line=True)
     return 0
 
@@ -38,8 +38,8 @@ def resume_command(args: argparse.Namespace) -> int:
     until it is quiet, as `lace run --continue` does."""
     store = open_store(args)
     with store.transaction() as tx:
-        if not tx.resume_agent(args.thread_id):
-            status = tx.get_agent(args.thread_id).status
+        if not tx.lifecycle.resume(args.thread_id):
+            status = tx.agents.get(args.thread_id).status
             raise LaceError(f"{args.thread_id} is {status}, not stopped: nothing to resume.")
     say(f"Resumed {args.thread_id}", one_line=True, file=sys.stderr)
     from lace.cli.run import run_command

@@ -161,7 +161,7 @@ class BoardServer:
         board = types.Resource(uri=BOARD_URI, name="board", mime_type="application/json",
                                description="The session's tasks, closed ones too.")
         threads = [] if self.session_id is None else await self.runtime.read(
-            lambda tx: tx.session_threads(str(self.session_id)))
+            lambda tx: tx.threads.of_session(str(self.session_id)))
         return types.ListResourcesResult(resources=[board, *(
             types.Resource(uri=f"{THREAD_PREFIX}{thread.id}", name=thread.id,
                            title=thread.title, mime_type="application/json")
@@ -195,16 +195,16 @@ class BoardServer:
     def _board(self, tx: Tx) -> dict[str, Any]:
         if self.session_id is None:
             return {"session": None, "tasks": []}
-        tasks, _ = tx.query_tasks(self.session_id, include_closed=True)
-        tasks = tx.with_edges(tasks, self.session_id)  # what each waits for and blocks
+        tasks, _ = tx.tasks.query(self.session_id, include_closed=True)
+        tasks = tx.edges.attach(tasks, self.session_id)  # what each waits for and blocks
         return {"session": self.session_id, "tasks": [asdict(task) for task in tasks]}
 
     def _thread(self, tx: Tx, thread_id: str) -> dict[str, Any]:
         if self.session_id is None:
             raise ToolError(NO_SESSION)
         thread = session_thread(tx, self.runner.human_context(self.session_id), thread_id)
-        agent = tx.find_agent(thread.id)
-        events, earlier = tx.latest_events(thread.id, RESOURCE_EVENTS)
+        agent = tx.agents.find(thread.id)
+        events, earlier = tx.events.latest(thread.id, RESOURCE_EVENTS)
         return {"thread": asdict(thread), "agent": asdict(agent) if agent else None,
                 "earlier_events": earlier, "events": [asdict(event) for event in events]}
 

@@ -79,7 +79,8 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     workspace_of(args)
     store = open_store(args)
     with store.reading() as tx:
-        latest = tx.get_session(args.session) if args.session else tx.latest_session()
+        latest = tx.threads.get_session(args.session) if args.session \
+            else tx.threads.latest_session()
     listening = None if listen is None else open_socket(listen)
     if listen is not None and not listen.loopback:
         print(f"lace: warning: serving the board on {listen.netloc}: anyone who can reach it "

@@ -82,7 +82,7 @@ def run_command(args: argparse.Namespace) -> int:
         return _detach(store, args.prompt, model, workspace_of(args))
     if args.continue_thread:
         with store.reading() as tx:
-            tx.get_thread(args.continue_thread)
+            tx.threads.get(args.continue_thread)
     try:
         return asyncio.run(_run(args, store, model, settings))
     except KeyboardInterrupt:
@@ -154,7 +154,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
             await runtime.stop()
             await workers.stop()
             cut = await runtime.read(
-                lambda tx: tx.count_agents_in(root_id, ("interrupted",)))
+                lambda tx: tx.agents.count_in(root_id, ("interrupted",)))
             print(f"lace: timed out after {args.timeout}s; {cut} turn(s) marked interrupted; "
                   f"resume with lace run --continue {root_id}", file=sys.stderr)
             return EXIT_TIMEOUT

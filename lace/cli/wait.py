@@ -31,7 +31,7 @@ def wait_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
         with store.reading() as tx:
-            root_id = tx.get_session(args.session).id
+            root_id = tx.threads.get_session(args.session).id
         try:
             went_quiet = asyncio.run(until_quiet(store, root_id, args.timeout))
         except KeyboardInterrupt:

@@ -30,7 +30,7 @@ def worker_command(args: argparse.Namespace) -> int:
     workspace_of(args)
     store = open_store(args)
     with store.reading() as tx:
-        roots = [tx.get_session(root_id).id for root_id in args.sessions or []]
+        roots = [tx.threads.get_session(root_id).id for root_id in args.sessions or []]
     return asyncio.run(_serve(args, store, settings, roots))
 
 

@@ -20,10 +20,10 @@ from lace.tools.merging import WorktreeState, prune_refusal, remove_worktree, st
 def helper_working(tx: Tx, worktree: Worktree) -> bool:
     """Whether the worktree's helper may still write in it: its task is open and it is not
     stopped or failed."""
-    agent = tx.find_agent(worktree.thread_id)
+    agent = tx.agents.find(worktree.thread_id)
     if agent is None or agent.status in ("stopped", "error"):
         return False
-    task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
+    task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
     return task is not None and task.status in ACTIVE_STATUSES
 
 
@@ -42,7 +42,7 @@ def worktrees_command(args: argparse.Namespace) -> int:
     """`lace worktrees` (and `lace worktrees prune`)."""
     with open_store(args).reading() as tx:
         rows = [(worktree, helper_working(tx, worktree))
-                for worktree in tx.list_worktrees(include_pruned=args.all)]
+                for worktree in tx.worktrees.all(include_pruned=args.all)]
     listed = [(worktree, state_of(worktree) if worktree.status != "pruned"
                else WorktreeState(None, 0, 0), working) for worktree, working in rows]
     if args.json:
@@ -59,7 +59,7 @@ def prune_command(args: argparse.Namespace) -> int:
     """`lace worktrees prune [--force]`: remove merged and abandoned worktrees and branches."""
     store = open_store(args)
     with store.reading() as tx:
-        rows = [(worktree, helper_working(tx, worktree)) for worktree in tx.list_worktrees()]
+        rows = [(worktree, helper_working(tx, worktree)) for worktree in tx.worktrees.all()]
     kept = 0
     for worktree, working in rows:
         refusal = prune_refusal(worktree, state_of(worktree), helper_working=working,
@@ -70,7 +70,7 @@ def prune_command(args: argparse.Namespace) -> int:
             continue
         remove_worktree(worktree)
         with store.transaction() as tx:
-            tx.set_worktree_status(worktree.thread_id, "pruned")
+            tx.worktrees.set_status(worktree.thread_id, "pruned")
         say(f"pruned {worktree.thread_id}: {worktree.folder} and {worktree.branch} are gone",
             one_line=True)
     if not rows:

@@ -1,5 +1,6 @@
 """What a committed transaction caused (notices posted, agents spawned or stopped, tasks
-changed): one value the store returns and the runtime acts on after COMMIT."""
+changed): one value the store returns and the runtime acts on after COMMIT, and the log its
+verbs record into while the transaction runs."""
 
 from __future__ import annotations
 
@@ -52,3 +53,35 @@ class Effects:
 
 
 NO_EFFECTS = Effects()
+
+
+class EffectLog:
+    """What one transaction caused so far: its verbs record into it, and only the owner of the
+    transaction reads it (`collect`), once it committed."""
+
+    def __init__(self) -> None:
+        self._notices: list[Notice] = []
+        self._spawned: list[Spawned] = []
+        self._stopped: list[str] = []
+        self._tasks: set[str] = set()
+
+    def notice(self, notice: Notice) -> None:
+        """An inbox row was posted."""
+        self._notices.append(notice)
+
+    def spawn(self, spawned: Spawned) -> None:
+        """An agent was created for a task."""
+        self._spawned.append(spawned)
+
+    def stop(self, thread_ids: list[str]) -> None:
+        """These agents were stopped."""
+        self._stopped.extend(thread_ids)
+
+    def task(self, task_id: str) -> None:
+        """A task was created or changed (fields, status, notes or edges)."""
+        self._tasks.add(task_id)
+
+    def collect(self) -> Effects:
+        """Everything recorded, as one value."""
+        return Effects(notices=tuple(self._notices), spawned=tuple(self._spawned),
+                       stopped=tuple(self._stopped), tasks=frozenset(self._tasks))

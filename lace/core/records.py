@@ -77,6 +77,27 @@ class Place:
 
 
 @dataclass(frozen=True)
+class NewAgent:
+    """An `agent_metadata` row to write: its place is `place`, else its parent's; none when its
+    tools do not act on a workspace (it may run anywhere)."""
+
+    thread_id: str
+    name: str
+    provider: str
+    model: str
+    parent_thread_id: str | None = None
+    profile: str | None = None
+    type: str = "persistent"
+    status: str = "idle"
+    created_for_task: str | None = None
+    current_task: str | None = None
+    tools: list[str] | None = None
+    instructions: str | None = None
+    budget: dict[str, float] | None = None
+    place: Place | None = None
+
+
+@dataclass(frozen=True)
 class Lease:
     """A process's claim on an agent for one turn: every write of the turn checks it."""
 

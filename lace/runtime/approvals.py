@@ -14,13 +14,18 @@ from lace.config import Policy, ToolSettings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
-from lace.core.records import Lease
+from lace.core.records import Approval, Lease
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import ApprovalRequested, EventBus
 from lace.store import Tx
 from lace.store.leases import fenced
 
 POLL_S = 0.25
+
+
+def _deny(tx: Tx, *, approval_id: int, decided_by: str) -> Approval:
+    """Deny a pending request (LaceError if it was decided meanwhile)."""
+    return tx.approvals.decide(approval_id, "denied", decided_by)
 
 
 @dataclass
@@ -48,17 +53,17 @@ class Approvals:
             return (f"Denied: the policy for {tool} is deny ([tools.policy] {tool}). Do without "
                     "it, or ask the person.")
         session_id = root_of(thread_id)
-        if await self.db.read(lambda tx: tx.allowed_for_session(session_id, tool)):
+        if await self.db.read(lambda tx: tx.approvals.allowed_for_session(session_id, tool)):
             return None
 
         def request(tx: Tx) -> int:
-            tx.set_status(thread_id, "waiting")
-            return int(tx.request_approval(thread_id, tool, arguments))
+            tx.agents.set_status(thread_id, "waiting")
+            return int(tx.approvals.request(thread_id, tool, arguments))
 
         approval_id = await self.db.write(fenced(lease, request))
         self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments))
         approval = await self._decision(approval_id)
-        await self.db.write(fenced(lease, lambda tx: tx.set_status(thread_id, "running")))
+        await self.db.write(fenced(lease, lambda tx: tx.agents.set_status(thread_id, "running")))
         if approval.status in ("approved", "approved_session"):
             return None
         who = "the person" if approval.decided_by == HUMAN else approval.decided_by
@@ -68,14 +73,14 @@ class Approvals:
     async def _decision(self, approval_id: int) -> Any:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            approval = await self.db.read(lambda tx: tx.get_approval(approval_id))
+            approval = await self.db.read(lambda tx: tx.approvals.get(approval_id))
             if approval.status != "pending":
                 return approval
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 try:
                     return await self.db.write(functools.partial(
-                        Tx.decide_approval, approval_id=approval_id, status="denied",
+                        _deny, approval_id=approval_id,
                         decided_by=f"timeout after {self.timeout_s:g} s ([limits] "
                                    "approval_timeout_s)"))
                 except LaceError:  # decided at the last moment by someone else

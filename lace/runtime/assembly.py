@@ -54,7 +54,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
     with store.transaction() as tx:
-        tx.register_process(process_id, settings.limits.lease_timeout_s)
+        tx.processes.register(process_id, settings.limits.lease_timeout_s)
     bus = EventBus()
     db = AsyncStore(store)
     tools = ToolRunner(db=db, bus=bus, check_model=check_model, limits=settings.limits,

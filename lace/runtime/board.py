@@ -14,7 +14,7 @@ from lace.core.errors import LaceError, NotFoundError
 from lace.core.records import Agent, Event, Note, Task, Thread
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database
-from lace.store.agent_rules import Usage
+from lace.store.usage import Usage
 from lace.tools.base import ToolContext, ToolResult
 
 NO_SESSION = "No session yet: start one with lace run \"...\" or lace task add \"...\"."
@@ -52,8 +52,8 @@ def person_context(settings: Settings, workspace: Path, session_id: str) -> Tool
 def pick_session(tx: Tx, session_id: str | None) -> Thread:
     """The named session, else the latest; NotFoundError when there is none."""
     if session_id:
-        return tx.get_session(session_id)
-    latest = tx.latest_session()
+        return tx.threads.get_session(session_id)
+    latest = tx.threads.latest_session()
     if latest is None:
         raise NotFoundError(NO_SESSION)
     return latest
@@ -83,7 +83,7 @@ class Board:
     def latest_session(self) -> Thread | None:
         """The newest session, or None when the database has none."""
         with self.store.reading() as tx:
-            return tx.latest_session()
+            return tx.threads.latest_session()
 
     def session(self, session_id: str | None = None) -> Thread:
         """The named session (a root thread id), else the latest; NotFoundError if none."""
@@ -96,41 +96,41 @@ class Board:
         and blocks, oldest first."""
         with self.store.reading() as tx:
             session = pick_session(tx, session_id)
-            tasks, total = tx.query_tasks(session.id, include_closed=include_closed,
+            tasks, total = tx.tasks.query(session.id, include_closed=include_closed,
                                           limit=limit)
-            return TaskPage(session, tx.with_edges(tasks, session.id), total)
+            return TaskPage(session, tx.edges.attach(tasks, session.id), total)
 
     def task(self, task_id: str) -> Task:
         """One task; NotFoundError for an unknown id."""
         with self.store.reading() as tx:
-            return tx.with_edges([tx.get_task(task_id)])[0]
+            return tx.edges.attach([tx.tasks.get(task_id)])[0]
 
     def notes(self, task_id: str) -> list[Note]:
         """A task's notes, oldest first."""
         with self.store.reading() as tx:
-            tx.get_task(task_id)
-            return tx.task_notes(task_id)
+            tx.tasks.get(task_id)
+            return tx.notes.of_task(task_id)
 
     def threads(self, session_id: str | None = None) -> list[ThreadView]:
         """Every thread of a session with its agent and its subtree's usage."""
         with self.store.reading() as tx:
             session = pick_session(tx, session_id)
-            agents = {agent.thread_id: agent for agent in tx.session_agents(session.id)}
-            return [ThreadView(thread, agents.get(thread.id), tx.subtree_usage(thread.id))
-                    for thread in tx.session_threads(session.id)]
+            agents = {agent.thread_id: agent for agent in tx.agents.of_session(session.id)}
+            return [ThreadView(thread, agents.get(thread.id), tx.usage.subtree(thread.id))
+                    for thread in tx.threads.of_session(session.id)]
 
     def current_tasks(self, views: list[ThreadView]) -> dict[str, Task]:
         """The task each agent of `views` works on, by task id."""
         ids = [view.agent.current_task for view in views
                if view.agent is not None and view.agent.current_task]
         with self.store.reading() as tx:
-            return {task.id: task for task in tx.tasks_by_id(ids)}
+            return {task.id: task for task in tx.tasks.by_ids(ids)}
 
     def thread(self, thread_id: str) -> tuple[Thread, Agent | None, list[Event]]:
         """A thread, its agent and its whole conversation."""
         with self.store.reading() as tx:
-            thread = tx.get_thread(thread_id)
-            return thread, tx.find_agent(thread.id), tx.thread_events(thread.id)
+            thread = tx.threads.get(thread_id)
+            return thread, tx.agents.find(thread.id), tx.events.of_thread(thread.id)
 
     # changing, as the person
 
@@ -144,7 +144,7 @@ class Board:
         task's own when the arguments name a task)."""
         with self.store.reading() as tx:
             if session_id is None and "task_id" in arguments:
-                session_id = tx.get_task(arguments["task_id"]).thread_id
+                session_id = tx.tasks.get(arguments["task_id"]).thread_id
             session = pick_session(tx, session_id).id
         return call_tool(self.store, self.context(session), tool, arguments)
 

@@ -108,22 +108,22 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     checks. Then seed its system prompt, close dangling calls, and move its pending inbox rows
     into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
     leaves the inbox for the next turn."""
-    agent = tx.agent_to_claim(thread_id)
+    agent = tx.agents.to_claim(thread_id)
     if agent is None or agent.status in NOT_RUNNABLE or not agent.runs_at(place) \
-            or not tx.has_waking_inbox(thread_id):
+            or not tx.inbox.has_waking(thread_id):
         return None  # running elsewhere, or another process ran its rows since it was woken
-    lease = tx.claim(agent, holder)
-    tx.count_turn(thread_id)
-    events = tx.thread_events(thread_id)
+    lease = tx.leases.claim(agent, holder)
+    tx.agents.count_turn(thread_id)
+    events = tx.events.of_thread(thread_id)
     appended: list[Event] = []
 
     def append(type: str, data: dict[str, Any]) -> None:
-        event_id = tx.append_event(thread_id, type, data)
+        event_id = tx.events.append(thread_id, type, data)
         appended.append(Event(id=event_id, thread_id=thread_id, type=type, data=data,
                               created_at=""))
 
     if not events:
-        task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
+        task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
         prompt = system_prompt(agent, task, own_tools(agent), profiles)
         append("system_prompt", {"message": {"role": "system", "content": prompt}})
     waits = persisted_waits(events)
@@ -133,7 +133,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
             resumed.append(waits[call_id])
         else:
             append("tool_result", tool_result_data(call_id, name, INTERRUPTED))
-    items = [] if resumed else tx.take_inbox(thread_id)
+    items = [] if resumed else tx.inbox.take(thread_id)
     deliveries = delivered(items)
     note = budget_note(tx) if deliveries else None
     for number, (data, from_person) in enumerate(deliveries, start=1):

@@ -12,8 +12,9 @@ process holds the write lock, the batch goes to one store thread instead, which 
 lock while the loop goes on. Work that opens its own transactions (`call`) always runs on that
 thread.
 
-What each committed batch caused (the `Effects` its verbs recorded) goes to `on_commit` before
-the callers resume: the runtime wakes, announces and cancels there, so no caller has to."""
+What each committed batch caused (the `Effects` its verbs recorded in the `EffectLog` each work
+is given here) goes to `on_commit` before the callers resume: the runtime wakes, announces and
+cancels there, so no caller has to."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from lace.core.effects import NO_EFFECTS, Effects
+from lace.core.effects import NO_EFFECTS, EffectLog, Effects
 from lace.store import Store, Tx
 from lace.store.db import LockBusyError, driver, is_postgres, raw_transaction
 
@@ -40,20 +41,20 @@ def _run_batch(connection: sa.Connection,
     """Run each work in its own SAVEPOINT inside the open transaction of `connection`."""
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
-        tx = Tx(connection)
-        return [(future, work(tx), None, tx.effects)]
+        log = EffectLog()
+        return [(future, work(Tx(connection, log)), None, log.collect())]
     raw = driver(connection)
     outcomes: list[Outcome] = []
     for work, future in batch:
         raw.execute("SAVEPOINT lace_work")
-        tx = Tx(connection)
+        log = EffectLog()
         try:
-            result = work(tx)
+            result = work(Tx(connection, log))
         except Exception as error:  # only this work is undone; the others still commit
             raw.execute("ROLLBACK TO lace_work")
             outcomes.append((future, None, error, NO_EFFECTS))
         else:
-            outcomes.append((future, result, None, tx.effects))
+            outcomes.append((future, result, None, log.collect()))
         raw.execute("RELEASE lace_work")
     return outcomes
 

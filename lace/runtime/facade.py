@@ -120,7 +120,7 @@ class Runtime:
 
     async def send(self, thread_id: str, text: str) -> None:
         """A person's message to any thread (through its inbox, so it works mid-turn)."""
-        await self.db.write(lambda tx: tx.post_inbox(thread_id, sender=HUMAN, kind="message",
+        await self.db.write(lambda tx: tx.inbox.post(thread_id, sender=HUMAN, kind="message",
                                                      text=valid_text(text)))
 
     async def act_as_human(self, root_id: str, tool: str, arguments: Arguments,
@@ -130,7 +130,7 @@ class Runtime:
 
     async def decide(self, approval_id: int, status: str) -> None:
         """The person's answer to an approval request (the app's prompt)."""
-        await self.db.write(lambda tx: tx.decide_approval(approval_id, status, HUMAN))
+        await self.db.write(lambda tx: tx.approvals.decide(approval_id, status, HUMAN))
         self.tools.changed()
 
     async def resume(self, root_id: str) -> list[str]:
@@ -146,7 +146,7 @@ class Runtime:
 
     async def resume_agent(self, thread_id: str) -> bool:
         """Resume a stopped agent: it continues its conversation."""
-        return await self.db.write(lambda tx: tx.resume_agent(thread_id))
+        return await self.db.write(lambda tx: tx.lifecycle.resume(thread_id))
 
     # running agents
 
@@ -184,7 +184,7 @@ class Runtime:
         self.db.close()
         try:
             with self.store.transaction() as tx:
-                tx.forget_process(self.process_id)
+                tx.processes.forget(self.process_id)
         except Exception as error:  # a full disk: the row expires with the lease
             if storage_error(error, self.store.database.path) is None:
                 raise

@@ -44,7 +44,7 @@ def switch_model(tx: Tx, agent: Agent, provider: str, model: str, error: ModelEr
     """Put the agent on `provider/model` from now on (its row's model, which a resumed turn
     reads) and say so in its conversation; returns the event's id and data."""
     new_model = f"{provider}/{model}"
-    tx.update_agent(agent.thread_id, provider=provider, model=model)
+    tx.agents.update(agent.thread_id, provider=provider, model=model)
     data = {"error": f"{agent.model_name} failed ({error}); continuing on {new_model}",
             "fallback_from": agent.model_name, "fallback_to": new_model}
-    return tx.append_event(agent.thread_id, "error", data), data
+    return tx.events.append(agent.thread_id, "error", data), data

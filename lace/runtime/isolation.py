@@ -24,11 +24,11 @@ async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Works
 
 def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] | None:
     """The thread's own active worktree and the task it is about to complete, if both."""
-    worktree = tx.find_worktree(thread_id)
+    worktree = tx.worktrees.find(thread_id)
     if worktree is None or worktree.status == "pruned":
         return None
     try:
-        task = tx.get_task(task_id)
+        task = tx.tasks.get(task_id)
     except LaceError:
         return None
     if task.assigned_to != thread_id or task.status == "completed":

@@ -44,11 +44,11 @@ class Outcome:
 def read_outcome(store: Store, root_id: str) -> Outcome:
     """The session's root, its last non-empty answer, its agents and all its tasks."""
     with store.reading() as tx:
-        root = tx.get_agent(root_id)
-        answers = [event.data["message"].get("content") for event in tx.thread_events(root_id)
+        root = tx.agents.get(root_id)
+        answers = [event.data["message"].get("content") for event in tx.events.of_thread(root_id)
                    if event.type == "agent_message"]
-        agents = tx.session_agents(root_id)
-        tasks, _ = tx.query_tasks(root_id, include_closed=True)
+        agents = tx.agents.of_session(root_id)
+        tasks, _ = tx.tasks.query(root_id, include_closed=True)
     answer = next((text for text in reversed(answers) if text), None)
     return Outcome(root_id=root_id, root=root, answer=answer, agents=agents, tasks=tasks)
 
@@ -57,6 +57,6 @@ def session_totals(store: Store, root_id: str) -> Totals:
     """Tokens, calls and cost of every model call of the session; calls to a model with no
     known price are counted apart (`Totals.unpriced_calls`), never as $0."""
     with store.reading() as tx:
-        groups = tx.call_groups(root_id)
+        groups = tx.usage.call_groups(root_id)
     rows = totals_by(groups, "thread", priced_models(groups, known_price))
     return sum(rows.values(), Totals())

@@ -170,7 +170,8 @@ class Scheduler:
                 self._changed.set()  # a session quiet here may not be quiet elsewhere
                 if loop.time() >= next_beat:
                     next_beat = loop.time() + beat_every
-                    await self.db.write(lambda tx: tx.beat(self.process_id, lease_timeout))
+                    await self.db.write(
+                        lambda tx: tx.processes.beat(self.process_id, lease_timeout))
                     await self._take_over()
                 await self._cancel_stopped()
                 await self._wake_runnable()
@@ -182,7 +183,7 @@ class Scheduler:
     async def _take_over(self) -> None:
         """Resume the cut-off agents of every session served (serving all: of every session
         with agents running, waiting or interrupted)."""
-        roots = sorted(await self.db.read(lambda tx: tx.sessions_with_agents_in(BUSY))
+        roots = sorted(await self.db.read(lambda tx: tx.agents.sessions_with(BUSY))
                        if self.serve_all else self.sessions)
         for root_id in roots:
             await self.resume(root_id)
@@ -194,7 +195,7 @@ class Scheduler:
             return
         running = list(self.running)
         stopped = await self.db.read(lambda tx: [
-            agent.thread_id for agent in tx.agents_by_id(running) if agent.status == "stopped"])
+            agent.thread_id for agent in tx.agents.by_ids(running) if agent.status == "stopped"])
         self.cancel(stopped)
 
     async def _wake_runnable(self) -> None:
@@ -206,14 +207,14 @@ class Scheduler:
             return
 
         def look(tx: Tx) -> list[str]:
-            runnable = tx.runnable_anywhere(self.claims_at) if roots is None else [
+            runnable = tx.inbox.runnable_anywhere(self.claims_at) if roots is None else [
                 thread for root_id in roots
-                for thread in tx.runnable_threads(root_id, self.claims_at)]
+                for thread in tx.inbox.runnable(root_id, self.claims_at)]
             if self.share_work:
-                held = (sum(tx.sessions_with_agents_in(HELD_STATUSES).values()) if roots is None
-                        else sum(tx.count_agents_in(root_id, HELD_STATUSES)
+                held = (sum(tx.agents.sessions_with(HELD_STATUSES).values()) if roots is None
+                        else sum(tx.agents.count_in(root_id, HELD_STATUSES)
                                  for root_id in roots))
-                processes = max(1, len(tx.live_processes()))
+                processes = max(1, len(tx.processes.live()))
                 self._share = max(1, math.ceil((held + len(runnable)) / processes))
             return runnable
 
@@ -268,7 +269,7 @@ class Scheduler:
         """Stop an agent and its subtree: by a person (the app; it lasts until a person
         resumes it), or by the watchdog or a budget (during a turn under `lease`)."""
 
-        return await self.db.write(fenced(lease, lambda tx: tx.stop_subtree(
+        return await self.db.write(fenced(lease, lambda tx: tx.lifecycle.stop_subtree(
             thread_id, reason=reason, by_person=by_person)))
 
     async def _drive(self, thread_id: str) -> None:
@@ -276,7 +277,7 @@ class Scheduler:
             while True:
                 self._wake_again.discard(thread_id)  # this look covers every wake so far
                 if not await self.db.read(
-                        lambda tx: thread_id in tx.runnable_threads_of(thread_id)):
+                        lambda tx: thread_id in tx.inbox.runnable_of(thread_id)):
                     return
                 try:
                     await self.runner.run(thread_id)
@@ -352,7 +353,7 @@ class Scheduler:
                 await self.stop()
                 raise self.storage_failure
             runnable, quiet_everywhere = await self.db.read(lambda tx: (
-                tx.runnable_threads(root_id), not self.share_work or quiet(tx, root_id)))
+                tx.inbox.runnable(root_id), not self.share_work or quiet(tx, root_id)))
             for thread_id in runnable:
                 self.wake(thread_id)
             if not self.running and quiet_everywhere:
@@ -389,9 +390,9 @@ class Scheduler:
         await asyncio.gather(*self.running.values(), return_exceptions=True)
 
         def mark(tx: Tx) -> None:
-            for agent in tx.agents_by_id(cut):
+            for agent in tx.agents.by_ids(cut):
                 if agent.status in HELD_STATUSES and agent.lease_holder == self.process_id:
-                    tx.update_agent(agent.thread_id, status="interrupted", tokens_reserved=0)
+                    tx.agents.update(agent.thread_id, status="interrupted", tokens_reserved=0)
 
         try:
             await self.db.write(mark)

@@ -31,20 +31,20 @@ def open_session(tx: Tx, prompt: str, model: str, place: Place | None,
     tools of the process that opens it (`extra_tools`)."""
     provider, name = parse_model(model)
     prompt = valid_text(prompt)
-    root = tx.create_session(provider=provider, model=name, title=prompt[:80],
-                             tools=[*EVERY_TOOL, *extra_tools], place=place)
-    tx.post_inbox(root.id, sender=HUMAN, kind="message", text=prompt)
+    root = tx.threads.create_session(provider=provider, model=name, title=prompt[:80],
+                                     tools=[*EVERY_TOOL, *extra_tools], place=place)
+    tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
     return root
 
 
 def resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     """Agents whose turn was cut off get a `resume` inbox row and become idle: those marked
     `interrupted`, and those marked running or waiting whose process has died."""
-    resumed = tx.cut_off_agents(root_id, alive={process_id})
+    resumed = tx.leases.cut_off_agents(root_id, alive={process_id})
     for thread_id in resumed:
-        tx.update_agent(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
-        tx.orphan_approvals(thread_id)
-        tx.post_inbox(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
+        tx.agents.update(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
+        tx.approvals.orphan(thread_id)
+        tx.inbox.post(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
                       priority="high")
     return resumed
 
@@ -53,4 +53,4 @@ def quiet(tx: Tx, root_id: str) -> bool:
     """Whether a session is done as far as the database tells: no runnable inbox row waits
     and no agent of it is running, waiting or interrupted in any process (`lace run` with
     workers, `lace wait`)."""
-    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
+    return not tx.inbox.runnable(root_id) and not tx.agents.count_in(root_id, BUSY)

@@ -149,8 +149,8 @@ class ToolRunner:
                           wait: PendingWait) -> ToolResult:
         def start(tx: Tx) -> list[str]:
             task_ids = tool.start(tx, context)
-            tx.mark_waiting(context.thread_id, wait.call_id, task_ids)
-            tx.set_status(context.thread_id, "waiting")
+            tx.events.mark_waiting(context.thread_id, wait.call_id, task_ids)
+            tx.agents.set_status(context.thread_id, "waiting")
             return task_ids
 
         try:
@@ -179,7 +179,7 @@ class ToolRunner:
             time.monotonic() - began
 
         def finish(tx: Tx) -> tuple[ToolResult, Recorded]:
-            tx.consume_notices(context.thread_id, wait.task_ids)
+            tx.inbox.consume_notices(context.thread_id, wait.task_ids)
             result = ToolResult(tool.finish(tx, context, wait.task_ids))
             return result, self._record(tx, context, wait.call_id, wait.tool_name, result,
                                         waited_for=wait.task_ids, running=True)
@@ -261,9 +261,9 @@ class ToolRunner:
             return None
         data = tool_result_data(call_id, name, result, waited_for=waited_for,
                                 files_changed=files_changed, server=server)
-        event_id = tx.append_event(context.thread_id, "tool_result", data)
+        event_id = tx.events.append(context.thread_id, "tool_result", data)
         if running:
-            tx.set_status(context.thread_id, "running")
+            tx.agents.set_status(context.thread_id, "running")
         return EventAppended(context.thread_id, event_id, "tool_result", data)
 
     def _publish(self, recorded: Recorded) -> None:

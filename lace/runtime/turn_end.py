@@ -12,7 +12,7 @@ def open_task_of(tx: Tx, agent: Agent) -> Task | None:
     """The agent's current task if it is still its own and not yet done or blocked."""
     if not agent.current_task:
         return None
-    task = tx.get_task(agent.current_task)
+    task = tx.tasks.get(agent.current_task)
     if task.assigned_to != agent.thread_id or task.status not in ACTIVE_STATUSES:
         return None
     return task
@@ -22,50 +22,50 @@ def finished_its_work(tx: Tx, thread_id: str) -> bool:
     """Whether a `new:` helper has nothing left to do: its current task is completed and no
     other task assigned to it is open. Its turn then ends without another model call (which
     would only say it is done)."""
-    agent = tx.get_agent(thread_id)
+    agent = tx.agents.get(thread_id)
     if agent.type != "persistent" or agent.created_for_task is None or not agent.current_task:
         return False
-    if tx.get_task(agent.current_task).status != "completed":
+    if tx.tasks.get(agent.current_task).status != "completed":
         return False
-    return not tx.count_active_tasks_of(thread_id)
+    return not tx.tasks.count_active_of(thread_id)
 
 
 def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> None:
     """Mark the agent idle. A spawned (ephemeral) agent's final answer completes its open task;
     a `new:` (persistent) agent that left its task open is reminded once, then the task is
     blocked with its last answer as the reason and the creator is told."""
-    agent = tx.get_agent(thread_id)
-    tx.set_status(thread_id, "idle")
+    agent = tx.agents.get(thread_id)
+    tx.agents.set_status(thread_id, "idle")
     task = open_task_of(tx, agent) if agent.created_for_task is not None else None
     if task is not None and agent.type == "ephemeral":
-        tx.complete_task(task.id, session_id=task.thread_id, actor=thread_id,
-                         message=(final_text or "").strip() or "(no answer)")
+        tx.board.complete_task(task.id, session_id=task.thread_id, actor=thread_id,
+                               message=(final_text or "").strip() or "(no answer)")
     elif task is not None:
         _remind_or_block(tx, thread_id, task, final_text)
 
 
 def _remind_or_block(tx: Tx, thread_id: str, task: Task, final_text: str | None) -> None:
     text = (final_text or "").strip() or "(no answer)"
-    if not tx.was_told(thread_id, task.id, "reminder"):
-        tx.insert_note(task.id, thread_id, f"Turn ended without completing the task: {text}")
-        tx.post_inbox(thread_id, sender=notifications.LACE_SENDER, kind="reminder",
+    if not tx.inbox.was_told(thread_id, task.id, "reminder"):
+        tx.notes.insert(task.id, thread_id, f"Turn ended without completing the task: {text}")
+        tx.inbox.post(thread_id, sender=notifications.LACE_SENDER, kind="reminder",
                       task_id=task.id, text=notifications.reminder(task),
                       priority="high")
         return
     reason = f"ended its turn twice without completing the task; last answer: {text}"
-    tx.insert_note(task.id, thread_id, f"Blocked: {reason}")
-    tx.update_task(task.id, session_id=task.thread_id, actor=thread_id,
-                   changes={"status": "blocked"}, reason=reason)
+    tx.notes.insert(task.id, thread_id, f"Blocked: {reason}")
+    tx.board.update_task(task.id, session_id=task.thread_id, actor=thread_id,
+                         changes={"status": "blocked"}, reason=reason)
 
 
 def fail_turn(tx: Tx, thread_id: str, error: str) -> None:
     """Mark the agent `error`; its open task is blocked with a note and the creator is told."""
-    tx.set_status(thread_id, "error")
-    tx.append_event(thread_id, "error", {"error": error})
-    agent = tx.get_agent(thread_id)
+    tx.agents.set_status(thread_id, "error")
+    tx.events.append(thread_id, "error", {"error": error})
+    agent = tx.agents.get(thread_id)
     task = open_task_of(tx, agent)
     if task is not None:
         reason = f"the agent's model failed: {error}"
-        tx.insert_note(task.id, thread_id, f"Blocked: {reason}")
-        tx.update_task(task.id, session_id=task.thread_id, actor=thread_id,
-                       changes={"status": "blocked"}, reason=reason)
+        tx.notes.insert(task.id, thread_id, f"Blocked: {reason}")
+        tx.board.update_task(task.id, session_id=task.thread_id, actor=thread_id,
+                             changes={"status": "blocked"}, reason=reason)

@@ -68,9 +68,9 @@ def estimate_tokens(messages: list[dict[str, Any]], schema_characters: int) -> i
 
 def record_call(tx: Tx, *, thread_id: str, reserved: int, **call: Any) -> None:
     """One `llm_calls` row, and the tokens reserved for that call given back."""
-    tx.record_llm_call(thread_id, **call)
+    tx.usage.record_call(thread_id, **call)
     if reserved:
-        tx.release_tokens(thread_id, reserved)
+        tx.usage.release(thread_id, reserved)
 
 
 class AlreadyRunningError(Exception):
@@ -186,7 +186,7 @@ class TurnRunner:
 
     async def _final_answer(self, thread_id: str, text: str | None) -> str | None:
         """The answer that completes a spawned helper's task, with its committed worktree."""
-        agent = await self.db.read(lambda tx: tx.get_agent(thread_id))
+        agent = await self.db.read(lambda tx: tx.agents.get(thread_id))
         if agent.type != "ephemeral" or agent.current_task is None:
             return text
         task_id = agent.current_task
@@ -206,12 +206,12 @@ class TurnRunner:
     def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
                       usage: Callable[[Tx], None]) -> None:
         usage(tx)
-        event_id = tx.append_event(thread_id, "agent_message", {"message": message})
+        event_id = tx.events.append(thread_id, "agent_message", {"message": message})
         self._published(thread_id, event_id, "agent_message", {"message": message})
         for call in message.get("tool_calls") or []:
             data = {"call_id": call["id"], "tool_name": call["function"]["name"],
                     "arguments": call["function"]["arguments"]}
-            self._published(thread_id, tx.append_event(thread_id, "tool_call", data),
+            self._published(thread_id, tx.events.append(thread_id, "tool_call", data),
                             "tool_call", data)
 
     def _published(self, thread_id: str, event_id: int, type: str, data: dict[str, Any]) -> None:

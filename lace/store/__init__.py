@@ -1,7 +1,8 @@
-"""The SQLite store: tables, migrations, and one class of verbs, each verb one transaction."""
+"""The store: tables, migrations, and `Tx`, one transaction made of row verbs per table and
+the board's rules over them."""
 
-from lace.store.agent_rules import Tx
 from lace.store.db import Database, open_database, resolve_db_url
 from lace.store.store import Store
+from lace.store.tx import Tx
 
 __all__ = ["Database", "Store", "Tx", "open_database", "resolve_db_url"]

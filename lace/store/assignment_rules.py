@@ -11,12 +11,17 @@ from typing import Any
 from lace.core import notifications
 from lace.core.assignee import HUMAN, Assignment, ThreadAssignee
 from lace.core.clock import iso_ago
-from lace.core.effects import Spawned
+from lace.core.effects import EffectLog, Spawned
 from lace.core.errors import NotFoundError, PermissionDeniedError, SpawnRefusedError
 from lace.core.ids import depth_of, is_thread_id
-from lace.core.records import AgentPlan, SpawnLimits, Task
+from lace.core.records import AgentPlan, NewAgent, SpawnLimits, Task
 from lace.core.tasks import ACTIVE_STATUSES, check_transition
-from lace.store.dependencies import DependencyRows
+from lace.store.agent_rows import AgentRows
+from lace.store.dependencies import EdgeRows
+from lace.store.inbox_rows import InboxRows
+from lace.store.subscriptions import SubscriptionRows
+from lace.store.task_rows import NoteRows, TaskRows
+from lace.store.thread_rows import ThreadRows
 from lace.store.worktree_rows import WorktreeRows
 
 
@@ -27,16 +32,29 @@ def is_progress(actor: str, task: Task) -> bool:
     return actor == task.assigned_to and is_thread_id(actor)
 
 
-class AssignmentRules(DependencyRows, WorktreeRows):
+class AssignmentRules:
     """Applying, holding and releasing assignments, and telling the people concerned."""
 
-    def _check_assignee(self, session_id: str, assignee: Assignment, actor: str) -> None:
+    def __init__(self, *, threads: ThreadRows, agents: AgentRows, inbox: InboxRows,
+                 tasks: TaskRows, notes: NoteRows, edges: EdgeRows, worktrees: WorktreeRows,
+                 subscriptions: SubscriptionRows, effects: EffectLog) -> None:
+        self.threads = threads
+        self.agents = agents
+        self.inbox = inbox
+        self.tasks = tasks
+        self.notes = notes
+        self.edges = edges
+        self.worktrees = worktrees
+        self.subscriptions = subscriptions
+        self.effects = effects
+
+    def check_assignee(self, session_id: str, assignee: Assignment, actor: str) -> None:
         """An existing agent assignee must be an agent of this session, and one a person
         stopped takes work only from a person."""
         if not isinstance(assignee, ThreadAssignee):
             return
-        agent = self.find_agent(assignee.thread_id)
-        thread = self.get_thread(assignee.thread_id) if agent else None
+        agent = self.agents.find(assignee.thread_id)
+        thread = self.threads.get(assignee.thread_id) if agent else None
         if agent is None or thread is None or thread.root_id != session_id:
             raise NotFoundError(
                 f"Unknown agent thread {assignee.thread_id!r} in this session. Assign to "
@@ -45,15 +63,6 @@ class AssignmentRules(DependencyRows, WorktreeRows):
             raise PermissionDeniedError(
                 f"{agent.thread_id} was stopped by a person ({agent.stop_reason}); only a "
                 "person can resume it. Assign the task to another agent or to new:...")
-
-    def _notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
-                task_id: str, wakes: bool = True) -> None:
-        """Put a notice in an agent's inbox; people and the sender themselves get none."""
-        if not recipient or recipient in (sender, HUMAN) or not is_thread_id(recipient):
-            return
-        if self.find_agent(recipient) is not None:
-            self.post_inbox(recipient, sender=sender, kind=kind, text=text, task_id=task_id,
-                            wakes=wakes)
 
     def check_spawn_limits(self, parent: str, limits: SpawnLimits | None, *,
                            now: bool = True) -> None:
@@ -69,13 +78,13 @@ class AssignmentRules(DependencyRows, WorktreeRows):
                 "to your creator.")
         if not now:
             return
-        live = self.live_children(parent)
+        live = self.agents.live_children(parent)
         if live >= limits.max_children:
             raise SpawnRefusedError(
                 f"Spawn refused: {parent} has {live} live children, the limit is max_children "
                 f"= {limits.max_children} ([limits] max_children). Wait for some to finish, or "
                 "reuse one by assigning it a task.")
-        recent = self.children_created_since(parent, iso_ago(60))
+        recent = self.agents.children_since(parent, iso_ago(60))
         if recent >= limits.spawns_per_minute:
             raise SpawnRefusedError(
                 f"Spawn refused: {recent} spawns by {parent} in the last minute, the limit is "
@@ -86,89 +95,90 @@ class AssignmentRules(DependencyRows, WorktreeRows):
         """Check the limits, then create agent `<parent>.N` for `task` (its row as just read)
         and give it the task, in progress; returns the task as it is now."""
         self.check_spawn_limits(plan.parent_id, plan.limits)
-        child = self.create_child_thread(plan.parent_id, title=task.title, root_id=task.thread_id)
-        self.create_agent(thread_id=child.id, name=plan.name, provider=plan.provider,
-                          model=plan.model, profile=plan.profile, type=plan.type,
-                          parent_thread_id=plan.parent_id, created_for_task=task.id,
-                          current_task=task.id, instructions=plan.instructions,
-                          tools=list(plan.tools) if plan.tools is not None else None,
-                          budget=plan.budget)
+        child = self.threads.create_child(plan.parent_id, title=task.title,
+                                          root_id=task.thread_id)
+        self.agents.create(NewAgent(
+            thread_id=child.id, name=plan.name, provider=plan.provider, model=plan.model,
+            profile=plan.profile, type=plan.type, parent_thread_id=plan.parent_id,
+            created_for_task=task.id, current_task=task.id, instructions=plan.instructions,
+            tools=list(plan.tools) if plan.tools is not None else None, budget=plan.budget))
         for topic in plan.topics:
-            self.insert_subscription(child.id, topic)
+            self.subscriptions.insert(child.id, topic)
         if plan.worktree is not None:
-            self.insert_worktree(child.id, plan.worktree)
+            self.worktrees.insert(child.id, plan.worktree)
         if task.status != "in_progress":
             check_transition(task.id, task.status, "in_progress")
-        updated_at = self.set_task_fields(task.id, assigned_to=child.id, status="in_progress")
-        self._spawned.append(Spawned(child.id, plan.parent_id, plan.model_name, task.id))
+        updated_at = self.tasks.set_fields(task.id, assigned_to=child.id, status="in_progress")
+        self.effects.spawn(Spawned(child.id, plan.parent_id, plan.model_name, task.id))
         return replace(task, assigned_to=child.id, status="in_progress", updated_at=updated_at)
 
     def spawn_for_task(self, task: Task, *, actor: str, plan: AgentPlan) -> Task:
         """Apply `plan` to `task` now: a new agent works on it, with the assignment in its
         inbox; returns the task as it is now."""
         after = self._spawn(task, plan)
-        self._tell_about_update(task, after, actor)
+        self.tell_about_update(task, after, actor)
         return after
 
     def _assign_to_agent(self, task: Task, actor: str) -> None:
         """Tell an agent assignee about its task, with the results of the tasks it waited for,
         and make it the agent's current task (a stopped agent is resumed by it, unless a
         person stopped it and no person assigns it)."""
-        agent = self.find_agent(task.assigned_to) if task.assigned_to else None
+        agent = self.agents.find(task.assigned_to) if task.assigned_to else None
         if agent is not None and (agent.current_task != task.id or agent.status == "stopped"):
             resume = agent.status == "stopped" and (not agent.stopped_by_person or actor == HUMAN)
-            self.update_agent(agent.thread_id, current_task=task.id,
-                              **({"status": "idle", "stop_reason": None} if resume else {}))
-        results = self.blocker_results(task.id) if task.blocked_by else ()
-        self._notify(task.assigned_to, sender=actor, kind="assignment",
-                     text=notifications.assignment(task, results), task_id=task.id)
+            self.agents.update(agent.thread_id, current_task=task.id,
+                               **({"status": "idle", "stop_reason": None} if resume else {}))
+        results = self.edges.blocker_results(task.id) if task.blocked_by else ()
+        self.inbox.notify(task.assigned_to, sender=actor, kind="assignment",
+                          text=notifications.assignment(task, results), task_id=task.id)
 
-    def _tell_about_update(self, before: Task, after: Task, actor: str,
-                           reason: str | None = None, *, held: bool = False) -> None:
+    def tell_about_update(self, before: Task, after: Task, actor: str,
+                          reason: str | None = None, *, held: bool = False) -> None:
         """Tell the other party of a change: the assignees old and new, and the creator of a
         status move. While the task waits (its assignment `held`) its assignee hears nothing:
         it is told when the task can start."""
         reassigned = after.assigned_to != before.assigned_to
         if reassigned:
-            if before.assigned_to and self.was_told(before.assigned_to, after.id, "assignment"):
-                self._notify(before.assigned_to, sender=actor, kind="unassigned",
-                             text=notifications.unassigned(after, actor), task_id=after.id)
+            old = before.assigned_to
+            if old and self.inbox.was_told(old, after.id, "assignment"):
+                self.inbox.notify(old, sender=actor, kind="unassigned",
+                                  text=notifications.unassigned(after, actor), task_id=after.id)
             if not held:
                 self._assign_to_agent(after, actor)
         elif after.prompt != before.prompt and not held:
-            self._notify(after.assigned_to, sender=actor, kind="assignment",
-                         text=notifications.prompt_changed(after, actor), task_id=after.id)
+            self.inbox.notify(after.assigned_to, sender=actor, kind="assignment",
+                              text=notifications.prompt_changed(after, actor), task_id=after.id)
         if after.status == before.status:
             return
         text = notifications.status_changed(after, actor, reason)
         if after.status == "completed":
-            self._notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
-                         text=notifications.completion(after, actor, "(no message)"))
+            self.inbox.notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
+                              text=notifications.completion(after, actor, "(no message)"))
         elif is_progress(actor, after) and after.status in ACTIVE_STATUSES:
-            self._notify(after.created_by, sender=actor, kind="status", task_id=after.id,
-                         text=notifications.progress_status(after, actor), wakes=False)
+            self.inbox.notify(after.created_by, sender=actor, kind="status", task_id=after.id,
+                              text=notifications.progress_status(after, actor), wakes=False)
         else:
-            self._notify(after.created_by, sender=actor, kind="status", text=text,
-                         task_id=after.id)
+            self.inbox.notify(after.created_by, sender=actor, kind="status", text=text,
+                              task_id=after.id)
         if not reassigned and not held and after.assigned_to != after.created_by:
-            self._notify(after.assigned_to, sender=actor, kind="status", text=text,
-                         task_id=after.id)
+            self.inbox.notify(after.assigned_to, sender=actor, kind="status", text=text,
+                              task_id=after.id)
 
     # held assignments
 
-    def _assign(self, task: Task, assignee: Assignment | None, actor: str, *,
-                waits: bool) -> Task:
+    def assign(self, task: Task, assignee: Assignment | None, actor: str, *,
+               waits: bool) -> Task:
         """Apply a new task's assignment now, or hold it while the task `waits` (a planned
         agent's depth is checked at once: it cannot change)."""
         if waits:
-            self._hold(task, assignee)
+            self.hold(task, assignee)
             return task
         if isinstance(assignee, AgentPlan):
             return self.spawn_for_task(task, actor=actor, plan=assignee)
         self._assign_to_agent(task, actor)
         return task
 
-    def _hold(self, task: Task, assignee: Assignment | None) -> None:
+    def hold(self, task: Task, assignee: Assignment | None) -> None:
         """Keep what `assignee` does until the task's last blocker is completed."""
         held: dict[str, Any] | None = None
         if isinstance(assignee, AgentPlan):
@@ -176,30 +186,31 @@ class AssignmentRules(DependencyRows, WorktreeRows):
             held = {"agent": assignee.to_json()}
         elif isinstance(assignee, ThreadAssignee):
             held = {"thread": assignee.thread_id}
-        self.set_task_fields(task.id, held_assignment=held)
+        self.tasks.set_fields(task.id, held_assignment=held)
 
     def release(self, task_id: str) -> Task | None:
         """Apply the held assignment of a task that no longer waits and is still to be done;
         returns the task as it is then (None if nothing was held or it still waits). A spawn
         refused now does not fail the caller: the task is left pending and unassigned, and
         its creator is told."""
-        held = self.held_assignment(task_id)
+        held = self.tasks.held_assignment(task_id)
         if held is None:
             return None
-        task = self.with_edges([self.get_task(task_id)])[0]
+        task = self.edges.attach([self.tasks.get(task_id)])[0]
         if task.waits_for or task.status not in ACTIVE_STATUSES:
             return None
-        self.set_task_fields(task_id, held_assignment=None)
+        self.tasks.set_fields(task_id, held_assignment=None)
         if "agent" not in held:
             self._assign_to_agent(task, notifications.LACE_SENDER)
             return task
         try:
             after = self._spawn(task, AgentPlan.from_json(held["agent"]))
         except SpawnRefusedError as refusal:
-            self.set_task_fields(task_id, assigned_to=None)
-            self.insert_note(task_id, notifications.LACE_SENDER, f"Not started: {refusal}")
-            self._notify(task.created_by, sender=notifications.LACE_SENDER, kind="status",
-                         text=notifications.release_refused(task, str(refusal)), task_id=task_id)
+            self.tasks.set_fields(task_id, assigned_to=None)
+            self.notes.insert(task_id, notifications.LACE_SENDER, f"Not started: {refusal}")
+            self.inbox.notify(task.created_by, sender=notifications.LACE_SENDER, kind="status",
+                              text=notifications.release_refused(task, str(refusal)),
+                              task_id=task_id)
             return replace(task, assigned_to=None)
         self._assign_to_agent(after, notifications.LACE_SENDER)
         return after
@@ -209,12 +220,12 @@ class AssignmentRules(DependencyRows, WorktreeRows):
         last of their blockers releases them; blocked or archived, their creators are told
         (each once, with every task of theirs it holds back)."""
         if blocker.status == "completed":
-            for task_id in self.satisfy_edges(blocker.id):
+            for task_id in self.edges.satisfy(blocker.id):
                 self.release(task_id)
         elif blocker.status in ("blocked", "archived"):
             stuck: dict[str, list[Task]] = {}
-            for dependent in self.waiting_on(blocker.id):
+            for dependent in self.edges.waiting_on(blocker.id):
                 stuck.setdefault(dependent.created_by, []).append(dependent)
             for creator, dependents in stuck.items():
-                self._notify(creator, sender=actor, kind="status", task_id=blocker.id,
-                             text=notifications.cannot_start(blocker, reason, dependents))
+                self.inbox.notify(creator, sender=actor, kind="status", task_id=blocker.id,
+                                  text=notifications.cannot_start(blocker, reason, dependents))

@@ -10,7 +10,7 @@ from lace.config import Budget, Budgets
 from lace.core.clock import seconds_since
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.records import Agent
-from lace.store.agent_rules import Tx
+from lace.store.tx import Tx
 
 DIMENSIONS = (("tokens", "tokens"), ("cost_usd", "USD"), ("turns", "turns"),
               ("seconds", "seconds"))
@@ -33,7 +33,7 @@ def _chain(thread_id: str) -> list[str]:
 
 def _chain_agents(tx: Tx, thread_id: str) -> dict[str, Agent]:
     """The agent rows of a thread and its ancestors, in one query."""
-    return {agent.thread_id: agent for agent in tx.agents_by_id(_chain(thread_id))}
+    return {agent.thread_id: agent for agent in tx.agents.by_ids(_chain(thread_id))}
 
 
 def caps_of(tx: Tx, thread_id: str, budgets: Budgets, agent: Agent | None = None,
@@ -41,7 +41,7 @@ def caps_of(tx: Tx, thread_id: str, budgets: Budgets, agent: Agent | None = None
     """The caps on the subtree rooted at `thread_id`: the session's for a root, where a call
     to a real provider (by whichever agent of the session makes it) gets the default token
     cap when none is configured."""
-    agent = agent or tx.get_agent(thread_id)
+    agent = agent or tx.agents.get(thread_id)
     if "." not in thread_id:
         budget = budgets.for_session(real_caller)
         return None if budget == Budget() else budget
@@ -59,7 +59,7 @@ def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
         caps = caps_of(tx, owner, budgets, chain[owner], real_caller)
         if caps is None:
             continue
-        usage = tx.subtree_usage(owner)
+        usage = tx.usage.subtree(owner)
         yield owner, caps, {"tokens": usage.tokens, "cost_usd": usage.cost_usd,
                             "turns": usage.turns,
                             "seconds": seconds_since(chain[owner].created_at),
@@ -103,7 +103,7 @@ def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets,
                                    in _capped_subtrees(tx, thread_id, budgets, chain)):
         return halt, 0
     tokens = estimate()
-    tx.reserve_tokens(thread_id, tokens)
+    tx.usage.reserve(thread_id, tokens)
     return None, tokens
 
 

@@ -1,5 +1,5 @@
-"""Row verbs of task dependencies: the `task_dependencies` edges, a waiting task's held
-assignment, and the edges and results read with a task. No board rules here."""
+"""Row verbs of task dependencies: the `task_dependencies` edges, and the edges and results read
+with a task. No board rules here."""
 
 from __future__ import annotations
 
@@ -10,19 +10,25 @@ from typing import Any
 import sqlalchemy as sa
 
 from lace.core.clock import now_iso
+from lace.core.effects import EffectLog
 from lace.core.notifications import WaitedResult
 from lace.core.records import Task
 from lace.store import schema
 from lace.store import statements as sql
-from lace.store.rows import RowVerbs, _record
+from lace.store.rows import Rows, record
 
 _edges, _tasks, _notes = schema.task_dependencies, schema.tasks, schema.task_notes
 
 
-class DependencyRows(RowVerbs):
-    """The edges between tasks (`task_id` waits for `blocked_by`) and held assignments."""
+class EdgeRows(Rows):
+    """The edges between tasks (`task_id` waits for `blocked_by`); every task whose edges
+    change is recorded in `effects`."""
 
-    def insert_edges(self, task_id: str, blockers: dict[str, bool]) -> None:
+    def __init__(self, connection: sa.Connection, raw: Any, effects: EffectLog) -> None:
+        super().__init__(connection, raw)
+        self.effects = effects
+
+    def insert(self, task_id: str, blockers: dict[str, bool]) -> None:
         """`task_id` waits for each blocker; a blocker already completed (True) satisfies its
         edge at once."""
         now = now_iso()
@@ -30,19 +36,19 @@ class DependencyRows(RowVerbs):
             self._execute(_edges.insert().values(task_id=task_id, blocked_by=blocker,
                                                  created_at=now,
                                                  satisfied_at=now if completed else None))
-        self._tasks.add(task_id)
+        self.effects.task(task_id)
 
-    def delete_edges(self, task_id: str, blockers: Iterable[str]) -> None:
+    def delete(self, task_id: str, blockers: Iterable[str]) -> None:
         """`task_id` no longer waits for these."""
         self._execute(_edges.delete().where(_edges.c.task_id == task_id,
                                             _edges.c.blocked_by.in_(list(blockers))))
-        self._tasks.add(task_id)
+        self.effects.task(task_id)
 
-    def satisfy_edges(self, blocker: str) -> list[str]:
+    def satisfy(self, blocker: str) -> list[str]:
         """Mark every open edge to a blocker just completed satisfied; returns the tasks that
         waited for it."""
         dependents = [row["task_id"] for row in sql.WAITING_ON.rows(self.raw,
-                                                                     {"blocker": blocker})]
+                                                                    {"blocker": blocker})]
         if dependents:
             self._execute(_edges.update().where(_edges.c.blocked_by == blocker,
                                                 _edges.c.satisfied_at.is_(None))
@@ -57,7 +63,7 @@ class DependencyRows(RowVerbs):
         rows = self._execute(sa.select(_tasks).join(_edges, _edges.c.blocked_by == _tasks.c.id)
                              .where(_edges.c.task_id == task_id, _edges.c.satisfied_at.is_(None))
                              .order_by(_tasks.c.created_at, _tasks.c.id))
-        return [_record(Task, row) for row in rows]
+        return [record(Task, row) for row in rows]
 
     def waiting_on(self, blocker: str) -> list[Task]:
         """The open tasks that still wait for `blocker`."""
@@ -66,9 +72,9 @@ class DependencyRows(RowVerbs):
                                     _edges.c.satisfied_at.is_(None),
                                     _tasks.c.status.not_in(("completed", "archived")))
                              .order_by(_tasks.c.created_at, _tasks.c.id))
-        return [_record(Task, row) for row in rows]
+        return [record(Task, row) for row in rows]
 
-    def session_blockers(self, session_id: str) -> dict[str, list[str]]:
+    def of_session(self, session_id: str) -> dict[str, list[str]]:
         """Every edge of a session: each task to the tasks it depends on."""
         rows = self._execute(sa.select(_edges.c.task_id, _edges.c.blocked_by)
                              .join(_tasks, _tasks.c.id == _edges.c.task_id)
@@ -78,7 +84,7 @@ class DependencyRows(RowVerbs):
             edges.setdefault(row.task_id, []).append(row.blocked_by)
         return edges
 
-    def with_edges(self, tasks: list[Task], session_id: str | None = None) -> list[Task]:
+    def attach(self, tasks: list[Task], session_id: str | None = None) -> list[Task]:
         """`tasks` with their `blocked_by`, `waits_for` and `blocks` (the tasks not archived
         that still wait for it) read: one statement, for the tasks' own edges, or for every
         edge of `session_id` when many tasks are shown."""
@@ -108,13 +114,6 @@ class DependencyRows(RowVerbs):
         return [replace(task, blocked_by=tuple(blocked_by.get(task.id, ())),
                         waits_for=tuple(waits_for.get(task.id, ())),
                         blocks=tuple(blocks.get(task.id, ()))) for task in tasks]
-
-    def held_assignment(self, task_id: str) -> dict[str, Any] | None:
-        """What a task's assignment does when its last blocker is completed (None: nothing
-        is held)."""
-        held = self._execute(sa.select(_tasks.c.held_assignment)
-                             .where(_tasks.c.id == task_id)).scalar()
-        return held if isinstance(held, dict) else None
 
     def blocker_results(self, task_id: str) -> list[WaitedResult]:
         """The completed blockers of a task with their results (each one's last note), oldest

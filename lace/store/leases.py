@@ -19,10 +19,11 @@ from lace.core.agents import HELD_STATUSES
 from lace.core.clock import now_iso
 from lace.core.records import Agent, Lease
 from lace.store import schema
-from lace.store.rows import RowVerbs
+from lace.store.agent_rows import AgentRows
+from lace.store.rows import Rows
 
 if TYPE_CHECKING:
-    from lace.store.agent_rules import Tx
+    from lace.store.tx import Tx
 
 T = TypeVar("T")
 
@@ -52,31 +53,16 @@ def fenced(lease: Lease | None, work: Callable[[Tx], T]) -> Callable[[Tx], T]:
         return work
 
     def run(tx: Tx) -> T:
-        tx.check_lease(lease)
+        tx.leases.check(lease)
         return work(tx)
 
     return run
 
 
-class LeaseVerbs(RowVerbs):
-    """Process rows, heartbeats, the agents whose holder is gone, and the fence every write of a
-    turn passes."""
+class ProcessRows(Rows):
+    """The `processes` table: each lace process's row, renewed by its heartbeat."""
 
-    def claim(self, agent: Agent, holder: str) -> Lease:
-        """Claim `agent` (as just read) for a turn of process `holder`: a new epoch."""
-        lease = Lease(agent.thread_id, holder, agent.lease_epoch + 1)
-        self.update_agent(agent.thread_id, status="running", lease_holder=holder,
-                          lease_epoch=lease.epoch, tokens_reserved=0)
-        return lease
-
-    def check_lease(self, lease: Lease) -> None:
-        """Raise LeaseLostError unless `lease` is still the agent's, in this transaction."""
-        agent = self.get_agent(lease.thread_id)
-        if (agent.lease_holder, agent.lease_epoch) != (lease.holder, lease.epoch):
-            raise LeaseLostError(f"{lease.thread_id} is now held by {agent.lease_holder} "
-                                 f"(epoch {agent.lease_epoch}); this turn had epoch {lease.epoch}")
-
-    def register_process(self, process_id: str, lease_timeout_s: float) -> None:
+    def register(self, process_id: str, lease_timeout_s: float) -> None:
         """Add this process, and forget processes silent for a day (crashed long ago)."""
         now = time.time()
         processes = schema.processes
@@ -91,21 +77,44 @@ class LeaseVerbs(RowVerbs):
         self._execute(processes.update().where(processes.c.id == process_id)
                       .values(heartbeat_at=now, expires_at=now + lease_timeout_s))
 
-    def forget_process(self, process_id: str) -> None:
+    def forget(self, process_id: str) -> None:
         """This process exits cleanly: its row goes."""
         self._execute(schema.processes.delete().where(schema.processes.c.id == process_id))
 
-    def live_processes(self) -> set[str]:
+    def live(self) -> set[str]:
         """Ids of processes whose lease has not expired and that still exist."""
         host = socket.gethostname()
         rows = self._execute(sa.select(schema.processes)
                              .where(schema.processes.c.expires_at >= time.time()))
         return {row.id for row in rows if row.host != host or pid_exists(row.pid)}
 
+
+class Leases:
+    """Which process runs which agent: the claim that starts a turn, the fence every write of
+    the turn passes, and the agents whose holder is gone."""
+
+    def __init__(self, agents: AgentRows, processes: ProcessRows) -> None:
+        self.agents = agents
+        self.processes = processes
+
+    def claim(self, agent: Agent, holder: str) -> Lease:
+        """Claim `agent` (as just read) for a turn of process `holder`: a new epoch."""
+        lease = Lease(agent.thread_id, holder, agent.lease_epoch + 1)
+        self.agents.update(agent.thread_id, status="running", lease_holder=holder,
+                           lease_epoch=lease.epoch, tokens_reserved=0)
+        return lease
+
+    def check(self, lease: Lease) -> None:
+        """Raise LeaseLostError unless `lease` is still the agent's, in this transaction."""
+        agent = self.agents.get(lease.thread_id)
+        if (agent.lease_holder, agent.lease_epoch) != (lease.holder, lease.epoch):
+            raise LeaseLostError(f"{lease.thread_id} is now held by {agent.lease_holder} "
+                                 f"(epoch {agent.lease_epoch}); this turn had epoch {lease.epoch}")
+
     def cut_off_agents(self, root_id: str, alive: set[str]) -> list[str]:
         """Agents of the session whose turn was cut off: marked `interrupted`, or marked running
         or waiting by a holder that is neither in `alive` nor a live process (it crashed)."""
-        live = alive | self.live_processes()
-        return [agent.thread_id for agent in self.session_agents(root_id)
+        live = alive | self.processes.live()
+        return [agent.thread_id for agent in self.agents.of_session(root_id)
                 if agent.status == "interrupted"
                 or (agent.status in HELD_STATUSES and agent.lease_holder not in live)]

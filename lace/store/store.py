@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lace.store.agent_rules import Tx
 from lace.store.db import READONLY_OPTION, Database
+from lace.store.tx import Tx
 
 
 class Store:

@@ -30,6 +30,10 @@ from lace.core.records import AgentPlan, Task
 from lace.core.tasks import check_transition
 from lace.store import schema
 from lace.store.assignment_rules import AssignmentRules, is_progress
+from lace.store.dependencies import EdgeRows
+from lace.store.inbox_rows import InboxRows
+from lace.store.task_rows import NoteRows, TaskRows
+from lace.store.thread_rows import ThreadRows
 
 TaskFilter = Literal["mine", "created", "thread", "all"]
 UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt",
@@ -50,8 +54,18 @@ class TaskDraft:
     blocked_by: tuple[str, ...] = ()
 
 
-class TaskRules(AssignmentRules):
-    """Row verbs plus the task board's rules."""
+class TaskBoard:
+    """The task board's rules: who may change a task, which moves are allowed, what it waits
+    for, and who is told."""
+
+    def __init__(self, *, threads: ThreadRows, tasks: TaskRows, notes: NoteRows,
+                 edges: EdgeRows, inbox: InboxRows, assignments: AssignmentRules) -> None:
+        self.threads = threads
+        self.tasks = tasks
+        self.notes = notes
+        self.edges = edges
+        self.inbox = inbox
+        self.assignments = assignments
 
     @staticmethod
     def _check_may_change(task: Task, actor: str) -> None:
@@ -77,28 +91,28 @@ class TaskRules(AssignmentRules):
         gets its assignment now (an agent assignee is told, a planned agent spawned); one that
         waits holds it until the last of them is completed. Bad blockers and cycles raise, and
         the caller's transaction writes nothing."""
-        self.get_session(session_id)
+        self.threads.get_session(session_id)
         for draft in drafts:
             if draft.assignee is not None:
-                self._check_assignee(session_id, draft.assignee, actor)
+                self.assignments.check_assignee(session_id, draft.assignee, actor)
         refs = [self._draft_blockers(session_id, draft, number, len(drafts))
                 for number, draft in enumerate(drafts, start=1)]
         waits = [any(done is not True for done in blockers.values()) for blockers in refs]
-        tasks = [self.insert_task(
+        tasks = [self.tasks.insert(
             session_id=session_id, created_by=actor, title=draft.title, prompt=draft.prompt,
             description=draft.description, priority=draft.priority,
             assigned_to=self._assigned_text(draft.assignee, held=waiting))
             for draft, waiting in zip(drafts, waits, strict=True)]
         for task, blockers in zip(tasks, refs, strict=True):
             if blockers:
-                self.insert_edges(task.id, {(tasks[ref].id if isinstance(ref, int) else ref):
+                self.edges.insert(task.id, {(tasks[ref].id if isinstance(ref, int) else ref):
                                             done is True for ref, done in blockers.items()})
         self._refuse_cycles(tasks, refs)
         created = []
         for task, draft, blockers, waiting in zip(tasks, drafts, refs, waits, strict=True):
             if blockers:  # its assignment carries the results of those already completed
-                task = self.with_edges([task])[0]
-            created.append(self._assign(task, draft.assignee, actor, waits=waiting))
+                task = self.edges.attach([task])[0]
+            created.append(self.assignments.assign(task, draft.assignee, actor, waits=waiting))
         return created
 
     @staticmethod
@@ -134,7 +148,7 @@ class TaskRules(AssignmentRules):
     def _blocker(self, session_id: str, task_id: str, who: str) -> Task:
         """An existing task another may wait for: of this session, and not archived."""
         try:
-            blocker = self.get_task(task_id, session_id=session_id)
+            blocker = self.tasks.get(task_id, session_id=session_id)
         except NotFoundError:
             raise NotFoundError(
                 f"{who} is blocked_by {task_id!r}, which is no task of this session; list "
@@ -171,50 +185,50 @@ class TaskRules(AssignmentRules):
         if not changes and assignee is None and not add_blocked_by and not remove_blocked_by:
             raise InvalidTransitionError(
                 f"Nothing to update: give at least one of {', '.join(UPDATABLE_FIELDS)}.")
-        before = self.get_task(task_id, session_id=session_id)
+        before = self.tasks.get(task_id, session_id=session_id)
         self._check_may_change(before, actor)
         if "status" in changes:
             check_transition(task_id, before.status, changes["status"])
         if add_blocked_by or remove_blocked_by:
             self._change_blockers(before, actor, add_blocked_by, remove_blocked_by,
                                   status=changes.get("status", before.status))
-        waiting = self.open_blockers(task_id)
+        waiting = self.edges.open_blockers(task_id)
         if "status" in changes:
             check_not_waiting(task_id, changes["status"],
                               [f"{task_label(b.id, b.title)} [{b.status}]" for b in waiting])
         if assignee is not None:
-            self._check_assignee(session_id, assignee, actor)
+            self.assignments.check_assignee(session_id, assignee, actor)
             if waiting:
-                self._hold(before, assignee)
+                self.assignments.hold(before, assignee)
                 changes["assigned_to"] = self._assigned_text(assignee, held=True)
             else:
                 changes["held_assignment"] = None
                 if not isinstance(assignee, AgentPlan):
                     changes["assigned_to"] = assignee_text(assignee)
         elif waiting and add_blocked_by and self._given_to_agent(before):
-            self._hold(before, ThreadAssignee(str(before.assigned_to)))
+            self.assignments.hold(before, ThreadAssignee(str(before.assigned_to)))
         after = before
         if changes:
-            self.set_task_fields(task_id, **changes)
-            after = self.get_task(task_id)
+            self.tasks.set_fields(task_id, **changes)
+            after = self.tasks.get(task_id)
             if assignee is not None:  # its assignment carries the results of its blockers
-                after = self.with_edges([after])[0]
-            self._tell_about_update(before, after, actor, reason, held=bool(waiting))
+                after = self.edges.attach([after])[0]
+            self.assignments.tell_about_update(before, after, actor, reason, held=bool(waiting))
             if after.status != before.status:
-                self.settle_dependents(after, actor, reason)
+                self.assignments.settle_dependents(after, actor, reason)
         if isinstance(assignee, AgentPlan) and not waiting:
-            after = self.spawn_for_task(after, actor=actor, plan=assignee)
+            after = self.assignments.spawn_for_task(after, actor=actor, plan=assignee)
         elif not waiting and (remove_blocked_by or "status" in changes):
-            after = self.release(task_id) or after
+            after = self.assignments.release(task_id) or after
         if add_blocked_by or remove_blocked_by:
-            after = self.with_edges([self.get_task(task_id)])[0]
+            after = self.edges.attach([self.tasks.get(task_id)])[0]
         return after
 
     def _given_to_agent(self, task: Task) -> bool:
         """Whether an agent already has this task (told of it, or spawned for it), so a
         blocker added now holds it until released."""
         return bool(task.assigned_to and is_thread_id(task.assigned_to)
-                    and task.status == "pending" and self.held_assignment(task.id) is None)
+                    and task.status == "pending" and self.tasks.held_assignment(task.id) is None)
 
     def _change_blockers(self, task: Task, actor: str, add: Sequence[str],
                          remove: Sequence[str], *, status: str) -> None:
@@ -233,14 +247,14 @@ class TaskRules(AssignmentRules):
         if both:
             raise DependencyError(f"{', '.join(both)} is both in add_blocked_by and in "
                                   "remove_blocked_by; give each task once.")
-        current = set(self.with_edges([task])[0].blocked_by)
+        current = set(self.edges.attach([task])[0].blocked_by)
         missing = [blocker for blocker in dict.fromkeys(remove) if blocker not in current]
         if missing:
             listed = ", ".join(sorted(current)) or "nothing"
             raise DependencyError(f"Task {task.id} does not wait for {', '.join(missing)} "
                                   f"(it depends on: {listed}); nothing to remove.")
         if remove:
-            self.delete_edges(task.id, remove)
+            self.edges.delete(task.id, remove)
         self._add_blockers(task, list(dict.fromkeys(add)), current, status=status)
 
     def _add_blockers(self, task: Task, add: list[str], current: set[str], *,
@@ -265,51 +279,51 @@ class TaskRules(AssignmentRules):
             blockers[blocker.id] = blocker.status == "completed"
         if not blockers:
             return
-        self.insert_edges(task.id, blockers)
-        path = find_cycle(self.session_blockers(task.thread_id), task.id)
+        self.edges.insert(task.id, blockers)
+        path = find_cycle(self.edges.of_session(task.thread_id), task.id)
         if path is not None:
             titles = {found.id: task_label(found.id, found.title)
-                      for found in self.tasks_by_id(list(set(path)))}
+                      for found in self.tasks.by_ids(list(set(path)))}
             raise cycle_error(path, titles)
 
     def add_note(self, task_id: str, *, session_id: str, actor: str, content: str) -> Task:
         """Add a note; the creator and the assignee hear of it unless they wrote it (the
         assignee's own notes are progress, read with the creator's next turn)."""
-        task = self.get_task(task_id, session_id=session_id)
+        task = self.tasks.get(task_id, session_id=session_id)
         self._check_may_change(task, actor)
-        self.insert_note(task_id, actor, content)
+        self.notes.insert(task_id, actor, content)
         if is_progress(actor, task):  # the creator reads it with its next turn
-            self._notify(task.created_by, sender=actor, kind="note", task_id=task_id,
-                         text=notifications.progress_note(task, actor, content), wakes=False)
+            self.inbox.notify(task.created_by, sender=actor, kind="note", task_id=task_id,
+                              text=notifications.progress_note(task, actor, content), wakes=False)
         else:
             text = notifications.note_added(task, actor, content)
             for recipient in dict.fromkeys((task.created_by, task.assigned_to)):
-                self._notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
-        return replace(task, note_count=self.count_notes(task_id))
+                self.inbox.notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
+        return replace(task, note_count=self.notes.count(task_id))
 
     def complete_task(self, task_id: str, *, session_id: str, actor: str, message: str) -> Task:
         """Record `message` as a note and mark the task completed; the creator gets the result
         and the tasks that waited for it alone start."""
-        task = self.get_task(task_id, session_id=session_id)
+        task = self.tasks.get(task_id, session_id=session_id)
         self._check_may_change(task, actor)
         if task.status == "completed":
             raise InvalidTransitionError(f"Task {task_id} is already completed.")
         check_transition(task_id, task.status, "completed")
         check_not_waiting(task_id, "completed", [
-            f"{task_label(b.id, b.title)} [{b.status}]" for b in self.open_blockers(task_id)])
-        self.insert_note(task_id, actor, message)
-        self.set_task_fields(task_id, status="completed")
-        done = self.get_task(task_id, with_notes=True)
-        self._notify(task.created_by, sender=actor, kind="completion", task_id=task_id,
-                     text=notifications.completion(done, actor, message))
-        self.settle_dependents(done, actor)
+            f"{task_label(b.id, b.title)} [{b.status}]" for b in self.edges.open_blockers(task_id)])
+        self.notes.insert(task_id, actor, message)
+        self.tasks.set_fields(task_id, status="completed")
+        done = self.tasks.get(task_id, with_notes=True)
+        self.inbox.notify(task.created_by, sender=actor, kind="completion", task_id=task_id,
+                          text=notifications.completion(done, actor, message))
+        self.assignments.settle_dependents(done, actor)
         return done
 
     def list_tasks(self, session_id: str, *, actor: str, filter: TaskFilter = "thread",
                    include_completed: bool = False, limit: int | None = None,
                    ) -> tuple[list[Task], int]:
         """Tasks of a session as the actor sees them through `filter`, with their edges."""
-        self.get_session(session_id)
+        self.threads.get_session(session_id)
         columns = schema.tasks.c
         where: sa.ColumnElement[bool] | None = {
             "mine": columns.assigned_to == actor,
@@ -318,6 +332,6 @@ class TaskRules(AssignmentRules):
                              columns.created_by == actor),
             "all": None,
         }[filter]
-        tasks, total = self.query_tasks(session_id, where=where,
+        tasks, total = self.tasks.query(session_id, where=where,
                                         include_closed=include_completed, limit=limit)
-        return self.with_edges(tasks, session_id), total
+        return self.edges.attach(tasks, session_id), total

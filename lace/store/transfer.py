@@ -18,8 +18,8 @@ from lace.core.text import map_strings
 from lace.core.version import __version__
 from lace.paths import credential_values
 from lace.store import schema
-from lace.store.agent_rules import Tx
 from lace.store.export_format import FORMAT, VERSION, SessionDocument
+from lace.store.tx import Tx
 
 LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace")
 """An agent's claim by a process of the database it came from, and the host and folder it was
@@ -47,7 +47,7 @@ def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
 
 def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
     """The whole session as one JSON-ready document, credential values masked."""
-    tx.get_session(root_id)
+    tx.threads.get_session(root_id)
     in_session = schema.threads.c.root_id == root_id
     tasks = _rows(tx, schema.tasks, schema.tasks.c.thread_id == root_id, join=False)
     notes = _rows(tx, schema.task_notes, schema.task_notes.c.task_id.in_(
@@ -90,7 +90,7 @@ def _new_ids(tx: Tx, document: SessionDocument) -> dict[str, str]:
     if tx.connection.execute(sa.select(threads.id).where(
             threads.id == document.session)).first() is not None:
         renamed[document.session] = _unused(tx, schema.threads, ids.new_root_thread_id)
-    taken = {task.id for task in tx.tasks_by_id([task.id for task in document.tasks])}
+    taken = {task.id for task in tx.tasks.by_ids([task.id for task in document.tasks])}
     for task_id in sorted(taken):
         renamed[task_id] = _unused(tx, schema.tasks, ids.new_task_id, set(renamed.values()))
     return renamed

@@ -11,15 +11,15 @@ from lace.core.clock import now_iso
 from lace.core.errors import NotFoundError
 from lace.core.worktrees import Worktree, WorktreeOrigin, branch_for
 from lace.store import schema
-from lace.store.rows import RowVerbs
+from lace.store.rows import Rows
 
 _worktrees = schema.worktrees
 
 
-class WorktreeRows(RowVerbs):
+class WorktreeRows(Rows):
     """Each writing helper's worktree: where it is, its branch, and where it merges back."""
 
-    def insert_worktree(self, thread_id: str, origin: WorktreeOrigin) -> Worktree:
+    def insert(self, thread_id: str, origin: WorktreeOrigin) -> Worktree:
         """Record the worktree of a helper just spawned (git creates it at its first use)."""
         now = now_iso()
         worktree = Worktree(thread_id=thread_id, repository=origin.repository,
@@ -31,20 +31,20 @@ class WorktreeRows(RowVerbs):
         self._execute(_worktrees.insert().values(**vars(worktree)))
         return worktree
 
-    def find_worktree(self, thread_id: str) -> Worktree | None:
+    def find(self, thread_id: str) -> Worktree | None:
         """The worktree of a thread, if it has one."""
         row = self._execute(sa.select(_worktrees).where(
             _worktrees.c.thread_id == thread_id)).first()
         return None if row is None else Worktree(**row._mapping)
 
-    def get_worktree(self, thread_id: str) -> Worktree:
+    def get(self, thread_id: str) -> Worktree:
         """The worktree of a thread, or NotFoundError."""
-        worktree = self.find_worktree(thread_id)
+        worktree = self.find(thread_id)
         if worktree is None:
             raise NotFoundError(f"{thread_id!r} has no worktree; `lace worktrees` lists them.")
         return worktree
 
-    def list_worktrees(self, *, include_pruned: bool = False) -> list[Worktree]:
+    def all(self, *, include_pruned: bool = False) -> list[Worktree]:
         """Every worktree, oldest first."""
         statement = sa.select(_worktrees).order_by(_worktrees.c.created_at,
                                                    _worktrees.c.thread_id)
@@ -52,9 +52,9 @@ class WorktreeRows(RowVerbs):
             statement = statement.where(_worktrees.c.status != "pruned")
         return [Worktree(**row._mapping) for row in self._execute(statement)]
 
-    def set_worktree_status(self, thread_id: str, status: str, *,
-                            merged_commit: str | None = None,
-                            merged_head: str | None = None) -> None:
+    def set_status(self, thread_id: str, status: str, *,
+                   merged_commit: str | None = None,
+                   merged_head: str | None = None) -> None:
         """Mark a worktree merged (with the commit that did it and the branch head it merged)
         or pruned."""
         values: dict[str, str] = {"status": status, "updated_at": now_iso()}

@@ -97,7 +97,7 @@ def refuse_deadlock(tx: Tx, context: ToolContext, assignees: set[str]) -> None:
     the check sees other processes' waits and waits resumed after a restart, and a wait that
     rolls back leaves nothing behind."""
     caller = context.thread_id
-    edges = tx.wait_edges(context.session_id)
+    edges = tx.agents.wait_edges(context.session_id)
     for assignee in sorted(assignees):
         if assignee == caller or _reaches(edges, assignee, caller):
             raise ToolError(f"Refused: {assignee} is waiting (directly or through others) on "

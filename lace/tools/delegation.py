@@ -27,14 +27,14 @@ ISOLATION = ('"worktree": a new helper works in its own git worktree, on branch 
 
 def last_note(tx: Tx, task: Task) -> str:
     """The newest note on a task: its result when completed, its reason when blocked."""
-    notes = tx.task_notes(task.id)
+    notes = tx.notes.of_task(task.id)
     return notes[-1].content if notes else "(no note)"
 
 
 def job_block(tx: Tx, task_id: str, session_id: str, *, blocked_label: str) -> str:
     """`[<id>: OK]` plus the result, or why not."""
     try:
-        task = tx.get_task(task_id, session_id=session_id)
+        task = tx.tasks.get(task_id, session_id=session_id)
     except NotFoundError:
         return f"[{task_id}: NOT FOUND]"
     if task.status == "completed":
@@ -48,7 +48,7 @@ def job_block(tx: Tx, task_id: str, session_id: str, *, blocked_label: str) -> s
 def settled(tx: Tx, task_ids: list[str]) -> bool:
     """Whether no task is still pending or in progress (unknown ids count as settled)."""
     return not any(task.status in ACTIVE_STATUSES
-                   for task in tx.tasks_by_id(task_ids))
+                   for task in tx.tasks.by_ids(task_ids))
 
 
 class DelegatedTask(BaseModel):
@@ -73,7 +73,7 @@ class Delegate(WaitingTool):
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
         assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
-        created = [tx.create_task(
+        created = [tx.board.create_task(
             session_id=context.session_id, actor=context.thread_id, title=item.title,
             prompt=f"{item.prompt}\n\nExpected response: {item.expected_response}",
             priority="high",
@@ -125,8 +125,8 @@ class Spawn(Tool):
                           isolation=self.isolation)
         title = (self.task.strip().splitlines() or ["task"])[0][:TITLE_LENGTH]
         prompt = f"{self.context}\n\n{self.task}" if self.context else self.task
-        task = tx.create_task(session_id=context.session_id, actor=context.thread_id,
-                              title=title, prompt=prompt, assignee=plan)
+        task = tx.board.create_task(session_id=context.session_id, actor=context.thread_id,
+                                    title=title, prompt=prompt, assignee=plan)
         where = "" if plan.worktree is None else \
             f", in its own git worktree on branch lace/{task.assigned_to}"
         return (f"Spawned job {task.id} in thread {task.assigned_to} "
@@ -146,12 +146,12 @@ class SpawnAwait(WaitingTool):
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
         if self.job_ids.strip() == "*":
-            wanted = tx.unawaited_jobs(context.thread_id)
+            wanted = tx.events.unawaited_jobs(context.thread_id)
         else:
             wanted = [part.strip() for part in self.job_ids.split(",") if part.strip()]
             if not wanted:
                 raise ToolError('job_ids: give job ids separated by commas, or "*".')
-        assignees = {task.assigned_to for task in tx.tasks_by_id(wanted)
+        assignees = {task.assigned_to for task in tx.tasks.by_ids(wanted)
                      if task.assigned_to and task.thread_id == context.session_id}
         refuse_deadlock(tx, context, assignees)
         return list(dict.fromkeys(wanted))

@@ -19,14 +19,14 @@ class AgentsList(Tool):
     name: ClassVar[str] = "agents_list"
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        below = [agent for agent in tx.subtree_agents(context.thread_id)
+        below = [agent for agent in tx.agents.subtree(context.thread_id)
                  if agent.thread_id != context.thread_id]
         if not below:
             return "You have no helpers."
         lines = []
         for agent in below:
-            usage = tx.subtree_usage(agent.thread_id)
-            task = tx.get_task(agent.current_task).title if agent.current_task else "no task"
+            usage = tx.usage.subtree(agent.thread_id)
+            task = tx.tasks.get(agent.current_task).title if agent.current_task else "no task"
             stopped = f" ({agent.stop_reason})" if agent.stop_reason else ""
             lines.append(f"{agent.thread_id} [{agent.status}{stopped}] {agent.model_name} · "
                          f"{task} · last active {agent.updated_at} · subtree {usage.tokens} "
@@ -50,12 +50,13 @@ class AgentStop(Tool):
         if not by_person and not self.thread_id.startswith(f"{context.thread_id}."):
             raise ToolError(f"You can only stop your own descendants (thread ids starting with "
                             f"{context.thread_id}.); {self.thread_id!r} is not one.")
-        if tx.find_agent(self.thread_id) is None:
+        if tx.agents.find(self.thread_id) is None:
             lister = "threads_list shows the session's agents" if by_person else \
                 "agents_list shows your helpers"
             raise ToolError(f"Unknown agent {self.thread_id!r}; {lister}.")
-        stopped = tx.stop_subtree(self.thread_id, reason=f"{self.reason} (by {context.thread_id})",
-                                  by_person=by_person)
+        stopped = tx.lifecycle.stop_subtree(
+            self.thread_id, reason=f"{self.reason} (by {context.thread_id})",
+            by_person=by_person)
         if not stopped:
             return f"{self.thread_id} and its subtree were already stopped."
         return f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}."

@@ -26,16 +26,16 @@ class SendMessage(Tool):
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         try:
-            thread = tx.get_thread(self.to)
+            thread = tx.threads.get(self.to)
         except NotFoundError:
             thread = None
         if thread is None or thread.root_id != context.session_id or \
-                tx.find_agent(self.to) is None:
+                tx.agents.find(self.to) is None:
             raise ToolError(f"Unknown agent {self.to!r} in this session; agents_list shows your "
                             "helpers, and the board shows who works on what.")
         if self.to == context.thread_id:
             raise ToolError("You cannot send a message to yourself.")
-        tx.post_inbox(self.to, sender=context.thread_id, kind="message",
+        tx.inbox.post(self.to, sender=context.thread_id, kind="message",
                       text=notifications.message(context.thread_id, self.text))
         return f"Message sent to {self.to}."
 
@@ -47,7 +47,7 @@ class Subscribe(Tool):
     topic: Topic
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        new = tx.subscribe(context.thread_id, self.topic)
+        new = tx.subscriptions.add(context.thread_id, self.topic)
         return f"Subscribed to '{self.topic}'." if new else f"Already subscribed to '{self.topic}'."
 
 
@@ -58,7 +58,7 @@ class Unsubscribe(Tool):
     topic: Topic
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        if not tx.unsubscribe(context.thread_id, self.topic):
+        if not tx.subscriptions.remove(context.thread_id, self.topic):
             raise ToolError(f"You are not subscribed to '{self.topic}'.")
         return f"Unsubscribed from '{self.topic}'."
 
@@ -71,10 +71,10 @@ class Publish(Tool):
     text: Text
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        recipients = [thread for thread in tx.subscribers(context.session_id, self.topic)
-                      if thread != context.thread_id]
+        subscribers = tx.subscriptions.subscribers(context.session_id, self.topic)
+        recipients = [thread for thread in subscribers if thread != context.thread_id]
         for recipient in recipients:
-            tx.post_inbox(recipient, sender=context.thread_id, kind="topic",
+            tx.inbox.post(recipient, sender=context.thread_id, kind="topic",
                           text=notifications.message(context.thread_id, self.text, self.topic))
         if not recipients:
             return f"Published on '{self.topic}', but nobody else is subscribed to it."

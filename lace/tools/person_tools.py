@@ -12,7 +12,7 @@ from lace.core.ids import root_of
 from lace.core.records import Agent, Approval, Event, Task, Thread
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import Tx
-from lace.store.agent_rules import Usage
+from lace.store.usage import Usage
 from lace.tools.base import Tool, ToolContext, ToolError
 from lace.tools.delegation import last_note
 from lace.tools.lifetime import AgentStop
@@ -73,7 +73,7 @@ def session_thread(tx: Tx, context: ToolContext, thread_id: str) -> Thread:
     if root_of(thread_id) != context.session_id:
         raise ToolError(f"Unknown thread {thread_id!r} in this session ({context.session_id}); "
                         "threads_list shows its threads.")
-    return tx.get_thread(thread_id)
+    return tx.threads.get(thread_id)
 
 
 def waiting_approvals(tx: Tx, task: Task) -> list[Approval]:
@@ -81,7 +81,7 @@ def waiting_approvals(tx: Tx, task: Task) -> list[Approval]:
     worker = task.assigned_to
     if task.status not in ACTIVE_STATUSES or not worker or root_of(worker) != task.thread_id:
         return []
-    return [approval for approval in tx.pending_approvals(task.thread_id)
+    return [approval for approval in tx.approvals.pending(task.thread_id)
             if approval.thread_id == worker or approval.thread_id.startswith(f"{worker}.")]
 
 
@@ -117,7 +117,7 @@ class TaskWait(Tool):
 
     def tasks(self, tx: Tx, context: ToolContext) -> list[Task]:
         """The tasks waited on (NotFoundError for one not of this session)."""
-        return [tx.get_task(task_id, session_id=context.session_id)
+        return [tx.tasks.get(task_id, session_id=context.session_id)
                 for task_id in dict.fromkeys(self.task_ids)]
 
     def over(self, tx: Tx, context: ToolContext) -> bool:
@@ -136,12 +136,12 @@ class ThreadsList(Tool):
     name: ClassVar[str] = "threads_list"
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        threads = tx.session_threads(context.session_id)
-        agents = {agent.thread_id: agent for agent in tx.session_agents(context.session_id)}
-        tasks = tx.tasks_by_id([a.current_task for a in agents.values() if a.current_task])
+        threads = tx.threads.of_session(context.session_id)
+        agents = {agent.thread_id: agent for agent in tx.agents.of_session(context.session_id)}
+        tasks = tx.tasks.by_ids([a.current_task for a in agents.values() if a.current_task])
         titles = {task.id: task.title for task in tasks}
         return "\n".join(agent_line(thread, agents.get(thread.id), titles,
-                                    tx.subtree_usage(thread.id))
+                                    tx.usage.subtree(thread.id))
                          for thread in in_tree_order(threads))
 
 
@@ -155,8 +155,8 @@ class ThreadRead(Tool):
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         thread = session_thread(tx, context, self.thread_id)
-        agent = tx.find_agent(thread.id)
-        events, earlier = tx.latest_events(thread.id, self.last)
+        agent = tx.agents.find(thread.id)
+        events, earlier = tx.events.latest(thread.id, self.last)
         who = f"  {agent.name}  {agent.model_name}  [{agent.status}]" if agent else ""
         lines = [f"Thread {thread.id}{who}"]
         if earlier:

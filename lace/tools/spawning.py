@@ -104,7 +104,7 @@ def _chosen_model(tx: Tx, context: ToolContext, spec: NewAgentSpec,
         except InvalidAssigneeError as error:
             raise ToolError(str(error)) from None
     else:
-        creator = tx.get_agent(spawner_thread(context))
+        creator = tx.agents.get(spawner_thread(context))
         provider, model = creator.provider, creator.model
     problem = context.check_model(provider, model)
     if problem:

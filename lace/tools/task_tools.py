@@ -111,8 +111,8 @@ class TaskCreate(Tool):
                             blocked_by=tuple(item.blocked_by or ()))
                   for item, assignee in zip(self.tasks, assignees, strict=True)]
         lines = []
-        for task in tx.create_tasks(session_id=context.session_id, actor=context.thread_id,
-                                    drafts=drafts):
+        for task in tx.board.create_tasks(session_id=context.session_id, actor=context.thread_id,
+                                          drafts=drafts):
             suffix = f" (assigned to {task.assigned_to})" if task.assigned_to else ""
             lines.append(f"Created task {task.id}: {task.title}{suffix}")
             if task.waits_for:
@@ -131,9 +131,9 @@ class TaskList(Tool):
                                     description="Also list completed and archived tasks.")
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        tasks, total = tx.list_tasks(context.session_id, actor=context.thread_id,
-                                     filter=self.filter, include_completed=self.include_completed,
-                                     limit=LIST_LIMIT)
+        tasks, total = tx.board.list_tasks(
+            context.session_id, actor=context.thread_id, filter=self.filter,
+            include_completed=self.include_completed, limit=LIST_LIMIT)
         if not tasks:
             return f"No tasks (filter: {self.filter})."
         lines = [task_line(task) for task in tasks]
@@ -149,9 +149,9 @@ class TaskView(Tool):
     task_id: TaskId
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        task = tx.with_edges([tx.get_task(self.task_id, session_id=context.session_id,
-                                          with_notes=True)])[0]
-        related = tx.tasks_by_id([*task.blocked_by, *task.blocks])
+        task = tx.edges.attach([tx.tasks.get(self.task_id, session_id=context.session_id,
+                                             with_notes=True)])[0]
+        related = tx.tasks.by_ids([*task.blocked_by, *task.blocks])
         return task_details(task, {other.id: other for other in related})
 
 
@@ -182,13 +182,13 @@ class TaskUpdate(Tool):
             raise ToolError("task_update needs at least one of status, assigned_to, priority, "
                             "title, description, prompt, add_blocked_by, remove_blocked_by.")
         assignee = parse_assignment(self.assigned_to, context)
-        before = tx.with_edges([tx.get_task(self.task_id, session_id=context.session_id)])[0]
-        after = tx.update_task(self.task_id, session_id=context.session_id,
-                               actor=context.thread_id,
-                               changes={**changes, "assigned_to": None},
-                               assignee=assignment(tx, context, assignee),
-                               add_blocked_by=self.add_blocked_by or (),
-                               remove_blocked_by=self.remove_blocked_by or ())
+        before = tx.edges.attach([tx.tasks.get(self.task_id, session_id=context.session_id)])[0]
+        after = tx.board.update_task(self.task_id, session_id=context.session_id,
+                                     actor=context.thread_id,
+                                     changes={**changes, "assigned_to": None},
+                                     assignee=assignment(tx, context, assignee),
+                                     add_blocked_by=self.add_blocked_by or (),
+                                     remove_blocked_by=self.remove_blocked_by or ())
         moves = [f"{key}: {getattr(before, key)} → {getattr(after, key)}"
                  if key in ("status", "assigned_to", "priority") else f"{key} changed"
                  for key in changes]
@@ -208,8 +208,8 @@ class TaskAddNote(Tool):
     note: str = Field(min_length=1, max_length=20_000)
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        task = tx.add_note(self.task_id, session_id=context.session_id,
-                           actor=context.thread_id, content=self.note)
+        task = tx.board.add_note(self.task_id, session_id=context.session_id,
+                                 actor=context.thread_id, content=self.note)
         return f"Added note {task.note_count} to task {task.id}."
 
 
@@ -222,8 +222,8 @@ class TaskComplete(Tool):
                          description="The result: what was done, found or decided.")
 
     def run(self, tx: Tx, context: ToolContext) -> str:
-        task = tx.complete_task(self.task_id, session_id=context.session_id,
-                                actor=context.thread_id, message=self.message)
+        task = tx.board.complete_task(self.task_id, session_id=context.session_id,
+                                      actor=context.thread_id, message=self.message)
         return f"Completed task {task.id}: {task.title}"
 
 

@@ -30,20 +30,20 @@ class WorktreeMerge(Tool):
         if not is_thread_id(self.thread_id):
             raise ToolError(f"{self.thread_id!r} is not a thread id (like "
                             "lace_20260101_abc123.1).")
-        worktree = tx.get_worktree(self.thread_id)
-        agent = tx.get_agent(self.thread_id)
+        worktree = tx.worktrees.get(self.thread_id)
+        agent = tx.agents.get(self.thread_id)
         if context.thread_id not in (HUMAN, agent.parent_thread_id):
             raise PermissionDeniedError(
                 f"Only {worktree.thread_id}'s creator ({agent.parent_thread_id}) or a person "
                 f"may merge {worktree.branch}; you are {context.thread_id}.")
         if worktree.status == "pruned":
             raise ToolError(f"{worktree.branch} was pruned; there is nothing left to merge.")
-        task = tx.get_task(agent.created_for_task) if agent.created_for_task else None
+        task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
         title = task.title if task is not None else f"work of {worktree.thread_id}"
         done = merge_worktree(worktree, strategy=self.strategy, actor=context.thread_id,
                               title=title)
-        tx.set_worktree_status(worktree.thread_id, "merged", merged_commit=done.commit,
-                               merged_head=done.head)
+        tx.worktrees.set_status(worktree.thread_id, "merged", merged_commit=done.commit,
+                                merged_head=done.head)
         return merged(worktree.branch, worktree.base_branch, done.commit, self.strategy)
 
 

@@ -57,7 +57,7 @@ def nearest_worktree(tx: Tx, thread_id: str) -> Worktree | None:
     if not is_thread_id(thread_id):
         return None
     for candidate in ancestors_and_self(thread_id):
-        worktree = tx.find_worktree(candidate)
+        worktree = tx.worktrees.find(candidate)
         if worktree is not None and worktree.status != "pruned":
             return worktree
     return None

@@ -96,7 +96,7 @@ class LaceApp(App[None]):
             if resumed:
                 self.notify(f"Resuming {len(resumed)} interrupted agent(s): "
                             f"{', '.join(resumed)}", title="Interrupted turns")
-            for thread_id in await self.reader.read(lambda tx: tx.runnable_threads(session_id)):
+            for thread_id in await self.reader.read(lambda tx: tx.inbox.runnable(session_id)):
                 self.runtime.wake(thread_id)
         self.query_one(Input).focus()
         self._show_welcome()
@@ -174,7 +174,7 @@ class LaceApp(App[None]):
 
         def read(tx: Tx) -> tuple[SessionView, list[Approval]]:
             return (load_session_view(tx, session_id, with_tasks=on_board),
-                    tx.pending_approvals(session_id))
+                    tx.approvals.pending(session_id))
 
         view, approvals = await self.reader.read(read)
         if not self.is_running or self.session_id != session_id:  # quit or left meanwhile
@@ -200,7 +200,7 @@ class LaceApp(App[None]):
         self.runtime.watch(thread_id)
         if self.shown_thread != thread_id:
             events, hidden = await self.reader.read(
-                lambda tx: tx.latest_events(thread_id, SHOWN_EVENTS))
+                lambda tx: tx.events.latest(thread_id, SHOWN_EVENTS))
             if self.selected != thread_id or not self.is_running:  # another one was picked
                 return
             conversation.show(thread_id, events, hidden)
@@ -208,7 +208,7 @@ class LaceApp(App[None]):
             self.query_one(ThreadTree).select_thread(thread_id)
         else:
             after = conversation.last_event_id
-            events = await self.reader.read(lambda tx: tx.thread_events(thread_id, after))
+            events = await self.reader.read(lambda tx: tx.events.of_thread(thread_id, after))
             if conversation.thread_id != thread_id or not self.is_running:
                 return
             if any(event.type == "agent_message" for event in events):

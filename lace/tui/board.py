@@ -139,8 +139,8 @@ class BoardScreen(Screen[str | None]):
     @work(exclusive=True, group="detail")
     async def _describe(self, task_id: str) -> None:
         def read(tx: Tx) -> tuple[Task, dict[str, Task]]:
-            task = tx.with_edges([tx.get_task(task_id, with_notes=True)])[0]
-            related = tx.tasks_by_id([*task.blocked_by, *task.blocks])
+            task = tx.edges.attach([tx.tasks.get(task_id, with_notes=True)])[0]
+            related = tx.tasks.by_ids([*task.blocked_by, *task.blocks])
             return task, {other.id: other for other in related}
 
         task, related = await self.lace.reader.read(read)

@@ -38,12 +38,12 @@ unknown provider is refused here; a missing key is shown on the first screen."""
     if continue_thread is not None:
         with store.reading() as tx:
             if continue_thread == LATEST:
-                latest = tx.latest_session()
+                latest = tx.threads.latest_session()
                 if latest is None:
                     raise LaceError("No session to continue yet: run lace and type a request.")
                 session_id = latest.id
             else:
-                session_id = tx.get_thread(continue_thread).root_id
+                session_id = tx.threads.get(continue_thread).root_id
     if client is None:
         from lace.llm.client import default_client
 

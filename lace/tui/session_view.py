@@ -96,14 +96,14 @@ def _subtree_totals(agents: list[Agent]) -> dict[str, tuple[int, float]]:
 def load_session_view(tx: Tx, root_id: str, *, with_tasks: bool = True) -> SessionView:
     """Read one consistent snapshot of a session; every task only `with_tasks` (the board),
     else just the agents' current tasks, so a refresh stays quick on a big board."""
-    root = tx.get_session(root_id)
-    threads = sorted(tx.session_threads(root_id), key=_order)
-    agents = {agent.thread_id: agent for agent in tx.session_agents(root_id)}
+    root = tx.threads.get_session(root_id)
+    threads = sorted(tx.threads.of_session(root_id), key=_order)
+    agents = {agent.thread_id: agent for agent in tx.agents.of_session(root_id)}
     current_ids = [agent.current_task for agent in agents.values() if agent.current_task]
-    tasks = tx.with_edges(tx.query_tasks(root_id, include_closed=True)[0], root_id) \
+    tasks = tx.edges.attach(tx.tasks.query(root_id, include_closed=True)[0], root_id) \
         if with_tasks else []
-    by_id = {task.id: task for task in (tasks if with_tasks else tx.tasks_by_id(current_ids))}
-    open_created = tx.open_tasks_by_creator(root_id)
+    by_id = {task.id: task for task in (tasks if with_tasks else tx.tasks.by_ids(current_ids))}
+    open_created = tx.tasks.open_by_creator(root_id)
     totals = _subtree_totals(list(agents.values()))
     rows: list[ThreadRow] = []
     children: dict[str, list[str]] = {}

@@ -1,0 +1,158 @@
+"""Row verbs of the `agent_metadata` table, with the agent rows one transaction already read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core.clock import now_iso
+from lace.core.errors import NotFoundError
+from lace.core.ids import root_of
+from lace.core.records import Agent, NewAgent
+from lace.core.secrets import mask_data
+from lace.core.tool_names import needs_workspace
+from lace.paths import credential_values
+from lace.store import statements as sql
+from lace.store.prepared import insert_into, update_by_key
+from lace.store.rows import Rows, record
+
+
+class AgentCache:
+    """Agent rows read or written in one transaction, so a turn reads each once; a verb that
+    changes a row forgets it."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, Agent] = {}
+
+    def get(self, thread_id: str) -> Agent | None:
+        """The row as this transaction last saw it, if it did."""
+        return self._agents.get(thread_id)
+
+    def keep(self, agent: Agent) -> Agent:
+        """Remember `agent` as it is now; returns it."""
+        self._agents[agent.thread_id] = agent
+        return agent
+
+    def forget(self, thread_id: str) -> None:
+        """The row is about to change: read it again next time."""
+        self._agents.pop(thread_id, None)
+
+    def __contains__(self, thread_id: str) -> bool:
+        return thread_id in self._agents
+
+
+class AgentRows(Rows):
+    """One agent per thread that runs turns: its model, status, lease, totals and place."""
+
+    def __init__(self, connection: sa.Connection, raw: Any, cache: AgentCache) -> None:
+        super().__init__(connection, raw)
+        self.cache = cache
+
+    def create(self, new: NewAgent) -> Agent:
+        """Write the `agent_metadata` row of a thread (its instructions credential-masked)."""
+        now = now_iso()
+        parent = self.find(new.parent_thread_id) if new.parent_thread_id and not new.place \
+            else None
+        host, workspace = (new.place.host, new.place.workspace) if new.place else \
+            (parent.host, parent.workspace) if parent else (None, None)
+        if not needs_workspace(new.tools):
+            host = workspace = None
+        agent = Agent(
+            thread_id=new.thread_id, name=new.name, provider=new.provider, model=new.model,
+            profile=new.profile, type=new.type, status=new.status,
+            created_for_task=new.created_for_task, parent_thread_id=new.parent_thread_id,
+            current_task=new.current_task, tools=new.tools,
+            instructions=mask_data(new.instructions, credential_values()), budget=new.budget,
+            stop_reason=None, turns=0, lease_holder=None, tokens_in=0, tokens_out=0,
+            cost_usd=0.0, created_at=now, updated_at=now, host=host, workspace=workspace)
+        values = vars(agent)
+        insert_into("agent_metadata", tuple(values)).run(self.raw, values)
+        return self.cache.keep(agent)
+
+    def to_claim(self, thread_id: str) -> Agent | None:
+        """The agent row, locked for this transaction; None on PostgreSQL when another
+        transaction holds it (it is being claimed there: SKIP LOCKED)."""
+        row = sql.AGENT_TO_CLAIM.first(self.raw, {"agent": thread_id})
+        return None if row is None else self.cache.keep(record(Agent, row))
+
+    def find(self, thread_id: str) -> Agent | None:
+        """The agent row of a thread, if it has one."""
+        agent = self.cache.get(thread_id)
+        if agent is None:
+            row = sql.AGENT_BY_ID.first(self.raw, {"agent": thread_id})
+            if row is None:
+                return None
+            agent = self.cache.keep(record(Agent, row))
+        return agent
+
+    def get(self, thread_id: str) -> Agent:
+        """The agent row of a thread, or NotFoundError."""
+        agent = self.find(thread_id)
+        if agent is None:
+            raise NotFoundError(f"Thread {thread_id!r} has no agent.")
+        return agent
+
+    def by_ids(self, thread_ids: list[str]) -> list[Agent]:
+        """The agent rows among `thread_ids` that exist."""
+        missing = [thread_id for thread_id in thread_ids if thread_id not in self.cache]
+        if missing:
+            for row in sql.AGENTS_BY_IDS.rows(self.raw, {"agents": json.dumps(missing)}):
+                self.cache.keep(record(Agent, row))
+        return [agent for thread_id in thread_ids
+                if (agent := self.cache.get(thread_id)) is not None]
+
+    def count_turn(self, thread_id: str) -> None:
+        """One more turn for this agent."""
+        self.cache.forget(thread_id)
+        sql.COUNT_TURN.run(self.raw, {"agent": thread_id})
+
+    def set_status(self, thread_id: str, status: str) -> None:
+        """Change an agent's status unless it was stopped (only resuming it undoes that)."""
+        self.cache.forget(thread_id)
+        sql.SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
+
+    def update(self, thread_id: str, **values: Any) -> None:
+        """Change columns of an agent row (text credential-masked)."""
+        self.cache.forget(thread_id)
+        values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
+        update_by_key("agent_metadata", tuple(values)).run(
+            self.raw, {**values, "key_value": thread_id})
+
+    def of_session(self, root_id: str) -> list[Agent]:
+        """Every agent row of a session."""
+        rows = sql.SESSION_AGENTS.rows(self.raw, {"root": root_id})
+        return [record(Agent, row) for row in rows]
+
+    def subtree(self, thread_id: str) -> list[Agent]:
+        """An agent and all its descendants, in thread order."""
+        return [agent for agent in self.of_session(root_of(thread_id))
+                if agent.thread_id == thread_id or agent.thread_id.startswith(f"{thread_id}.")]
+
+    def count_in(self, root_id: str, statuses: tuple[str, ...]) -> int:
+        """How many agents of the session have one of `statuses`."""
+        return int(sql.SESSION_AGENTS_IN.scalar(
+            self.raw, {"root": root_id, "statuses": json.dumps(list(statuses))}))
+
+    def sessions_with(self, statuses: tuple[str, ...]) -> dict[str, int]:
+        """Each session that has agents with one of `statuses`, and how many."""
+        rows = sql.SESSIONS_WITH_AGENTS_IN.rows(self.raw, {"statuses": json.dumps(list(statuses))})
+        return {str(row["root_id"]): int(row["agents"]) for row in rows}
+
+    def live_children(self, parent_id: str) -> int:
+        """Children of an agent that still count against `max_children`: not stopped, and
+        their task neither completed nor archived."""
+        return int(sql.LIVE_CHILDREN.scalar(self.raw, {"parent": parent_id}))
+
+    def children_since(self, parent_id: str, since: str) -> int:
+        """How many agents `parent_id` spawned at or after `since` (ISO time)."""
+        return int(sql.CHILDREN_SINCE.scalar(self.raw, {"parent": parent_id, "since": since}))
+
+    def wait_edges(self, session_id: str) -> dict[str, set[str]]:
+        """Who waits on whom in a session: each agent with a waiting call (`delegate`,
+        `spawn_await`) not yet answered, to the assignees of the open tasks it waits for."""
+        edges: dict[str, set[str]] = {}
+        for row in sql.WAIT_EDGES.rows(self.raw, {"session": session_id}):
+            edges.setdefault(row["waiter"], set()).add(row["assignee"])
+        return edges

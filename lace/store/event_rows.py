@@ -1,0 +1,71 @@
+"""Row verbs of the `events` table: each thread's conversation, one row per message or call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core.clock import now_iso
+from lace.core.records import Event
+from lace.core.secrets import mask_data
+from lace.paths import credential_values
+from lace.store import schema
+from lace.store import statements as sql
+from lace.store.rows import Rows, record
+
+
+class EventRows(Rows):
+    """A thread's conversation; appending to it touches the thread once per transaction."""
+
+    def __init__(self, connection: sa.Connection, raw: Any) -> None:
+        super().__init__(connection, raw)
+        self._touched: set[str] = set()
+
+    def append(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
+        """Append one conversation row (credential values masked); returns its id."""
+        now = now_iso()
+        event_id = sql.INSERT_EVENT.inserted_id(self.raw, {
+            "thread_id": thread_id, "type": type, "data": mask_data(data, credential_values()),
+            "created_at": now})
+        if thread_id not in self._touched:  # once per transaction is enough
+            self._touched.add(thread_id)
+            sql.TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
+        return event_id
+
+    def latest(self, thread_id: str, count: int) -> tuple[list[Event], int]:
+        """A thread's last `count` events, oldest first, and how many came before them."""
+        events = schema.events.c
+        rows = self._execute(sa.select(schema.events).where(events.thread_id == thread_id)
+                             .order_by(events.id.desc()).limit(count)).all()
+        total = self._execute(sa.select(sa.func.count()).where(events.thread_id == thread_id)
+                              ).scalar_one()
+        return [record(Event, row) for row in reversed(rows)], max(0, total - len(rows))
+
+    def of_thread(self, thread_id: str, after_id: int = 0) -> list[Event]:
+        """A thread's conversation in order."""
+        rows = sql.EVENTS_AFTER.rows(self.raw, {"thread": thread_id, "after": after_id})
+        return [record(Event, row) for row in rows]
+
+    def mark_waiting(self, thread_id: str, call_id: str, task_ids: list[str]) -> None:
+        """Persist what a tool call waits for (in its `tool_call` event), so a turn resumed
+        after a crash waits for the same tasks instead of creating them again."""
+        events = schema.events.c
+        row = self._execute(sa.select(events.id, events.data).where(
+            events.thread_id == thread_id, events.type == "tool_call",
+            events.data["call_id"].as_string() == call_id)).first()
+        if row is not None:
+            self._execute(schema.events.update().where(events.id == row.id)
+                          .values(data={**row.data, "waiting_for": task_ids}))
+
+    def unawaited_jobs(self, thread_id: str) -> list[str]:
+        """Tasks this agent gave to `spawn`ed helpers that no spawn_await returned yet."""
+        agents, tasks = schema.agent_metadata, schema.tasks
+        jobs = list(self._execute(
+            sa.select(tasks.c.id).join(agents, agents.c.created_for_task == tasks.c.id)
+            .where(agents.c.parent_thread_id == thread_id, agents.c.type == "ephemeral")
+            .order_by(tasks.c.created_at, tasks.c.id)).scalars())
+        awaited = {task_id for event in self.of_thread(thread_id)
+                   if event.type == "tool_result" and event.data.get("tool_name") == "spawn_await"
+                   for task_id in event.data.get("waited_for") or []}
+        return [job for job in jobs if job not in awaited]

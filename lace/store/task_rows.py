@@ -1,0 +1,148 @@
+"""Row verbs of the `tasks` and `task_notes` tables, with no board rules (those live in
+`TaskBoard`); every task written is recorded in the transaction's effects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core import ids
+from lace.core.clock import now_iso
+from lace.core.effects import EffectLog
+from lace.core.errors import NotFoundError
+from lace.core.records import Note, Task
+from lace.core.secrets import mask, mask_data
+from lace.core.tasks import ACTIVE_STATUSES, OPEN_STATUSES
+from lace.paths import credential_values
+from lace.store import schema
+from lace.store import statements as sql
+from lace.store.prepared import update_by_key
+from lace.store.rows import Rows, record
+
+_TASK_ID_ATTEMPTS = 20
+
+
+class NoteRows(Rows):
+    """The notes of tasks: progress, results, and why a task stopped."""
+
+    def __init__(self, connection: sa.Connection, raw: Any, effects: EffectLog) -> None:
+        super().__init__(connection, raw)
+        self.effects = effects
+
+    def insert(self, task_id: str, author: str, content: str) -> Note:
+        """Insert one note row (credential values masked)."""
+        now, content = now_iso(), mask(content, credential_values())
+        note_id = sql.INSERT_NOTE.inserted_id(self.raw, {
+            "task_id": task_id, "author": author, "content": content, "created_at": now})
+        self.effects.task(task_id)
+        return Note(id=note_id, task_id=task_id, author=author, content=content, created_at=now)
+
+    def count(self, task_id: str) -> int:
+        """How many notes a task has."""
+        return int(sql.COUNT_NOTES.scalar(self.raw, {"task": task_id}))
+
+    def of_task(self, task_id: str) -> list[Note]:
+        """A task's notes, oldest first."""
+        rows = sql.TASK_NOTES.rows(self.raw, {"task": task_id})
+        return [record(Note, row) for row in rows]
+
+
+class TaskRows(Rows):
+    """Task rows as given: inserted, read, queried and changed."""
+
+    def __init__(self, connection: sa.Connection, raw: Any, notes: NoteRows,
+                 effects: EffectLog) -> None:
+        super().__init__(connection, raw)
+        self.notes = notes
+        self.effects = effects
+
+    def _new_id(self) -> str:
+        for _ in range(_TASK_ID_ATTEMPTS):
+            task_id = ids.new_task_id()
+            if sql.TASK_EXISTS.first(self.raw, {"task": task_id}) is None:
+                return task_id
+        raise RuntimeError("could not allocate a unique task id")
+
+    def insert(
+        self, *, session_id: str, created_by: str, title: str, prompt: str,
+        description: str | None = None, priority: str = "medium",
+        assigned_to: str | None = None, status: str = "pending",
+    ) -> Task:
+        """Insert one task row as given (rules live in `TaskBoard.create_tasks`)."""
+        now, task_id = now_iso(), self._new_id()
+        title, prompt, description = mask_data([title, prompt, description], credential_values())
+        values = {"id": task_id, "title": title, "description": description,
+                  "prompt": prompt, "status": status, "priority": priority,
+                  "assigned_to": assigned_to, "created_by": created_by,
+                  "thread_id": session_id, "created_at": now, "updated_at": now}
+        sql.INSERT_TASK.run(self.raw, values)
+        self.effects.task(task_id)
+        return record(Task, {**values, "note_count": 0, "notes": ()})
+
+    def get(self, task_id: str, *, session_id: str | None = None,
+            with_notes: bool = False) -> Task:
+        """One task; NotFoundError if unknown or of another session than `session_id`."""
+        row = sql.TASK_BY_ID.first(self.raw, {"task": task_id})
+        if row is None or (session_id is not None and row["thread_id"] != session_id):
+            raise NotFoundError(
+                f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
+        notes = tuple(self.notes.of_task(task_id)) if with_notes else ()
+        return record(Task, {**row, "note_count": len(notes), "notes": notes})
+
+    def set_fields(self, task_id: str, **values: Any) -> str:
+        """Change columns of a task row (text credential-masked); returns its new
+        `updated_at`."""
+        values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
+        update_by_key("tasks", tuple(values)).run(self.raw, {**values, "key_value": task_id})
+        self.effects.task(task_id)
+        return str(values["updated_at"])
+
+    def held_assignment(self, task_id: str) -> dict[str, Any] | None:
+        """What a task's assignment does when its last blocker is completed (None: nothing
+        is held)."""
+        tasks = schema.tasks
+        held = self._execute(sa.select(tasks.c.held_assignment)
+                             .where(tasks.c.id == task_id)).scalar()
+        return held if isinstance(held, dict) else None
+
+    def query(
+        self, session_id: str, *, where: sa.ColumnElement[bool] | None = None,
+        include_closed: bool = False, limit: int | None = None,
+    ) -> tuple[list[Task], int]:
+        """Tasks of a session sorted by priority then newest, with the total before `limit`."""
+        tasks, notes = schema.tasks, schema.task_notes
+        conditions = [tasks.c.thread_id == session_id]
+        if where is not None:
+            conditions.append(where)
+        if not include_closed:
+            conditions.append(tasks.c.status.in_(OPEN_STATUSES))
+        total = self._execute(sa.select(sa.func.count()).select_from(tasks)
+                              .where(*conditions)).scalar_one()
+        note_count = (sa.select(sa.func.count()).where(notes.c.task_id == tasks.c.id)
+                      .scalar_subquery().label("note_count"))
+        rank = sa.case({"high": 0, "medium": 1, "low": 2}, value=tasks.c.priority)
+        statement = (sa.select(tasks, note_count).where(*conditions)
+                     .order_by(rank, tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit))
+        return [record(Task, row) for row in self._execute(statement)], int(total)
+
+    def by_ids(self, task_ids: list[str]) -> list[Task]:
+        """The tasks among `task_ids` that exist, in no particular order."""
+        rows = self._execute(sa.select(schema.tasks).where(schema.tasks.c.id.in_(task_ids)))
+        return [record(Task, row) for row in rows]
+
+    def open_by_creator(self, session_id: str) -> dict[str, int]:
+        """How many pending or in-progress tasks each creator waits on (not counting tasks
+        it assigned to itself)."""
+        tasks = schema.tasks.c
+        rows = self._execute(
+            sa.select(tasks.created_by, sa.func.count().label("open"))
+            .where(tasks.thread_id == session_id, tasks.status.in_(ACTIVE_STATUSES),
+                   sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
+            .group_by(tasks.created_by))
+        return {str(row.created_by): int(row.open) for row in rows}
+
+    def count_active_of(self, thread_id: str) -> int:
+        """How many pending or in-progress tasks are assigned to an agent, not counting those
+        that wait for other tasks."""
+        return int(sql.COUNT_ACTIVE_ASSIGNED.scalar(self.raw, {"agent": thread_id}))

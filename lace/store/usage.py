@@ -1,0 +1,97 @@
+"""Row verbs of model usage: `llm_calls` rows, the totals each agent row keeps of them, and
+tokens reserved for calls in flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from lace.core.clock import now_iso
+from lace.core.secrets import mask
+from lace.core.usage import CallGroup
+from lace.paths import credential_values
+from lace.store import schema
+from lace.store import statements as sql
+from lace.store.agent_rows import AgentCache
+from lace.store.rows import Rows
+
+
+def _whole_sum(column: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
+    """SUM of a BIGINT column as a whole number: PostgreSQL's SUM of one is NUMERIC."""
+    return sa.cast(sa.func.sum(column), sa.BigInteger)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a subtree (an agent and everything below it) has used."""
+
+    tokens: int
+    cost_usd: float
+    turns: int
+    reserved: int = 0
+    """Tokens set aside for model calls in flight."""
+
+
+class UsageRows(Rows):
+    """Model calls and the totals they add to agent rows (which the transaction's agent cache
+    then reads again)."""
+
+    def __init__(self, connection: sa.Connection, raw: Any, cache: AgentCache) -> None:
+        super().__init__(connection, raw)
+        self.cache = cache
+
+    def record_call(self, thread_id: str, *, model: str, prompt_tokens: int,
+                    completion_tokens: int, cost_usd: float, latency_ms: float,
+                    error: str | None = None) -> None:
+        """One `llm_calls` row (its error's credential values masked), added to the agent's
+        totals."""
+        now = now_iso()
+        error = None if error is None else mask(error, credential_values())
+        sql.INSERT_LLM_CALL.run(self.raw, {
+            "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens, "cost_usd": cost_usd,
+            "latency_ms": latency_ms, "error": error, "created_at": now})
+        self.cache.forget(thread_id)
+        sql.ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
+                                  "add_out": completion_tokens, "add_cost": cost_usd,
+                                  "now": now})
+
+    def reserve(self, thread_id: str, tokens: int) -> None:
+        """Set tokens aside for a model call in flight: they count against budgets until
+        `release` gives them back (in the transaction that records the call)."""
+        self.cache.forget(thread_id)
+        sql.RESERVE_TOKENS.run(self.raw, {"agent": thread_id, "add": tokens})
+
+    def release(self, thread_id: str, tokens: int) -> None:
+        """Give back tokens reserved for a call that is over."""
+        self.reserve(thread_id, -tokens)
+
+    def subtree(self, thread_id: str) -> Usage:
+        """Tokens, cost and turns of a subtree, summed from the agent rows (each keeps its
+        totals of `llm_calls`, updated in the transaction that records a call): one row per
+        agent to read, not one per call."""
+        row = sql.SUBTREE_USAGE.first(self.raw, {"me": thread_id, "after": f"{thread_id}.",
+                                              "before": f"{thread_id}/"})
+        assert row is not None  # an aggregate always has its one row
+        return Usage(tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]),
+                     turns=int(row["turns"]), reserved=int(row["reserved"]))
+
+    def call_groups(self, root_id: str) -> list[CallGroup]:
+        """A session's `llm_calls` summed per thread, model and day (failed calls counted
+        apart), for `lace cost`."""
+        calls, threads = schema.llm_calls.c, schema.threads.c
+        day = sa.func.substr(calls.created_at, 1, 10)
+        rows = self._execute(
+            sa.select(calls.thread_id, calls.model, day.label("day"),
+                      sa.func.count().label("calls"),
+                      sa.func.count(calls.error).label("failed"),
+                      _whole_sum(calls.prompt_tokens).label("tokens_in"),
+                      _whole_sum(calls.completion_tokens).label("tokens_out"),
+                      sa.func.sum(calls.cost_usd).label("cost_usd"))
+            .join(schema.threads, threads.id == calls.thread_id)
+            .where(threads.root_id == root_id)
+            .group_by(calls.thread_id, calls.model, day)
+            .order_by(calls.thread_id, calls.model, day))
+        return [CallGroup(**row._mapping) for row in rows]
