@@ -13,6 +13,7 @@ import math
 import random
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +41,7 @@ from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ModelCheck, ToolResult, no_model_check
 from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
+from lace.tools.python_tools import PythonTool
 from lace.tools.workspace import Workspace
 
 log = logging.getLogger("lace.runtime")
@@ -157,6 +159,8 @@ class Supervisor:
     share_work: bool = False
     """Other processes run these sessions' agents too: claim at once only a fair share of the
     turns (see `wake`), and count a session quiet only when the database says so."""
+    python_tools: Mapping[str, PythonTool] = field(default_factory=dict)
+    """The person's Python functions offered as tools (`lace.tools.python_tools.python_tools`)."""
     _share: float = math.inf
     _deferred: set[str] = field(default_factory=set)
     _left_some: bool = False
@@ -187,7 +191,8 @@ class Supervisor:
         tools = ToolRunner(db=self.db, bus=self.bus, check_model=self.check_model,
                            limits=self.settings.limits, profiles=self.settings.profiles,
                            budgets=self.settings.budgets, workspace=workspace,
-                           workspace_settings=self.settings.workspace)
+                           workspace_settings=self.settings.workspace,
+                           python_tools=self.python_tools)
         tools.approvals = Approvals(db=self.db, bus=self.bus, settings=self.settings.tools,
                                     timeout_s=self.settings.limits.approval_timeout_s,
                                     changed=tools.change_signal)
