@@ -260,14 +260,16 @@ def config_path() -> Path | None:
     return None
 
 
-def _check_tool_names(settings: Settings, source: Path | None) -> None:
-    """Every tool named in `[tools.policy]` and in each profile's `tools` must exist: a typo
-    (`Bash = "deny"`) would otherwise leave the real tool on its default, silently."""
+def _check_tool_names(settings: Settings, source: Path | None,
+                      python_tools: tuple[str, ...] = ()) -> None:
+    """Every tool named in `[tools.policy]` and in each profile's `tools` must exist (lace's,
+    or one of the process's `python_tools`): a typo (`Bash = "deny"`) would otherwise leave the
+    real tool on its default, silently."""
     named = [("tools.policy", tool) for tool in settings.tools.policy]
     named += [(f"profiles.{name}.tools", tool) for name, profile in settings.profiles.items()
               for tool in profile.tools]
     for where, tool in named:
-        problem = unknown_tool_problem(tool)
+        problem = unknown_tool_problem(tool, python_tools)
         if problem:
             raise LaceError(f"Bad setting {where} in {source or 'the environment'}: {problem}")
 
@@ -291,14 +293,16 @@ def _check_fallbacks(settings: Settings, source: Path | None,
                             f"{problem}")
 
 
-def load_settings(*, check_model: ModelCheck | None = None, **overrides: Any) -> Settings:
+def load_settings(*, check_model: ModelCheck | None = None,
+                  python_tools: tuple[str, ...] = (), **overrides: Any) -> Settings:
     """The settings, or one clear error naming the bad key and the file it came from; profile
     prompt files are read here, so a missing one fails at start, not mid-session. With
-    `check_model` (processes that run agents), every fallback model must be callable too."""
+    `check_model` (processes that run agents), every fallback model must be callable too;
+    `python_tools` names the process's Python tools, which the settings may name."""
     try:
         settings = Settings(**overrides)
         source = config_path()
-        _check_tool_names(settings, source)
+        _check_tool_names(settings, source, python_tools)
         _check_fallbacks(settings, source, check_model)
         for name, profile in settings.profiles.items():
             if profile.model is not None and "/" not in profile.model:

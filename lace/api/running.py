@@ -25,6 +25,7 @@ from lace.core.errors import LaceError
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.outcome import read_outcome, session_totals
 from lace.store import Store, open_database
+from lace.tools.python_tools import python_tools
 
 PythonFunction = Callable[..., Any]
 
@@ -95,14 +96,15 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
     problem = check_model(provider, name)
     if problem:
         raise LaceError(problem)
-    settings = config or load_settings(check_model=check_model)
+    functions = python_tools(tools)  # a bad function is refused before anything is written
+    settings = config or load_settings(check_model=check_model, python_tools=tuple(functions))
     folder = Path(workspace or Path.cwd()).expanduser().resolve()
     if not folder.is_dir():
         raise LaceError(f"workspace={str(workspace)!r} is not a folder.")
     store = Store(open_database(None if db is None else str(db)))
     try:
         runtime = open_runtime(store, settings, default_client(), check_model=check_model,
-                               workspace=folder, python_tools=tools)
+                               workspace=folder, python_tools=list(functions.values()))
         try:
             instruction = "" if output_type is None else output_instruction(output_type)
             root_id = (await runtime.start_session(prompt + instruction, model)).id

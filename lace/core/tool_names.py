@@ -38,16 +38,18 @@ MCP_ENTRY = re.compile(r"mcp__(\*|[A-Za-z0-9_-]+\*?)")
 which servers exist is known only once they start, so the shape is all that is checked."""
 
 
-def unknown_tool_problem(name: str) -> str | None:
-    """None for a known tool name, an MCP tool name or a prefix pattern (`file_*`,
-    `mcp__git__*`) that covers a tool, else what is wrong with it and the nearest valid name."""
-    if name in ALL_TOOL_NAMES or MCP_ENTRY.fullmatch(name):
+def unknown_tool_problem(name: str, also: tuple[str, ...] = ()) -> str | None:
+    """None for a known tool name (lace's, or `also`: a process's Python tools), an MCP tool
+    name or a prefix pattern (`file_*`, `mcp__git__*`) that covers a tool, else what is wrong
+    with it and the nearest valid name."""
+    known_names = ALL_TOOL_NAMES + also
+    if name in known_names or MCP_ENTRY.fullmatch(name):
         return None
     if name.startswith("mcp__"):
         return (f"bad MCP tool name {name!r}: expected mcp__<server>__<tool> (letters, digits, "
                 "_ and -) or a pattern ending in * (mcp__<server>__*)")
     if name.endswith("*") and "*" not in name[:-1] and any(
-            known.startswith(name[:-1]) for known in ALL_TOOL_NAMES):
+            known.startswith(name[:-1]) for known in known_names):
         return None
     nearest = nearest_tool_name(name)
     hint = f"did you mean {nearest!r}?" if nearest else f"the tools are {', '.join(ALL_TOOL_NAMES)}"

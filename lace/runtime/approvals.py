@@ -23,6 +23,12 @@ from lace.store.leases import fenced
 POLL_S = 0.25
 
 
+def denied_by_policy(tool: str) -> str:
+    """Why a call of a tool whose policy is deny does not run."""
+    return (f"Denied: the policy for {tool} is deny ([tools.policy] {tool}). Do without it, or "
+            "ask the person.")
+
+
 def _deny(tx: Tx, *, approval_id: int, decided_by: str) -> Approval:
     """Deny a pending request (LaceError if it was decided meanwhile)."""
     return tx.approvals.decide(approval_id, "denied", decided_by)
@@ -46,22 +52,28 @@ class Approvals:
                     lease: Lease | None = None, *, read_only_hint: bool = False) -> str | None:
         """None when the call may run, else why not (a tool result the agent can act on). The
         agent's status changes only while its turn's `lease` holds."""
-        policy = self.policy_for(tool, read_only_hint=read_only_hint)
+        return await self.decide(thread_id, tool, lambda: arguments,
+                                 self.policy_for(tool, read_only_hint=read_only_hint), lease)
+
+    async def decide(self, thread_id: str, tool: str, arguments: Callable[[], dict[str, Any]],
+                     policy: Policy, lease: Lease | None = None) -> str | None:
+        """`check` with the policy already known; `arguments` are read only to ask the person
+        (an allowed call costs nothing)."""
         if policy == "allow":
             return None
         if policy == "deny":
-            return (f"Denied: the policy for {tool} is deny ([tools.policy] {tool}). Do without "
-                    "it, or ask the person.")
+            return denied_by_policy(tool)
+        arguments_shown = arguments()
         session_id = root_of(thread_id)
         if await self.db.read(lambda tx: tx.approvals.allowed_for_session(session_id, tool)):
             return None
 
         def request(tx: Tx) -> int:
             tx.agents.set_status(thread_id, "waiting")
-            return int(tx.approvals.request(thread_id, tool, arguments))
+            return int(tx.approvals.request(thread_id, tool, arguments_shown))
 
         approval_id = await self.db.write(fenced(lease, request))
-        self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments))
+        self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments_shown))
         approval = await self._decision(approval_id)
         await self.db.write(fenced(lease, lambda tx: tx.agents.set_status(thread_id, "running")))
         if approval.status in ("approved", "approved_session"):

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lace.config import Settings
 from lace.llm.types import ModelClient
@@ -21,7 +23,11 @@ from lace.store import Store
 from lace.tools.base import ModelCheck, no_model_check
 from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
+from lace.tools.python_tools import PythonTool
+from lace.tools.python_tools import python_tools as python_tools_of
 from lace.tools.workspace import Workspace
+
+PythonFunction = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,14 @@ ALONE = Sharing()
 
 def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                  check_model: ModelCheck = no_model_check, workspace: Path | None = None,
-                 sharing: Sharing = ALONE) -> Runtime:
+                 sharing: Sharing = ALONE,
+                 python_tools: Sequence[PythonFunction | PythonTool] = (),
+                 ) -> Runtime:
     """A runtime over `store`: the process registered (its lease), the workspace's tools, the
-    configured MCP servers (checked first: a bad configuration is refused before anything is
-    written), the approval policy, the turns and the scheduler. Agents work in `workspace`
-    (None: no file tools or bash)."""
+    configured MCP servers and the person's `python_tools` (both checked first: a bad one is
+    refused before anything is written), the approval policy, the turns and the scheduler.
+    Agents work in `workspace` (None: no file tools or bash)."""
+    functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
     with store.transaction() as tx:
@@ -62,7 +71,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                        workspace=None if workspace is None else Workspace.for_lace(
                            workspace, database_url=store.database.url,
                            protected_paths=settings.tools.protected_paths),
-                       workspace_settings=settings.workspace)
+                       workspace_settings=settings.workspace, python_tools=functions)
     tools.approvals = Approvals(db=db, bus=bus, settings=settings.tools,
                                 timeout_s=settings.limits.approval_timeout_s,
                                 changed=tools.change_signal)

@@ -45,8 +45,6 @@ class Runtime:
     workspace: Path | None = None
     place: Place | None = None
     """Where this process runs agents (None: wherever the session was started)."""
-    python_tools: tuple[str, ...] = ()
-    """The names of the process's Python tools, given to every root it opens."""
     _closed: bool = field(default=False, repr=False)
 
     # what a front end watches
@@ -111,8 +109,7 @@ class Runtime:
     async def start_session(self, prompt: str, model: str) -> Thread:
         """A new root thread whose inbox holds the person's prompt."""
         self.scheduler.reopen()
-        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place,
-                                                           self.python_tools))
+        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place))
 
     def serve_session(self, root_id: str) -> None:
         """Run this session's agents here from now on (a session the MCP server started)."""

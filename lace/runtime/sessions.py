@@ -4,7 +4,6 @@ the turns a dead process cut off, and whether a session is quiet."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
 from pathlib import Path
 
 from lace.core.agents import HELD_STATUSES
@@ -24,15 +23,14 @@ def place_of(workspace: Path) -> Place:
     return Place(host=socket.gethostname(), workspace=str(workspace.resolve()))
 
 
-def open_session(tx: Tx, prompt: str, model: str, place: Place | None,
-                 extra_tools: Sequence[str] = ()) -> Thread:
+def open_session(tx: Tx, prompt: str, model: str, place: Place | None) -> Thread:
     """A new root thread whose inbox holds the person's prompt (`lace run`, `--detach` too);
-    its agents work in the workspace at `place`. The root has every lace tool, and the Python
-    tools of the process that opens it (`extra_tools`)."""
+    its agents work in the workspace at `place`. The root has every lace tool (and the Python
+    tools of whichever process runs it: `ToolRunner.own_tools`)."""
     provider, name = parse_model(model)
     prompt = valid_text(prompt)
     root = tx.threads.create_session(provider=provider, model=name, title=prompt[:80],
-                                     tools=[*EVERY_TOOL, *extra_tools], place=place)
+                                     tools=list(EVERY_TOOL), place=place)
     tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
     return root
 

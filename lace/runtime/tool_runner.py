@@ -1,35 +1,44 @@
-"""The one tool path. Every caller (an agent's turn, the CLI, the app) runs a call through
-`ToolRunner.call`: validate, check the policy (asking for approval), execute, record the
-`tool_result` event, and report any error in one shape. A call's effects (agents woken,
-spawned or stopped) are acted on by the runtime once the write commits (`AsyncStore`'s commit
-hook), so no caller collects them."""
+"""The one tool path. Every caller (an agent's turn, the CLI, the app) and every kind of tool
+(board, waiting, workspace, MCP, Python) runs through `ToolRunner.call`: resolve and validate,
+the approval policy, execute (each kind its own way: `tool_calls`), record the `tool_result`
+event, publish it. A call's effects (agents woken, spawned or stopped) are acted on by the
+runtime once the write commits (`AsyncStore`'s commit hook), so no caller collects them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lace.config import Budgets, Limits, Profile, WorkspaceSettings
+from lace.config import Budgets, Limits, Policy, Profile, ToolSettings, WorkspaceSettings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Lease
-from lace.core.text import valid_text
 from lace.core.tool_sets import grants, is_mcp_tool
-from lace.runtime.approvals import Approvals
+from lace.runtime.approvals import Approvals, denied_by_policy
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
-from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus
-from lace.runtime.isolation import with_committed_work, workspace_of
+from lace.runtime.isolation import with_committed_work
+from lace.runtime.tool_calls import (
+    BoardCall,
+    Executed,
+    PythonCall,
+    ServerCall,
+    ToolCall,
+    WaitingCall,
+    WorkspaceCall,
+)
 from lace.store import Store, Tx
 from lace.store.leases import fenced
 from lace.tools.base import (
+    CommitWork,
     ModelCheck,
     ToolContext,
     ToolError,
@@ -39,14 +48,16 @@ from lace.tools.base import (
 )
 from lace.tools.delegation import settled
 from lace.tools.mcp.servers import McpServers
-from lace.tools.registry import ToolRegistry, decoded_arguments
-from lace.tools.task_tools import TaskComplete
+from lace.tools.python_tools import PythonTool, check_python_tools
+from lace.tools.registry import ToolRegistry
 from lace.tools.workspace import Workspace, WorkspaceTool
 
 POLL_S = 0.5
 Arguments = str | dict[str, Any] | None
 Recorded = EventAppended | None
 T = TypeVar("T")
+UNCONFIGURED = ToolSettings()
+"""The policy of a runtime with no approvals (each tool's default)."""
 
 
 @dataclass
@@ -65,29 +76,44 @@ class ToolRunner:
     approvals: Approvals | None = None
     mcp: McpServers | None = None
     """The process's MCP servers (None when none is configured)."""
+    python_tools: Mapping[str, PythonTool] = field(default_factory=dict)
+    """The person's Python functions (`python_tools([...])`): the root has them all, a helper
+    those it was given."""
     waited: dict[str, float] = field(default_factory=dict)
     """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def __post_init__(self) -> None:
+        check_python_tools(self.python_tools, self.registry.names())
+
+    def own_tools(self, agent: Agent) -> list[str]:
+        """The tools an agent may call: its own list, and for a root every Python tool."""
+        own = own_tools(agent)
+        if agent.thread_id == root_of(agent.thread_id):
+            own += [name for name in self.python_tools if not grants(own, name)]
+        return own
+
     def context(self, agent: Agent, lease: Lease | None = None) -> ToolContext:
         """The tool context of an agent in a turn under `lease`: its identity, its own tools,
         limits and profiles."""
-        return self._context(agent.thread_id, root_of(agent.thread_id), tuple(own_tools(agent)),
-                             lease)
+        return self._context(agent.thread_id, root_of(agent.thread_id),
+                             tuple(self.own_tools(agent)), lease,
+                             functools.partial(with_committed_work, self.db))
 
     def human_context(self, session_id: str) -> ToolContext:
         """The tool context of the person (`human`), who may hand out any tool."""
         return self._context(HUMAN, session_id, None, None)
 
     def _context(self, thread_id: str, session_id: str, tools: tuple[str, ...] | None,
-                 lease: Lease | None) -> ToolContext:
+                 lease: Lease | None, commit_work: CommitWork | None = None) -> ToolContext:
         return ToolContext(thread_id=thread_id, session_id=session_id,
                            check_model=self.check_model, profiles=self.profiles, tools=tools,
                            limits=self.limits, budgets=self.budgets, lease=lease,
                            workspace=None if self.workspace is None else self.workspace.folder,
-                           workspace_settings=self.workspace_settings)
+                           workspace_settings=self.workspace_settings,
+                           python_tools=tuple(self.python_tools), commit_work=commit_work)
 
-    async def _write(self, context: ToolContext, work: Callable[[Tx], T]) -> T:
+    async def write(self, context: ToolContext, work: Callable[[Tx], T]) -> T:
         """A write for this caller: for an agent, only while its turn's lease holds."""
         return await self.db.write(fenced(context.lease, work))
 
@@ -101,71 +127,118 @@ class ToolRunner:
         return self._changed
 
     async def definitions(self, agent: Agent, *, can_spawn: bool) -> list[dict[str, Any]]:
-        """The function definitions of an agent's tools: lace's, then those of the running MCP
-        servers it may use (the servers are started first, the first time)."""
-        own = own_tools(agent)
+        """The function definitions of an agent's tools: lace's, its Python tools, then those
+        of the running MCP servers it may use (the servers are started first, the first
+        time)."""
+        own = self.own_tools(agent)
+        python = [tool for name, tool in self.python_tools.items() if grants(own, name)]
         servers = [] if self.mcp is None else [
             tool for tool in await self.mcp.ready() if grants(own, tool.name)]
+        added = [tool.name for tool in python] + [tool.name for tool in servers]
         return self.registry.definitions(
-            own, profiles=list(self.profiles), can_spawn=can_spawn,
-            also_granted=[tool.name for tool in servers]) + [
-            tool.definition() for tool in servers]
+            own, profiles=list(self.profiles), can_spawn=can_spawn, also_granted=added) + [
+            tool.definition() for tool in python] + [tool.definition() for tool in servers]
 
     async def call(self, context: ToolContext, name: str, arguments: Arguments,
                    call_id: str | None = None) -> ToolResult:
-        """Run one call. Inside an agent's turn (`call_id` given) its `tool_result` event
-        commits with the tool's effect, or alone when the call failed; a waiting tool waits
-        without holding a model slot, and a workspace or MCP tool runs after the approval
-        policy."""
-        if is_mcp_tool(name):
-            return await self._call_server(context, name, arguments, call_id)
+        """Run one call of any kind. Inside an agent's turn (`call_id` given) the approval
+        policy applies and the `tool_result` event is recorded: with the tool's effect for a
+        tool that acts on the board, alone otherwise (or when the call failed)."""
+        call: ToolCall | None = None
         try:
-            tool = self.registry.parse(name, arguments, context.tools)
+            call = await self._resolve(context, name, arguments, call_id)
+            call.check_arguments()
+            policy = "allow" if call_id is None else self._policy(call)  # the person approves
+            # PreToolUse hooks go here: they see `call` and `policy`, and may change either.
+            await self._approve(context, call, policy)
+            executed = await call.execute(self, context, call_id)
         except LaceError as error:
-            return await self._record_alone(context, call_id, name, ToolResult.failure(error))
+            executed = Executed(ToolResult.failure(error))
+        # PostToolUse hooks go here: they see `call` and `executed.result`.
+        recorded = executed.recorded if executed.recorded_with_effect else \
+            await self._record_alone(context, call_id, name, executed.result, call,
+                                     files_changed=executed.files_changed)
+        self._publish(recorded)
+        return executed.result
+
+    async def _resolve(self, context: ToolContext, name: str, arguments: Arguments,
+                       call_id: str | None) -> ToolCall:
+        """The call's tool, which the caller must have, with its arguments validated; a
+        waiting or workspace tool is its own kind only in an agent's turn (else its `run`
+        says why it cannot run)."""
+        if is_mcp_tool(name):
+            return await self._resolve_server_tool(context, name, arguments)
+        if not self._may_use(context, name):
+            raise ToolError(self._unknown(context, name))
+        python = self.python_tools.get(name)
+        if python is not None:
+            return PythonCall(python, python.validated(arguments))
+        if name not in self.registry.tools:
+            raise ToolError(self._unknown(context, name))
+        tool = self.registry.parse(name, arguments)
         if call_id is not None and isinstance(tool, WaitingTool):
             text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-            return await self._start_wait(context, tool, PendingWait(call_id, name, text, []))
+            return WaitingCall(tool, text)
         if call_id is not None and isinstance(tool, WorkspaceTool):
-            return await self._perform(context, tool, call_id)
-        if call_id is not None and isinstance(tool, TaskComplete):
-            tool = tool.model_copy(update={"message": await with_committed_work(
-                self.db, context.thread_id, tool.task_id, tool.message)})
+            if self.workspace is None:
+                raise ToolError(f"{tool.name} needs a workspace, and this runtime has none.")
+            return WorkspaceCall(tool, self.workspace)
+        return BoardCall(tool)
 
-        def run(tx: Tx) -> tuple[ToolResult, Recorded]:
-            result = ToolResult(tool.run(tx, context))
-            return result, self._record(tx, context, call_id, name, result)
+    async def _resolve_server_tool(self, context: ToolContext, name: str,
+                                   arguments: Arguments) -> ToolCall:
+        """An MCP tool: the caller must have it and its server must be running."""
+        tool = None if self.mcp is None else await self.mcp.find(name)
+        if not self._may_use(context, name):
+            raise ToolError(self._unknown(context, name))
+        if tool is None or self.mcp is None:
+            raise ToolError("No MCP server is configured." if self.mcp is None
+                            else self.mcp.unavailable(name))
+        return ServerCall(self.mcp, tool, arguments)
 
-        try:
-            result, recorded = await self._write(context, run)
-        except LaceError as error:
-            return await self._record_alone(context, call_id, name, ToolResult.failure(error))
-        if call_id is not None:
-            crash_point("after_tool_effect")
+    def _policy(self, call: ToolCall) -> Policy:
+        """The policy for an agent's call: `[tools.policy]`, else the tool's default (allow,
+        but ask for a tool that writes); no database read."""
+        settings = UNCONFIGURED if self.approvals is None else self.approvals.settings
+        return settings.policy_for(call.name, read_only_hint=call.read_only_hint)
+
+    async def _approve(self, context: ToolContext, call: ToolCall, policy: Policy) -> None:
+        """Raise a ToolError unless the call may run: denied, or asked and refused."""
+        if policy == "allow":
+            return
+        if policy == "deny":
+            raise ToolError(denied_by_policy(call.name))
+        if self.approvals is None:
+            raise ToolError(f"{call.name} needs an approval policy, and this runtime has none.")
+        denial = await self.approvals.decide(context.thread_id, call.name,
+                                             call.shown_arguments, policy, context.lease)
+        if denial is not None:
+            raise ToolError(denial)
+
+    def _may_use(self, context: ToolContext, name: str) -> bool:
+        return context.tools is None or grants(context.tools, name)
+
+    def _unknown(self, context: ToolContext, name: str) -> str:
+        """The error for a call of a tool the caller does not have: lace's, Python and MCP
+        tools it has are listed."""
+        others = [known for known in self.python_tools if self._may_use(context, known)]
+        if self.mcp is not None and is_mcp_tool(name):
+            others += [known for known in self.mcp.tools if self._may_use(context, known)]
+        return self.registry.unknown(name, context.tools, others)
+
+    async def resume(self, context: ToolContext, wait: PendingWait) -> ToolResult:
+        """Finish a waiting call persisted before a crash: wait for its tasks, then record its
+        answer."""
+        tool = self.registry.parse(wait.tool_name, wait.arguments, context.tools)
+        assert isinstance(tool, WaitingTool)
+        result, recorded = await self.await_tasks(context, tool, wait)
         self._publish(recorded)
         return result
 
-    async def _start_wait(self, context: ToolContext, tool: WaitingTool,
-                          wait: PendingWait) -> ToolResult:
-        def start(tx: Tx) -> list[str]:
-            task_ids = tool.start(tx, context)
-            tx.events.mark_waiting(context.thread_id, wait.call_id, task_ids)
-            tx.agents.set_status(context.thread_id, "waiting")
-            return task_ids
-
-        try:
-            task_ids = await self._write(context, start)
-        except LaceError as error:
-            return await self._record_alone(context, wait.call_id, wait.tool_name,
-                                            ToolResult.failure(error), running=True)
-        return await self.resume(context, PendingWait(wait.call_id, wait.tool_name,
-                                                      wait.arguments, task_ids))
-
-    async def resume(self, context: ToolContext, wait: PendingWait) -> ToolResult:
-        """Wait for the tasks of a waiting call (new, or persisted before a crash), then record
-        its answer."""
-        tool = self.registry.parse(wait.tool_name, wait.arguments, context.tools)
-        assert isinstance(tool, WaitingTool)
+    async def await_tasks(self, context: ToolContext, tool: WaitingTool,
+                          wait: PendingWait) -> tuple[ToolResult, Recorded]:
+        """Wait for the tasks of a waiting call, then take its answer and record it (with the
+        notices of those tasks consumed) in one transaction; to publish."""
         began = time.monotonic()
         deadline = began + self.limits.delegate_timeout_s
         while not await self.db.read(lambda tx: settled(tx, wait.task_ids)):
@@ -181,80 +254,28 @@ class ToolRunner:
         def finish(tx: Tx) -> tuple[ToolResult, Recorded]:
             tx.inbox.consume_notices(context.thread_id, wait.task_ids)
             result = ToolResult(tool.finish(tx, context, wait.task_ids))
-            return result, self._record(tx, context, wait.call_id, wait.tool_name, result,
-                                        waited_for=wait.task_ids, running=True)
+            return result, self.record(tx, context, wait.call_id, wait.tool_name, result,
+                                       waited_for=wait.task_ids, running=True)
 
-        result, recorded = await self._write(context, finish)
-        self._publish(recorded)
-        return result
-
-    async def _perform(self, context: ToolContext, tool: WorkspaceTool,
-                       call_id: str) -> ToolResult:
-        """Ask the approval policy, act on the workspace off the database, then record the
-        result with the files it changed (so a person sees which agent changed what)."""
-        files_changed: Sequence[str] = ()
-        try:
-            if self.approvals is None or self.workspace is None:
-                raise ToolError(f"{tool.name} needs a workspace, and this runtime has none.")
-            denial = await self.approvals.check(context.thread_id, tool.name, tool.model_dump(),
-                                                context.lease)
-            if denial is not None:
-                raise ToolError(denial)
-            workspace = await workspace_of(self.db, self.workspace, context.thread_id)
-            performed = await tool.perform(workspace)
-            result = ToolResult(performed.text, is_error=performed.is_error)
-            files_changed = [valid_text(path) for path in performed.files_changed]
-        except (LaceError, OSError) as error:
-            result = ToolResult.failure(error)
-        return await self._record_alone(context, call_id, tool.name, result,
-                                        files_changed=files_changed, running=True)
-
-    async def _call_server(self, context: ToolContext, name: str, arguments: Arguments,
-                           call_id: str | None) -> ToolResult:
-        """An MCP tool: the caller must have it and its server must be running; the approval
-        policy (with the server's read-only hint) decides, then the server answers."""
-        server = None
-        try:
-            tool = None if self.mcp is None else await self.mcp.find(name)
-            if context.tools is not None and not grants(context.tools, name):
-                servers = [] if self.mcp is None else [
-                    known for known in self.mcp.tools if grants(context.tools, known)]
-                raise ToolError(self.registry.unknown(name, context.tools, servers))
-            if tool is None:
-                raise ToolError("No MCP server is configured." if self.mcp is None
-                                else self.mcp.unavailable(name))
-            server = tool.server
-            decoded = decoded_arguments(name, arguments)
-            if call_id is not None:
-                if self.approvals is None:
-                    raise ToolError(f"{name} needs an approval policy, and this runtime has "
-                                    "none.")
-                denial = await self.approvals.check(context.thread_id, name, decoded,
-                                                    context.lease, read_only_hint=tool.read_only)
-                if denial is not None:
-                    raise ToolError(denial)
-            assert self.mcp is not None
-            result = await self.mcp.call(tool, decoded)
-        except LaceError as error:
-            result = ToolResult.failure(error)
-        return await self._record_alone(context, call_id, name, result, running=True,
-                                        server=server)
+        return await self.write(context, finish)
 
     async def _record_alone(self, context: ToolContext, call_id: str | None, name: str,
-                            result: ToolResult, *, files_changed: Sequence[str] = (),
-                            running: bool = False, server: str | None = None) -> ToolResult:
-        """Record a result that no tool transaction recorded (a failure, a workspace or MCP
-        call)."""
-        if call_id is not None:
-            self._publish(await self._write(context, lambda tx: self._record(
-                tx, context, call_id, name, result, files_changed=files_changed,
-                running=running, server=server)))
-        return result
+                            result: ToolResult, call: ToolCall | None, *,
+                            files_changed: Sequence[str] = ()) -> Recorded:
+        """Record a result that no tool transaction recorded (a failure, a workspace, MCP or
+        Python call); to publish."""
+        if call_id is None:
+            return None
+        running = call is not None and call.back_to_running
+        server = None if call is None else call.server
+        return await self.write(context, lambda tx: self.record(
+            tx, context, call_id, name, result, files_changed=files_changed,
+            running=running, server=server))
 
-    def _record(self, tx: Tx, context: ToolContext, call_id: str | None, name: str,
-                result: ToolResult, *, waited_for: Sequence[str] = (),
-                files_changed: Sequence[str] = (), running: bool = False,
-                server: str | None = None) -> Recorded:
+    def record(self, tx: Tx, context: ToolContext, call_id: str | None, name: str,
+               result: ToolResult, *, waited_for: Sequence[str] = (),
+               files_changed: Sequence[str] = (), running: bool = False,
+               server: str | None = None) -> Recorded:
         """The `tool_result` event of an agent's call (the person's calls have none), and the
         agent back to `running` after a wait; to publish once the transaction commits."""
         if call_id is None:

@@ -18,18 +18,6 @@ def open_task_of(tx: Tx, agent: Agent) -> Task | None:
     return task
 
 
-def finished_its_work(tx: Tx, thread_id: str) -> bool:
-    """Whether a `new:` helper has nothing left to do: its current task is completed and no
-    other task assigned to it is open. Its turn then ends without another model call (which
-    would only say it is done)."""
-    agent = tx.agents.get(thread_id)
-    if agent.type != "persistent" or agent.created_for_task is None or not agent.current_task:
-        return False
-    if tx.tasks.get(agent.current_task).status != "completed":
-        return False
-    return not tx.tasks.count_active_of(thread_id)
-
-
 def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> None:
     """Mark the agent idle. A spawned (ephemeral) agent's final answer completes its open task;
     a `new:` (persistent) agent that left its task open is reminded once, then the task is

@@ -26,7 +26,7 @@ from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded
 from lace.runtime.fallbacks import next_fallback, switch_model, worth_a_fallback
 from lace.runtime.isolation import with_committed_work
 from lace.runtime.tool_runner import ToolRunner
-from lace.runtime.turn_end import end_turn, finished_its_work
+from lace.runtime.turn_end import end_turn
 from lace.store import Tx
 from lace.store.budgets import budget_line, check_before_call, reserve_before_call
 from lace.store.leases import LeaseLostError, fenced
@@ -175,7 +175,7 @@ class TurnRunner:
                 results.append(outcome)
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
-            if await self._work_done(thread_id, reply, results):
+            if self._work_done(results):
                 break
         final = await self._final_answer(thread_id, reply.content)
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
@@ -193,15 +193,13 @@ class TurnRunner:
         return await with_committed_work(self.db, thread_id, task_id,
                                          (text or "").strip() or "(no answer)")
 
-    async def _work_done(self, thread_id: str, reply: ModelReply,
-                         results: list[ToolResult]) -> bool:
-        """Whether the reply's only calls were a successful `task_complete` that left a `new:`
-        helper with nothing to do: no result is left for the model to read, so the turn ends
-        here instead of paying a model call to hear "done"."""
-        if any(call.name != "task_complete" for call in reply.tool_calls) or any(
-                result.is_error for result in results):
-            return False
-        return await self.db.read(lambda tx: finished_its_work(tx, thread_id))
+    @staticmethod
+    def _work_done(results: list[ToolResult]) -> bool:
+        """Whether every call of the reply succeeded and left the agent (a `new:` helper) with
+        nothing to do: no result is left for the model to read, so the turn ends here instead
+        of paying a model call to hear "done"."""
+        return bool(results) and all(result.ends_work and not result.is_error
+                                     for result in results)
 
     def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
                       usage: Callable[[Tx], None]) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,6 +19,11 @@ from lace.store import Tx
 
 class ToolError(LaceError):
     """A tool failure whose message goes back to the model so it can try again."""
+
+
+CommitWork = Callable[[str, str, str], Awaitable[str]]
+"""`(thread_id, task_id, result)` → the result naming the helper's worktree once its work is
+committed there (the runtime's `with_committed_work`)."""
 
 
 def no_model_check(_provider: str, _model: str) -> str | None:
@@ -44,16 +49,23 @@ class ToolContext:
     workspace: Path | None = None
     """The folder the runtime's tools act in (a helper with a worktree acts in that instead)."""
     workspace_settings: WorkspaceSettings = field(default_factory=WorkspaceSettings)
+    python_tools: tuple[str, ...] = ()
+    """The Python tools of this process (the person may hand them to a helper)."""
+    commit_work: CommitWork | None = None
+    """Commits a helper's worktree before it completes its task (an agent's calls only)."""
 
 
 @dataclass(frozen=True)
 class ToolResult:
     """What a tool call returns to the model; `is_error` marks a failure it can act on, and
-    `kind` names it (the LaceError subclass, e.g. `NotFoundError`)."""
+    `kind` names it (the LaceError subclass, e.g. `NotFoundError`). `ends_work`: the call left
+    its agent, a `new:` helper, with nothing to do, so a reply of only such calls ends the turn
+    (the model would only say it is done)."""
 
     text: str
     is_error: bool = False
     kind: str | None = None
+    ends_work: bool = False
 
     def __post_init__(self) -> None:  # a lone surrogate from a tool must not wedge the thread
         object.__setattr__(self, "text", valid_text(self.text))
@@ -70,9 +82,18 @@ class Tool(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: ClassVar[str]
 
+    async def prepared(self, context: ToolContext) -> Self:
+        """The call as it will run, after the work it needs done first, outside the database
+        transaction (default: nothing, itself)."""
+        return self
+
     def run(self, tx: Tx, context: ToolContext) -> str:
         """Do the work inside the caller's transaction and return the text for the model."""
         raise NotImplementedError
+
+    def ends_work(self, tx: Tx, context: ToolContext) -> bool:
+        """Whether the agent's call just run in `tx` left it with nothing to do (default: no)."""
+        return False
 
 
 class WaitingTool(Tool):

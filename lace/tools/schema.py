@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from pydantic import BaseModel
+
 from lace.tools.base import Tool
 
 
@@ -66,13 +68,14 @@ def inline_references(node: Any, definitions: dict[str, Any], depth: int = 0,
     return cleaned
 
 
-def describe(tool: type[Any]) -> str:
-    """A docstring as one paragraph of text."""
+def describe(tool: Any) -> str:
+    """A docstring (a tool class's or a function's) as one paragraph of text."""
     return " ".join(inspect.cleandoc(tool.__doc__ or "").split())
 
 
-def parameters_schema(tool: type[Tool]) -> dict[str, Any]:
-    """The tool's arguments as a self-contained JSON schema."""
+def parameters_schema(tool: type[BaseModel]) -> dict[str, Any]:
+    """The tool's arguments (a tool class, or a function's arguments model) as a
+    self-contained JSON schema."""
     raw = tool.model_json_schema()
     schema: dict[str, Any] = inline_references(raw, raw.get("$defs", {}))
     schema.pop("description", None)

@@ -35,8 +35,9 @@ def spawner_thread(context: ToolContext) -> str:
 
 
 def caller_tools(context: ToolContext, every_tool: Sequence[str]) -> tuple[str, ...]:
-    """The tools the caller may hand on: its own (all of them for the person)."""
-    return tuple(every_tool) if context.tools is None else context.tools
+    """The tools the caller may hand on: its own (for the person, all of them and the Python
+    tools of this process)."""
+    return (*every_tool, *context.python_tools) if context.tools is None else context.tools
 
 
 def spawn_limits(context: ToolContext) -> SpawnLimits:

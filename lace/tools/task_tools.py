@@ -221,10 +221,31 @@ class TaskComplete(Tool):
     message: str = Field(min_length=1, max_length=50_000,
                          description="The result: what was done, found or decided.")
 
+    async def prepared(self, context: ToolContext) -> TaskComplete:
+        """With a worktree, the message also names the commit of the helper's work."""
+        if context.commit_work is None:
+            return self
+        message = await context.commit_work(context.thread_id, self.task_id, self.message)
+        return self.model_copy(update={"message": message})
+
     def run(self, tx: Tx, context: ToolContext) -> str:
         task = tx.board.complete_task(self.task_id, session_id=context.session_id,
                                       actor=context.thread_id, message=self.message)
         return f"Completed task {task.id}: {task.title}"
+
+    def ends_work(self, tx: Tx, context: ToolContext) -> bool:
+        return finished_its_work(tx, context.thread_id)
+
+
+def finished_its_work(tx: Tx, thread_id: str) -> bool:
+    """Whether a `new:` helper has nothing left to do: its current task is completed and no
+    other task assigned to it is open."""
+    agent = tx.agents.get(thread_id)
+    if agent.type != "persistent" or agent.created_for_task is None or not agent.current_task:
+        return False
+    if tx.tasks.get(agent.current_task).status != "completed":
+        return False
+    return not tx.tasks.count_active_of(thread_id)
 
 
 TASK_TOOLS: tuple[type[Tool], ...] = (
