@@ -106,7 +106,8 @@ def test_a_fan_out_to_new_helpers_counts_every_call(
 
 def test_a_helper_may_be_handed_a_python_tool_by_name(
         models: ScriptedModels, tmp_path: Path) -> None:
-    """The root gives its helper `add`; the helper's call reaches the function."""
+    """The root gives its helper `add_and_note` by name; the helper's call reaches the
+    function, in this process, and its answer reaches the root."""
     seen: list[tuple[int, int]] = []
 
     def add_and_note(a: int, b: int) -> int:
@@ -115,22 +116,19 @@ def test_a_helper_may_be_handed_a_python_tool_by_name(
         return a + b
 
     def root(messages: list[dict[str, Any]]) -> ScriptedReply:
-        if not tool_results(messages):
-            return reply(None, ("task_create", {"tasks": [{
-                "title": "sum", "prompt": "add 40 and 2",
-                "assigned_to": "new:scripted/helper", "tools": ["add_and_note"]}]}))
-        if "completed" in json.dumps(messages[-1]):
-            return reply("the helper says 42")
-        return reply("waiting")
+        results = tool_results(messages)
+        if not results:
+            return reply(None, ("spawn", {"task": "add 40 and 2", "model": "scripted/helper",
+                                          "tools": ["add_and_note"]}))
+        if len(results) == 1:
+            return reply(None, ("spawn_await", {"job_ids": "*"}))
+        return reply("the helper says 42" if "42" in results[-1] else results[-1])
 
     def helper(messages: list[dict[str, Any]]) -> ScriptedReply:
         results = tool_results(messages)
         if not results:
             return reply(None, ("add_and_note", {"a": 40, "b": 2}))
-        task_id = query(str(tmp_path / "h.db"), "SELECT id FROM tasks")[0][0]
-        if len(results) == 1:
-            return reply(None, ("task_complete", {"task_id": task_id, "message": results[0]}))
-        return reply("done")
+        return reply(results[-1])
 
     models.on("root", root)
     models.on("helper", helper)
