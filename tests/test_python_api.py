@@ -4,7 +4,6 @@ helpers, against scripted models reached through real litellm calls, on a real d
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
