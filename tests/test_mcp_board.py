@@ -320,7 +320,7 @@ async def test_a_client_of_the_2025_protocol_subscribes_to_a_thread(
 async def test_a_long_task_wait_reports_progress_to_a_client_that_asks(
         runtime: Runtime, session: Thread) -> None:
     board = BoardServer(runtime, session.id)
-    board.progress_every_s = 0.05
+    board.runner.progress_every_s = 0.05
     reports: list[tuple[float, float | None, str | None]] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:

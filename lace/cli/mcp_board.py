@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -30,14 +31,10 @@ from lace.runtime import Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TasksChanged, ThreadSpawned
 from lace.runtime.tool_runner import Arguments
 from lace.store import Tx
-from lace.tools.base import ToolContext, ToolError, ToolResult
-from lace.tools.person_tools import SERVED_TOOLS, TaskWait, session_thread
+from lace.tools.base import ToolError, ToolResult
+from lace.tools.person_tools import SERVED_TOOLS, session_thread
 from lace.tools.registry import ToolRegistry
 
-POLL_S = 0.5
-"""How often task_wait looks at the board (other processes' commits are not signalled)."""
-PROGRESS_S = 5.0
-"""How often task_wait tells a client that gave a progress token that it still waits."""
 BOARD_URI = "lace://board"
 THREAD_PREFIX = "lace://thread/"
 RESOURCE_EVENTS = 500
@@ -70,7 +67,6 @@ class BoardServer:
         self._starting = asyncio.Lock()
         self._sending: set[asyncio.Task[None]] = set()
         self._subscribed: dict[str, set[ServerSession]] = {}
-        self.progress_every_s = PROGRESS_S
         runtime.subscribe(self._announce)
         self.server: Server[Any] = Server(
             "lace", version=__version__, title="lace task board", instructions=INSTRUCTIONS,
@@ -118,13 +114,14 @@ class BoardServer:
         their clock on it)."""
         try:
             session_id = await self._session_for(name, arguments)
-            context = self.runner.human_context(session_id)
-            if name == TaskWait.name:
-                tool = self.runner.registry.parse(name, arguments)
-                assert isinstance(tool, TaskWait)
-                await self._wait(tool, context, progress)
         except LaceError as error:
             return ToolResult.failure(error)
+
+        async def report(waited: float, most: float) -> None:
+            if progress is not None:
+                await progress(waited, most, f"waited {waited:.0f} s")
+
+        context = dataclasses.replace(self.runner.human_context(session_id), progress=report)
         return await self.runner.call(context, name, arguments)
 
     async def _session_for(self, name: str, arguments: Arguments) -> str:
@@ -141,18 +138,6 @@ class BoardServer:
                     self.runner.human_context(""))
                 self.runtime.serve_session(self.session_id)
             return self.session_id
-
-    async def _wait(self, tool: TaskWait, context: ToolContext,
-                    progress: Progress | None) -> None:
-        """Return once `tool` may answer: its tasks settled, an agent waiting for an approval,
-        or its timeout passed. An unknown task id raises at once."""
-        async def report(waited: float) -> None:
-            if progress is not None:
-                await progress(waited, tool.timeout_s, f"waited {waited:.0f} s")
-
-        await self.runtime.wait_until(lambda tx: tool.over(tx, context), tool.timeout_s,
-                                      every=self.progress_every_s, progress=report,
-                                      poll=POLL_S)
 
     # resources
 

@@ -4,10 +4,8 @@ and the model seam; `lace.runtime.assembly.open_runtime` builds it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -71,33 +69,6 @@ class Runtime:
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction, off the writers' way."""
         return await self.db.read(work)
-
-    async def changed(self, timeout: float) -> None:
-        """Return when the board changed (a commit of this process) or after `timeout`."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self.tools.change_signal().wait()
-
-    async def wait_until(self, over: Callable[[Tx], bool], timeout: float, *,
-                         every: float = 5.0,
-                         progress: Callable[[float], Awaitable[None]] | None = None,
-                         poll: float = 0.5) -> bool:
-        """Wait until `over` holds on the board (checked on each change, and every `poll`
-        seconds for other processes' commits), or `timeout` seconds passed; `progress` is told
-        the seconds waited every `every` seconds. Whether `over` held."""
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        deadline, next_report = began + timeout, began + every
-        while not await self.db.read(over):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            if loop.time() >= next_report:
-                next_report = loop.time() + every
-                if progress is not None:
-                    await progress(loop.time() - began)
-            await self.changed(min(poll, remaining, max(0.0, next_report - loop.time())))
-        return True
 
     def offering(self, registry: ToolRegistry) -> ToolRunner:
         """The tool path of this runtime offering only `registry`'s tools (the MCP server

@@ -38,8 +38,10 @@ from lace.runtime.tool_calls import (
 from lace.store import Store, Tx
 from lace.store.leases import fenced
 from lace.tools.base import (
+    BoardCondition,
     CommitWork,
     ModelCheck,
+    Progress,
     ToolContext,
     ToolError,
     ToolResult,
@@ -53,11 +55,25 @@ from lace.tools.registry import ToolRegistry
 from lace.tools.workspace import Workspace, WorkspaceTool
 
 POLL_S = 0.5
+"""How often a waiting call looks at the board (other processes' commits are not signalled)."""
+PROGRESS_S = 5.0
 Arguments = str | dict[str, Any] | None
 Recorded = EventAppended | None
 T = TypeVar("T")
 UNCONFIGURED = ToolSettings()
 """The policy of a runtime with no approvals (each tool's default)."""
+
+
+class BoardChanges:
+    """The signal of the board's next change: an event set, then replaced, at each change."""
+
+    def __init__(self) -> None:
+        self.next = asyncio.Event()
+
+    def changed(self) -> None:
+        """Wake everything waiting for the next change."""
+        self.next.set()
+        self.next = asyncio.Event()
 
 
 @dataclass
@@ -81,7 +97,11 @@ class ToolRunner:
     those it was given."""
     waited: dict[str, float] = field(default_factory=dict)
     """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    progress_every_s: float = PROGRESS_S
+    """How often a waiting call tells its `progress` (`ToolContext.progress`) it still waits."""
+    changes: BoardChanges = field(default_factory=lambda: BoardChanges())
+    """Told of every change this process commits; shared by the runners of one runtime
+    (`Runtime.offering`), so a call waiting in one hears the changes the others made."""
 
     def __post_init__(self) -> None:
         check_python_tools(self.python_tools, self.registry.names())
@@ -111,7 +131,8 @@ class ToolRunner:
                            limits=self.limits, budgets=self.budgets, lease=lease,
                            workspace=None if self.workspace is None else self.workspace.folder,
                            workspace_settings=self.workspace_settings,
-                           python_tools=tuple(self.python_tools), commit_work=commit_work)
+                           python_tools=tuple(self.python_tools), commit_work=commit_work,
+                           wait_until=self.wait_until)
 
     async def write(self, context: ToolContext, work: Callable[[Tx], T]) -> T:
         """A write for this caller: for an agent, only while its turn's lease holds."""
@@ -119,12 +140,32 @@ class ToolRunner:
 
     def changed(self) -> None:
         """Something on the board changed: let every waiting tool look again."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self.changes.changed()
 
     def change_signal(self) -> asyncio.Event:
         """The event the next change sets."""
-        return self._changed
+        return self.changes.next
+
+    async def wait_until(self, over: BoardCondition, timeout_s: float,
+                         progress: Progress | None = None) -> bool:
+        """Wait until `over` holds on the board or `timeout_s` passed: looked at again after
+        each change this process commits, and every POLL_S for other processes' commits;
+        `progress` is told the seconds waited every PROGRESS_S. Whether `over` held."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        deadline, next_report = began + timeout_s, began + self.progress_every_s
+        while not await self.db.read(over):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if progress is not None and loop.time() >= next_report:
+                next_report = loop.time() + self.progress_every_s
+                await progress(loop.time() - began, timeout_s)
+            until_report = max(0.0, next_report - loop.time()) if progress else remaining
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(POLL_S, remaining, until_report)):
+                    await self.changes.next.wait()
+        return True
 
     async def definitions(self, agent: Agent, *, can_spawn: bool) -> list[dict[str, Any]]:
         """The function definitions of an agent's tools: lace's, its Python tools, then those
@@ -240,14 +281,8 @@ class ToolRunner:
         """Wait for the tasks of a waiting call, then take its answer and record it (with the
         notices of those tasks consumed) in one transaction; to publish."""
         began = time.monotonic()
-        deadline = began + self.limits.delegate_timeout_s
-        while not await self.db.read(lambda tx: settled(tx, wait.task_ids)):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(POLL_S, remaining)):
-                    await self._changed.wait()
+        await self.wait_until(lambda tx: settled(tx, wait.task_ids),
+                              self.limits.delegate_timeout_s)
         self.waited[context.thread_id] = self.waited.get(context.thread_id, 0.0) + \
             time.monotonic() - began
 

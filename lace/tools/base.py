@@ -26,6 +26,15 @@ CommitWork = Callable[[str, str, str], Awaitable[str]]
 committed there (the runtime's `with_committed_work`)."""
 
 
+BoardCondition = Callable[[Tx], bool]
+Progress = Callable[[float, float], Awaitable[None]]
+"""Told the seconds a call has waited so far and the most it waits (a client that times calls
+out resets its clock on it)."""
+WaitUntil = Callable[[BoardCondition, float, "Progress | None"], Awaitable[bool]]
+"""`(over, timeout_s, progress)` → whether `over` held on the board before the timeout (the
+runtime's `ToolRunner.wait_until`)."""
+
+
 def no_model_check(_provider: str, _model: str) -> str | None:
     """A model check that accepts everything (for contexts with no LLM at all)."""
     return None
@@ -53,6 +62,10 @@ class ToolContext:
     """The Python tools of this process (the person may hand them to a helper)."""
     commit_work: CommitWork | None = None
     """Commits a helper's worktree before it completes its task (an agent's calls only)."""
+    wait_until: WaitUntil | None = None
+    """Waits for a condition on the board (None with no runtime: the call answers at once)."""
+    progress: Progress | None = None
+    """Told how long a waiting call has waited (the MCP server's clients)."""
 
 
 @dataclass(frozen=True)

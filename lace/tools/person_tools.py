@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Approval, Event, Task, Thread
 from lace.core.tasks import ACTIVE_STATUSES
@@ -124,6 +125,20 @@ class TaskWait(Tool):
         """Whether the wait can end: no task is still open without an approval waiting."""
         return all(task.status not in ACTIVE_STATUSES or waiting_approvals(tx, task)
                    for task in self.tasks(tx, context))
+
+    async def prepared(self, context: ToolContext) -> TaskWait:
+        """Wait (with a runtime) until the wait can end or timeout_s passes; an unknown task
+        id ends it at once, so the call's own error comes back."""
+        if context.wait_until is not None:
+            await context.wait_until(lambda tx: self._over_or_refused(tx, context),
+                                     self.timeout_s, context.progress)
+        return self
+
+    def _over_or_refused(self, tx: Tx, context: ToolContext) -> bool:
+        try:
+            return self.over(tx, context)
+        except LaceError:
+            return True
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         return "\n\n".join(wait_block(tx, task) for task in self.tasks(tx, context))
