@@ -105,7 +105,6 @@ def open_socket(listen: Listen) -> Listening:
 async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
                  session_id: str | None, listening: Listening | None) -> int:
     from lace.cli.mcp_board import BoardServer
-    from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
@@ -114,7 +113,7 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, main.cancel)
     client = model_client()
-    supervisor = new_supervisor(args, store, settings, client, feed=change_feed(store),
+    supervisor = new_supervisor(args, store, settings, client, feed=store.database.change_feed(),
                                 share_work=True, sessions={session_id} if session_id else set())
     board = BoardServer(supervisor, session_id)
 

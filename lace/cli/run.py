@@ -115,7 +115,6 @@ def new_supervisor(args: argparse.Namespace, store: Store, settings: Settings,
 
 async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any) -> int:
     from lace.cli.worker import Workers
-    from lace.runtime.worker import change_feed
 
     # A thread that never returns (a tool stuck in a system call) must not keep the process
     # alive after a timeout or Ctrl+C: asyncio.run and Python's exit wait for pool threads.
@@ -125,7 +124,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
     workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
-    sharing = {"feed": change_feed(store), "share_work": True} if workers_wanted else {}
+    sharing = {"feed": store.database.change_feed(), "share_work": True} if workers_wanted else {}
     supervisor = new_supervisor(args, store, settings, model_client(), **sharing)
     workers = Workers()
     try:

@@ -15,7 +15,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from lace.config import Settings
 from lace.core.agents import HELD_STATUSES
@@ -35,6 +35,7 @@ from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Store, Tx
+from lace.store.engines import ChangeFeed, Polling
 from lace.store.failures import storage_error
 from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ModelCheck, ToolResult, no_model_check
@@ -50,47 +51,6 @@ claims the thread itself (if it is still unclaimed: no thread waits on a process
 comes)."""
 BUSY = (*HELD_STATUSES, "interrupted")
 """An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
-
-
-class ChangeFeed(Protocol):
-    """How a process hears that other processes committed rows: SQLite changes `PRAGMA
-    data_version` (`lace.runtime.worker.SQLiteChanges`); PostgreSQL would LISTEN for a
-    NOTIFY. `Polling` hears nothing and only waits."""
-
-    async def wait(self, timeout: float) -> None:
-        """Return once the database may have changed, or `notify` was called, or after
-        `timeout` seconds."""
-
-    def notify(self) -> None:
-        """Make `wait` return now: this process wants another look."""
-
-    def close(self) -> None:
-        """Release what the feed holds."""
-
-
-class Polling:
-    """The feed of a process that runs its sessions alone: no news, a look every timeout."""
-
-    def __init__(self) -> None:
-        self._told = asyncio.Event()
-
-    async def _nap(self, timeout: float) -> bool:
-        """Sleep `timeout` seconds or until notified; whether it was notified."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._told.wait()
-        told = self._told.is_set()
-        self._told.clear()
-        return told
-
-    async def wait(self, timeout: float) -> None:
-        await self._nap(timeout)
-
-    def notify(self) -> None:
-        self._told.set()
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:

@@ -137,9 +137,7 @@ class LaceApp(App[None]):
 
     async def _follow_changes(self) -> None:
         """Mark a refresh whenever the database changed, and every REFRESH_S at the latest."""
-        from lace.runtime.worker import change_feed
-
-        feed = change_feed(self.runtime.store)
+        feed = self.runtime.store.database.change_feed()
         try:
             while True:
                 await feed.wait(REFRESH_S)
