@@ -14,6 +14,7 @@ from lace.cli.board import open_store, print_json, say
 from lace.cli.outcome import EXIT_QUIET, read_outcome
 from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
+from lace.core.agents import CUT_OFF_STATUSES
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
@@ -152,7 +153,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
             await supervisor.stop()
             await workers.stop()
             cut = await supervisor.db.read(
-                lambda tx: tx.count_agents_in(root_id, ("interrupted",)))
+                lambda tx: tx.count_agents_in(root_id, CUT_OFF_STATUSES))
             print(f"lace: timed out after {args.timeout}s; {cut} turn(s) marked interrupted; "
                   f"resume with lace run --continue {root_id}", file=sys.stderr)
             return EXIT_TIMEOUT

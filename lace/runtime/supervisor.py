@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lace.config import Settings
-from lace.core.agents import HELD_STATUSES
+from lace.core.agents import BUSY_STATUSES, HELD_STATUSES
 from lace.core.assignee import HUMAN, parse_model
 from lace.core.effects import Effects
 from lace.core.errors import StorageError
@@ -49,8 +49,6 @@ DEFER_S = 0.1
 """How long a process at its share of the turns leaves a woken thread for the others before it
 claims the thread itself (if it is still unclaimed: no thread waits on a process that never
 comes)."""
-BUSY = (*HELD_STATUSES, "interrupted")
-"""An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
 
 
 def _resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
@@ -85,7 +83,7 @@ def quiet(tx: Tx, root_id: str) -> bool:
     """Whether a session is done as far as the database tells: no runnable inbox row waits
     and no agent of it is running, waiting or interrupted in any process (`lace run` with
     workers, `lace wait`)."""
-    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY)
+    return not tx.runnable_threads(root_id) and not tx.count_agents_in(root_id, BUSY_STATUSES)
 
 
 @dataclass
@@ -239,7 +237,7 @@ class Supervisor:
     async def _take_over(self) -> None:
         """Resume the cut-off agents of every session served (serving all: of every session
         with agents running, waiting or interrupted)."""
-        roots = sorted(await self.db.read(lambda tx: tx.sessions_with_agents_in(BUSY))
+        roots = sorted(await self.db.read(lambda tx: tx.sessions_with_agents_in(BUSY_STATUSES))
                        if self.serve_all else self.sessions)
         for root_id in roots:
             await self.resume(root_id)

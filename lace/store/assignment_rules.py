@@ -15,7 +15,7 @@ from lace.core.effects import Spawned
 from lace.core.errors import NotFoundError, PermissionDeniedError, SpawnRefusedError
 from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan, SpawnLimits, Task
-from lace.core.tasks import ACTIVE_STATUSES, check_transition
+from lace.core.tasks import ACTIVE_STATUSES, STALLED_STATUSES, check_transition
 from lace.store.dependencies import DependencyRows
 from lace.store.worktree_rows import WorktreeRows
 
@@ -211,7 +211,7 @@ class AssignmentRules(DependencyRows, WorktreeRows):
         if blocker.status == "completed":
             for task_id in self.satisfy_edges(blocker.id):
                 self.release(task_id)
-        elif blocker.status in ("blocked", "archived"):
+        elif blocker.status in STALLED_STATUSES:
             stuck: dict[str, list[Task]] = {}
             for dependent in self.waiting_on(blocker.id):
                 stuck.setdefault(dependent.created_by, []).append(dependent)
