@@ -1,7 +1,7 @@
-"""`lace worker` and `lace run --workers N`: real processes on one SQLite file. A worker runs
-sessions other processes wrote (new ones too); workers share agents without running one twice;
-a worker killed mid-turn is taken over once its lease runs out; SIGTERM interrupts its turns
-cleanly; a run's workers share its fan-out and never outlive it."""
+"""`lace worker` and `lace run --workers N`: real processes on one database (SQLite or
+PostgreSQL). A worker runs sessions other processes wrote (new ones too); workers share agents
+without running one twice; a worker killed mid-turn is taken over once its lease runs out;
+SIGTERM interrupts its turns cleanly; a run's workers share its fan-out and never outlive it."""
 
 from __future__ import annotations
 
