@@ -143,6 +143,7 @@ def test_background_children_are_gone_when_lace_exits_mid_call(tmp_path: Path,
     script = textwrap.dedent("""
         import asyncio, sys, threading, time
         from pathlib import Path
+        from lace.tools import process_groups
         from lace.tools.registry import ToolRegistry
 
         tool = ToolRegistry().parse("bash", {"command": sys.argv[1]})
@@ -151,6 +152,8 @@ def test_background_children_are_gone_when_lace_exits_mid_call(tmp_path: Path,
         pids = Path(sys.argv[3])
         while len(pids.read_text().split() if pids.exists() else []) < 3:
             time.sleep(0.02)
+        while not process_groups._live_groups:  # the call's thread noted its group (under
+            time.sleep(0.02)                   # load it may lag behind the command's output)
     """) + LEAVING[leaving]
     command = BACKGROUND.format(pids=pid_file) + f"; echo $$ >> {pid_file}; sleep 300"
     done = subprocess.run([sys.executable, "-c", script, command, str(tmp_path), str(pid_file)],
