@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from lace.core.errors import InvalidTransitionError
 from lace.runtime.database import MAX_BATCH, AsyncStore
 from lace.store import Store, Tx
-from lace.store.postgres import CHANNEL, WRITE_LOCK
+from lace.store.engines.postgresql import CHANNEL, WRITE_LOCK
 from tests.conftest import is_postgres, new_session, query
 
 pytestmark = pytest.mark.both_engines

@@ -127,13 +127,23 @@ async def test_background_children_are_gone_after_a_timeout(tmp_path: Path) -> N
     await all_gone(await pids_written(pid_file, 2))
 
 
-def test_background_children_are_gone_when_lace_exits_mid_call(tmp_path: Path) -> None:
+LEAVING = {
+    "sys.exit": "sys.exit(0)",
+    "the lace script": "import lace.__main__ as script; script.main = lambda: 0; script.entry()",
+}
+"""How a process leaves: by Python's exit (`atexit` runs), or as `lace` does (`os._exit`)."""
+
+
+@pytest.mark.parametrize("leaving", LEAVING)
+def test_background_children_are_gone_when_lace_exits_mid_call(tmp_path: Path,
+                                                               leaving: str) -> None:
     """The call runs on a loop in a daemon thread (as a tool thread stuck at exit would); the
-    interpreter exits under it, so no `finally` of the call runs."""
+    process exits under it, so no `finally` of the call runs."""
     pid_file = tmp_path / "pids"
     script = textwrap.dedent("""
         import asyncio, sys, threading, time
         from pathlib import Path
+        from lace.tools import process_groups
         from lace.tools.registry import ToolRegistry
 
         tool = ToolRegistry().parse("bash", {"command": sys.argv[1]})
@@ -142,8 +152,9 @@ def test_background_children_are_gone_when_lace_exits_mid_call(tmp_path: Path) -
         pids = Path(sys.argv[3])
         while len(pids.read_text().split() if pids.exists() else []) < 3:
             time.sleep(0.02)
-        sys.exit(0)
-    """)
+        while not process_groups._live_groups:  # the call's thread noted its group (under
+            time.sleep(0.02)                   # load it may lag behind the command's output)
+    """) + LEAVING[leaving]
     command = BACKGROUND.format(pids=pid_file) + f"; echo $$ >> {pid_file}; sleep 300"
     done = subprocess.run([sys.executable, "-c", script, command, str(tmp_path), str(pid_file)],
                           capture_output=True, text=True, timeout=60, check=False)

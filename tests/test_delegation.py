@@ -1,5 +1,5 @@
 """Delegation: delegate, spawn and spawn_await, profiles, tools that only shrink, and limits,
-through litellm into scripted models, on a real SQLite file."""
+through litellm into scripted models, on a real database (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 

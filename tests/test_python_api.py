@@ -96,7 +96,8 @@ def test_a_fan_out_to_new_helpers_counts_every_call(
         result.session_id, *(f"{result.session_id}.{n}" for n in (1, 2, 3))]
     (calls, tokens_in, tokens_out), = query(
         str(db), "SELECT COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM llm_calls")
-    assert calls > 3 * 3  # every helper's calls are in it, not only the root's
+    per_thread = query(str(db), "SELECT thread_id, COUNT(*) FROM llm_calls GROUP BY thread_id")
+    assert len(per_thread) == 4  # the root's calls and every helper's are in it
     assert (result.usage.calls, result.usage.input_tokens, result.usage.output_tokens) == \
         (calls, tokens_in, tokens_out)
     done = query(str(db), "SELECT COUNT(*) FROM tasks WHERE status = 'completed'")

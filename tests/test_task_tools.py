@@ -1,4 +1,4 @@
-"""The six task tools end to end against a real SQLite file, including every kind of bad input."""
+"""The six task tools end to end against a real database (SQLite and PostgreSQL), bad input too."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""`lace worker` and `lace run --workers N`: real processes on one SQLite file. A worker runs
-sessions other processes wrote (new ones too); workers share agents without running one twice;
-a worker killed mid-turn is taken over once its lease runs out; SIGTERM interrupts its turns
-cleanly; a run's workers share its fan-out and never outlive it."""
+"""`lace worker` and `lace run --workers N`: real processes on one database (SQLite or
+PostgreSQL). A worker runs sessions other processes wrote (new ones too); workers share agents
+without running one twice; a worker killed mid-turn is taken over once its lease runs out;
+SIGTERM interrupts its turns cleanly; a run's workers share its fan-out and never outlive it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import pytest
 from lace.core.assignee import HUMAN
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.runtime.worker import SQLiteChanges
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
 from tests.processes import MANY_PROMPT, final_board, lace_env
@@ -104,7 +103,7 @@ def turn_in_model_call(db: Path, root_id: str) -> str:
 
 async def test_the_sqlite_feed_hears_commits_of_other_connections_and_notify(
         store: Store, db_path: Path) -> None:
-    feed = SQLiteChanges(store)
+    feed = store.database.change_feed()
     try:
         waiting = asyncio.create_task(feed.wait(600))
         await asyncio.sleep(0.1)

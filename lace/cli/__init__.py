@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="lace", parents=[common],
         description="A task board for LLM agents: tasks, threads and spawned helpers in one "
-                    "SQLite file.")
+                    "database (SQLite or PostgreSQL).")
     parser.add_argument("--version", action="version", version=f"lace {__version__}")
     parser.add_argument("--continue", dest="continue_thread", nargs="?", const="latest",
                         metavar="THREAD_ID",

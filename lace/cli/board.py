@@ -13,8 +13,9 @@ from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.text import printable, printable_json, valid_text
 from lace.runtime.board import NO_SESSION, Board, person_context
-from lace.store import Store, open_database, postgres, resolve_db_url
-from lace.store.db import sqlite_path, upgrade
+from lace.store import Store, open_database, resolve_db_url
+from lace.store.db import upgrade
+from lace.store.engines import engine_for
 from lace.tools.base import ToolContext
 from lace.tools.person_tools import agent_line, event_text, in_tree_order
 from lace.tools.registry import ToolRegistry
@@ -202,8 +203,7 @@ def db_upgrade(args: argparse.Namespace) -> int:
 
 def shown_database(url: str) -> str:
     """A SQLite file as its path; a server's URL without its password."""
-    path = sqlite_path(url)
-    return str(path) if path else postgres.shown(url)
+    return engine_for(url).shown()
 
 
 def db_path(args: argparse.Namespace) -> int:

@@ -80,8 +80,12 @@ def add_workspace_flags(parser: argparse.ArgumentParser) -> None:
                         help="deny every tool that writes (file_write, file_edit, bash)")
 
 
-def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    """Add every subcommand to `subparsers`."""
+Add = Callable[[str, str, str], argparse.ArgumentParser]
+"""Adds a command: its name, its help (also its description) and its handler's `module:function`."""
+
+
+def _adder(subparsers: Any, common: argparse.ArgumentParser) -> Add:
+    """How commands are added to `subparsers`, each with the flags of `common`."""
 
     def add(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -89,6 +93,24 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=lazy(target))
         return parser
 
+    return add
+
+
+def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add every subcommand to `subparsers`, in the order `lace --help` lists them."""
+    add = _adder(subparsers, common)
+    _add_running_commands(add)
+    _add_approval_commands(add)
+    _add_lifetime_commands(add, common)
+    _add_reading_commands(add)
+    _add_task_commands(add, common)
+    _add_mcp_commands(add, common)
+    _add_worktree_commands(add, common)
+    _add_database_commands(add, common)
+
+
+def _add_running_commands(add: Add) -> None:
+    """run, wait, worker and web: the processes that run agents (or wait for them)."""
     run = add("run", "Start a session with PROMPT (or continue one) and run its agents until "
                      "they are quiet.", "lace.cli.run:run_command")
     run.add_argument("prompt", nargs="?", help="what the root agent should do")
@@ -151,6 +173,9 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                        help="each page reopens the last session (or THREAD_ID's)")
     add_workspace_flags(serve)
 
+
+def _add_approval_commands(add: Add) -> None:
+    """approve, deny and approvals: answering the tool calls agents wait on."""
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")
     approve.add_argument("approval_id", type=_row_id, metavar="ID")
@@ -164,6 +189,9 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     approvals.add_argument("--full", action="store_true",
                            help="print each request's arguments whole, however long")
 
+
+def _add_lifetime_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """stop, resume and session end."""
     stop = add("stop", "Stop an agent and its whole subtree (their open tasks are blocked).",
                "lace.cli.lifetime:stop_command")
     stop.add_argument("thread_id", metavar="THREAD_ID")
@@ -184,6 +212,9 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     end.add_argument("root_id", metavar="ROOT_ID")
     end.add_argument("--reason", default="ended by the person")
 
+
+def _add_reading_commands(add: Add) -> None:
+    """tasks, threads, cost, export, import and show: the board read (and carried) by hand."""
     tasks = add("tasks", "Print the task board of a session (open tasks unless --all).",
                 "lace.cli.board:tasks_command")
     tasks.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
@@ -220,17 +251,15 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     show.add_argument("thread_id", metavar="THREAD_ID")
     show.add_argument("--json", action="store_true", help="print JSON")
 
+
+def _add_task_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """task add, note and complete: the board written as the person."""
     task = add("task", "Act on the board as the person (actor 'human').",
                "lace.cli.board:task_help_command")
     task_actions = task.add_subparsers(dest="task_command", metavar="ACTION",
                                        parser_class=type(task))
 
-    def add_task_action(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = task_actions.add_parser(
-            name, help=help_text, description=help_text, parents=[common])
-        parser.set_defaults(handler=lazy(target))
-        return parser
-
+    add_task_action = _adder(task_actions, common)
     task_add = add_task_action("add", "Create a task (in the latest session unless --session).",
                                "lace.cli.board:task_add_command")
     task_add.add_argument("title")
@@ -255,6 +284,9 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     task_complete.add_argument("task_id")
     task_complete.add_argument("message")
 
+
+def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """mcp list and mcp serve."""
     mcp = add("mcp", "The Model Context Protocol: the servers agents use (list) and the board "
               "served to MCP clients (serve).", "lace.cli.mcp_list:mcp_help_command")
     mcp_actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION",
@@ -289,6 +321,9 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
                        help="let --http listen on an address other machines can reach")
     add_workspace_flags(serve)
 
+
+def _add_worktree_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """merge, worktrees and worktrees prune: the helpers' git worktrees."""
     merge = add("merge", "Merge a helper's worktree branch (lace/THREAD_ID) into the branch it "
                          "started from; a conflict changes nothing.",
                 "lace.cli.worktrees:merge_command")
@@ -310,15 +345,16 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     prune.add_argument("--force", action="store_true",
                        help="remove them all, unmerged work too (it is deleted)")
 
+
+def _add_database_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """db upgrade and db path."""
     database = add("db", "Database maintenance.", "lace.cli.board:db_help_command")
     db_actions = database.add_subparsers(dest="db_command", metavar="ACTION",
                                          parser_class=type(database))
-    for name, help_text, target in (
-        ("upgrade", "Migrate the database to the newest schema.", "lace.cli.board:db_upgrade"),
-        ("path", "Print which database lace uses.", "lace.cli.board:db_path"),
-    ):
-        db_actions.add_parser(name, help=help_text, description=help_text,
-                              parents=[common]).set_defaults(handler=lazy(target))
+    add_db_action = _adder(db_actions, common)
+    add_db_action("upgrade", "Migrate the database to the newest schema.",
+                  "lace.cli.board:db_upgrade")
+    add_db_action("path", "Print which database lace uses.", "lace.cli.board:db_path")
 
 
 EXAMPLES: dict[str, tuple[str, ...]] = {

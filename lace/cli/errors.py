@@ -20,10 +20,11 @@ STORAGE_HINT = ("free space or fix the disk, then run the command again (lace ru
 
 def _database_file(args: argparse.Namespace) -> str:
     """The file the command used, for messages ("the database" when it cannot be told)."""
-    from lace.store.db import resolve_db_url, sqlite_path
+    from lace.store.db import resolve_db_url
+    from lace.store.engines import engine_for
 
     try:
-        path = sqlite_path(resolve_db_url(getattr(args, "db", None)))
+        path = engine_for(resolve_db_url(getattr(args, "db", None))).path
     except LaceError:
         return "the database"
     return str(path) if path else "the database"
@@ -50,7 +51,7 @@ def _without_password(text: str, args: argparse.Namespace) -> str:
     import sqlalchemy as sa
 
     from lace.store.db import resolve_db_url
-    from lace.store.postgres import passwords
+    from lace.store.engines.postgresql import passwords
 
     try:
         secrets = passwords(resolve_db_url(getattr(args, "db", None)))

@@ -107,7 +107,6 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
                  session_id: str | None, listening: Listening | None) -> int:
     from lace.cli.mcp_board import BoardServer
     from lace.runtime import Sharing
-    from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
@@ -117,7 +116,7 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
         loop.add_signal_handler(signum, main.cancel)
     client = model_client()
     runtime = new_runtime(args, store, settings, client, Sharing(
-        feed=change_feed(store), share_work=True,
+        feed=store.database.change_feed(), share_work=True,
         sessions=frozenset({session_id} if session_id else ())))
     board = BoardServer(runtime, session_id)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from lace.cli.board import open_store, print_json, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
+from lace.core.agents import CUT_OFF_STATUSES
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
@@ -116,7 +117,6 @@ def new_runtime(args: argparse.Namespace, store: Store, settings: Settings,
 async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any) -> int:
     from lace.cli.worker import Workers
     from lace.runtime import Sharing
-    from lace.runtime.worker import change_feed
 
     # A thread that never returns (a tool stuck in a system call) must not keep the process
     # alive after a timeout or Ctrl+C: asyncio.run and Python's exit wait for pool threads.
@@ -126,7 +126,8 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
     workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
-    sharing = Sharing(feed=change_feed(store), share_work=True) if workers_wanted else None
+    sharing = Sharing(feed=store.database.change_feed(), share_work=True) if workers_wanted \
+        else None
     runtime = new_runtime(args, store, settings, model_client(), sharing)
     workers = Workers()
     try:
@@ -154,7 +155,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
             await runtime.stop()
             await workers.stop()
             cut = await runtime.read(
-                lambda tx: tx.agents.count_in(root_id, ("interrupted",)))
+                lambda tx: tx.agents.count_in(root_id, CUT_OFF_STATUSES))
             print(f"lace: timed out after {args.timeout}s; {cut} turn(s) marked interrupted; "
                   f"resume with lace run --continue {root_id}", file=sys.stderr)
             return EXIT_TIMEOUT

@@ -12,21 +12,20 @@ from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.core.errors import NotFoundError
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.store import Store
-from lace.store.db import resolve_db_url, sqlite_path
-from lace.store.postgres import shown
-from lace.store.revisions import check_existing_server
+from lace.store.db import resolve_db_url
+from lace.store.engines import engine_for
 
 EXIT_INTERRUPTED = 130
 
 
 def wait_command(args: argparse.Namespace) -> int:
     """Check the session exists (writing nothing), wait for it, and report it."""
-    url = resolve_db_url(getattr(args, "db", None))
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        raise NotFoundError(f"Unknown session {args.session!r}: there is no database at {path}.")
-    if path is None and check_existing_server(url) is None:  # empty: migrating would write
-        raise NotFoundError(f"Unknown session {args.session!r}: {shown(url)} holds no lace "
+    engine = engine_for(resolve_db_url(getattr(args, "db", None)))
+    if engine.path is not None and not engine.path.exists():
+        raise NotFoundError(f"Unknown session {args.session!r}: there is no database at "
+                            f"{engine.path}.")
+    if engine.existing_revision() is None:  # empty: migrating would write
+        raise NotFoundError(f"Unknown session {args.session!r}: {engine.shown()} holds no lace "
                             "board.")
     store = open_store(args)
     try:
@@ -50,11 +49,10 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None) -> bool
     commit, and at least as often as a worker looks for runnable threads."""
     from lace.runtime.scheduler import POLL_S
     from lace.runtime.sessions import quiet
-    from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
-    feed = change_feed(store)
+    feed = store.database.change_feed()
     told = False
     try:
         while True:

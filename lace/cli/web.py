@@ -19,7 +19,7 @@ from lace.cli.run import workspace_of
 from lace.cli.tui import build_app
 from lace.core.errors import LaceError
 from lace.store import resolve_db_url
-from lace.store.postgres import passwords
+from lace.store.engines.postgresql import passwords
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 

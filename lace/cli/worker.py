@@ -37,7 +37,6 @@ def worker_command(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
                  roots: list[str]) -> int:
     from lace.runtime import Sharing
-    from lace.runtime.worker import change_feed
 
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
@@ -57,7 +56,7 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
         client = model_client()  # its SDK imported before this process takes agents
         await asyncio.to_thread(client.warm_up, litellm_too=False)
         runtime = new_runtime(args, store, settings, client, Sharing(
-            feed=change_feed(store), share_work=True, sessions=frozenset(roots),
+            feed=store.database.change_feed(), share_work=True, sessions=frozenset(roots),
             serve_all=not roots, max_agents=args.max_agents))
         try:
             print(f"lace worker {runtime.process_id[:8]} (pid {os.getpid()}) runs the agents "

@@ -9,6 +9,7 @@ import sys
 from dataclasses import asdict
 
 from lace.cli.board import human_context, open_store, print_json, say
+from lace.core.agents import HALTED_STATUSES
 from lace.core.errors import LaceError
 from lace.core.ids import is_thread_id, root_of
 from lace.core.tasks import ACTIVE_STATUSES
@@ -21,7 +22,7 @@ def helper_working(tx: Tx, worktree: Worktree) -> bool:
     """Whether the worktree's helper may still write in it: its task is open and it is not
     stopped or failed."""
     agent = tx.agents.find(worktree.thread_id)
-    if agent is None or agent.status in ("stopped", "error"):
+    if agent is None or agent.status in HALTED_STATUSES:
         return False
     task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
     return task is not None and task.status in ACTIVE_STATUSES

@@ -11,7 +11,13 @@ AGENT_TYPES: Final[tuple[str, ...]] = get_args(AgentType)
 
 HELD_STATUSES: Final = ("running", "waiting")
 """A process is in the middle of this agent's turn (and holds its lease)."""
-NOT_RUNNABLE: Final = ("stopped", "error", *HELD_STATUSES)
+CUT_OFF_STATUSES: Final = ("interrupted",)
+"""A turn was cut off (lace stopped mid-turn); the agent resumes on the next run."""
+BUSY_STATUSES: Final = (*HELD_STATUSES, *CUT_OFF_STATUSES)
+"""An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
+HALTED_STATUSES: Final = ("stopped", "error")
+"""Stopped or failed: no turn starts until a person resumes the agent."""
+NOT_RUNNABLE: Final = (*HALTED_STATUSES, *HELD_STATUSES)
 """No new turn may start: stopped or failed (until resumed), or a turn is under way."""
-RESUMABLE_STATUSES: Final = ("stopped", "error", "interrupted")
+RESUMABLE_STATUSES: Final = (*HALTED_STATUSES, *CUT_OFF_STATUSES)
 """A person (or `resume_agent`) can set the agent going again."""

@@ -10,6 +10,8 @@ from lace.core.worktrees import WorktreeOrigin
 EVENT_TYPES: Final = ("system_prompt", "user_message", "agent_message", "tool_call", "tool_result",
                       "notification", "error")
 APPROVAL_STATUSES: Final = ("pending", "approved", "approved_session", "denied")
+APPROVED_STATUSES: Final = ("approved", "approved_session")
+"""The person allowed the call (this once, or for the rest of the session)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,10 @@ PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
 ACTIVE_STATUSES: Final = ("pending", "in_progress")
 """Work still to be done by someone: a wait on such a task goes on."""
 OPEN_STATUSES: Final = (*ACTIVE_STATUSES, "blocked")
+FINISHED_STATUSES: Final = ("completed", "archived")
+"""Nothing more will be done: a task that waits on it no longer waits."""
+STALLED_STATUSES: Final = ("blocked", "archived")
+"""Will not be completed as things stand: whoever waits on it is told so."""
 PRIORITY_RANK: Final = {"high": 0, "medium": 1, "low": 2}
 STATUS_SYMBOL: Final = {
     "pending": "○",

@@ -14,7 +14,7 @@ from lace.config import Policy, ToolSettings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
-from lace.core.records import Approval, Lease
+from lace.core.records import APPROVED_STATUSES, Approval, Lease
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import ApprovalRequested, EventBus
 from lace.store import Tx
@@ -76,7 +76,7 @@ class Approvals:
         self.bus.publish(ApprovalRequested(approval_id, thread_id, tool, arguments_shown))
         approval = await self._decision(approval_id)
         await self.db.write(fenced(lease, lambda tx: tx.agents.set_status(thread_id, "running")))
-        if approval.status in ("approved", "approved_session"):
+        if approval.status in APPROVED_STATUSES:
             return None
         who = "the person" if approval.decided_by == HUMAN else approval.decided_by
         return (f"Denied by {who} (approval #{approval_id}): you may not run {tool} with these "

@@ -15,11 +15,12 @@ from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, Warned
 from lace.runtime.facade import Runtime
-from lace.runtime.scheduler import ChangeFeed, Polling, Scheduler
+from lace.runtime.scheduler import Scheduler
 from lace.runtime.sessions import place_of
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turns import TurnRunner
 from lace.store import Store
+from lace.store.engines import ChangeFeed, Polling
 from lace.tools.base import ModelCheck, no_model_check
 from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers

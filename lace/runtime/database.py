@@ -1,8 +1,8 @@
-"""The store driven from asyncio, without ever making the event loop wait on SQLite's lock.
+"""The store driven from asyncio, without ever making the event loop wait on the write lock.
 
 Writes asked for in the same turn of the event loop commit together: each runs in its own
 SAVEPOINT (so one that fails undoes only itself), and all of them in one transaction, whose
-COMMIT (the costly part: writing the changed pages to the WAL) is paid once. Every caller
+COMMIT (the costly part: making the changes durable) is paid once. Every caller
 resumes only after that COMMIT, so a write awaited is a write made durable.
 
 A transaction whose lock is free at once runs right on the event loop: lace's transactions are
@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from lace.core.effects import NO_EFFECTS, EffectLog, Effects
 from lace.store import Store, Tx
-from lace.store.db import LockBusyError, driver, is_postgres, raw_transaction
+from lace.store.engines import LockBusyError, driver
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
@@ -96,7 +96,7 @@ def _unless_lost(connection: sa.Connection | None) -> sa.Connection | None:
 
 
 class AsyncStore:
-    """Runs store work on the event loop when SQLite's lock is free, else on a thread."""
+    """Runs store work on the event loop when the write lock is free, else on a thread."""
 
     def __init__(self, store: Store, on_commit: EffectHandler = _ignore) -> None:
         self.store = store
@@ -128,7 +128,7 @@ class AsyncStore:
             asyncio.get_running_loop().call_soon(self._flush)
         try:
             writer = self._writer_connection()
-            with raw_transaction(writer, write=True):
+            with self.store.database.raw_transaction(writer, write=True):
                 outcomes = _run_batch(writer, batch)
         except LockBusyError:  # another process holds the lock: wait for it on the thread
             task = asyncio.ensure_future(self._flush_there(batch))
@@ -154,22 +154,20 @@ class AsyncStore:
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
-        for writers in WAL mode, so reads run here."""
+        for writers (WAL on SQLite, snapshots on PostgreSQL), so reads run here."""
         self._reader = _unless_lost(self._reader)
         if self._reader is None:
             self._reader = self.store.database.engine.connect()
-        with raw_transaction(self._reader, write=False):
+        with self.store.database.raw_transaction(self._reader, write=False):
             return work(Tx(self._reader))
 
     def _writer_connection(self) -> sa.Connection:
         """The loop's connection for writes, which fails at once instead of waiting for the
-        lock. Only BEGIN IMMEDIATE can meet the lock: in WAL mode, a transaction holding the
-        write lock is not blocked again until it ends."""
+        lock (`Engine.fail_fast`)."""
         self._writer = _unless_lost(self._writer)
         if self._writer is None:
             self._writer = self.store.database.engine.connect()
-            if not is_postgres(self._writer.engine):  # PostgreSQL's writers try the lock
-                driver(self._writer).execute("PRAGMA busy_timeout=0")
+            self.store.database.kind.fail_fast(self._writer)
         return self._writer
 
     def close(self) -> None:

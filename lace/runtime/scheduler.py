@@ -13,10 +13,9 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from lace.config import Limits
-from lace.core.agents import HELD_STATUSES
+from lace.core.agents import BUSY_STATUSES, HELD_STATUSES
 from lace.core.effects import Effects
 from lace.core.errors import StorageError
 from lace.core.ids import root_of
@@ -24,10 +23,11 @@ from lace.core.records import Lease, Place
 from lace.llm.types import ModelError
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
-from lace.runtime.sessions import BUSY, quiet, resume_cut_off
+from lace.runtime.sessions import quiet, resume_cut_off
 from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Tx
+from lace.store.engines import ChangeFeed, Polling
 from lace.store.failures import storage_error
 from lace.store.leases import LeaseLostError, fenced
 
@@ -37,47 +37,6 @@ DEFER_S = 0.1
 """How long a process at its share of the turns leaves a woken thread for the others before it
 claims the thread itself (if it is still unclaimed: no thread waits on a process that never
 comes)."""
-
-
-class ChangeFeed(Protocol):
-    """How a process hears that other processes committed rows: SQLite changes `PRAGMA
-    data_version` (`lace.runtime.worker.SQLiteChanges`); PostgreSQL would LISTEN for a
-    NOTIFY. `Polling` hears nothing and only waits."""
-
-    async def wait(self, timeout: float) -> None:
-        """Return once the database may have changed, or `notify` was called, or after
-        `timeout` seconds."""
-
-    def notify(self) -> None:
-        """Make `wait` return now: this process wants another look."""
-
-    def close(self) -> None:
-        """Release what the feed holds."""
-
-
-class Polling:
-    """The feed of a process that runs its sessions alone: no news, a look every timeout."""
-
-    def __init__(self) -> None:
-        self._told = asyncio.Event()
-
-    async def _nap(self, timeout: float) -> bool:
-        """Sleep `timeout` seconds or until notified; whether it was notified."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._told.wait()
-        told = self._told.is_set()
-        self._told.clear()
-        return told
-
-    async def wait(self, timeout: float) -> None:
-        await self._nap(timeout)
-
-    def notify(self) -> None:
-        self._told.set()
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 @dataclass
@@ -183,7 +142,7 @@ class Scheduler:
     async def _take_over(self) -> None:
         """Resume the cut-off agents of every session served (serving all: of every session
         with agents running, waiting or interrupted)."""
-        roots = sorted(await self.db.read(lambda tx: tx.agents.sessions_with(BUSY))
+        roots = sorted(await self.db.read(lambda tx: tx.agents.sessions_with(BUSY_STATUSES))
                        if self.serve_all else self.sessions)
         for root_id in roots:
             await self.resume(root_id)

@@ -6,16 +6,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from lace.core.agents import HELD_STATUSES
+from lace.core.agents import BUSY_STATUSES
 from lace.core.assignee import HUMAN, parse_model
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
 from lace.core.records import Place, Thread
 from lace.core.text import valid_text
 from lace.core.tool_sets import EVERY_TOOL
 from lace.store import Tx
-
-BUSY = (*HELD_STATUSES, "interrupted")
-"""An agent in the middle of a turn somewhere, or cut off and about to be resumed."""
 
 
 def place_of(workspace: Path) -> Place:
@@ -51,4 +48,4 @@ def quiet(tx: Tx, root_id: str) -> bool:
     """Whether a session is done as far as the database tells: no runnable inbox row waits
     and no agent of it is running, waiting or interrupted in any process (`lace run` with
     workers, `lace wait`)."""
-    return not tx.inbox.runnable(root_id) and not tx.agents.count_in(root_id, BUSY)
+    return not tx.inbox.runnable(root_id) and not tx.agents.count_in(root_id, BUSY_STATUSES)

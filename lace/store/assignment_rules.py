@@ -15,7 +15,7 @@ from lace.core.effects import EffectLog, Spawned
 from lace.core.errors import NotFoundError, PermissionDeniedError, SpawnRefusedError
 from lace.core.ids import depth_of, is_thread_id
 from lace.core.records import AgentPlan, NewAgent, SpawnLimits, Task
-from lace.core.tasks import ACTIVE_STATUSES, check_transition
+from lace.core.tasks import ACTIVE_STATUSES, STALLED_STATUSES, check_transition
 from lace.store.agent_rows import AgentRows
 from lace.store.dependencies import EdgeRows
 from lace.store.inbox_rows import InboxRows
@@ -222,7 +222,7 @@ class AssignmentRules:
         if blocker.status == "completed":
             for task_id in self.edges.satisfy(blocker.id):
                 self.release(task_id)
-        elif blocker.status in ("blocked", "archived"):
+        elif blocker.status in STALLED_STATUSES:
             stuck: dict[str, list[Task]] = {}
             for dependent in self.edges.waiting_on(blocker.id):
                 stuck.setdefault(dependent.created_by, []).append(dependent)

@@ -13,6 +13,7 @@ from lace.core.clock import now_iso
 from lace.core.effects import EffectLog
 from lace.core.notifications import WaitedResult
 from lace.core.records import Task
+from lace.core.tasks import FINISHED_STATUSES
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.rows import Rows, record
@@ -70,7 +71,7 @@ class EdgeRows(Rows):
         rows = self._execute(sa.select(_tasks).join(_edges, _edges.c.task_id == _tasks.c.id)
                              .where(_edges.c.blocked_by == blocker,
                                     _edges.c.satisfied_at.is_(None),
-                                    _tasks.c.status.not_in(("completed", "archived")))
+                                    _tasks.c.status.not_in(FINISHED_STATUSES))
                              .order_by(_tasks.c.created_at, _tasks.c.id))
         return [record(Task, row) for row in rows]
 

@@ -27,7 +27,7 @@ from lace.core.errors import (
 )
 from lace.core.ids import is_thread_id
 from lace.core.records import AgentPlan, Task
-from lace.core.tasks import check_transition
+from lace.core.tasks import FINISHED_STATUSES, check_transition
 from lace.store import schema
 from lace.store.assignment_rules import AssignmentRules, is_progress
 from lace.store.dependencies import EdgeRows
@@ -38,7 +38,6 @@ from lace.store.thread_rows import ThreadRows
 TaskFilter = Literal["mine", "created", "thread", "all"]
 UPDATABLE_FIELDS = ("status", "assigned_to", "priority", "title", "description", "prompt",
                     "add_blocked_by", "remove_blocked_by")
-FINISHED = ("completed", "archived")
 
 
 @dataclass(frozen=True)
@@ -239,7 +238,7 @@ class TaskBoard:
             raise PermissionDeniedError(
                 f"Only the creator ({task.created_by}) of task {task.id} may change what it "
                 f"waits for; you are {actor}.")
-        if task.status in FINISHED:
+        if task.status in FINISHED_STATUSES:
             raise DependencyError(
                 f"Task {task.id} is {task.status}: a finished task waits for nothing. Create "
                 "a follow-up task with blocked_by instead.")

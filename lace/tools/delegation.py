@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lace.config import Budget
 from lace.core.errors import NotFoundError
 from lace.core.records import Task
-from lace.core.tasks import ACTIVE_STATUSES
+from lace.core.tasks import ACTIVE_STATUSES, STALLED_STATUSES
 from lace.core.worktrees import Isolation
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, WaitingTool, refuse_deadlock
@@ -39,7 +39,7 @@ def job_block(tx: Tx, task_id: str, session_id: str, *, blocked_label: str) -> s
         return f"[{task_id}: NOT FOUND]"
     if task.status == "completed":
         return f"[{task.id}: OK]\n{last_note(tx, task)}"
-    if task.status in ("blocked", "archived"):
+    if task.status in STALLED_STATUSES:
         return f"[{task.id}: {blocked_label}]\n{last_note(tx, task)}"
     return (f"[{task.id}: RUNNING]\nStill {task.status} (assigned to {task.assigned_to}); the "
             "wait timed out. Call spawn_await later, or check the board.")

@@ -23,8 +23,8 @@ from lace.tools.reading import (
     text_file,
     walk,
 )
-from lace.tools.resolution import open_regular, replace_file
 from lace.tools.workspace import Workspace, WorkspaceResult, WorkspaceTool, off_loop
+from lace.tools.workspace_paths import open_regular, replace_file
 
 READ_LIMIT = 200
 LIST_CAP = 500

@@ -11,7 +11,7 @@ from pydantic import Field
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Approval, Event, Task, Thread
-from lace.core.tasks import ACTIVE_STATUSES
+from lace.core.tasks import ACTIVE_STATUSES, STALLED_STATUSES
 from lace.store import Tx
 from lace.store.usage import Usage
 from lace.tools.base import Tool, ToolContext, ToolError
@@ -92,7 +92,7 @@ def wait_block(tx: Tx, task: Task) -> str:
     head = f"[{task.id}: {task.status}] {task.title}"
     if task.status == "completed":
         return f"{head}\nResult: {last_note(tx, task)}"
-    if task.status in ("blocked", "archived"):
+    if task.status in STALLED_STATUSES:
         return f"{head}\nLast note: {last_note(tx, task)}"
     lines = [f"{head} (assigned to {task.assigned_to or 'nobody'})"]
     for approval in waiting_approvals(tx, task):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lace.paths import lace_home
-from lace.store.db import sqlite_path
+from lace.store.engines import engine_for
 
 LACE_SETTINGS = "it holds settings lace reads (tool policies, limits, tool servers)"
 BUILT_IN_NAMES: tuple[tuple[str, str], ...] = (
@@ -69,7 +69,7 @@ class Protection:
         absolute = [(_real(lace_home()), "it is lace's home folder (settings and database)")]
         if os.environ.get("LACE_CONFIG"):
             absolute.append((_real(Path(os.environ["LACE_CONFIG"])), LACE_SETTINGS))
-        database = sqlite_path(database_url) if database_url else None
+        database = engine_for(database_url).path if database_url else None
         if database is not None:
             absolute += [(_real(database.with_name(database.name + suffix)),
                           "it is lace's database") for suffix in DATABASE_SUFFIXES]

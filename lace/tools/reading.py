@@ -10,8 +10,8 @@ from collections.abc import Generator, Iterator
 from typing import BinaryIO
 
 from lace.tools.base import ToolError
-from lace.tools.resolution import open_folder, open_regular
 from lace.tools.workspace import Workspace
+from lace.tools.workspace_paths import open_folder, open_regular
 
 LINE_WIDTH = 400
 LINE_BYTES = 4 * LINE_WIDTH

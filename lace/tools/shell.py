@@ -1,11 +1,10 @@
 """`bash`: a command in the workspace, run without lace's credentials, its output capped while it
 streams, its exit code reported; every process it started is killed when the call ends, however
-it ends (returned, timed out, cancelled, or lace exiting)."""
+it ends (returned, timed out, cancelled, or lace exiting: `lace.tools.process_groups`)."""
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import codecs
 import contextlib
 import os
@@ -17,14 +16,12 @@ from pydantic import Field
 
 from lace.config import load_settings
 from lace.paths import withheld_from_tools
+from lace.tools.process_groups import signal_group, track_group, untrack_group
 from lace.tools.workspace import WorkspaceResult, WorkspaceTool
 
 OUTPUT_CAP = 30_000
 GRACE_S = 0.5
 """How long a process group has between SIGTERM and SIGKILL."""
-_live_groups: set[int] = set()
-"""Process groups of calls still running: killed at exit if no call's own cleanup could run."""
-_owner = os.getpid()
 
 
 class CappedOutput:
@@ -86,40 +83,19 @@ class _Collector(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-def _signal_group(group: int, signal_number: int) -> bool:
-    """Send a signal to a process group; False when no process of it is left."""
-    try:
-        os.killpg(group, signal_number)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # only a process that changed its user is left: out of reach
-        return False
-    return True
-
-
 async def end_group(group: int) -> None:
     """SIGTERM to the whole group, then SIGKILL to what is left after `GRACE_S`, even if this
     wait is itself cancelled."""
     try:
-        if not _signal_group(group, signal.SIGTERM):
+        if not signal_group(group, signal.SIGTERM):
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(GRACE_S):
-                while _signal_group(group, 0):
+                while signal_group(group, 0):
                     await asyncio.sleep(0.02)
     finally:
-        _signal_group(group, signal.SIGKILL)
-        _live_groups.discard(group)
-
-
-@atexit.register
-def kill_running_commands() -> None:
-    """SIGKILL every command still running: at exit, and for any exit that skips `atexit`
-    (`os._exit`) to call first."""
-    if os.getpid() != _owner:  # a forked child exiting leaves its parent's commands alone
-        return
-    for group in list(_live_groups):
-        _signal_group(group, signal.SIGKILL)
+        signal_group(group, signal.SIGKILL)
+        untrack_group(group)
 
 
 def tool_environment(pass_env: list[str]) -> dict[str, str]:
@@ -155,7 +131,7 @@ class Bash(WorkspaceTool):
                 started.close()
             raise
         group = transport.get_pid()  # a new session: its leader's pid is the group's id
-        _live_groups.add(group)
+        track_group(group)
         timed_out = False
         try:
             async with asyncio.timeout(self.timeout_s):

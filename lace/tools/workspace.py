@@ -16,7 +16,7 @@ from typing import ParamSpec, TypeVar
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError
 from lace.tools.protection import Protection
-from lace.tools.resolution import Location, located
+from lace.tools.workspace_paths import Location, located
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -1,7 +1,8 @@
 """The main screen: the thread tree, the selected conversation, an input line and a status bar.
-The runtime runs agents in this event loop; the app listens to its events and polls the store,
-so it also shows sessions that another process is running. Every read it makes runs on its
-reader thread (`lace.tui.reader`): a read that grows with the database never stalls the loop."""
+The runtime runs agents in this event loop; the app listens to its events and to the database's
+change feed, so it also shows sessions that another process is running. Every read it makes runs
+on its reader thread (`lace.tui.reader`): a read that grows with the database never stalls the
+loop."""
 
 from __future__ import annotations
 
@@ -137,9 +138,7 @@ class LaceApp(App[None]):
 
     async def _follow_changes(self) -> None:
         """Mark a refresh whenever the database changed, and every REFRESH_S at the latest."""
-        from lace.runtime.worker import change_feed
-
-        feed = change_feed(self.runtime.store)
+        feed = self.runtime.store.database.change_feed()
         try:
             while True:
                 await feed.wait(REFRESH_S)

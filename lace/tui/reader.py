@@ -1,7 +1,7 @@
 """The app's reads of the store, on a thread of their own, since some grow with the database (the
 board on 20,000 tasks takes 239 ms) and the event loop runs the agents and draws the screen.
-Not on the store's thread: write batches wait there for SQLite's lock while another process
-holds it, and in WAL mode a read never has to wait for that lock."""
+Not on the store's thread: write batches wait there for the write lock while another process
+holds it, and a read never has to wait for that lock (WAL on SQLite, a snapshot on PostgreSQL)."""
 
 from __future__ import annotations
 

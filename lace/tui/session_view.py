@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lace.core.agents import BUSY_STATUSES, HALTED_STATUSES
 from lace.core.records import Agent, Task, Thread
 from lace.store import Tx
 
@@ -67,7 +68,7 @@ def thread_state(agent: Agent | None, task: Task | None, open_created: int) -> s
     """The status mark of a thread: the agent's own status, refined by its task's."""
     if agent is None:
         return "idle"
-    if agent.status in ("running", "waiting", "error", "stopped", "interrupted"):
+    if agent.status in (*BUSY_STATUSES, *HALTED_STATUSES):
         return agent.status
     if task is not None and task.assigned_to == agent.thread_id:
         if task.status == "blocked":

@@ -1,0 +1,247 @@
+"""PostgreSQL under lace: its URLs, the connection settings that give it SQLite's guarantees,
+and the change feed that LISTENs for every write's NOTIFY.
+
+SQLite lets one writer at a time commit (BEGIN IMMEDIATE); lace's verbs read, decide and write
+inside one transaction and rely on that. On PostgreSQL every write transaction takes one
+transaction-level advisory lock first, so writers take turns the same way while readers never
+wait; a read transaction sees one snapshot (REPEATABLE READ, READ ONLY). Every write
+transaction also sends a NOTIFY on CHANNEL, delivered at its commit: the change feed of the
+workers and the app (SQLite's `PRAGMA data_version` plays that part there); the feed also
+wakes at its caller's timeout, a poll that covers a notification lost with its connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from functools import cache
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.pool import NullPool
+
+from lace.core.errors import DatabaseRefusedError
+from lace.store.engines.base import READONLY_OPTION, ChangeFeed, LockBusyError, Polling, driver
+from lace.store.revisions import known_revision
+
+CHANNEL = "lace_changes"
+WRITE_LOCK = 0x6C616365  # "lace": the advisory lock every write transaction holds
+TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK}); NOTIFY {CHANNEL}"
+TRY_WRITE_LOCK = f"SELECT pg_try_advisory_xact_lock({WRITE_LOCK})"
+ANNOUNCE = f"NOTIFY {CHANNEL}"
+READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+SCHEMES = ("postgresql", "postgres")
+NEEDS_DRIVER = ("PostgreSQL support needs psycopg: pip install 'lace[postgres]'")
+RECONNECT_S = 1.0
+log = logging.getLogger("lace.runtime")
+
+
+def is_postgres_url(value: str) -> bool:
+    """Whether `value` names a PostgreSQL database (any driver spelling)."""
+    scheme = value.split("://", 1)[0].split("+", 1)[0].lower()
+    return "://" in value and scheme in SCHEMES
+
+
+def postgres_url(url: sa.URL) -> str:
+    """The URL lace connects with: always through psycopg 3, whatever driver was named."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise DatabaseRefusedError(NEEDS_DRIVER) from None
+    if not url.database:
+        raise DatabaseRefusedError("a PostgreSQL URL must name the database: "
+                                   "postgresql://USER@HOST:PORT/DBNAME")
+    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def passwords(url: str | sa.URL) -> list[str]:
+    """The passwords a URL carries: after its user, or as libpq's `password` parameter."""
+    parsed = sa.make_url(url) if isinstance(url, str) else url
+    given = parsed.query.get("password")
+    found = [parsed.password, *([given] if isinstance(given, str) else given or ())]
+    return [str(password) for password in found if password]
+
+
+def shown(url: str) -> str:
+    """The URL as lace prints it: never with its password (in either place)."""
+    parsed = sa.make_url(url).set(drivername="postgresql")
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True).replace("=%2A%2A%2A", "=***")
+
+
+IDLE_IN_TRANSACTION_MS = 10_000
+"""A session idle inside a transaction this long is ended by the server, and its locks with
+it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock cannot freeze
+every other process. lace's own transactions last milliseconds and never wait on a model."""
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """psycopg settings: every statement run more than once is prepared on the server, and a
+    transaction left idle is ended (IDLE_IN_TRANSACTION_MS), after the URL's own `options`
+    (a `search_path`, say), which these would otherwise replace."""
+    given = sa.make_url(url).query.get("options")
+    given = " ".join([given] if isinstance(given, str) else given or ())
+    ours = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    return {"prepare_threshold": 1, "options": f"{given} {ours}".strip()}
+
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character in text becomes on PostgreSQL, whose text types cannot hold one (SQLite
+stores it): a model's argument, a tool's output or a reply holding NUL must not fail the write."""
+
+
+@cache
+def _nul_free_dumpers() -> tuple[type, ...]:
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
+
+    class NulFreeText(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    class NulFreeBinary(StrBinaryDumper):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    return NulFreeText, NulFreeBinary
+
+
+_JSON_NUL = re.compile(r"\\\\|\\u0000")
+"""In JSON text: an escaped backslash (kept), or an escaped NUL."""
+
+
+def json_without_nul(value: Any) -> str:
+    """`value` as JSON with NUL_STAND_IN for each NUL: a json value holding `\\u0000` anywhere
+    makes every `->>` on it fail ("unsupported Unicode escape sequence")."""
+    return _JSON_NUL.sub(lambda found: found[0] if found[0] == "\\\\" else "\\ufffd",
+                         json.dumps(value))
+
+
+def bind_text_without_nul(raw: Any) -> None:
+    """Make the psycopg connection send every str, and every JSON value, with NUL_STAND_IN
+    for each NUL."""
+    from psycopg.types.json import set_json_dumps
+
+    for dumper in _nul_free_dumpers():
+        raw.adapters.register_dumper(str, dumper)
+    set_json_dumps(json_without_nul, raw)
+
+
+def in_transaction(raw: Any) -> bool:
+    """Whether the psycopg connection has a transaction open."""
+    from psycopg.pq import TransactionStatus
+
+    return bool(raw.info.transaction_status != TransactionStatus.IDLE)
+
+
+class PostgreSQL:
+    """A database on a PostgreSQL server, reached through psycopg 3."""
+
+    path = None
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def shown(self) -> str:
+        return shown(self.url)
+
+    def prepare(self) -> None:
+        """Nothing to make: the server holds the database (createdb makes it)."""
+
+    def existing_revision(self) -> str | None:
+        """Read without taking the write lock."""
+        where = self.shown()
+        engine = sa.create_engine(self.url, poolclass=NullPool)
+        try:
+            with engine.connect() as connection:
+                tables = set(sa.inspect(connection).get_table_names())
+                if not tables:
+                    return None
+                if "alembic_version" not in tables:
+                    raise DatabaseRefusedError(
+                        f"{where} is not a lace database (it holds other tables); give lace a "
+                        "database of its own (createdb lace).")
+                revision = connection.exec_driver_sql(
+                    "SELECT version_num FROM alembic_version").scalar()
+        finally:
+            engine.dispose()
+        return known_revision(revision, where)
+
+    def create_engine(self, *, for_migrations: bool = False) -> sa.Engine:
+        """Every write transaction takes the advisory lock (WRITE_LOCK) and announces itself;
+        a read transaction sees one snapshot."""
+        engine = sa.create_engine(self.url, poolclass=NullPool if for_migrations else None,
+                                  connect_args=connect_args(self.url), pool_pre_ping=True)
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            bind_text_without_nul(dbapi_connection)
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: sa.Connection) -> None:
+            if in_transaction(driver(connection)):
+                return  # begun on the psycopg connection itself (`begin`): join it
+            if connection.get_execution_options().get(READONLY_OPTION, False):
+                connection.exec_driver_sql(READ_SNAPSHOT)
+            else:
+                connection.exec_driver_sql(TAKE_WRITE_LOCK)
+
+        return engine
+
+    def begin(self, connection: sa.Connection, *, write: bool) -> None:
+        """A writer takes the write lock only if it is free (LockBusyError otherwise: the
+        AsyncStore then waits for it on its thread)."""
+        raw = driver(connection)
+        if not write:
+            raw.execute(READ_SNAPSHOT)
+            return
+        if not raw.execute(TRY_WRITE_LOCK).fetchone()[0]:
+            raw.rollback()
+            raise LockBusyError("another process holds lace's write lock")
+        raw.execute(ANNOUNCE)
+
+    def fail_fast(self, connection: sa.Connection) -> None:
+        """Nothing to set: `begin` only tries the lock."""
+
+    def change_feed(self, engine: sa.Engine) -> ChangeFeed:
+        return PostgresChanges(self.url)
+
+
+class PostgresChanges(Polling):
+    """A feed that LISTENs for lace's NOTIFY on a connection of its own, from a task started
+    by the first `wait`; each notification ends the current wait."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self._conninfo = sa.make_url(url).set(drivername="postgresql").render_as_string(
+            hide_password=False)
+        self._listener: asyncio.Task[None] | None = None
+
+    async def wait(self, timeout: float) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.ensure_future(self._listen())
+        await self._nap(timeout)
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        self._conninfo, autocommit=True) as connection:
+                    await connection.execute(f"LISTEN {CHANNEL}")
+                    self.notify()  # commits made before LISTEN: look once
+                    async for _notice in connection.notifies():
+                        self.notify()
+            except psycopg.Error as error:
+                log.warning("lace lost its PostgreSQL notifications (%s); polling until they "
+                            "are back", error)
+                await asyncio.sleep(RECONNECT_S)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(RuntimeError):  # its loop may be closed already
+                self._listener.cancel()

@@ -1,0 +1,44 @@
+"""The process groups of running commands (`bash`): each call ends its own group, and whatever
+is left when lace exits is killed (`kill_running_commands`), so no command outlives lace. Kept
+apart from the tool, without asyncio, so that lace's exit imports it cheaply."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+
+_live_groups: set[int] = set()
+"""Process groups of calls still running: killed at exit if no call's own cleanup could run."""
+_owner = os.getpid()
+
+
+def track_group(group: int) -> None:
+    """Note a command's process group until its call ends it (`untrack_group`)."""
+    _live_groups.add(group)
+
+
+def untrack_group(group: int) -> None:
+    """The group is ended: nothing to kill at exit."""
+    _live_groups.discard(group)
+
+
+def signal_group(group: int, signal_number: int) -> bool:
+    """Send a signal to a process group; False when no process of it is left."""
+    try:
+        os.killpg(group, signal_number)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only a process that changed its user is left: out of reach
+        return False
+    return True
+
+
+@atexit.register
+def kill_running_commands() -> None:
+    """SIGKILL every command still running: run by `atexit`, and called by `lace`'s own exit
+    (`lace.__main__.entry`), which leaves with `os._exit` and so skips `atexit`."""
+    if os.getpid() != _owner:  # a forked child exiting leaves its parent's commands alone
+        return
+    for group in list(_live_groups):
+        signal_group(group, signal.SIGKILL)
