@@ -198,3 +198,26 @@ def test_the_first_example_of_the_docs_runs(tmp_path: Path) -> None:
     assert session.startswith("lace_") and int(tokens_in) > 0 and int(tokens_out) > 0
     assert cost == "0.0"
     assert "announcement" in done.stdout.lower()
+
+
+def test_tasks_created_from_python_are_the_board_s_own(
+        models: ScriptedModels, tmp_path: Path) -> None:
+    """`create_task` on an empty database starts a session (as `lace task add` does) and goes
+    through the person's tool path: a `new:` assignee is a helper that runs when a runtime next
+    looks at the session, and a refused call writes nothing."""
+    db = tmp_path / "made.db"
+    with lace.open_board(db) as board:
+        first = board.create_task("Write the plan", "Write a short plan.")
+        second, third = board.create_tasks([
+            {"title": "Review it", "prompt": "Review the plan.", "blocked_by": [first.id]},
+            {"title": "Ask a helper", "prompt": "Say hi.", "assigned_to": "new:scripted/w"}])
+        assert (first.title, first.created_by, first.status) == ("Write the plan", "human",
+                                                                 "pending")
+        assert tuple(second.blocked_by) == tuple(second.waits_for) == (first.id,)
+        assert third.assigned_to == f"{board.session().id}.1"
+        page = board.tasks()
+        assert {task.id for task in page.tasks} == {first.id, second.id, third.id}
+        with pytest.raises(lace.LaceError, match="blocked_by"):
+            board.create_task("Bad", blocked_by=["task_nosuch"])
+        assert board.tasks().total == 3
+    assert query(str(db), "SELECT COUNT(*) FROM threads") == [(2,)]  # the session, the helper

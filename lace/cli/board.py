@@ -9,16 +9,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError
-from lace.core.text import printable, printable_json, valid_text
+from lace.core.text import printable, printable_json
 from lace.runtime.board import NO_SESSION, Board, person_context
+from lace.runtime.sessions import start_session_for
 from lace.store import Store, open_database, resolve_db_url
 from lace.store.db import upgrade
 from lace.store.engines import engine_for
 from lace.tools.base import ToolContext
 from lace.tools.person_tools import agent_line, event_text, in_tree_order
-from lace.tools.registry import ToolRegistry
 from lace.tools.task_tools import task_line
 
 
@@ -143,27 +142,6 @@ def task_add_command(args: argparse.Namespace) -> int:
             session_id = start_session_for(store, arguments, human_context(""))
             print(f"Started session {session_id}", file=sys.stderr)
     return _run_as_human(args, "task_create", arguments, session_id)
-
-
-def start_session_for(store: Store, arguments: Any, context: ToolContext) -> str:
-    """A new session for the person's first `task_create` (`arguments`), titled after its first
-    task; bad arguments are refused (ToolError) before anything is written. Its root has the
-    default model and no prompt, so it runs only when someone writes to it."""
-    from lace.config import default_model
-    from lace.core.assignee import parse_model
-    from lace.tools.base import ToolError
-    from lace.tools.spawning import parse_assignment
-
-    parsed = ToolRegistry().parse("task_create", arguments)
-    items = getattr(parsed, "tasks", [])
-    for item in items:
-        if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
-            raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
-        parse_assignment(item.assigned_to, context)
-    provider, model = parse_model(default_model())
-    with store.transaction() as tx:
-        return tx.threads.create_session(provider=provider, model=model,
-                                         title=valid_text(items[0].title)).id
 
 
 def task_note_command(args: argparse.Namespace) -> int:

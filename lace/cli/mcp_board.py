@@ -21,7 +21,6 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from lace.cli.board import start_session_for
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.secrets import mask, mask_data
@@ -29,6 +28,7 @@ from lace.core.version import __version__
 from lace.paths import credential_values
 from lace.runtime import Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TasksChanged, ThreadSpawned
+from lace.runtime.sessions import start_session_for
 from lace.runtime.tool_runner import Arguments
 from lace.store import Tx
 from lace.tools.base import ToolError, ToolResult

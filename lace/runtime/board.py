@@ -12,6 +12,7 @@ from lace.config import Settings, load_settings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.records import Agent, Event, Note, Task, Thread
+from lace.runtime.sessions import start_session_for
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database
 from lace.store.usage import Usage
@@ -147,6 +148,29 @@ class Board:
                 session_id = tx.tasks.get(arguments["task_id"]).thread_id
             session = pick_session(tx, session_id).id
         return call_tool(self.store, self.context(session), tool, arguments)
+
+    def create_tasks(self, tasks: list[dict[str, Any]],
+                     session_id: str | None = None) -> list[Task]:
+        """Create tasks as the person, each a `task_create` item (`title`, `prompt`,
+        `assigned_to`: `new:provider/model` spawns a helper, `blocked_by`, `priority`,
+        `description`), in the named session, else the latest; with no session yet, one is
+        started (as `lace task add` does). The created tasks; LaceError when refused."""
+        arguments = {"tasks": tasks}
+        if session_id is None and self.latest_session() is None:
+            session_id = start_session_for(self.store, arguments, self.context(""))
+        result = _checked(self.call("task_create", arguments, session_id))
+        task_ids = (result.values or {}).get("task_ids", [])
+        with self.store.reading() as tx:
+            created = {task.id: task for task in tx.edges.attach(tx.tasks.by_ids(task_ids))}
+        return [created[task_id] for task_id in task_ids]
+
+    def create_task(self, title: str, prompt: str | None = None, *,
+                    assigned_to: str | None = None, session_id: str | None = None,
+                    **fields: Any) -> Task:
+        """One task (`create_tasks` with one item): `prompt` defaults to the title."""
+        item = {"title": title, "prompt": prompt or title, "assigned_to": assigned_to, **fields}
+        return self.create_tasks([{key: value for key, value in item.items()
+                                   if value is not None}], session_id)[0]
 
     def add_note(self, task_id: str, note: str) -> None:
         """A note on a task, as the person; LaceError when the board refuses it."""

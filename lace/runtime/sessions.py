@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
+from lace.config import default_model
 from lace.core.agents import BUSY_STATUSES
 from lace.core.assignee import HUMAN, parse_model
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
 from lace.core.records import Place, Thread
 from lace.core.text import valid_text
 from lace.core.tool_sets import EVERY_TOOL
-from lace.store import Tx
+from lace.store import Store, Tx
+from lace.tools.base import ToolContext, ToolError
+from lace.tools.registry import ToolRegistry
+from lace.tools.spawning import parse_assignment
 
 
 def place_of(workspace: Path) -> Place:
@@ -49,3 +54,20 @@ def quiet(tx: Tx, root_id: str) -> bool:
     and no agent of it is running, waiting or interrupted in any process (`lace run` with
     workers, `lace wait`)."""
     return not tx.inbox.runnable(root_id) and not tx.agents.count_in(root_id, BUSY_STATUSES)
+
+
+def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
+                      context: ToolContext) -> str:
+    """A new session for the person's first `task_create` (`arguments`), titled after its first
+    task; bad arguments are refused (ToolError) before anything is written. Its root has the
+    default model and no prompt, so it runs only when someone writes to it."""
+    parsed = ToolRegistry().parse("task_create", arguments)
+    items = getattr(parsed, "tasks", [])
+    for item in items:
+        if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
+            raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
+        parse_assignment(item.assigned_to, context)
+    provider, model = parse_model(default_model())
+    with store.transaction() as tx:
+        return tx.threads.create_session(provider=provider, model=model,
+                                         title=valid_text(items[0].title)).id

@@ -78,8 +78,11 @@ class BoardCall(ToolCall):
         tool = await self.tool.prepared(context)
 
         def run(tx: Tx) -> tuple[ToolResult, EventAppended | None]:
-            text = tool.run(tx, context)
-            result = ToolResult(text, ends_work=call_id is not None and tool.ends_work(tx, context))
+            answer = tool.run(tx, context)
+            text, values = (answer, None) if isinstance(answer, str) else \
+                (answer.text, answer.values)
+            result = ToolResult(text, values=values,
+                                ends_work=call_id is not None and tool.ends_work(tx, context))
             return result, runner.record(tx, context, call_id, self.name, result)
 
         result, recorded = await runner.write(context, run)

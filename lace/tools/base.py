@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -79,6 +79,9 @@ class ToolResult:
     is_error: bool = False
     kind: str | None = None
     ends_work: bool = False
+    values: Mapping[str, Any] | None = None
+    """What the call made, as values for code that reads them (`Board.create_tasks`); the
+    model gets only `text`."""
 
     def __post_init__(self) -> None:  # a lone surrogate from a tool must not wedge the thread
         object.__setattr__(self, "text", valid_text(self.text))
@@ -87,6 +90,14 @@ class ToolResult:
     def failure(cls, error: Exception) -> ToolResult:
         """The tool error a failed call returns: the error's message, named by its class."""
         return cls(str(error), is_error=True, kind=type(error).__name__)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A tool's answer: the text for the model, and values for code that reads them."""
+
+    text: str
+    values: Mapping[str, Any]
 
 
 class Tool(BaseModel):
@@ -100,8 +111,9 @@ class Tool(BaseModel):
         transaction (default: nothing, itself)."""
         return self
 
-    def run(self, tx: Tx, context: ToolContext) -> str:
-        """Do the work inside the caller's transaction and return the text for the model."""
+    def run(self, tx: Tx, context: ToolContext) -> str | Answer:
+        """Do the work inside the caller's transaction and return the text for the model (or
+        an `Answer` that also carries values)."""
         raise NotImplementedError
 
     def ends_work(self, tx: Tx, context: ToolContext) -> bool:

@@ -12,7 +12,7 @@ from lace.core.records import Task
 from lace.core.tasks import ACTIVE_STATUSES, Priority, Status, task_symbol
 from lace.store import Tx
 from lace.store.task_rules import TaskDraft, TaskFilter
-from lace.tools.base import Tool, ToolContext, ToolError
+from lace.tools.base import Answer, Tool, ToolContext, ToolError
 from lace.tools.spawning import assignment, parse_assignment
 
 LIST_LIMIT = 50
@@ -104,21 +104,22 @@ class TaskCreate(Tool):
     name: ClassVar[str] = "task_create"
     tasks: list[NewTask] = Field(min_length=1, max_length=20)
 
-    def run(self, tx: Tx, context: ToolContext) -> str:
+    def run(self, tx: Tx, context: ToolContext) -> Answer:
         assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
         drafts = [TaskDraft(title=item.title, prompt=item.prompt, description=item.description,
                             priority=item.priority, assignee=assignment(tx, context, assignee),
                             blocked_by=tuple(item.blocked_by or ()))
                   for item, assignee in zip(self.tasks, assignees, strict=True)]
         lines = []
-        for task in tx.board.create_tasks(session_id=context.session_id, actor=context.thread_id,
-                                          drafts=drafts):
+        created = tx.board.create_tasks(session_id=context.session_id, actor=context.thread_id,
+                                        drafts=drafts)
+        for task in created:
             suffix = f" (assigned to {task.assigned_to})" if task.assigned_to else ""
             lines.append(f"Created task {task.id}: {task.title}{suffix}")
             if task.waits_for:
                 lines.append(f"  {task.id} waits for {', '.join(task.waits_for)}: it starts "
                              "when they are completed.")
-        return "\n".join(lines)
+        return Answer("\n".join(lines), {"task_ids": [task.id for task in created]})
 
 
 class TaskList(Tool):
