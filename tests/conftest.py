@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -9,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from lace.core.records import NewAgent, Thread
@@ -80,12 +82,61 @@ def postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
         yield url
 
 
+POSTGRES_TEMPLATE = "lace_template"
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: postgres.PostgresServer) -> str:
+    """The name of a database of this process's server that lace migrated to head, once: the
+    template of `migrated_postgres_url`."""
+    with psycopg.connect(postgres_server.url(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{POSTGRES_TEMPLATE}" STRATEGY FILE_COPY')
+    open_database(postgres_server.url(POSTGRES_TEMPLATE)).close()  # no connection stays open
+    return POSTGRES_TEMPLATE
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_server: postgres.PostgresServer,
+                          postgres_template: str) -> Iterator[str]:
+    """The URL of a new database at lace's head revision (a copy of the template, ~20 ms where
+    migrating takes about half a second), dropped after."""
+    with postgres_server.fresh_database(template=postgres_template) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bytes of a SQLite file that lace migrated to head, once per test process."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "lace.db"
+    open_database(str(path)).close()
+    # the last connection closed checkpointed the WAL into the file and deleted it; make sure
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    return path.read_bytes()
+
+
+def write_migrated_file(path: Path, template: bytes) -> None:
+    """A new SQLite file at `path` holding the migrated template, made as lace makes one (0600)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(template)
+
+
 @pytest.fixture
 def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """A SQLite file to create, or (`both_engines`) the URL of an empty PostgreSQL database."""
+    """A SQLite file to create, or (`both_engines`) the URL of an empty PostgreSQL database.
+
+    For a test that uses `store` (which migrates the database before the test starts) it is
+    already migrated: a copy of a template migrated once per test process."""
+    migrated = "store" in request.fixturenames
     if getattr(request, "param", "sqlite") == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return tmp_path / "lace.db"
+        return str(request.getfixturevalue(
+            "migrated_postgres_url" if migrated else "postgres_url"))
+    path = tmp_path / "lace.db"
+    if migrated:
+        write_migrated_file(path, request.getfixturevalue("sqlite_template"))
+    return path
 
 
 def is_postgres(database: Path | str) -> bool:
@@ -94,6 +145,7 @@ def is_postgres(database: Path | str) -> bool:
 
 @pytest.fixture
 def store(db_path: Path) -> Iterator[Store]:
+    """The store on `db_path` (which `db_path` has already migrated: nothing left to do here)."""
     opened = Store(open_database(str(db_path)))
     yield opened
     opened.close()

@@ -125,11 +125,14 @@ class PostgresServer:
         stop_cluster(self.bindir, self.folder)
 
     @contextlib.contextmanager
-    def fresh_database(self) -> Iterator[str]:
-        """The URL of a new, empty database, dropped (closing its connections) afterwards."""
+    def fresh_database(self, template: str | None = None) -> Iterator[str]:
+        """The URL of a new database, dropped (closing its connections) afterwards: empty, or a
+        copy of the database `template` (which no one may be connected to)."""
         name = f"test_{uuid.uuid4().hex[:12]}"
+        copy_of = f' TEMPLATE "{template}"' if template else ""
         with psycopg.connect(self.url(), autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}" STRATEGY FILE_COPY')  # ~20 ms, WAL_LOG ~35
+            # ~20 ms, WAL_LOG ~35
+            admin.execute(f'CREATE DATABASE "{name}"{copy_of} STRATEGY FILE_COPY')
         try:
             yield self.url(name)
         finally:

@@ -92,6 +92,49 @@ def test_db_path_is_a_file_for_sqlite_and_a_url_for_postgresql(
     assert str(db_path).startswith("postgresql://") == (engine == "postgresql")
 
 
+@pytest.fixture
+def upgrades(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs that lace migrates from now on (it still migrates them)."""
+    import lace.store.db
+
+    seen: list[str] = []
+    real = lace.store.db.upgrade
+
+    def recorded(url: str, revision: str = "head") -> None:
+        seen.append(url)
+        real(url, revision)
+
+    monkeypatch.setattr(lace.store.db, "upgrade", recorded)
+    return seen
+
+
+def test_the_store_opens_a_copy_of_the_migrated_template_without_migrating_it(
+        upgrades: list[str], store: object, db_path: Path | str) -> None:
+    from lace.store import resolve_db_url
+    from lace.store.revisions import HEAD_REVISION
+
+    assert resolve_db_url(str(db_path)) not in upgrades
+    assert query(db_path, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+    assert query(db_path, "SELECT COUNT(*) FROM threads") == [(0,)]
+    if isinstance(db_path, Path):
+        assert db_path.stat().st_mode & 0o777 == 0o600  # as lace makes a new file
+
+
+def test_a_write_to_a_copy_leaves_the_template_as_it_was(
+        store: object, db_path: Path | str, request: pytest.FixtureRequest,
+        tmp_path: Path) -> None:
+    from tests.conftest import POSTGRES_TEMPLATE, write_migrated_file
+
+    query(db_path, "INSERT INTO alembic_version (version_num) VALUES ('written_here')")
+    assert len(query(db_path, "SELECT * FROM alembic_version")) == 2
+    if isinstance(db_path, Path):
+        template: Path | str = tmp_path / "template.db"
+        write_migrated_file(template, request.getfixturevalue("sqlite_template"))
+    else:
+        template = db_path.rsplit("/", 1)[0] + "/" + POSTGRES_TEMPLATE
+    assert query(template, "SELECT version_num FROM alembic_version") == [("lace_0012",)]
+
+
 def test_placeholders_become_psycopg_ones_outside_string_literals() -> None:
     assert postgres.to_psycopg("SELECT ? || '?%' WHERE a LIKE '%x' AND b = ? -- 5%") == (
         "SELECT %s || '?%%' WHERE a LIKE '%%x' AND b = %s -- 5%%")
