@@ -92,6 +92,8 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
     from lace.llm.checks import check_model
     from lace.llm.client import default_client
 
+    if output_retries < 0:
+        raise LaceError(f"output_retries={output_retries} must be 0 or more.")
     provider, name = parse_model(model)
     problem = check_model(provider, name)
     if problem:

@@ -176,4 +176,5 @@ class PythonCall(ToolCall):
 
     async def execute(self, runner: ToolRunner, context: ToolContext,
                       call_id: str | None) -> Executed:
-        return Executed(ToolResult(await self.tool.invoke(self.arguments)))
+        return Executed(ToolResult(await self.tool.invoke(self.arguments,
+                                                          runner.limits.turn_timeout_s)))

@@ -4,6 +4,7 @@ code (`lace.run(..., tools=[my_function])`) without writing a tool class."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import typing
@@ -15,11 +16,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import to_json
 
 from lace.core.errors import LaceError
+from lace.core.secrets import mask
+from lace.core.text import valid_text
 from lace.core.tool_names import ALL_TOOL_NAMES
 from lace.core.tool_sets import MAX_NAME_LENGTH, is_mcp_tool
+from lace.paths import credential_values
 from lace.tools.base import ToolError
 from lace.tools.registry import decoded_arguments, describe_validation_error
 from lace.tools.schema import describe, parameters_schema
+from lace.tools.shell import OUTPUT_CAP, CappedOutput
 from lace.tools.workspace import off_loop
 
 VALID_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}")
@@ -67,6 +72,14 @@ def result_text(value: Any) -> str:
     return to_json(value, fallback=str).decode()
 
 
+def shown(text: str, cap: int = OUTPUT_CAP) -> str:
+    """Text from the person's code as the model may read it: lace's credentials masked (the
+    function runs in lace's process, with its environment), then capped as bash output is."""
+    output = CappedOutput(cap)
+    output.add(mask(valid_text(text), credential_values()).encode(), final=True)
+    return output.text()
+
+
 @dataclass(frozen=True)
 class PythonTool:
     """One function offered as a tool; a sync function runs on a thread of its own, so a slow
@@ -86,6 +99,10 @@ class PythonTool:
         for a name providers refuse or that belongs to lace or to MCP servers."""
         chosen = name if name is not None else getattr(function, "__name__", "")
         check_tool_name(chosen)
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise ToolDefinitionError(
+                f"The Python tool {chosen!r} is a generator function: a tool returns its "
+                "answer, so return a list instead of yielding.")
         arguments = _arguments_model(function, chosen)
         return cls(name=chosen, description=describe(function), function=function,
                    arguments=arguments, parameters=parameters_schema(arguments))
@@ -104,21 +121,42 @@ class PythonTool:
             raise ToolError(describe_validation_error(self.name, error)) from None
         return {field: getattr(model, field) for field in type(model).model_fields}
 
-    async def invoke(self, arguments: dict[str, Any]) -> str:
-        """Call the function (a sync one off the event loop) and return its answer as text;
-        an exception it raises becomes a ToolError naming it (a ToolError's message is kept)."""
+    async def invoke(self, arguments: dict[str, Any], timeout_s: float) -> str:
+        """Call the function (a sync one off the event loop, on a daemon thread left behind if
+        it never returns) for at most `timeout_s`, and return its answer as text; anything it
+        raises, even SystemExit or KeyboardInterrupt, becomes a ToolError naming it (a
+        ToolError's message is kept)."""
+        deadline = asyncio.timeout(timeout_s)
         try:
-            if inspect.iscoroutinefunction(self.function):
-                value = await self.function(**arguments)
-            else:
-                value = await off_loop(lambda: self.function(**arguments))
-                if inspect.isawaitable(value):  # a callable object with an async __call__
-                    value = await value
-        except ToolError:
+            async with deadline:
+                value = await self._called(arguments)
+            return shown(result_text(value))
+        except ToolError as error:
+            raise ToolError(shown(str(error))) from None
+        except asyncio.CancelledError:
             raise
-        except Exception as error:
-            raise ToolError(f"{self.name} raised {type(error).__name__}: {error}") from None
-        return result_text(value)
+        except BaseException as error:  # the person's code: nothing it raises may end lace
+            if isinstance(error, TimeoutError) and deadline.expired():
+                raise ToolError(f"{self.name} did not return within {timeout_s:g} s (the "
+                                "turn's limit, [limits] turn_timeout_s).") from None
+            raise ToolError(shown(f"{self.name} raised {type(error).__name__}: "
+                                  f"{_message(error)}")) from None
+
+    async def _called(self, arguments: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(self.function):
+            return await self.function(**arguments)
+        value = await off_loop(lambda: self.function(**arguments))
+        if inspect.isawaitable(value):  # a callable object with an async __call__
+            value = await value
+        return value
+
+
+def _message(error: BaseException) -> str:
+    """An exception's message, or a note that it has none that can be read."""
+    try:
+        return str(error)
+    except Exception:
+        return "(its message cannot be shown)"
 
 
 def check_tool_name(name: str, taken: Sequence[str] = ALL_TOOL_NAMES) -> None:
