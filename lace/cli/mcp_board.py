@@ -26,10 +26,9 @@ from lace.core.ids import root_of
 from lace.core.secrets import mask, mask_data
 from lace.core.version import __version__
 from lace.paths import credential_values
-from lace.runtime import Runtime
+from lace.runtime import Arguments, Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TasksChanged, ThreadSpawned
 from lace.runtime.sessions import start_session_for
-from lace.runtime.tool_runner import Arguments
 from lace.store import Tx
 from lace.tools.base import ToolError, ToolResult
 from lace.tools.person_tools import SERVED_TOOLS, session_thread

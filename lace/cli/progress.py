@@ -3,14 +3,15 @@ with credential values masked."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from lace.cli.approvals import SEE_ALL
 from lace.core.secrets import mask
 from lace.core.shown import shown
-from lace.core.text import printable
+from lace.core.text import MAX_NESTING, json_nesting, printable
 from lace.paths import credential_values
 from lace.runtime.events import (
     ApprovalRequested,
@@ -21,7 +22,6 @@ from lace.runtime.events import (
     TurnFailed,
     Warned,
 )
-from lace.runtime.turns import describe_call
 
 
 def progress_printer(stream: TextIO | None = None) -> Subscriber:
@@ -59,3 +59,14 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
             out.flush()
 
     return show
+
+
+def describe_call(call: dict[str, Any]) -> str:
+    """A tool call in one short line, for progress output; arguments that are not JSON, or
+    nested too deep to decode, are shown as sent."""
+
+    arguments = str(call.get("arguments") or "{}")
+    if json_nesting(arguments) <= MAX_NESTING:
+        with contextlib.suppress(json.JSONDecodeError):
+            arguments = json.dumps(json.loads(arguments), ensure_ascii=False)
+    return f"{call.get('tool_name')}({arguments[:100]}{'…' if len(arguments) > 100 else ''})"

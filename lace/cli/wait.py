@@ -11,7 +11,7 @@ from lace.cli.board import open_store, print_json, say
 from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.core.errors import NotFoundError
 from lace.runtime.outcome import Outcome, read_outcome
-from lace.store import Store
+from lace.runtime.sessions import until_quiet
 from lace.store.db import resolve_db_url
 from lace.store.engines import engine_for
 
@@ -32,7 +32,9 @@ def wait_command(args: argparse.Namespace) -> int:
         with store.reading() as tx:
             root_id = tx.threads.get_session(args.session).id
         try:
-            went_quiet = asyncio.run(until_quiet(store, root_id, args.timeout))
+            went_quiet = asyncio.run(until_quiet(store, root_id, args.timeout, lambda: print(
+                f"Waiting for session {root_id} (Ctrl+C stops waiting, not the session)",
+                file=sys.stderr)))
         except KeyboardInterrupt:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
@@ -41,34 +43,6 @@ def wait_command(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return _report(outcome, went_quiet, args)
-
-
-async def until_quiet(store: Store, root_id: str, timeout: float | None) -> bool:
-    """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
-    seconds (None: however long it takes). Looks again whenever the change feed hears a
-    commit, and at least as often as a worker looks for runnable threads."""
-    from lace.runtime.scheduler import POLL_S
-    from lace.runtime.sessions import quiet
-
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    feed = store.database.change_feed()
-    told = False
-    try:
-        while True:
-            with store.reading() as tx:
-                if quiet(tx, root_id):
-                    return True
-            if not told:
-                told = True
-                print(f"Waiting for session {root_id} (Ctrl+C stops waiting, not the session)",
-                      file=sys.stderr)
-            left = POLL_S if deadline is None else min(POLL_S, deadline - loop.time())
-            if left <= 0:
-                return False
-            await feed.wait(left)
-    finally:
-        feed.close()
 
 
 def _report(outcome: Outcome, went_quiet: bool, args: argparse.Namespace) -> int:

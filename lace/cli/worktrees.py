@@ -8,10 +8,10 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from lace.cli.board import human_context, open_store, print_json, say
+from lace.cli.board import board_of, open_store, print_json, say
 from lace.core.agents import HALTED_STATUSES
 from lace.core.errors import LaceError
-from lace.core.ids import is_thread_id, root_of
+from lace.core.ids import is_thread_id
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.core.worktrees import Worktree
 from lace.store import Tx
@@ -81,14 +81,10 @@ def prune_command(args: argparse.Namespace) -> int:
 
 def merge_command(args: argparse.Namespace) -> int:
     """`lace merge THREAD_ID [--squash]`, through the one tool path as the person."""
-    from lace.runtime.tool_runner import call_tool
-
     if not is_thread_id(args.thread_id):
         raise LaceError(f"{args.thread_id!r} is not a thread id; `lace worktrees` lists them.")
-    store = open_store(args)
-    arguments = {"thread_id": args.thread_id, "strategy": "squash" if args.squash else "merge"}
-    result = call_tool(store, human_context(root_of(args.thread_id)), "worktree_merge",
-                       arguments)
+    with board_of(args) as board:
+        result = board.merge_worktree(args.thread_id, "squash" if args.squash else "merge")
     if result.is_error:
         say(f"lace: {result.text}", one_line=True, file=sys.stderr)
         return 1

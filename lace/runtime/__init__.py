@@ -2,5 +2,6 @@
 
 from lace.runtime.assembly import ALONE, Sharing, open_runtime
 from lace.runtime.facade import Runtime
+from lace.runtime.tool_runner import Arguments
 
-__all__ = ["ALONE", "Runtime", "Sharing", "open_runtime"]
+__all__ = ["ALONE", "Arguments", "Runtime", "Sharing", "open_runtime"]

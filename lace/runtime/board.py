@@ -11,6 +11,7 @@ from typing import Any
 from lace.config import Settings, load_settings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
+from lace.core.ids import root_of
 from lace.core.records import Agent, Event, Note, Task, Thread
 from lace.runtime.sessions import start_session_for
 from lace.runtime.tool_runner import call_tool
@@ -171,6 +172,13 @@ class Board:
         item = {"title": title, "prompt": prompt or title, "assigned_to": assigned_to, **fields}
         return self.create_tasks([{key: value for key, value in item.items()
                                    if value is not None}], session_id)[0]
+
+    def merge_worktree(self, thread_id: str, strategy: str) -> ToolResult:
+        """Merge a helper's worktree branch (`worktree_merge` as the person, in the helper's
+        session); the tool's own refusal when the thread has no worktree."""
+        arguments = {"thread_id": thread_id, "strategy": strategy}
+        return call_tool(self.store, self.context(root_of(thread_id)), "worktree_merge",
+                         arguments)
 
     def add_note(self, task_id: str, note: str) -> None:
         """A note on a task, as the person; LaceError when the board refuses it."""

@@ -23,7 +23,7 @@ from lace.core.records import Lease, Place
 from lace.llm.types import ModelError
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
-from lace.runtime.sessions import quiet, resume_cut_off
+from lace.runtime.sessions import WATCH_POLL_S, quiet, resume_cut_off
 from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Tx
@@ -32,7 +32,6 @@ from lace.store.failures import storage_error
 from lace.store.leases import LeaseLostError, fenced
 
 log = logging.getLogger("lace.runtime")
-POLL_S = 0.5
 DEFER_S = 0.1
 """How long a process at its share of the turns leaves a woken thread for the others before it
 claims the thread itself (if it is still unclaimed: no thread waits on a process that never
@@ -115,7 +114,7 @@ class Scheduler:
             self._watch = asyncio.create_task(self._watch_loop(), name="lace-watch")
 
     async def _watch_loop(self) -> None:
-        """Whenever the feed says the database changed (at least every POLL_S), wake the
+        """Whenever the feed says the database changed (at least every WATCH_POLL_S), wake the
         runnable threads of this process's sessions (rows another process wrote); every fifth
         of the lease timeout renew the heartbeat and take over the agents of processes that
         died."""
@@ -125,7 +124,7 @@ class Scheduler:
         next_beat = loop.time() + beat_every
         while True:
             try:
-                await self.feed.wait(max(0.0, min(POLL_S, next_beat - loop.time())))
+                await self.feed.wait(max(0.0, min(WATCH_POLL_S, next_beat - loop.time())))
                 self._changed.set()  # a session quiet here may not be quiet elsewhere
                 if loop.time() >= next_beat:
                     next_beat = loop.time() + beat_every
@@ -137,7 +136,7 @@ class Scheduler:
             except Exception as error:  # a busy database must not end the heartbeat
                 if not self._storage_failed(error):
                     log.exception("the watch loop failed; trying again")
-                await asyncio.sleep(POLL_S)
+                await asyncio.sleep(WATCH_POLL_S)
 
     async def _take_over(self) -> None:
         """Resume the cut-off agents of every session served (serving all: of every session

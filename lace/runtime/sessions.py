@@ -3,7 +3,9 @@ the turns a dead process cut off, and whether a session is quiet."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,10 @@ from lace.store import Store, Tx
 from lace.tools.base import ToolContext, ToolError
 from lace.tools.registry import ToolRegistry
 from lace.tools.spawning import parse_assignment
+
+WATCH_POLL_S = 0.5
+"""How often a process looks at the database with no news from its change feed (the
+scheduler's watch, `until_quiet`)."""
 
 
 def place_of(workspace: Path) -> Place:
@@ -71,3 +77,30 @@ def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
     with store.transaction() as tx:
         return tx.threads.create_session(provider=provider, model=model,
                                          title=valid_text(items[0].title)).id
+
+
+async def until_quiet(store: Store, root_id: str, timeout: float | None,
+                      on_wait: Callable[[], None] = lambda: None) -> bool:
+    """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
+    seconds (None: however long it takes); `on_wait` is called once, when it has to wait.
+    Looks again whenever the change feed hears a commit, and at least as often as a worker
+    looks for runnable threads."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    feed = store.database.change_feed()
+    told = False
+    try:
+        while True:
+            with store.reading() as tx:
+                if quiet(tx, root_id):
+                    return True
+            if not told:
+                told = True
+                on_wait()
+            left = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S,
+                                                              deadline - loop.time())
+            if left <= 0:
+                return False
+            await feed.wait(left)
+    finally:
+        feed.close()

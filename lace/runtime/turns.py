@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
 from lace.core.records import Agent, Lease, Place
-from lace.core.text import MAX_NESTING, json_nesting
 from lace.llm.types import ModelClient, ModelError, ModelReply
 from lace.runtime.conversation import TurnStart, begin_turn
 from lace.runtime.crash import crash_point
@@ -337,14 +336,3 @@ class TurnRunner:
         if agent.thread_id not in self.watched:
             return None
         return lambda delta: self.bus.publish(TextStreamed(agent.thread_id, delta))
-
-
-def describe_call(call: dict[str, Any]) -> str:
-    """A tool call in one short line, for progress output; arguments that are not JSON, or
-    nested too deep to decode, are shown as sent."""
-
-    arguments = str(call.get("arguments") or "{}")
-    if json_nesting(arguments) <= MAX_NESTING:
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.dumps(json.loads(arguments), ensure_ascii=False)
-    return f"{call.get('tool_name')}({arguments[:100]}{'…' if len(arguments) > 100 else ''})"
