@@ -3,8 +3,9 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
 PROMPT ?= Plan a small launch: write the announcement and list the risks.
-# pytest-xdist processes for `make test` (each starts its own throwaway PostgreSQL server)
-TEST_WORKERS ?= 2
+# pytest-xdist processes for `make test` (each starts its own throwaway PostgreSQL server); more
+# than the cores: many tests wait on subprocesses, so four overlap their waits on two cores
+TEST_WORKERS ?= 4
 
 .PHONY: demo test lint
 

@@ -141,15 +141,22 @@ def wait_for_progress(home: Path, before: int, process: subprocess.Popen[bytes])
     return False
 
 
+@pytest.fixture(scope="module")
+def clean_many(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The board of an unkilled `lace run MANY_PROMPT` (the same for every seed: run once)."""
+    clean_home = tmp_path_factory.mktemp("clean-many")
+    assert lace(clean_home, "run", MANY_PROMPT).returncode == 0
+    return final_board(clean_home)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_sigkills_lose_and_repeat_nothing(seed: int, tmp_path: Path) -> None:
+def test_random_sigkills_lose_and_repeat_nothing(seed: int, tmp_path: Path,
+                                                 clean_many: dict[str, Any]) -> None:
     """`lace run` with three slow workers is killed with SIGKILL at random moments (up to three
     times, each after the run made progress), each time resumed with `lace run --continue`;
     nothing committed is lost and the final board is the one an unkilled run reaches."""
-    clean_home = tmp_path / "clean"
-    assert lace(clean_home, "run", MANY_PROMPT).returncode == 0
-    clean = final_board(clean_home)
+    clean = clean_many
     home, rng = tmp_path / "killed", random.Random(seed)
     env = lace_env(home, LACE_DEMO_DELAY="0.1")
     argv, kills = ["run", MANY_PROMPT], 0
