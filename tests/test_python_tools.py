@@ -48,9 +48,11 @@ def explode(reason: str) -> str:
 
 @contextlib.asynccontextmanager
 async def running(store: Store, *functions: Callable[..., Any],
-                  policy: dict[str, Any] | None = None) -> AsyncIterator[Runtime]:
-    settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2),
-                        tools=ToolSettings(policy=policy or {}))
+                  policy: dict[str, Any] | None = None,
+                  limits: Limits | None = None) -> AsyncIterator[Runtime]:
+    """A runtime offering `functions` as Python tools, with quick retries."""
+    quick = Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2)
+    settings = Settings(limits=limits or quick, tools=ToolSettings(policy=policy or {}))
     runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
                            python_tools=functions)
     try:

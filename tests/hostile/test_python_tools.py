@@ -5,41 +5,25 @@ tool result the model can read, with lace and every other agent still running.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lace.config import Limits, Settings
-from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.config import Limits
 from lace.llm.types import ScriptedReply
-from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from lace.tools.python_tools import ToolDefinitionError, python_tools
 from lace.tools.shell import OUTPUT_CAP
 from tests.conftest import query
 from tests.root_turn import first_root_answer
 from tests.scripted import ScriptedModels, reply, text
+from tests.test_python_tools import running
 
 SECRET = "sk-hostile-python-tool-0123456789"
-
-
-@contextlib.asynccontextmanager
-async def running(store: Store, *functions: Callable[..., Any],
-                  limits: Limits | None = None) -> AsyncIterator[Runtime]:
-    settings = Settings(limits=limits or Limits(retry_base_s=0.001, retry_max_s=0.005))
-    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
-                           python_tools=functions)
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
-        runtime.close()
 
 
 def one_call(name: str, arguments: Any) -> Callable[[list[dict[str, Any]]], ScriptedReply]:
