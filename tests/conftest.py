@@ -222,7 +222,7 @@ def unchanged(db_path: Path) -> Callable[[], Any]:
 
 @pytest.fixture
 def models() -> Any:
-    """Scripted models reached through real litellm calls (`scripted/<role>`)."""
+    """Scripted models, called through lace's own model client (`scripted/<role>`)."""
     from tests.scripted import ScriptedModels
 
     return ScriptedModels()
@@ -230,14 +230,14 @@ def models() -> Any:
 
 @pytest.fixture
 async def runtime(store: Store, models: Any) -> Any:
-    """A supervisor over the test database with the real litellm client and quick retries."""
+    """A supervisor over the test database with lace's own client and quick retries."""
     from lace.config import Limits, Settings
     from lace.llm.checks import check_model
-    from lace.llm.client import LiteLLMClient
+    from lace.llm.client import default_client
     from lace.runtime import open_runtime
 
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
-    supervisor = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
+    supervisor = open_runtime(store, settings, default_client(), check_model=check_model)
     yield supervisor
     await supervisor.stop()
     supervisor.close()

@@ -1,4 +1,4 @@
-"""A scripted model behind real litellm calls: each `scripted/<role>` answers from a handler."""
+"""A scripted model behind lace's model client: each `scripted/<role>` answers from a handler."""
 
 from __future__ import annotations
 

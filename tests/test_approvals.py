@@ -15,7 +15,7 @@ import pytest
 
 from lace.config import Limits, Settings, ToolSettings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.both_engines
 def make(store: Store, workspace: Path, policy: dict[str, Any] | None = None,
          **limits: Any) -> Runtime:
     settings = Settings(limits=Limits(**limits), tools=ToolSettings(policy=policy or {}))
-    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    return open_runtime(store, settings, default_client(), check_model=check_model,
                         workspace=workspace)
 
 

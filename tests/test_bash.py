@@ -17,7 +17,7 @@ import pytest
 
 from lace.config import Settings, ToolSettings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.runtime import open_runtime
 from lace.store import Store
 from lace.tools.registry import ToolRegistry
@@ -170,7 +170,7 @@ async def test_an_agent_stopped_mid_call_leaves_no_process(store: Store, models:
     command = BACKGROUND.format(pids=pid_file) + f"; echo $$ >> {pid_file}; sleep 300"
     models.on("root", lambda messages: reply(None, ("bash", {"command": command})))
     settings = Settings(tools=ToolSettings(policy={"bash": "allow"}))
-    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    runtime = open_runtime(store, settings, default_client(), check_model=check_model,
                            workspace=tmp_path)
     try:
         root = await runtime.start_session("go", "scripted/root")

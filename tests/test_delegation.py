@@ -1,5 +1,5 @@
 """Delegation: delegate, spawn and spawn_await, profiles, tools that only shrink, and limits,
-through litellm into scripted models, on a real database (SQLite and PostgreSQL)."""
+into scripted models, on a real database (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from lace.config import Limits, Profile, Settings, load_settings
 from lace.core.assignee import ThreadAssignee
 from lace.core.records import NewAgent
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import TurnEnded
@@ -39,7 +39,7 @@ async def make_runtime(store: Store, models: ScriptedModels) -> AsyncIterator[Ru
         profiles = limits.pop("profiles", {})
         settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.002, **limits),
                             profiles=profiles)
-        runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
+        runtime = open_runtime(store, settings, default_client(), check_model=check_model)
         made.append(runtime)
         return runtime
 

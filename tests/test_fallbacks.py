@@ -42,11 +42,11 @@ def coordinator_or_worker(messages: list[dict[str, Any]]) -> ScriptedReply:
 
 def make_runtime(store: Store, **settings: Any) -> Runtime:
     from lace.llm.checks import check_model
-    from lace.llm.client import LiteLLMClient
+    from lace.llm.client import default_client
 
     return open_runtime(store, Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005,
                                                       model_retries=2), **settings),
-                                                          LiteLLMClient(), check_model=check_model)
+                                                          default_client(), check_model=check_model)
 
 
 @pytest.fixture

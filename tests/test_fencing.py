@@ -18,7 +18,7 @@ import pytest
 
 from lace.config import Limits, Settings, ToolSettings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import open_runtime
 from lace.store import Store, open_database
@@ -111,7 +111,7 @@ async def test_a_turn_frozen_in_a_tool_while_its_lease_is_taken_commits_nothing(
         store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.002),
                         tools=ToolSettings(policy={"bash": "allow"}))
-    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    runtime = open_runtime(store, settings, default_client(), check_model=check_model,
                            workspace=tmp_path)
     in_bash = asyncio.Event()
 

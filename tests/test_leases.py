@@ -79,7 +79,7 @@ async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lace.config import Limits, Settings
     from lace.llm.checks import check_model
-    from lace.llm.client import LiteLLMClient
+    from lace.llm.client import default_client
     from lace.runtime import open_runtime
     from lace.store import open_database
 
@@ -95,7 +95,7 @@ async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_on
         monkeypatch.setenv("LACE_DEMO_DELAY", "0")
         settings = Settings(limits=Limits(lease_timeout_s=1.0))
         store = Store(open_database(str(home / "lace.db")))
-        second = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
+        second = open_runtime(store, settings, default_client(), check_model=check_model)
         assert await second.resume(root) == []
         await asyncio.sleep(0.5)
         assert all(holder != second.process_id for _, _, holder in held)

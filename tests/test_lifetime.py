@@ -12,7 +12,7 @@ import pytest
 
 from lace.config import Budgets, Limits, Settings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
@@ -29,7 +29,7 @@ def make(store: Store, **limits: Any) -> Runtime:
     budgets = limits.pop("budgets", Budgets())
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.002, **limits),
                         budgets=budgets)
-    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
+    return open_runtime(store, settings, default_client(), check_model=check_model)
 
 
 def assert_everything_recorded(db_path: Path, models: ScriptedModels) -> None:

@@ -23,7 +23,7 @@ from lace.core.assignee import HUMAN
 from lace.core.records import Thread
 from lace.core.text import MAX_NESTING
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
@@ -181,7 +181,7 @@ async def test_task_wait_says_which_approval_an_agent_waits_for(
 
     models.on("shell", shell)
     runtime = open_runtime(store, Settings(
-        limits=Limits(approval_timeout_s=60)), LiteLLMClient(), check_model=check_model,
+        limits=Limits(approval_timeout_s=60)), default_client(), check_model=check_model,
             workspace=tmp_path)
     try:
         async with connected(BoardServer(runtime, session.id)) as client:

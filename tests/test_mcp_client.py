@@ -14,7 +14,7 @@ import pytest
 
 from lace.config import Limits, McpServer, ToolSettings, load_settings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import Warned
@@ -119,7 +119,7 @@ async def test_a_third_party_server_from_pypi_through_lace_toml(
     monkeypatch.chdir(tmp_path)
     settings = load_settings()
     runtime = open_runtime(store, settings.model_copy(update={"limits": Limits(**QUICK)}),
-                           LiteLLMClient(), check_model=check_model)
+                           default_client(), check_model=check_model)
     models.on("root", calls_in_turn(
         ("mcp__time__convert_time", {"source_timezone": "Europe/Paris", "time": "12:30",
                                      "target_timezone": "Asia/Tokyo"}),

@@ -1,4 +1,4 @@
-"""Model faults through litellm into a scripted model: malformed calls go back as tool errors,
+"""Model faults from a scripted model: malformed calls go back as tool errors,
 empty answers are retried, and a context overflow trims old tool results instead of failing."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from lace.core.assignee import NewAgentSpec, parse_assignee, parse_model
 from lace.core.errors import InvalidAssigneeError
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ModelError
 from tests.conftest import Caller, query
 from tests.conftest import run_cli as lace
@@ -119,8 +119,8 @@ def test_an_agent_cannot_spawn_a_scripted_helper_outside_tests(call: Caller,
 @pytest.mark.usefixtures("no_test_providers")
 def test_the_client_refuses_scripted_calls_outside_tests() -> None:
     with pytest.raises(ModelError, match="exists only in lace's tests") as raised:
-        asyncio.run(LiteLLMClient().complete("scripted/x", [{"role": "user", "content": "hi"}],
-                                             []))
+        asyncio.run(default_client().complete("scripted/x", [{"role": "user", "content": "hi"}],
+                                              []))
     assert not raised.value.transient
 
 
@@ -136,9 +136,11 @@ def test_a_test_enables_scripted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 FIRST_CALL = """
-import asyncio
+import asyncio, os
 from lace.llm.client import LiteLLMClient
-from lace.llm.scripted import local_providers_registered
+from lace.llm.litellm_setup import litellm
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
 
 async def main() -> None:
     started = seen_loop_turn_mid_import = False
@@ -146,13 +148,13 @@ async def main() -> None:
     async def first_call() -> object:
         nonlocal started
         started = True
-        return await LiteLLMClient().complete("demo/worker", [{"role": "user", "content": "hi"}],
-                                              [])
+        return await LiteLLMClient().complete("openai/gpt-4o-mini",
+                                              [{"role": "user", "content": "hi"}], [])
 
     async def watch() -> None:
         nonlocal seen_loop_turn_mid_import
         while True:
-            seen_loop_turn_mid_import |= started and not local_providers_registered()
+            seen_loop_turn_mid_import |= started and litellm.cache_info().currsize == 0
             await asyncio.sleep(0)
 
     watcher = asyncio.create_task(watch())
@@ -160,7 +162,9 @@ async def main() -> None:
     watcher.cancel()
     print(seen_loop_turn_mid_import, bool(reply.content))
 
-asyncio.run(main())
+with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello")) as server:
+    os.environ.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="not-a-real-key")
+    asyncio.run(main())
 """
 
 

@@ -1,5 +1,5 @@
 """lace as a Python library: `lace.run` with Python tools, an output type and a fan-out to
-helpers, against scripted models reached through real litellm calls, on a real database file."""
+helpers, against scripted models, on a real database file."""
 
 from __future__ import annotations
 

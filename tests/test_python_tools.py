@@ -16,7 +16,7 @@ import pytest
 from lace.config import Limits, Settings, ToolSettings, load_settings
 from lace.core.errors import LaceError
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import RuntimeEvent, TurnEnded
@@ -53,7 +53,7 @@ async def running(store: Store, *functions: Callable[..., Any],
     """A runtime offering `functions` as Python tools, with quick retries."""
     quick = Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2)
     settings = Settings(limits=limits or quick, tools=ToolSettings(policy=policy or {}))
-    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    runtime = open_runtime(store, settings, default_client(), check_model=check_model,
                            python_tools=functions)
     try:
         yield runtime

@@ -1,5 +1,5 @@
 """Agents that run: spawning on `new:`, notifications, reminders and failures, end to end through
-litellm into a scripted model, checked with plain SQL."""
+lace's model client into a scripted model, checked with plain SQL."""
 
 from __future__ import annotations
 
@@ -308,7 +308,7 @@ async def test_a_child_that_never_completes_is_reminded_then_blocked(
 async def test_model_calls_respect_the_limits(store: Any, models: ScriptedModels,
                                               limits: dict[str, Any], peak_wanted: int) -> None:
     from lace.config import Limits, Settings
-    from lace.llm.client import LiteLLMClient
+    from lace.llm.client import default_client
 
     in_flight, peak = [0], [0]
 
@@ -321,7 +321,7 @@ async def test_model_calls_respect_the_limits(store: Any, models: ScriptedModels
 
     models.on("root", coordinator(*["new:scripted/worker"] * 4, titles=("a", "b", "c", "d")))
     models.on("worker", counted)
-    supervisor = open_runtime(store, Settings(limits=Limits(**limits)), LiteLLMClient())
+    supervisor = open_runtime(store, Settings(limits=Limits(**limits)), default_client())
     root = await supervisor.start_session("go", "scripted/root")
     await asyncio.wait_for(supervisor.run_until_quiet(root.id), 60)
     supervisor.close()
@@ -342,32 +342,26 @@ async def test_a_watched_thread_streams_its_text(runtime: Runtime,
     assert "".join(deltas) == "listingone two three" and len(deltas) == 4
 
 
-async def test_prices_are_counted_and_unknown_prices_logged_once(
+async def test_costs_are_counted_and_unknown_prices_logged_once(
         runtime: Runtime, models: ScriptedModels, db_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from lace.llm.litellm_setup import litellm
-
-    litellm().register_model({"scripted/priced": {
-        "input_cost_per_token": 1e-3, "output_cost_per_token": 2e-3, "litellm_provider": "scripted",
-        "mode": "chat", "cache_creation_input_token_cost": 0.0,
-        "cache_read_input_token_cost": 0.0}})
-    models.on("priced", lambda messages: reply("ok"))
-    models.on("free", lambda messages: reply("ok"))
+    models.on("priced", lambda messages: ScriptedReply(text="ok", cost_usd=0.02))
+    models.on("unpriced", lambda messages: ScriptedReply(text="ok", cost_usd=None))
     caplog.set_level(logging.INFO, logger="lace.llm")
-    for model in ("scripted/priced", "scripted/free", "scripted/free"):
+    for model in ("scripted/priced", "scripted/unpriced", "scripted/unpriced"):
         root = await runtime.start_session("hi", model)
         await runtime.run_until_quiet(root.id)
     costs = query(db_path, "SELECT model, prompt_tokens, completion_tokens, cost_usd FROM "
                            "llm_calls ORDER BY id")
-    assert costs[0] == ("scripted/priced", 10, 5, pytest.approx(10 * 1e-3 + 5 * 2e-3))
-    assert costs[1:] == [("scripted/free", 10, 5, 0.0)] * 2
+    assert costs[0] == ("scripted/priced", 10, 5, pytest.approx(0.02))
+    assert costs[1:] == [("scripted/unpriced", 10, 5, 0.0)] * 2
     assert query(db_path, "SELECT SUM(cost_usd) FROM agent_metadata") == [
         (pytest.approx(0.02),)]
     logged = [r.getMessage() for r in caplog.records if "no known price" in r.getMessage()]
-    assert logged == ["no known price for scripted/free; its calls count as $0 (tokens still "
-                      "add up)"]
+    assert logged == ["no known price for scripted/unpriced; its calls count as $0 (tokens "
+                      "still add up)"]
 
 
 async def test_provider_keys_are_never_written(runtime: Runtime, models: ScriptedModels,

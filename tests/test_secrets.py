@@ -16,7 +16,7 @@ import pytest
 from lace.config import Limits, Settings, ToolSettings
 from lace.core.secrets import MIN_MASKED_LENGTH, mask, mask_data
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.paths import credential_values
@@ -152,7 +152,7 @@ async def test_keys_in_answers_notes_and_bash_output_are_masked(
         store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path,
         keys: tuple[str, str]) -> None:
     settings = Settings(tools=ToolSettings(policy={"bash": "allow"}))
-    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    runtime = open_runtime(store, settings, default_client(), check_model=check_model,
                            workspace=tmp_path)
     models.on("root", key_leaking_root)
     session = await runtime.start_session("go", "scripted/root")
@@ -196,7 +196,7 @@ async def test_a_provider_error_echoing_a_key_is_masked_everywhere(
     echoing_server.faults += ["400"] * 3
     caplog.set_level(logging.DEBUG)
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2))
-    runtime = open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
+    runtime = open_runtime(store, settings, default_client(), check_model=check_model)
     session = await runtime.start_session("hi", "openai/fake")
     async with asyncio.timeout(30):
         await runtime.run_until_quiet(session.id)

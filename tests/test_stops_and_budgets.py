@@ -4,6 +4,7 @@ once, and approvals left behind by a dead process."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.core.assignee import ThreadAssignee
 from lace.core.records import NewAgent
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.both_engines
 
 def supervisor(store: Store, workspace: Path | None = None, **settings: Any) -> Runtime:
     quick = Limits(retry_base_s=0.001, retry_max_s=0.002)
-    return open_runtime(store, Settings(**{"limits": quick, **settings}), LiteLLMClient(),
+    return open_runtime(store, Settings(**{"limits": quick, **settings}), default_client(),
                         check_model=check_model, workspace=workspace)
 
 
@@ -70,8 +71,9 @@ async def test_a_stop_from_another_process_ends_a_running_bash_at_once(
     workspace.mkdir()
     runtime = supervisor(store, tools=ToolSettings(policy={"bash": "allow"}),
                          workspace=workspace)
+    command = f"sleep 37.{secrets.randbelow(10**6):06d}"  # its own: another test may run bash
     models.on("root", lambda messages: reply("stopped?") if messages[-1]["role"] == "tool"
-              else reply(None, ("bash", {"command": "sleep 37.25; touch late.txt"})))
+              else reply(None, ("bash", {"command": f"{command}; touch late.txt"})))
     try:
         root = await runtime.start_session("go", "scripted/root")
         async with asyncio.timeout(10):
@@ -86,7 +88,7 @@ async def test_a_stop_from_another_process_ends_a_running_bash_at_once(
         async with asyncio.timeout(3):  # the watch loop sees the stop and cancels the turn
             while runtime.running:
                 await asyncio.sleep(0.05)
-        pgrep = await asyncio.create_subprocess_exec("pgrep", "-f", "sleep 37.25",
+        pgrep = await asyncio.create_subprocess_exec("pgrep", "-f", command,
                                                      stdout=subprocess.PIPE)
         found, _ = await pgrep.communicate()
         assert found == b""

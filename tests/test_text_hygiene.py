@@ -115,7 +115,7 @@ async def test_a_file_name_that_is_not_utf8_never_wedges_the_thread(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from lace.config import Limits, Settings
     from lace.llm.checks import check_model
-    from lace.llm.client import LiteLLMClient
+    from lace.llm.client import default_client
 
     workspace = tmp_path / "work"
     workspace.mkdir()
@@ -124,7 +124,7 @@ async def test_a_file_name_that_is_not_utf8_never_wedges_the_thread(
     with FakeOpenAI(listing_script) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
-        runtime = open_runtime(store, Settings(limits=Limits(model_retries=0)), LiteLLMClient(),
+        runtime = open_runtime(store, Settings(limits=Limits(model_retries=0)), default_client(),
                                check_model=check_model, workspace=workspace)
         try:
             root = await runtime.start_session("list", "openai/fake")

@@ -259,7 +259,7 @@ async def test_an_agent_cannot_rewrite_lace_toml_or_the_database_through_the_run
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The one tool path hands the file tools a workspace that knows lace's own files."""
     from lace.llm.checks import check_model
-    from lace.llm.client import LiteLLMClient
+    from lace.llm.client import default_client
     from lace.runtime import open_runtime
     from lace.store import Store, open_database
     from tests.scripted import ScriptedModels, reply, text, tools_called
@@ -283,7 +283,7 @@ async def test_an_agent_cannot_rewrite_lace_toml_or_the_database_through_the_run
     store = Store(open_database(str(folder / "work.db")))
     settings = load_settings().model_copy(update={"tools": ToolSettings(
         policy={"file_write": "allow"}, protected_paths=["keep.txt"])})
-    supervisor = open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    supervisor = open_runtime(store, settings, default_client(), check_model=check_model,
                               workspace=folder)
     try:
         root = await supervisor.start_session("rewrite the settings", "scripted/root")

@@ -8,7 +8,7 @@ from typing import Any
 
 from lace.config import Limits, Settings, ToolSettings, WorkspaceSettings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
@@ -22,7 +22,7 @@ def supervisor(store: Store, workspace: Path, **workspace_settings: Any) -> Runt
                         tools=ToolSettings(policy=WRITERS_ALLOWED),
                         workspace=WorkspaceSettings(**{"isolation": "worktree",
                                                        **workspace_settings}))
-    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model,
+    return open_runtime(store, settings, default_client(), check_model=check_model,
                         workspace=workspace)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lace.cli.board import open_store
 from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
-from lace.config import Settings
+from lace.config import Settings, default_model
 from lace.core.errors import LaceError
 from lace.store import Store
 from lace.tools.workspace import DaemonThreads
@@ -121,9 +121,13 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     board = BoardServer(runtime, session_id)
 
     async def run_agents() -> None:
-        """Import the model SDKs off the event loop (seconds), so the client's handshake is
-        answered at once, then run the session's agents (resuming those cut off)."""
-        await asyncio.to_thread(client.warm_up)
+        """Import the model SDKs the default model needs off the event loop (seconds), so the
+        client's handshake is answered at once, then run the session's agents (resuming those
+        cut off)."""
+        from lace.llm.client import needs_litellm
+
+        model = settings.model or default_model()
+        await asyncio.to_thread(client.warm_up, litellm_too=needs_litellm(model))
         await runtime.serve()
 
     agents = asyncio.create_task(run_agents(), name="lace-mcp-runtime")

@@ -1,6 +1,7 @@
 """The clients lace calls models with: `default_client()` calls `openai/...` chat models directly
-(`OpenAIClient`) and every other model to litellm (`LiteLLMClient`: one `acompletion`
-call, streamed when watched); both sort errors by kind."""
+(`OpenAIClient`), lace's own local models in this process (`LocalClient`) and every other model
+through litellm (`LiteLLMClient`: one `acompletion` call, streamed when watched); all sort
+errors by kind."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import asyncio
 import inspect
 from typing import Any
 
+from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
 from lace.llm.calls import ProviderClient, model_error, outgoing
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.prices import price_table
-from lace.llm.scripted import local_providers_registered
+from lace.llm.scripted import LocalClient
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
 
@@ -28,18 +30,19 @@ class LiteLLMClient(ProviderClient):
 
     @staticmethod
     def warm_up() -> None:
-        """Import litellm and register lace's local providers (about 2 s, once; call it from a
-        thread to keep a UI responsive)."""
-        from lace.llm.scripted import register_local_providers
+        """Import litellm (about 2 s, once; call it from a thread to keep a UI responsive)."""
+        litellm()
 
-        register_local_providers()
+    @staticmethod
+    def warmed_up() -> bool:
+        return litellm.cache_info().currsize > 0
 
     async def complete(self, model: str, messages: list[dict[str, Any]],
                        tools: list[dict[str, Any]], *,
                        on_delta: DeltaCallback | None = None) -> ModelReply:
         """One model call; raises ModelError."""
         self.check_allowed(model)
-        if not local_providers_registered():  # seconds of import, off the loop: signals still work
+        if not self.warmed_up():  # seconds of import, off the loop: signals still work
             await asyncio.to_thread(self.warm_up)
         module = litellm()
         # max_retries=0: lace's own backoff is the one retry policy, and every attempt is an
@@ -82,10 +85,11 @@ class LiteLLMClient(ProviderClient):
 
 class RoutingClient:
     """The client lace uses: `openai/...` chat models called directly (no litellm import, a
-    fraction of its CPU per call), every other model through litellm."""
+    fraction of its CPU per call), `demo/...` and `scripted/...` in this process, every other
+    model through litellm."""
 
     def __init__(self) -> None:
-        self.direct, self.litellm = OpenAIClient(), LiteLLMClient()
+        self.direct, self.local, self.litellm = OpenAIClient(), LocalClient(), LiteLLMClient()
 
     @staticmethod
     def warm_up(litellm_too: bool = True) -> None:
@@ -102,7 +106,15 @@ class RoutingClient:
         """One model call through the client that serves its model; raises ModelError."""
         if served_directly(model):
             return await self.direct.complete(model, messages, tools, on_delta=on_delta)
-        return await self.litellm.complete(model, messages, tools, on_delta=on_delta)
+        if needs_litellm(model):
+            return await self.litellm.complete(model, messages, tools, on_delta=on_delta)
+        return await self.local.complete(model, messages, tools, on_delta=on_delta)
+
+
+def needs_litellm(model: str) -> bool:
+    """Whether calls to `model` go through litellm (not an `openai/...` chat model nor a local
+    one, which lace calls itself)."""
+    return not served_directly(model) and model.split("/", 1)[0] not in LOCAL_PROVIDERS
 
 
 def default_client() -> RoutingClient:

@@ -59,9 +59,11 @@ class ModelClient(Protocol):
 
 @dataclass
 class ScriptedReply:
-    """What a scripted or demo model answers: text, tool calls (name, arguments), usage."""
+    """What a scripted or demo model answers: text, tool calls (name, arguments), usage, and
+    what the call cost (local models are free; None: no known price)."""
 
     text: str | None = None
     tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    cost_usd: float | None = 0.0

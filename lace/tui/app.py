@@ -7,6 +7,7 @@ loop."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, ClassVar
 
 from textual import on
@@ -113,10 +114,14 @@ class LaceApp(App[None]):
             self.query_one(Conversation).mount(Welcome(self.readiness, keys))
 
     def on_ready(self) -> None:
-        """After the first frame: import litellm on a thread, so the first call is quick."""
+        """After the first frame: import litellm on a thread if the model needs it, so the
+        first call is quick."""
+        from lace.llm.client import needs_litellm
+
         warm_up = getattr(self.runtime.client, "warm_up", None)
         if warm_up is not None:
-            self.run_worker(warm_up, thread=True, group="warm-up")
+            self.run_worker(functools.partial(warm_up, litellm_too=needs_litellm(self.model)),
+                            thread=True, group="warm-up")
 
     # runtime events arrive on this loop; they only mark work for the next flush
 

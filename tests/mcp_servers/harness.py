@@ -16,7 +16,7 @@ from typing import Any
 
 from lace.config import Limits, McpServer, Settings, ToolSettings
 from lace.llm.checks import check_model
-from lace.llm.client import LiteLLMClient
+from lace.llm.client import default_client
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.processes import free_port
@@ -36,7 +36,7 @@ def runtime_with(store: Store, servers: dict[str, McpServer],
     """A runtime whose settings name these servers (and this tool policy)."""
     settings = Settings(limits=Limits(**{**QUICK, **limits}),
                         tools=tools or ToolSettings(policy=policy or {}), mcp_servers=servers)
-    return open_runtime(store, settings, LiteLLMClient(), check_model=check_model)
+    return open_runtime(store, settings, default_client(), check_model=check_model)
 
 
 @contextlib.contextmanager
