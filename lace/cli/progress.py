@@ -9,7 +9,6 @@ import sys
 from typing import Any, TextIO
 
 from lace.cli.approvals import SEE_ALL
-from lace.core.lines import describe_call
 from lace.core.secrets import mask
 from lace.core.shown import shown
 from lace.core.text import MAX_NESTING, json_nesting, printable

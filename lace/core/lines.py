@@ -3,7 +3,6 @@ and the front ends to a person: pure formatting, so every reader words them alik
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -11,7 +10,6 @@ from typing import Any, Protocol
 from lace.core.dependencies import task_label
 from lace.core.records import Agent, Task, Thread
 from lace.core.tasks import task_symbol
-from lace.core.text import MAX_NESTING, json_nesting
 
 
 class SubtreeUsage(Protocol):
@@ -80,12 +78,3 @@ def in_tree_order(threads: list[Thread]) -> list[Thread]:
     return sorted(threads, key=lambda thread: [int(part) if part.isdigit() else 0
                                                for part in thread.id.split(".")[1:]])
 
-
-def describe_call(call: dict[str, Any]) -> str:
-    """A tool call in one short line, for progress output; arguments that are not JSON, or
-    nested too deep to decode, are shown as sent."""
-    arguments = str(call.get("arguments") or "{}")
-    if json_nesting(arguments) <= MAX_NESTING:
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.dumps(json.loads(arguments), ensure_ascii=False)
-    return f"{call.get('tool_name')}({arguments[:100]}{'…' if len(arguments) > 100 else ''})"
