@@ -7,8 +7,7 @@ import argparse
 from typing import Any
 
 from lace.cli.board import board_of, print_json, say
-from lace.core.usage import Totals, priced_models, subtree_totals, totals_by
-from lace.llm.prices import known_price
+from lace.core.usage import Totals, subtree_totals, totals_by
 
 HEADER = f"{'calls':>6} {'failed':>6} {'in':>9} {'out':>9} {'total':>9}  {'cost':<18}"
 
@@ -23,7 +22,7 @@ def cost_command(args: argparse.Namespace) -> int:
     with board_of(args) as board:
         usage = board.usage(args.session)
     session, groups, threads, models = usage.session, usage.groups, usage.threads, usage.models
-    priced = priced_models(groups, known_price)
+    priced = usage.priced
     rows = totals_by(groups, args.by, priced)
     total = sum(rows.values(), Totals())
     unpriced = sorted({group.model for group in groups} - priced)

@@ -13,7 +13,8 @@ from lace.config import Settings, load_settings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.records import Agent, Event, Note, Task, Thread
-from lace.core.usage import CallGroup
+from lace.core.usage import CallGroup, priced_models
+from lace.llm.prices import known_price
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.runtime.sessions import open_session, place_of, start_session_for, until_quiet
 from lace.runtime.tool_runner import call_tool
@@ -54,6 +55,8 @@ class SessionUsage:
     groups: list[CallGroup]
     threads: list[str]
     models: dict[str, str]
+    priced: set[str]
+    """The models of `groups` with a known price (calls to the others cost nothing known)."""
 
 
 def person_context(settings: Settings, workspace: Path, session_id: str) -> ToolContext:
@@ -174,7 +177,7 @@ class Board:
             threads = [thread.id for thread in tx.threads.of_session(session.id)]
             models = {agent.thread_id: agent.model_name
                       for agent in tx.agents.of_session(session.id)}
-        return SessionUsage(session, groups, threads, models)
+        return SessionUsage(session, groups, threads, models, priced_models(groups, known_price))
 
     def export(self, session_id: str) -> dict[str, Any]:
         """A session as one JSON-ready document (`lace export`)."""

@@ -20,7 +20,7 @@ from lace.tui.literal import literal, literal_line
 from lace.tui.widgets.prompt_modal import PromptModal
 
 if TYPE_CHECKING:
-    from lace.store import Tx
+    from lace.runtime.public import Tx
     from lace.tui.app import LaceApp
 
 STATUS_ORDER = {"in_progress": 0, "pending": 1, "waiting": 2, "blocked": 3, "completed": 4,
