@@ -12,6 +12,7 @@ from typing import Any
 from lace.config import Settings, load_settings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
+from lace.core.ids import root_of
 from lace.core.records import Agent, Event, Note, Task, Thread
 from lace.core.usage import CallGroup, priced_models
 from lace.llm.prices import known_price
@@ -233,6 +234,36 @@ class Board:
         its own were taken)."""
         with self.store.transaction() as tx:
             return import_session(tx, document)
+
+    def create_tasks(self, tasks: list[dict[str, Any]],
+                     session_id: str | None = None) -> list[Task]:
+        """Create tasks as the person, each a `task_create` item (`title`, `prompt`,
+        `assigned_to`: `new:provider/model` spawns a helper, `blocked_by`, `priority`,
+        `description`), in the named session, else the latest; with no session yet, one is
+        started (as `lace task add` does). The created tasks; LaceError when refused."""
+        arguments = {"tasks": tasks}
+        if session_id is None and self.latest_session() is None:
+            session_id = start_session_for(self.store, arguments, self.context(""))
+        result = _checked(self.call("task_create", arguments, session_id))
+        task_ids = (result.values or {}).get("task_ids", [])
+        with self.store.reading() as tx:
+            created = {task.id: task for task in tx.edges.attach(tx.tasks.by_ids(task_ids))}
+        return [created[task_id] for task_id in task_ids]
+
+    def create_task(self, title: str, prompt: str | None = None, *,
+                    assigned_to: str | None = None, session_id: str | None = None,
+                    **fields: Any) -> Task:
+        """One task (`create_tasks` with one item): `prompt` defaults to the title."""
+        item = {"title": title, "prompt": prompt or title, "assigned_to": assigned_to, **fields}
+        return self.create_tasks([{key: value for key, value in item.items()
+                                   if value is not None}], session_id)[0]
+
+    def merge_worktree(self, thread_id: str, strategy: str) -> ToolResult:
+        """Merge a helper's worktree branch (`worktree_merge` as the person, in the helper's
+        session); the tool's own refusal when the thread has no worktree."""
+        arguments = {"thread_id": thread_id, "strategy": strategy}
+        return call_tool(self.store, self.context(root_of(thread_id)), "worktree_merge",
+                         arguments)
 
     def add_note(self, task_id: str, note: str) -> None:
         """A note on a task, as the person; LaceError when the board refuses it."""
