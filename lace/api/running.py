@@ -23,9 +23,9 @@ from lace.config import Settings, load_settings
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.runtime import Runtime, open_runtime
+from lace.runtime.databases import open_store
 from lace.runtime.outcome import read_outcome, session_totals
-from lace.store import Store, open_database
-from lace.tools.python_tools import python_tools
+from lace.runtime.public import Store, python_tools
 
 PythonFunction = Callable[..., Any]
 
@@ -103,7 +103,7 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
     folder = Path(workspace or Path.cwd()).expanduser().resolve()
     if not folder.is_dir():
         raise LaceError(f"workspace={str(workspace)!r} is not a folder.")
-    store = Store(open_database(None if db is None else str(db)))
+    store = open_store(None if db is None else str(db))
     try:
         runtime = open_runtime(store, settings, default_client(), check_model=check_model,
                                workspace=folder, python_tools=list(functions.values()))

@@ -7,23 +7,14 @@ import argparse
 import json
 from dataclasses import asdict
 
-from lace.cli.board import open_store, print_json, say
-from lace.core.assignee import HUMAN
-from lace.core.errors import LaceError
+from lace.cli.board import board_of, print_json, say
 from lace.core.ids import root_of
 from lace.core.records import Approval
 from lace.core.shown import shown
-from lace.store import Tx
+from lace.runtime.person import decide_approval, pending_approvals
 
 SHOWN_CHARACTERS = 200
 SEE_ALL = "lace approvals --full shows all"
-
-
-def orphaned(tx: Tx, approval: Approval, live: set[str]) -> bool:
-    """Whether nobody waits for this pending request any more: its agent is not waiting, or
-    the process that holds the agent is not in `live` (it was killed, or its lease expired)."""
-    agent = tx.agents.find(approval.thread_id)
-    return agent is None or agent.status != "waiting" or agent.lease_holder not in live
 
 
 def _orphan_note(approval: Approval) -> str:
@@ -33,10 +24,10 @@ def _orphan_note(approval: Approval) -> str:
 
 def approvals_command(args: argparse.Namespace) -> int:
     """`lace approvals`."""
-    with open_store(args).reading() as tx:
-        pending = tx.approvals.pending()
-        live = tx.processes.live()
-        orphans = {approval.id for approval in pending if orphaned(tx, approval, live)}
+    with board_of(args) as board:
+        requests = pending_approvals(board)
+    pending = [request.approval for request in requests]
+    orphans = {request.approval.id for request in requests if request.orphaned}
     if args.json:
         print_json([{**asdict(approval), "orphaned": approval.id in orphans}
                     for approval in pending])
@@ -53,14 +44,9 @@ def approvals_command(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, status: str) -> int:
-    with open_store(args).transaction() as tx:
-        asked = tx.approvals.get(args.approval_id)
-        orphan = asked.status == "pending" and orphaned(tx, asked, tx.processes.live())
-        if orphan and status != "denied":
-            raise LaceError(f"Approval request #{asked.id} is orphaned: the process that asked "
-                            "for it is gone, so approving it would run nothing. Resume with "
-                            f"lace run --continue {root_of(asked.thread_id)}; it asks again.")
-        approval = tx.approvals.decide(args.approval_id, status, HUMAN)
+    with board_of(args) as board:
+        decided = decide_approval(board, args.approval_id, status)
+    approval, orphan = decided.approval, decided.orphaned
     note = f" {_orphan_note(approval)}" if orphan else ""
     say(f"#{approval.id} {approval.tool} for {approval.thread_id}: {approval.status}{note}",
         one_line=True)

@@ -6,30 +6,19 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, TextIO
 
 from lace.core.errors import LaceError
+from lace.core.lines import agent_line, event_text, in_tree_order, task_line
 from lace.core.text import printable, printable_json
-from lace.runtime.board import NO_SESSION, Board, person_context
-from lace.runtime.sessions import start_session_for
-from lace.store import Store, open_database, resolve_db_url
-from lace.store.db import upgrade
-from lace.store.engines import engine_for
-from lace.tools.base import ToolContext
-from lace.tools.person_tools import agent_line, event_text, in_tree_order
-from lace.tools.task_tools import task_line
-
-
-def open_store(args: argparse.Namespace) -> Store:
-    """The store named by `--db` (or the environment), migrated to head."""
-    return Store(open_database(getattr(args, "db", None)))
+from lace.runtime.board import NO_SESSION, Board
+from lace.runtime.databases import database_url, open_store, shown_database, upgrade_database
 
 
 def board_of(args: argparse.Namespace) -> Board:
     """The board named by `--db` (or the environment), with the folder lace was started in as
     the person's workspace."""
-    return Board(open_store(args))
+    return Board(open_store(getattr(args, "db", None)))
 
 
 def say(text: str, *, one_line: bool = False, file: TextIO | None = None) -> None:
@@ -106,13 +95,6 @@ def show_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def human_context(session_id: str) -> ToolContext:
-    """The person's tool context on the command line, in the folder lace was started in."""
-    from lace.config import load_settings
-
-    return person_context(load_settings(), Path.cwd(), session_id)
-
-
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
                   session_id: str | None = None) -> int:
     with board_of(args) as board:
@@ -126,20 +108,16 @@ def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any]
 def task_add_command(args: argparse.Namespace) -> int:
     """`lace task add TITLE`: in the session of the task it waits for, else the latest; creates
     a session first when there is none."""
-    store = open_store(args)
     session_id = args.session
     item = {"title": args.title, "prompt": args.prompt or args.title, "priority": args.priority,
             "description": args.description, "assigned_to": args.assigned_to,
             "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
-    if session_id is None and args.blocked_by:
-        with store.reading() as tx:
-            session_id = tx.tasks.get(args.blocked_by[0]).thread_id
-    if session_id is None:
-        with store.reading() as tx:
-            latest = tx.threads.latest_session()
-        if latest is None:
-            session_id = start_session_for(store, arguments, human_context(""))
+    with board_of(args) as board:
+        if session_id is None and args.blocked_by:
+            session_id = board.task(args.blocked_by[0]).thread_id
+        if session_id is None and board.latest_session() is None:
+            session_id = board.start_session_for(arguments)
             print(f"Started session {session_id}", file=sys.stderr)
     return _run_as_human(args, "task_create", arguments, session_id)
 
@@ -172,19 +150,11 @@ def db_help_command(_args: argparse.Namespace) -> int:
 
 def db_upgrade(args: argparse.Namespace) -> int:
     """`lace db upgrade`: checks the file, then migrates it to head."""
-    database = open_database(getattr(args, "db", None))
-    database.close()
-    upgrade(database.url)
-    say(f"{shown_database(database.url)}: schema up to date", one_line=True)
+    say(f"{upgrade_database(getattr(args, 'db', None))}: schema up to date", one_line=True)
     return 0
-
-
-def shown_database(url: str) -> str:
-    """A SQLite file as its path; a server's URL without its password."""
-    return engine_for(url).shown()
 
 
 def db_path(args: argparse.Namespace) -> int:
     """`lace db path`."""
-    say(shown_database(resolve_db_url(getattr(args, "db", None))), one_line=True)
+    say(shown_database(database_url(getattr(args, "db", None))), one_line=True)
     return 0

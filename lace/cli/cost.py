@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lace.cli.board import open_store, print_json, say
-from lace.core.usage import Totals, priced_models, subtree_totals, totals_by
-from lace.llm.prices import known_price
-from lace.runtime.board import pick_session
+from lace.cli.board import board_of, print_json, say
+from lace.core.usage import Totals, subtree_totals, totals_by
 
 HEADER = f"{'calls':>6} {'failed':>6} {'in':>9} {'out':>9} {'total':>9}  {'cost':<18}"
 
@@ -21,12 +19,10 @@ def _cells(totals: Totals) -> str:
 
 def cost_command(args: argparse.Namespace) -> int:
     """`lace cost [--session ID] [--by thread|model|day] [--json]`."""
-    with open_store(args).reading() as tx:
-        session = pick_session(tx, args.session)
-        groups = tx.usage.call_groups(session.id)
-        threads = [thread.id for thread in tx.threads.of_session(session.id)]
-        models = {agent.thread_id: agent.model_name for agent in tx.agents.of_session(session.id)}
-    priced = priced_models(groups, known_price)
+    with board_of(args) as board:
+        usage = board.usage(args.session)
+    session, groups, threads, models = usage.session, usage.groups, usage.threads, usage.models
+    priced = usage.priced
     rows = totals_by(groups, args.by, priced)
     total = sum(rows.values(), Totals())
     unpriced = sorted({group.model for group in groups} - priced)

@@ -20,11 +20,10 @@ STORAGE_HINT = ("free space or fix the disk, then run the command again (lace ru
 
 def _database_file(args: argparse.Namespace) -> str:
     """The file the command used, for messages ("the database" when it cannot be told)."""
-    from lace.store.db import resolve_db_url
-    from lace.store.engines import engine_for
+    from lace.runtime.databases import database_file
 
     try:
-        path = engine_for(resolve_db_url(getattr(args, "db", None))).path
+        path = database_file(getattr(args, "db", None))
     except LaceError:
         return "the database"
     return str(path) if path else "the database"
@@ -32,7 +31,7 @@ def _database_file(args: argparse.Namespace) -> str:
 
 def _database_message(error: Exception, args: argparse.Namespace) -> tuple[str, int]:
     """What a database error means, and the exit code."""
-    from lace.store.failures import damage_error, storage_error
+    from lace.runtime.databases import damage_error, storage_error
 
     where = _database_file(args)
     storage = storage_error(error, where)
@@ -50,11 +49,10 @@ def _without_password(text: str, args: argparse.Namespace) -> str:
     """`text` with the password of the database URL masked, wherever it appears."""
     import sqlalchemy as sa
 
-    from lace.store.db import resolve_db_url
-    from lace.store.engines.postgresql import passwords
+    from lace.runtime.databases import database_passwords
 
     try:
-        secrets = passwords(resolve_db_url(getattr(args, "db", None)))
+        secrets = database_passwords(getattr(args, "db", None))
     except (LaceError, sa.exc.ArgumentError):
         return text
     for password in secrets:

@@ -5,18 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lace.cli.board import open_store, say
-from lace.core.errors import LaceError
+from lace.cli.board import board_of, say
+from lace.runtime.person import end_session, resume_stopped, stop_subtree
 
 
 def stop_command(args: argparse.Namespace) -> int:
     """`lace stop THREAD_ID`: stop an agent and its subtree (a running process notices before
     its next model call)."""
-    store = open_store(args)
-    with store.transaction() as tx:
-        tx.agents.get(args.thread_id)
-        stopped = tx.lifecycle.stop_subtree(args.thread_id, reason=f"{args.reason} (by human)",
-                                   by_person=True)
+    with board_of(args) as board:
+        stopped = stop_subtree(board, args.thread_id, f"{args.reason} (by human)")
     say(f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}" if stopped
         else f"{args.thread_id} and its subtree were already stopped.", one_line=True)
     return 0
@@ -24,11 +21,9 @@ def stop_command(args: argparse.Namespace) -> int:
 
 def session_end_command(args: argparse.Namespace) -> int:
     """`lace session end ROOT_ID`: stop every agent of the session; nothing is deleted."""
-    store = open_store(args)
-    with store.transaction() as tx:
-        root = tx.threads.get_session(args.root_id)
-        stopped = tx.lifecycle.stop_subtree(
-            root.id, reason=f"session ended: {args.reason} (by human)", by_person=True)
+    with board_of(args) as board:
+        root, stopped = end_session(board, args.root_id,
+                                    f"session ended: {args.reason} (by human)")
     say(f"Session {root.id} ended; {len(stopped)} agent(s) stopped.", one_line=True)
     return 0
 
@@ -36,11 +31,8 @@ def session_end_command(args: argparse.Namespace) -> int:
 def resume_command(args: argparse.Namespace) -> int:
     """`lace resume THREAD_ID`: the agent continues its conversation; the session then runs
     until it is quiet, as `lace run --continue` does."""
-    store = open_store(args)
-    with store.transaction() as tx:
-        if not tx.lifecycle.resume(args.thread_id):
-            status = tx.agents.get(args.thread_id).status
-            raise LaceError(f"{args.thread_id} is {status}, not stopped: nothing to resume.")
+    with board_of(args) as board:
+        resume_stopped(board, args.thread_id)
     say(f"Resumed {args.thread_id}", one_line=True, file=sys.stderr)
     from lace.cli.run import run_command
 

@@ -26,13 +26,11 @@ from lace.core.ids import root_of
 from lace.core.secrets import mask, mask_data
 from lace.core.version import __version__
 from lace.paths import credential_values
-from lace.runtime import Arguments, Runtime
+from lace.runtime import Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TasksChanged, ThreadSpawned
+from lace.runtime.public import Arguments, ToolError, ToolResult, Tx
+from lace.runtime.served import served_tools, session_thread
 from lace.runtime.sessions import start_session_for
-from lace.store import Tx
-from lace.tools.base import ToolError, ToolResult
-from lace.tools.person_tools import SERVED_TOOLS, session_thread
-from lace.tools.registry import ToolRegistry
 
 BOARD_URI = "lace://board"
 THREAD_PREFIX = "lace://thread/"
@@ -61,7 +59,7 @@ class BoardServer:
 
     def __init__(self, runtime: Runtime, session_id: str | None) -> None:
         self.runtime, self.session_id = runtime, session_id
-        self.runner = runtime.offering(ToolRegistry(SERVED_TOOLS))
+        self.runner = served_tools(runtime)
         self.updates = InMemorySubscriptionBus()
         self._starting = asyncio.Lock()
         self._sending: set[asyncio.Task[None]] = set()

@@ -4,18 +4,13 @@ each started as a run would start it, whether it started, and its tools with the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from typing import Any
 
 from lace.cli.board import print_json, say
 from lace.cli.run import with_tool_flags, workspace_of
-from lace.config import McpServer, Settings, ToolSettings, load_settings
+from lace.config import load_settings
 from lace.core.errors import LaceError
-from lace.core.secrets import mask
-from lace.paths import credential_values
-from lace.tools.mcp.configured import MCP_JSON, approve_mcp_json, configured_servers
-from lace.tools.mcp.servers import McpServers
+from lace.runtime.mcp_servers import MCP_JSON, approve_mcp_json, list_servers
 
 EXIT_SERVER_FAILED = 1
 
@@ -25,44 +20,6 @@ def mcp_help_command(_args: argparse.Namespace) -> int:
     raise LaceError("choose an action: lace mcp list, lace mcp serve (see lace mcp --help)")
 
 
-def transport_of(config: McpServer) -> str:
-    """How lace reaches a server: its command line, or its URL (keys masked)."""
-    if config.url is not None:
-        shown = f"streamable HTTP {config.url}"
-    else:
-        shown = " ".join([config.command or "", *config.args])
-    return mask(shown, credential_values())
-
-
-async def _listed(servers: McpServers, tools: ToolSettings) -> list[dict[str, Any]]:
-    """Start every server (as a run would, in parallel) and describe each."""
-    try:
-        await servers.ready()
-        listed = []
-        for name, connection in servers.connections.items():
-            offered = [tool for tool in servers.tools.values() if tool.server == name]
-            listed.append({
-                "name": name, "transport": transport_of(connection.config),
-                "started": connection.state == "ready", "error": connection.error,
-                "tools": [{"name": tool.name, "tool": tool.tool, "read_only": tool.read_only,
-                           "policy": tools.policy_for(tool.name, read_only_hint=tool.read_only),
-                           "description": tool.description} for tool in offered],
-                "left_out": servers.left_out.get(name, [])})
-        return listed
-    finally:
-        await servers.stop()
-
-
-def list_servers(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
-                                                                          list[str]]:
-    """Every server with its tools, and the warnings met on the way (entries left out)."""
-    warnings: list[str] = []
-    servers, skipped = configured_servers(settings, workspace_of(args))
-    warnings += skipped
-    running = McpServers(servers, settings.limits, warnings.append)
-    return asyncio.run(_listed(running, settings.tools)), warnings
-
-
 def mcp_list_command(args: argparse.Namespace) -> int:
     """`lace mcp list`: exit 1 when a server did not start."""
     settings = with_tool_flags(load_settings(), args)
@@ -70,7 +27,7 @@ def mcp_list_command(args: argparse.Namespace) -> int:
         approved = approve_mcp_json(workspace_of(args))
         say(f"Approved the servers of {MCP_JSON}: {', '.join(approved) or 'none'}",
             one_line=True, file=sys.stderr)
-    listed, warnings = list_servers(settings, args)
+    listed, warnings = list_servers(settings, workspace_of(args))
     for warning in warnings:
         if not any(warning.startswith(f"MCP server {s['name']} failed") for s in listed):
             say(f"lace: warning: {warning}", one_line=True, file=sys.stderr)

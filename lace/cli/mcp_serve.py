@@ -14,12 +14,12 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lace.cli.board import open_store
+from lace.cli.board import board_of
 from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
 from lace.config import Settings, default_model
 from lace.core.errors import LaceError
-from lace.store import Store
-from lace.tools.workspace import DaemonThreads
+from lace.runtime.board import Board
+from lace.runtime.public import DaemonThreads
 
 if TYPE_CHECKING:
     from lace.cli.mcp_board import BoardServer
@@ -77,17 +77,15 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     listen = parse_listen(args.http, args.allow_remote) if args.http else None
     settings = runtime_settings(args)
     workspace_of(args)
-    store = open_store(args)
-    with store.reading() as tx:
-        latest = tx.threads.get_session(args.session) if args.session \
-            else tx.threads.latest_session()
+    board = board_of(args)
+    latest = board.session(args.session) if args.session else board.latest_session()
     listening = None if listen is None else open_socket(listen)
     if listen is not None and not listen.loopback:
         print(f"lace: warning: serving the board on {listen.netloc}: anyone who can reach it "
               "acts on it as you, with no password", file=sys.stderr)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace mcp: %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_serve(args, store, settings, latest.id if latest else None,
+    return asyncio.run(_serve(args, board, settings, latest.id if latest else None,
                               listening))
 
 
@@ -103,7 +101,7 @@ def open_socket(listen: Listen) -> Listening:
     return Listening(listen, listening)
 
 
-async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
+async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
                  session_id: str | None, listening: Listening | None) -> int:
     from lace.cli.mcp_board import BoardServer
     from lace.runtime import Sharing
@@ -115,10 +113,10 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, main.cancel)
     client = model_client()
-    runtime = new_runtime(args, store, settings, client, Sharing(
-        feed=store.database.change_feed(), share_work=True,
+    runtime = new_runtime(args, board, settings, client, Sharing(
+        feed=board.change_feed(), share_work=True,
         sessions=frozenset({session_id} if session_id else ())))
-    board = BoardServer(runtime, session_id)
+    server = BoardServer(runtime, session_id)
 
     async def run_agents() -> None:
         """Import the model SDKs the default model needs off the event loop (seconds), so the
@@ -135,7 +133,7 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
           f"{'http://' + listening.address.netloc + '/mcp' if listening else 'stdio'}",
           file=sys.stderr)
     try:
-        await (_stdio(board) if listening is None else _http(board, listening))
+        await (_stdio(server) if listening is None else _http(server, listening))
     except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
         pass
     finally:

@@ -10,21 +10,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lace.cli.board import open_store, print_json, say
+from lace.cli.board import board_of, print_json, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings, load_settings
 from lace.core.agents import CUT_OFF_STATUSES
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
-from lace.runtime.outcome import EXIT_QUIET, read_outcome
-from lace.store import Store
-from lace.tools.workspace import DaemonThreads
+from lace.runtime.outcome import EXIT_QUIET
 
 if TYPE_CHECKING:
     from lace.llm.client import RoutingClient
     from lace.llm.types import ModelClient
     from lace.runtime import Runtime, Sharing
+    from lace.runtime.board import Board
 
 EXIT_TIMEOUT = 3
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -78,14 +77,13 @@ def run_command(args: argparse.Namespace) -> int:
     problem = check_model(provider, name)
     if problem:
         raise LaceError(problem)
-    store = open_store(args)
+    board = board_of(args)
     if detach:
-        return _detach(store, args.prompt, model, workspace_of(args))
+        return _detach(board, args.prompt, model, workspace_of(args))
     if args.continue_thread:
-        with store.reading() as tx:
-            tx.threads.get(args.continue_thread)
+        board.get_thread(args.continue_thread)
     try:
-        return asyncio.run(_run(args, store, model, settings))
+        return asyncio.run(_run(args, board, model, settings))
     except KeyboardInterrupt:
         print("lace: interrupted; resume with lace run --continue", file=sys.stderr)
         return 130
@@ -101,22 +99,23 @@ def model_client() -> RoutingClient:
     return default_client()
 
 
-def new_runtime(args: argparse.Namespace, store: Store, settings: Settings,
+def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
                 client: ModelClient, sharing: Sharing | None = None) -> Runtime:
     """The runtime of `lace run`, `lace worker` and `lace mcp serve`, narrating on stderr;
     `sharing` says how it shares the database with other processes."""
     from lace.llm.checks import check_model
     from lace.runtime import ALONE, open_runtime
 
-    runtime = open_runtime(store, settings, client, check_model=check_model,
+    runtime = open_runtime(board.store, settings, client, check_model=check_model,
                            workspace=workspace_of(args), sharing=sharing or ALONE)
     runtime.subscribe(progress_printer())
     return runtime
 
 
-async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any) -> int:
+async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any) -> int:
     from lace.cli.worker import Workers
     from lace.runtime import Sharing
+    from lace.runtime.public import DaemonThreads
 
     # A thread that never returns (a tool stuck in a system call) must not keep the process
     # alive after a timeout or Ctrl+C: asyncio.run and Python's exit wait for pool threads.
@@ -126,9 +125,8 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
     workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
-    sharing = Sharing(feed=store.database.change_feed(), share_work=True) if workers_wanted \
-        else None
-    runtime = new_runtime(args, store, settings, model_client(), sharing)
+    sharing = Sharing(feed=board.change_feed(), share_work=True) if workers_wanted else None
+    runtime = new_runtime(args, board, settings, model_client(), sharing)
     workers = Workers()
     try:
         if args.continue_thread:
@@ -142,7 +140,7 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
         else:
             root_id = (await runtime.start_session(args.prompt, model)).id
             print(f"Session {root_id}", file=sys.stderr)
-        workers.start(args, store.database.url, root_id, workers_wanted)
+        workers.start(args, board.url, root_id, workers_wanted)
         try:
             async with asyncio.timeout(args.timeout):
                 await runtime.run_until_quiet(root_id)
@@ -160,15 +158,15 @@ async def _run(args: argparse.Namespace, store: Store, model: str, settings: Any
                   f"resume with lace run --continue {root_id}", file=sys.stderr)
             return EXIT_TIMEOUT
         await workers.stop()
-        return _report(store, root_id, args.json)
+        return _report(board, root_id, args.json)
     finally:
         await workers.stop()
         await runtime.stop_servers()
         runtime.close()
 
 
-def _report(store: Store, root_id: str, as_json: bool) -> int:
-    outcome = read_outcome(store, root_id)
+def _report(board: Board, root_id: str, as_json: bool) -> int:
+    outcome = board.outcome(root_id)
     if as_json:
         print_json({
             "session": root_id, "answer": outcome.answer, "root_status": outcome.root.status,
@@ -188,15 +186,12 @@ def _refuse_with_detach(args: argparse.Namespace) -> None:
             raise LaceError(f"{flag} does not go with --detach: {instead}")
 
 
-def _detach(store: Store, prompt: str, model: str, workspace: Path) -> int:
+def _detach(board: Board, prompt: str, model: str, workspace: Path) -> int:
     """`lace run --detach`: write the session and its prompt, run no agent, and print the id
     alone on stdout. Its agents work in `workspace`: a worker on this host started there (or
     with --workspace) runs them."""
-    from lace.runtime.sessions import open_session, place_of
-
-    with store.transaction() as tx:
-        root_id = open_session(tx, prompt, model, place_of(workspace)).id
-    store.close()
+    root_id = board.start_session(prompt, model, workspace).id
+    board.close()
     print(root_id)
     print(f"Session {root_id} waits for a worker: lace worker (or lace worker --session "
           f"{root_id}) on this database, on this host, with --workspace {workspace} (or run "

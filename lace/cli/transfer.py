@@ -11,12 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lace.cli.board import open_store, say
+from lace.cli.board import board_of, say
 from lace.cli.transcript import transcript
 from lace.core.errors import LaceError
 from lace.core.text import MAX_NESTING, printable, printable_json, value_nesting
-from lace.store.export_format import SessionDocument, parse_document
-from lace.store.transfer import export_session, import_session
+from lace.runtime.public import SessionDocument, parse_document
 
 MAX_IMPORT_BYTES = 128 * 1024 * 1024
 """The largest file `lace import` reads: decoded, JSON takes several times its size."""
@@ -26,8 +25,8 @@ MAX_IMPORT_NESTING = MAX_NESTING + 8
 
 def export_command(args: argparse.Namespace) -> int:
     """`lace export SESSION [--format json|markdown] [-o FILE]`."""
-    with open_store(args).reading() as tx:
-        document = export_session(tx, args.session)
+    with board_of(args) as board:
+        document = board.export(args.session)
     if args.format == "json":
         text = printable_json(json.dumps(document, indent=2, ensure_ascii=False, default=str))
     else:
@@ -94,8 +93,8 @@ def _too_deep(path: Path) -> str:
 def import_command(args: argparse.Namespace) -> int:
     """`lace import FILE`: checks the whole file, then writes it in one transaction."""
     document = read_document(Path(args.file))
-    with open_store(args).transaction() as tx:
-        session_id = import_session(tx, document)
+    with board_of(args) as board:
+        session_id = board.import_session(document)
     renamed = f" as {session_id} (its ids were taken here)" if (
         session_id != document.session) else ""
     say(f"Imported session {document.session}{renamed}: {len(document.threads)} threads, "

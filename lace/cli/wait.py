@@ -7,42 +7,36 @@ import argparse
 import asyncio
 import sys
 
-from lace.cli.board import open_store, print_json, say
+from lace.cli.board import board_of, print_json, say
 from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.core.errors import NotFoundError
-from lace.runtime.outcome import Outcome, read_outcome
-from lace.runtime.sessions import until_quiet
-from lace.store.db import resolve_db_url
-from lace.store.engines import engine_for
+from lace.runtime.databases import missing_board
+from lace.runtime.outcome import Outcome
 
 EXIT_INTERRUPTED = 130
 
 
 def wait_command(args: argparse.Namespace) -> int:
     """Check the session exists (writing nothing), wait for it, and report it."""
-    engine = engine_for(resolve_db_url(getattr(args, "db", None)))
-    if engine.path is not None and not engine.path.exists():
-        raise NotFoundError(f"Unknown session {args.session!r}: there is no database at "
-                            f"{engine.path}.")
-    if engine.existing_revision() is None:  # empty: migrating would write
-        raise NotFoundError(f"Unknown session {args.session!r}: {engine.shown()} holds no lace "
-                            "board.")
-    store = open_store(args)
-    try:
-        with store.reading() as tx:
-            root_id = tx.threads.get_session(args.session).id
+    missing = missing_board(getattr(args, "db", None))
+    if missing is not None:
+        raise NotFoundError(f"Unknown session {args.session!r}: {missing}")
+    with board_of(args) as board:
+        root_id = board.session(args.session).id
         try:
-            went_quiet = asyncio.run(until_quiet(store, root_id, args.timeout, lambda: print(
-                f"Waiting for session {root_id} (Ctrl+C stops waiting, not the session)",
-                file=sys.stderr)))
+            went_quiet = asyncio.run(board.until_quiet(root_id, args.timeout,
+                                                       lambda: _waiting(root_id)))
         except KeyboardInterrupt:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
             return EXIT_INTERRUPTED
-        outcome = read_outcome(store, root_id)
-    finally:
-        store.close()
+        outcome = board.outcome(root_id)
     return _report(outcome, went_quiet, args)
+
+
+def _waiting(root_id: str) -> None:
+    print(f"Waiting for session {root_id} (Ctrl+C stops waiting, not the session)",
+          file=sys.stderr)
 
 
 def _report(outcome: Outcome, went_quiet: bool, args: argparse.Namespace) -> int:

@@ -18,8 +18,7 @@ from textual_serve.server import Server
 from lace.cli.run import workspace_of
 from lace.cli.tui import build_app
 from lace.core.errors import LaceError
-from lace.store import resolve_db_url
-from lace.store.engines.postgresql import passwords
+from lace.runtime.databases import database_passwords, database_url
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -66,9 +65,10 @@ def app_command(args: argparse.Namespace) -> str:
     """The shell command textual-serve runs per connection: this Python's lace, with the
     database and the flags given here (each argument quoted). A database URL with a password
     goes to the apps in the environment instead (`LACE_DB`): `ps` shows a command to anyone."""
-    url = resolve_db_url(getattr(args, "db", None))
+    db = getattr(args, "db", None)
+    url = database_url(db)
     argv = [sys.executable, "-m", "lace"]
-    if not passwords(url):
+    if not database_passwords(db):
         argv.append(f"--db={url}")
     else:
         os.environ["LACE_DB"] = url  # textual-serve starts each app with this environment

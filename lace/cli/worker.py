@@ -11,11 +11,11 @@ import subprocess
 import sys
 import time
 
-from lace.cli.board import open_store
+from lace.cli.board import board_of
 from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
 from lace.config import Settings
-from lace.store import Store
-from lace.tools.workspace import DaemonThreads
+from lace.runtime.board import Board
+from lace.runtime.public import DaemonThreads
 
 GRACE_S = 10.0
 """How long a worker has to stop after SIGTERM before it is killed: it takes milliseconds, but
@@ -28,13 +28,12 @@ def worker_command(args: argparse.Namespace) -> int:
     --until-eof, as started by `lace run --workers`)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    store = open_store(args)
-    with store.reading() as tx:
-        roots = [tx.threads.get_session(root_id).id for root_id in args.sessions or []]
-    return asyncio.run(_serve(args, store, settings, roots))
+    board = board_of(args)
+    roots = [board.session(root_id).id for root_id in args.sessions or []]
+    return asyncio.run(_serve(args, board, settings, roots))
 
 
-async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
+async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
                  roots: list[str]) -> int:
     from lace.runtime import Sharing
 
@@ -55,8 +54,8 @@ async def _serve(args: argparse.Namespace, store: Store, settings: Settings,
     try:
         client = model_client()  # its SDK imported before this process takes agents
         await asyncio.to_thread(client.warm_up, litellm_too=False)
-        runtime = new_runtime(args, store, settings, client, Sharing(
-            feed=store.database.change_feed(), share_work=True, sessions=frozenset(roots),
+        runtime = new_runtime(args, board, settings, client, Sharing(
+            feed=board.change_feed(), share_work=True, sessions=frozenset(roots),
             serve_all=not roots, max_agents=args.max_agents))
         try:
             print(f"lace worker {runtime.process_id[:8]} (pid {os.getpid()}) runs the agents "

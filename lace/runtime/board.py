@@ -4,6 +4,7 @@ through the one tool path; the agents it wakes run in whichever process runs the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,15 @@ from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Event, Note, Task, Thread
-from lace.runtime.sessions import start_session_for
+from lace.core.usage import CallGroup, priced_models
+from lace.llm.prices import known_price
+from lace.runtime.outcome import Outcome, read_outcome
+from lace.runtime.sessions import open_session, place_of, start_session_for, until_quiet
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database
+from lace.store.engines import ChangeFeed
+from lace.store.export_format import SessionDocument
+from lace.store.transfer import export_session, import_session
 from lace.store.usage import Usage
 from lace.tools.base import ToolContext, ToolResult
 
@@ -38,6 +45,19 @@ class ThreadView:
     thread: Thread
     agent: Agent | None
     subtree: Usage
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    """A session's model calls summed per thread, model and day, its threads in tree order
+    and each agent's model."""
+
+    session: Thread
+    groups: list[CallGroup]
+    threads: list[str]
+    models: dict[str, str]
+    priced: set[str]
+    """The models of `groups` with a known price (calls to the others cost nothing known)."""
 
 
 def person_context(settings: Settings, workspace: Path, session_id: str) -> ToolContext:
@@ -67,8 +87,16 @@ class Board:
     def __init__(self, store: Store, settings: Settings | None = None,
                  workspace: Path | None = None) -> None:
         self.store = store
-        self.settings = settings or load_settings()
+        self._settings = settings
         self.workspace = workspace or Path.cwd()
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the person's calls use, loaded when first needed (reading the board
+        needs none)."""
+        if self._settings is None:
+            self._settings = load_settings()
+        return self._settings
 
     def __enter__(self) -> Board:
         return self
@@ -79,6 +107,15 @@ class Board:
     def close(self) -> None:
         """Close the database's connections."""
         self.store.close()
+
+    @property
+    def url(self) -> str:
+        """The database's URL (with its password: give it to child processes, never print it)."""
+        return self.store.database.url
+
+    def change_feed(self) -> ChangeFeed:
+        """Hears other processes' commits to this database (close it when done)."""
+        return self.store.database.change_feed()
 
     # reading
 
@@ -128,6 +165,37 @@ class Board:
         with self.store.reading() as tx:
             return {task.id: task for task in tx.tasks.by_ids(ids)}
 
+    def get_thread(self, thread_id: str) -> Thread:
+        """One thread; NotFoundError for an unknown id."""
+        with self.store.reading() as tx:
+            return tx.threads.get(thread_id)
+
+    def usage(self, session_id: str | None = None) -> SessionUsage:
+        """The model calls of a session (the latest by default), grouped for `lace cost`."""
+        with self.store.reading() as tx:
+            session = pick_session(tx, session_id)
+            groups = tx.usage.call_groups(session.id)
+            threads = [thread.id for thread in tx.threads.of_session(session.id)]
+            models = {agent.thread_id: agent.model_name
+                      for agent in tx.agents.of_session(session.id)}
+        return SessionUsage(session, groups, threads, models, priced_models(groups, known_price))
+
+    def export(self, session_id: str) -> dict[str, Any]:
+        """A session as one JSON-ready document (`lace export`)."""
+        with self.store.reading() as tx:
+            return export_session(tx, session_id)
+
+    def outcome(self, root_id: str) -> Outcome:
+        """How the session stands: its root's last answer, its agents and its tasks."""
+        return read_outcome(self.store, root_id)
+
+    async def until_quiet(self, root_id: str, timeout: float | None,
+                          waiting: Callable[[], None]) -> bool:
+        """Whether the session went quiet within `timeout` seconds (None: however long it
+        takes), running no agent (`sessions.until_quiet`); calls `waiting` once, when it
+        first has to wait."""
+        return await until_quiet(self.store, root_id, timeout, waiting)
+
     def thread(self, thread_id: str) -> tuple[Thread, Agent | None, list[Event]]:
         """A thread, its agent and its whole conversation."""
         with self.store.reading() as tx:
@@ -149,6 +217,23 @@ class Board:
                 session_id = tx.tasks.get(arguments["task_id"]).thread_id
             session = pick_session(tx, session_id).id
         return call_tool(self.store, self.context(session), tool, arguments)
+
+    def start_session(self, prompt: str, model: str, workspace: Path) -> Thread:
+        """A new session whose inbox holds the prompt, run by no agent here: a worker on this
+        host in `workspace` runs it (`lace run --detach`)."""
+        with self.store.transaction() as tx:
+            return open_session(tx, prompt, model, place_of(workspace))
+
+    def start_session_for(self, arguments: Any) -> str:
+        """A new session for the person's first `task_create`, titled after its first task
+        (bad arguments refused, ToolError, before anything is written)."""
+        return start_session_for(self.store, arguments, self.context(""))
+
+    def import_session(self, document: SessionDocument) -> str:
+        """Write an exported session in one transaction; returns its id here (new ids when
+        its own were taken)."""
+        with self.store.transaction() as tx:
+            return import_session(tx, document)
 
     def create_tasks(self, tasks: list[dict[str, Any]],
                      session_id: str | None = None) -> list[Task]:

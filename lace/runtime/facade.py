@@ -21,6 +21,7 @@ from lace.runtime.scheduler import Scheduler
 from lace.runtime.sessions import open_session
 from lace.runtime.tool_runner import Arguments, ToolRunner
 from lace.store import Store, Tx
+from lace.store.engines import ChangeFeed
 from lace.store.failures import storage_error
 from lace.tools.base import ToolResult
 from lace.tools.registry import ToolRegistry
@@ -65,6 +66,11 @@ class Runtime:
         """Stream these threads' model replies as they arrive (`TextStreamed`): the ones a
         person is looking at; other threads' replies arrive whole."""
         self.scheduler.runner.watched = set(thread_ids)
+
+    def change_feed(self) -> ChangeFeed:
+        """Hears every commit to the database, this process's and others' (close it when
+        done): a front end that redraws on changes follows it."""
+        return self.store.database.change_feed()
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction, off the writers' way."""

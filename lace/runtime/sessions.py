@@ -1,5 +1,6 @@
-"""Session-level transactions the runtime and its front ends share: opening a session, resuming
-the turns a dead process cut off, and whether a session is quiet."""
+"""Session-level transactions the runtime and its front ends share: opening a session (for a
+prompt, or for the person's first tasks), resuming the turns a dead process cut off, and whether
+a session is quiet."""
 
 from __future__ import annotations
 

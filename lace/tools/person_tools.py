@@ -4,16 +4,16 @@ of the session, read one; with the six task tools and `agent_stop` they make the
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
-from lace.core.records import Agent, Approval, Event, Task, Thread
+from lace.core.lines import agent_line, event_text, in_tree_order
+from lace.core.records import Approval, Event, Task, Thread
 from lace.core.tasks import ACTIVE_STATUSES, STALLED_STATUSES
 from lace.store import Tx
-from lace.store.usage import Usage
 from lace.tools.base import Tool, ToolContext, ToolError
 from lace.tools.delegation import last_note
 from lace.tools.lifetime import AgentStop
@@ -31,42 +31,6 @@ def cut(text: str, limit: int, whole: str) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters: {whole})"
-
-
-def event_text(event_type: str, data: dict[str, Any]) -> str:
-    """One conversation event as a line of text: a message, a call, a result or an error."""
-    message = data.get("message") or {}
-    content = message.get("content") if isinstance(message, dict) else None
-    if event_type == "tool_call":
-        return f"{data.get('tool_name')}({data.get('arguments', '')})"
-    if event_type == "tool_result":
-        mark = "error" if data.get("is_error") else "ok"
-        return f"{data.get('tool_name')} {mark}: {content}"
-    if event_type == "agent_message" and not content:
-        return "(tool calls follow)"
-    if event_type == "error":
-        return str(data.get("error"))
-    return str(content if content is not None else json.dumps(data))
-
-
-def agent_line(thread: Thread, agent: Agent | None, task_titles: dict[str, str],
-               usage: Usage) -> str:
-    """A thread of the tree: id (indented by depth), agent, model, status, task and usage."""
-    label = f"{'  ' * thread.id.count('.')}{thread.id}"
-    if agent is None:
-        return f"{label}  (no agent)"
-    task = task_titles.get(agent.current_task or "", "")
-    reason = f" ({agent.stop_reason})" if agent.stop_reason else ""
-    return (f"{label}  {agent.name}  {agent.model_name}  [{agent.status}{reason}]"
-            f"{'  ' + repr(task) if task else ''}  "
-            f"{agent.tokens_in}+{agent.tokens_out} tok  ${agent.cost_usd:.4f}  "
-            f"subtree {usage.tokens} tok ${usage.cost_usd:.4f}")
-
-
-def in_tree_order(threads: list[Thread]) -> list[Thread]:
-    """Threads as a tree reads: each after its parent, children by number (2 before 10)."""
-    return sorted(threads, key=lambda thread: [int(part) if part.isdigit() else 0
-                                               for part in thread.id.split(".")[1:]])
 
 
 def session_thread(tx: Tx, context: ToolContext, thread_id: str) -> Thread:

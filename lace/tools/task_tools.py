@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lace.core.dependencies import task_label
+from lace.core.lines import related_list, task_line
 from lace.core.records import Task
 from lace.core.tasks import ACTIVE_STATUSES, Priority, Status, task_symbol
 from lace.store import Tx
@@ -29,27 +29,6 @@ Assignee = Annotated[
         ),
     ),
 ]
-
-
-def task_line(task: Task) -> str:
-    """One line of a task list: symbol, id, priority, title, assignee, status, and the tasks it
-    came after, waits for and blocks (read with its edges)."""
-    assignee = task.assigned_to or "unassigned"
-    line = (f"{task_symbol(task)} {task.id} [{task.priority}] {task.title} "
-            f"→ {assignee} [{task.status}]")
-    if task.waited_for:
-        line += f" after {', '.join(task.waited_for)}"
-    if task.waits_for:
-        line += f" waits for {', '.join(task.waits_for)}"
-    if task.blocks:
-        line += f" blocks {', '.join(task.blocks)}"
-    return line
-
-
-def related_list(task_ids: tuple[str, ...], related: Mapping[str, Task]) -> str:
-    """Tasks named with their titles and statuses (`related`: the tasks by id)."""
-    return ", ".join(f"{task_label(task_id, related[task_id].title)} [{related[task_id].status}]"
-                     if task_id in related else task_id for task_id in task_ids)
 
 
 def task_details(task: Task, related: Mapping[str, Task] | None = None) -> str:

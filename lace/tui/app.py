@@ -22,7 +22,7 @@ from lace.core.records import Approval
 from lace.core.text import printable
 from lace.runtime import Runtime
 from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed, Warned
-from lace.store import Tx
+from lace.runtime.public import Tx
 from lace.tui.board import BoardScreen
 from lace.tui.literal import literal
 from lace.tui.reader import Reader
@@ -143,7 +143,7 @@ class LaceApp(App[None]):
 
     async def _follow_changes(self) -> None:
         """Mark a refresh whenever the database changed, and every REFRESH_S at the latest."""
-        feed = self.runtime.store.database.change_feed()
+        feed = self.runtime.change_feed()
         try:
             while True:
                 await feed.wait(REFRESH_S)

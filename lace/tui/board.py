@@ -13,14 +13,14 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from lace.core.lines import related_list
 from lace.core.records import Task
 from lace.core.tasks import PRIORITY_RANK, task_symbol
-from lace.tools.task_tools import related_list
 from lace.tui.literal import literal, literal_line
 from lace.tui.widgets.prompt_modal import PromptModal
 
 if TYPE_CHECKING:
-    from lace.store import Tx
+    from lace.runtime.public import Tx
     from lace.tui.app import LaceApp
 
 STATUS_ORDER = {"in_progress": 0, "pending": 1, "waiting": 2, "blocked": 3, "completed": 4,

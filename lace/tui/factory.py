@@ -11,7 +11,8 @@ from lace.core.errors import LaceError
 from lace.llm.types import ModelClient
 from lace.paths import lace_home
 from lace.runtime import open_runtime
-from lace.store import Store, open_database
+from lace.runtime.board import Board
+from lace.runtime.databases import open_store
 from lace.tui.app import LaceApp
 from lace.tui.widgets.welcome import ModelReadiness
 
@@ -33,17 +34,15 @@ unknown provider is refused here; a missing key is shown on the first screen."""
     if unknown:
         raise LaceError(unknown)
     readiness = model_readiness(model, source, check_model(provider, name))
-    store = Store(open_database(db))
+    store = open_store(db)
     session_id = None
-    if continue_thread is not None:
-        with store.reading() as tx:
-            if continue_thread == LATEST:
-                latest = tx.threads.latest_session()
-                if latest is None:
-                    raise LaceError("No session to continue yet: run lace and type a request.")
-                session_id = latest.id
-            else:
-                session_id = tx.threads.get(continue_thread).root_id
+    if continue_thread == LATEST:
+        latest = Board(store, settings).latest_session()
+        if latest is None:
+            raise LaceError("No session to continue yet: run lace and type a request.")
+        session_id = latest.id
+    elif continue_thread is not None:
+        session_id = Board(store, settings).get_thread(continue_thread).root_id
     if client is None:
         from lace.llm.client import default_client
 

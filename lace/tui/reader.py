@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from lace.store import Store, Tx
+from lace.runtime.public import Store, Tx
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from lace.core.agents import BUSY_STATUSES, HALTED_STATUSES
 from lace.core.records import Agent, Task, Thread
-from lace.store import Tx
+from lace.runtime.public import Tx
 
 MARKS = {
     "idle": "○", "running": "◐", "waiting": "⧗", "blocked": "⊘", "error": "✗",

@@ -1,0 +1,60 @@
+"""A database as the person names it (`--db`, else $LACE_DB, else lace's own file): opened,
+shown without its password, upgraded, and its failures explained. Front ends call these so that
+none of them opens the store's engines or parses a URL itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lace.store import Store, open_database, resolve_db_url
+from lace.store.db import upgrade
+from lace.store.engines import engine_for
+from lace.store.engines.postgresql import passwords
+from lace.store.failures import damage_error, storage_error
+
+__all__ = ["damage_error", "database_file", "database_passwords", "database_url",
+           "missing_board", "open_store", "shown_database", "storage_error", "upgrade_database"]
+
+
+def database_url(db: str | None = None) -> str:
+    """The URL of the database named by `db` (a path or a URL) or by the environment."""
+    return resolve_db_url(db)
+
+
+def shown_database(url: str) -> str:
+    """A SQLite file as its path; a server's URL without its password."""
+    return engine_for(url).shown()
+
+
+def database_file(db: str | None = None) -> Path | None:
+    """The file of a SQLite database (None for a server)."""
+    return engine_for(resolve_db_url(db)).path
+
+
+def database_passwords(db: str | None = None) -> list[str]:
+    """The passwords the database's URL carries (none for a file)."""
+    return passwords(resolve_db_url(db))
+
+
+def open_store(db: str | None = None) -> Store:
+    """The store of the database, migrated to the current schema."""
+    return Store(open_database(db))
+
+
+def upgrade_database(db: str | None = None) -> str:
+    """Check the database, migrate it to the current schema, and return how it is shown."""
+    database = open_database(db)
+    database.close()
+    upgrade(database.url)
+    return shown_database(database.url)
+
+
+def missing_board(db: str | None = None) -> str | None:
+    """Why the database holds no lace board yet (no file, or an empty database), without
+    writing anything; None when it holds one."""
+    engine = engine_for(resolve_db_url(db))
+    if engine.path is not None and not engine.path.exists():
+        return f"there is no database at {engine.path}."
+    if engine.existing_revision() is None:  # empty: migrating would write
+        return f"{engine.shown()} holds no lace board."
+    return None

@@ -1,0 +1,15 @@
+"""The values front ends name that the runtime's verbs take or return but lower layers define:
+re-exported here, so that a front end imports the runtime and nothing below it."""
+
+from __future__ import annotations
+
+from lace.runtime.tool_runner import Arguments
+from lace.store import Store, Tx
+from lace.store.engines import ChangeFeed
+from lace.store.export_format import SessionDocument, parse_document
+from lace.tools.base import ToolError, ToolResult
+from lace.tools.python_tools import python_tools
+from lace.tools.workspace import DaemonThreads
+
+__all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "SessionDocument", "Store", "ToolError",
+           "ToolResult", "Tx", "parse_document", "python_tools"]
