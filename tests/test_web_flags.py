@@ -100,7 +100,8 @@ def test_a_database_password_reaches_the_pages_apps_but_not_their_command_line(
 @pytest.mark.slow
 def test_only_pages_it_served_may_open_the_app(tmp_path: Path) -> None:
     async def handshake(url: str, origin: str | None) -> int:
-        headers = {"Origin": origin} if origin else {}
+        headers = {"Cookie": f"lace-web-{port}={served.token}"}  # the token's holder
+        headers |= {"Origin": origin} if origin else {}
         async with aiohttp.ClientSession() as client:
             try:
                 async with client.ws_connect(f"{url}/ws?width=80&height=24",
@@ -110,7 +111,8 @@ def test_only_pages_it_served_may_open_the_app(tmp_path: Path) -> None:
             except aiohttp.WSServerHandshakeError as error:
                 return error.status
 
-    with lace_web(tmp_path, env={}) as url:
+    with lace_web(tmp_path, env={}) as served:
+        url = served.url
         port = url.rsplit(":", 1)[1]
         assert asyncio.run(handshake(url, "http://evil.example")) == 403
         assert asyncio.run(handshake(url, f"http://127.0.0.1.evil.example:{port}")) == 403
