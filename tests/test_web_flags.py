@@ -57,8 +57,8 @@ def test_a_remote_bind_needs_the_flag_and_warns(db_path: Path, capsys: Any,
     assert main(["--db", str(db_path), "web", "--host", "192.0.2.7", "--allow-remote"]) == 0
     err = capsys.readouterr().err
     assert err == ("lace web: warning: serving on 192.0.2.7, not only on this machine: anyone "
-                   "who can reach it can drive the agents (run their tools, spend on your "
-                   "keys)\n")
+                   "who can reach it and holds the token (readable on the way over plain HTTP) "
+                   "can drive the agents (run their tools, spend on your keys)\n")
     (server,) = served
     assert (server.host, server.port, server.public_url) == ("192.0.2.7", 8000,
                                                              "http://192.0.2.7:8000")

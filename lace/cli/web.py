@@ -110,7 +110,7 @@ class LaceServer(Server):
     async def on_startup(self, app: web.Application) -> None:
         """Say where to go, with the token lace made (not the person's own, which they know)."""
         shown = "…" if self.token.kept_in is None else self.token.value
-        where = f" (the token in {self.token.variable})" if self.token.kept_in is None else ""
+        where = f" with the token in {self.token.variable}" if self.token.kept_in is None else ""
         print(f"lace web: open {self.public_url}/?token={shown}{where} (Ctrl+C stops it)",
               flush=True)
 
@@ -180,8 +180,8 @@ def web_command(args: argparse.Namespace) -> int:
     build_app(args).runtime.close()  # the same checks the app makes, before anyone connects
     if remote:
         print(f"lace web: warning: serving on {host}, not only on this machine: anyone who "
-              "can reach it can drive the agents (run their tools, spend on your keys)",
-              file=sys.stderr, flush=True)
+              "can reach it and holds the token (readable on the way over plain HTTP) can drive "
+              "the agents (run their tools, spend on your keys)", file=sys.stderr, flush=True)
     LaceServer(app_command(args), host=host, port=port, public_url=public_url, token=token,
                max_apps=max_apps).serve()
     return 0

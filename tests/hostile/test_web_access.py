@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from lace.cli.access import access_token
 from tests.processes import free_port, lace_env
 from tests.web_page import Served, lace_web
 
@@ -169,3 +170,27 @@ def test_a_bad_token_in_the_environment_is_one_line(tmp_path: Path, token: str) 
     assert run.returncode == 2
     assert run.stderr.startswith("lace: error: LACE_WEB_TOKEN") and run.stderr.count("\n") == 1
     assert token not in run.stderr
+
+
+@pytest.mark.parametrize("planted", ["a shared file", "a link", "junk", "a shared folder"])
+def test_a_kept_token_that_is_not_private_is_replaced_never_followed(
+        isolated_home: Path, tmp_path: Path, planted: str) -> None:
+    folder, file, elsewhere = isolated_home / "tokens", isolated_home / "tokens" / "web", \
+        tmp_path / "elsewhere"
+    folder.mkdir(parents=True, mode=0o700)
+    elsewhere.write_text("x" * 43)
+    if planted == "a link":
+        file.symlink_to(elsewhere)
+    else:
+        file.write_text(("not a token" if planted == "junk" else "a" * 43) + "\n")
+        file.chmod(0o644 if planted == "a shared file" else 0o600)
+    if planted == "a shared folder":
+        folder.chmod(0o755)
+    token = access_token("web", "LACE_WEB_TOKEN")
+    assert token.value != "x" * 43 and len(token.value) >= 32
+    assert (token.value == "a" * 43) == (planted == "a shared folder")  # its file was private
+    assert not file.is_symlink() and file.read_text() == f"{token.value}\n"
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert elsewhere.read_text() == "x" * 43
+    assert sorted(path.name for path in folder.iterdir()) == ["web"]  # no draft left behind
