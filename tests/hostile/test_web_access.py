@@ -7,6 +7,7 @@ import asyncio
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -91,6 +92,13 @@ def test_the_token_sets_a_strict_cookie_that_opens_the_page_and_the_app(tmp_path
                                            {"Cookie": f"{value[0]}={value[1]}"}))
         assert status == 200 and "textual.js" in html and served.token not in html
         assert asyncio.run(app_connection(served, served.token)) == 101
+        log = tmp_path / "web.log"
+        deadline = time.monotonic() + 30
+        while "GET /?token=" not in log.read_text():  # the access log of the login
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert "GET /?token=[redacted]" in log.read_text()  # the access log masks it
+        assert log.read_text().count(served.token) == 1  # the start line
 
 
 @pytest.mark.slow
