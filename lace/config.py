@@ -213,6 +213,13 @@ class McpServer(BaseModel):
         return self
 
 
+class WebSettings(BaseModel):
+    """`[web]`: how `lace web` serves the app."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_apps: int = Field(default=4, ge=1, description="app processes (open pages) at once")
+
+
 class Settings(BaseSettings):
     """Everything configurable; unknown keys are errors so typos do not pass silently."""
 
@@ -225,6 +232,7 @@ class Settings(BaseSettings):
     workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    web: WebSettings = Field(default_factory=WebSettings)
     fallbacks: list[str] = Field(default_factory=list,
                                  description="provider/model to continue on, in order, for "
                                              "every agent whose profile has none")

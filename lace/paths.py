@@ -23,6 +23,11 @@ def lace_home() -> Path:
     return Path(os.environ.get("LACE_HOME") or Path.home() / ".lace").expanduser()
 
 
+def tokens_folder() -> Path:
+    """Where the network front ends keep the tokens they made (`web`, `mcp`), 0700."""
+    return lace_home() / "tokens"
+
+
 def is_credential(name: str) -> bool:
     """Whether an environment variable's name says it holds a credential."""
     upper = name.upper()

@@ -1,7 +1,7 @@
 """`lace mcp serve` as an MCP client starts it: the SDK's client over stdio spawns an agent and
 reads its result and thread, leaving the rows an agent's own task_create leaves; stdout carries
-only the protocol; streamable HTTP refuses a foreign Origin or Host; a bad command line is one
-line on stderr."""
+only the protocol; streamable HTTP (with the token) refuses a foreign Origin or Host; a bad
+command line is one line on stderr."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
@@ -27,6 +29,7 @@ from tests.processes import free_port, lace_env
 TASK = {"title": "Find the answer", "prompt": "What is six times seven?",
         "assigned_to": "new:openai/worker", "priority": "high"}
 KEY = "sk-fake-key-for-the-fake-server"
+TOKEN = "mcp-serve-test-token-0123456789"
 
 
 def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
@@ -192,7 +195,8 @@ def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Pat
     url = f"http://127.0.0.1:{port}/mcp"
     process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
                                 f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=lace_env(tmp_path / "home"))
+                               stderr=subprocess.PIPE,
+                               env=lace_env(tmp_path / "home", LACE_MCP_TOKEN=TOKEN))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -205,7 +209,8 @@ def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Pat
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "page", "version": "1"}}}
-        headers = {"Accept": "application/json, text/event-stream"}
+        headers = {"Accept": "application/json, text/event-stream",
+                   "Authorization": f"Bearer {TOKEN}"}
         foreign = httpx.post(url, json=initialize, headers={**headers,
                                                             "Origin": "http://evil.example"})
         rebound = httpx.post(url, json=initialize, headers={**headers, "Host": "evil.example"})
@@ -223,7 +228,8 @@ async def test_the_sdk_client_works_over_http(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
                                 f"localhost:{port}"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=lace_env(tmp_path / "home"))
+                               stderr=subprocess.PIPE,
+                               env=lace_env(tmp_path / "home", LACE_MCP_TOKEN=TOKEN))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -233,7 +239,9 @@ async def test_the_sdk_client_works_over_http(tmp_path: Path) -> None:
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline, "never listened"
                 time.sleep(0.05)
-        async with Client(f"http://localhost:{port}/mcp") as client:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
+        async with http, Client(streamable_http_client(f"http://localhost:{port}/mcp",
+                                                       http_client=http)) as client:
             result = await client.call_tool("task_create", {"tasks": [
                 {"title": "Review", "prompt": "Review it.", "assigned_to": "human"}]})
             listed = await client.call_tool("task_list", {"filter": "all"})

@@ -1,5 +1,7 @@
-"""`lace web` in a real headless Chromium: the page draws the first screen, a typed request is
-answered by the offline demo model, no key reaches the page, and nothing leaves 127.0.0.1."""
+"""`lace web` in a real headless Chromium: without the token the page is refused; with the
+address it printed the token becomes a strict cookie, the page draws the first screen, a typed
+request is answered by the offline demo model, no key reaches the page, and nothing leaves
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -31,13 +33,21 @@ def test_the_app_draws_in_a_browser_and_answers_a_typed_request(tmp_path: Path) 
             route.abort()
 
     terminal = TerminalScreen()
-    with lace_web(tmp_path, env={"OPENAI_API_KEY": SECRET}) as url, sync_playwright() as pw:
+    with lace_web(tmp_path, env={"OPENAI_API_KEY": SECRET}) as served, \
+            sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 860})
             page.route("**/*", loopback_only)
             page.on("websocket", terminal.watch)
-            page.goto(url)
+            refused = page.goto(served.url)
+            assert refused is not None and refused.status == 401
+            assert "lace web needs its token" in page.inner_text("body")
+            page.goto(served.login)  # the address lace web printed, with its token
+            assert page.url == f"{served.url}/"  # the token went to a cookie, out of the address
+            (cookie,) = page.context.cookies()
+            assert (cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (
+                served.token, True, "Strict")
             html = page.content()
             wait_for_text(page, terminal, "lace · a task board for LLM agents", 90)
             first = terminal.text()

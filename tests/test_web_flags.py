@@ -57,8 +57,8 @@ def test_a_remote_bind_needs_the_flag_and_warns(db_path: Path, capsys: Any,
     assert main(["--db", str(db_path), "web", "--host", "192.0.2.7", "--allow-remote"]) == 0
     err = capsys.readouterr().err
     assert err == ("lace web: warning: serving on 192.0.2.7, not only on this machine: anyone "
-                   "who can reach it can drive the agents (run their tools, spend on your "
-                   "keys)\n")
+                   "who can reach it and holds the token (readable on the way over plain HTTP) "
+                   "can drive the agents (run their tools, spend on your keys)\n")
     (server,) = served
     assert (server.host, server.port, server.public_url) == ("192.0.2.7", 8000,
                                                              "http://192.0.2.7:8000")
@@ -100,7 +100,8 @@ def test_a_database_password_reaches_the_pages_apps_but_not_their_command_line(
 @pytest.mark.slow
 def test_only_pages_it_served_may_open_the_app(tmp_path: Path) -> None:
     async def handshake(url: str, origin: str | None) -> int:
-        headers = {"Origin": origin} if origin else {}
+        headers = {"Cookie": f"lace-web-{port}={served.token}"}  # the token's holder
+        headers |= {"Origin": origin} if origin else {}
         async with aiohttp.ClientSession() as client:
             try:
                 async with client.ws_connect(f"{url}/ws?width=80&height=24",
@@ -110,7 +111,8 @@ def test_only_pages_it_served_may_open_the_app(tmp_path: Path) -> None:
             except aiohttp.WSServerHandshakeError as error:
                 return error.status
 
-    with lace_web(tmp_path, env={}) as url:
+    with lace_web(tmp_path, env={}) as served:
+        url = served.url
         port = url.rsplit(":", 1)[1]
         assert asyncio.run(handshake(url, "http://evil.example")) == 403
         assert asyncio.run(handshake(url, f"http://127.0.0.1.evil.example:{port}")) == 403

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -26,9 +28,23 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
 START_S = 60.0
 
 
+@dataclass(frozen=True)
+class Served:
+    """A running `lace web`: its address, the token it printed (empty if none), its process."""
+
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def login(self) -> str:
+        """The address with the token, as lace web prints it for the person to open."""
+        return f"{self.url}/?token={self.token}"
+
+
 @contextmanager
-def lace_web(tmp_path: Path, *flags: str, env: dict[str, str]) -> Iterator[str]:
-    """`lace web` on a free port of 127.0.0.1 until the block ends; its address."""
+def lace_web(tmp_path: Path, *flags: str, env: dict[str, str]) -> Iterator[Served]:
+    """`lace web` on a free port of 127.0.0.1 until the block ends."""
     port = free_port()
     log = (tmp_path / "web.log").open("w+")
     server = subprocess.Popen(
@@ -48,7 +64,8 @@ def lace_web(tmp_path: Path, *flags: str, env: dict[str, str]) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     pytest.fail(f"lace web did not listen within {START_S} s")
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        printed = re.search(r"\?token=([A-Za-z0-9_-]+)", (tmp_path / "web.log").read_text())
+        yield Served(f"http://127.0.0.1:{port}", printed.group(1) if printed else "", server)
     finally:
         server.terminate()
         server.wait(30)

@@ -155,7 +155,8 @@ def _add_running_commands(add: Add) -> None:
     add_workspace_flags(worker)
 
     serve = add("web", "Serve the app to a browser (one app per open page), on this machine "
-                       "only unless --allow-remote.", "lace.cli.web:web_command")
+                       "only unless --allow-remote; pages need the token it prints "
+                       "(or $LACE_WEB_TOKEN).", "lace.cli.web:web_command")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default: 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
@@ -165,6 +166,9 @@ def _add_running_commands(add: Add) -> None:
     serve.add_argument("--public-url", metavar="URL",
                        help="the address browsers use (default: http://HOST:PORT); needed "
                             "with --host 0.0.0.0 or behind a proxy")
+    serve.add_argument("--max-apps", type=_positive_int, default=None, metavar="N",
+                       help="run at most N apps (open pages) at once (default: [web] max_apps, "
+                            "4); past it a page says so")
     serve.add_argument("--model", metavar="PROVIDER/MODEL",
                        help="the root's model for new sessions (default: $LACE_MODEL, else "
                             "the offline demo model)")
@@ -316,7 +320,9 @@ def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
                             "task_create starts one)")
     serve.add_argument("--http", metavar="HOST:PORT",
                        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
-                            "(HOST: 127.0.0.1 or another loopback address)")
+                            "(HOST: 127.0.0.1 or another loopback address); clients send "
+                            "'Authorization: Bearer TOKEN', the token it prints (or "
+                            "$LACE_MCP_TOKEN)")
     serve.add_argument("--allow-remote", action="store_true",
                        help="let --http listen on an address other machines can reach")
     add_workspace_flags(serve)

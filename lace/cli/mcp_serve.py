@@ -1,5 +1,6 @@
 """`lace mcp serve`: the board of one session as an MCP server over stdio (stdout carries only
-the protocol) or streamable HTTP, with a runtime that runs the agents its tasks spawn."""
+the protocol) or streamable HTTP (for clients sending `Authorization: Bearer <token>`), with a
+runtime that runs the agents its tasks spawn."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lace.cli.access import AccessToken, access_token
 from lace.cli.board import board_of
 from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
 from lace.config import Settings, default_model
@@ -22,6 +24,8 @@ from lace.runtime.board import Board
 from lace.runtime.public import DaemonThreads
 
 if TYPE_CHECKING:
+    from mcp.server.auth.provider import AccessToken as SdkAccessToken
+
     from lace.cli.mcp_board import BoardServer
 
 LOOPBACK_NAMES = ("localhost",)
@@ -29,10 +33,18 @@ LOOPBACK_NAMES = ("localhost",)
 
 @dataclass(frozen=True)
 class Listening:
-    """Where `--http` serves, and its socket, already listening."""
+    """Where `--http` serves, its socket (already listening), and the token clients send."""
 
     address: Listen
     socket: socket.socket
+    token: AccessToken
+
+    def announced(self) -> str:
+        """Where clients connect and what they send: the token lace made, or where theirs is."""
+        token = self.token
+        sent = (f"Authorization: Bearer {token.value}" if token.kept_in is not None
+                else f"Authorization: Bearer <the token in {token.variable}>")
+        return f"http://{self.address.netloc}/mcp with {sent}"
 
 
 @dataclass(frozen=True)
@@ -75,21 +87,22 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     """Check the command line and the session, then serve until the client leaves (stdio),
     or SIGINT or SIGTERM."""
     listen = parse_listen(args.http, args.allow_remote) if args.http else None
+    token = access_token("mcp", "LACE_MCP_TOKEN") if listen else None
     settings = runtime_settings(args)
     workspace_of(args)
     board = board_of(args)
     latest = board.session(args.session) if args.session else board.latest_session()
-    listening = None if listen is None else open_socket(listen)
+    listening = None if listen is None or token is None else open_socket(listen, token)
     if listen is not None and not listen.loopback:
         print(f"lace: warning: serving the board on {listen.netloc}: anyone who can reach it "
-              "acts on it as you, with no password", file=sys.stderr)
+              "and holds the token acts on it as you, over plain HTTP", file=sys.stderr)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace mcp: %(levelname)s %(name)s: %(message)s")
     return asyncio.run(_serve(args, board, settings, latest.id if latest else None,
                               listening))
 
 
-def open_socket(listen: Listen) -> Listening:
+def open_socket(listen: Listen, token: AccessToken) -> Listening:
     """The listening socket, opened before anything is served so that a port in use or an
     address this machine lacks is one line on stderr."""
     try:
@@ -98,7 +111,7 @@ def open_socket(listen: Listen) -> Listening:
     except OSError as error:
         why = os.strerror(error.errno) if error.errno else str(error)
         raise LaceError(f"cannot listen on {listen.netloc}: {why}") from None
-    return Listening(listen, listening)
+    return Listening(listen, listening, token)
 
 
 async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
@@ -130,7 +143,7 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
 
     agents = asyncio.create_task(run_agents(), name="lace-mcp-runtime")
     print(f"lace mcp serve (pid {os.getpid()}): session {session_id or '(none yet)'}, "
-          f"{'http://' + listening.address.netloc + '/mcp' if listening else 'stdio'}",
+          f"{listening.announced() if listening else 'stdio'}",
           file=sys.stderr)
     try:
         await (_stdio(server) if listening is None else _http(server, listening))
@@ -153,18 +166,40 @@ async def _stdio(board: BoardServer) -> None:
                                board.server.create_initialization_options())
 
 
+class BearerToken:
+    """The SDK's token check (its `TokenVerifier`) for lace's one token: a request without it,
+    or with another, is answered 401 before it reaches the board."""
+
+    def __init__(self, token: AccessToken) -> None:
+        self.token = token
+
+    async def verify_token(self, token: str) -> SdkAccessToken | None:
+        """The SDK's token for lace's own, else None (401)."""
+        from mcp.server.auth.provider import AccessToken as SdkAccessToken
+
+        if not self.token.admits(token):
+            return None
+        return SdkAccessToken(token=token, client_id="lace", scopes=[])
+
+
 async def _http(board: BoardServer, listening: Listening) -> None:
-    """Serve streamable HTTP at /mcp, refusing requests whose Host or Origin header is not this
-    server's (DNS rebinding: a web page the person visits must not reach the board)."""
+    """Serve streamable HTTP at /mcp to clients with the bearer token (the SDK's own check),
+    refusing requests whose Host or Origin header is not this server's (DNS rebinding: a web
+    page the person visits must not reach the board)."""
     import uvicorn
+    from mcp.server.auth.settings import AuthSettings
     from mcp.server.transport_security import TransportSecuritySettings
+    from pydantic import AnyHttpUrl
 
     listen = listening.address
     hosts = {listen.netloc, f"localhost:{listen.port}"} if listen.loopback else {listen.netloc}
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=sorted(hosts),
         allowed_origins=sorted(f"http://{host}" for host in hosts))
-    app = board.server.streamable_http_app(host=listen.host, transport_security=security)
+    auth = AuthSettings(issuer_url=AnyHttpUrl(f"http://{listen.netloc}"),  # no OAuth: one token
+                        resource_server_url=None)
+    app = board.server.streamable_http_app(host=listen.host, transport_security=security,
+                                           auth=auth, token_verifier=BearerToken(listening.token))
     config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning",
                             lifespan="on")
     await uvicorn.Server(config).serve(sockets=[listening.socket])
