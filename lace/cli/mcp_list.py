@@ -14,7 +14,7 @@ from lace.config import McpServer, Settings, ToolSettings, load_settings
 from lace.core.errors import LaceError
 from lace.core.secrets import mask
 from lace.paths import credential_values
-from lace.tools.mcp.configured import MCP_JSON, approve_mcp_json, configured_servers
+from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
 
 EXIT_SERVER_FAILED = 1
@@ -66,10 +66,6 @@ def list_servers(settings: Settings, args: argparse.Namespace) -> tuple[list[dic
 def mcp_list_command(args: argparse.Namespace) -> int:
     """`lace mcp list`: exit 1 when a server did not start."""
     settings = with_tool_flags(load_settings(), args)
-    if args.approve:
-        approved = approve_mcp_json(workspace_of(args))
-        say(f"Approved the servers of {MCP_JSON}: {', '.join(approved) or 'none'}",
-            one_line=True, file=sys.stderr)
     listed, warnings = list_servers(settings, args)
     for warning in warnings:
         if not any(warning.startswith(f"MCP server {s['name']} failed") for s in listed):
