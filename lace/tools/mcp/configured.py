@@ -1,9 +1,8 @@
 """The MCP servers a run uses: `[mcp_servers]` in lace's configuration and the workspace's
 `.mcp.json` (the file Claude Code and Cursor read), with `${VAR}` and `${VAR:-default}` read
 from the environment, and any key written in them masked like a provider key. A workspace's
-`.mcp.json` may come with a repository the person did not write: like Claude Code, lace uses
-its servers only once the person approved them (`lace mcp list --approve`), and asks again
-when an entry changes."""
+`.mcp.json` may come with a repository the person did not write: its servers are used only
+once the person trusts that folder as it is (`lace trust`, `lace.trust`)."""
 
 from __future__ import annotations
 
