@@ -1,7 +1,8 @@
-"""Trust in a folder's own configuration: the files a workspace brings (`lace.toml`, `.mcp.json`)
-act only once the person trusted that folder with exactly these bytes (`lace trust`), because a
-cloned repository is not the person's hand. The hashes are kept in lace's home, private to the
-person; every reader of project files asks here, so a new one is gated the same way."""
+"""Trust in a folder's own configuration: the files a workspace brings (`lace.toml`, `.mcp.json`,
+the prompt files its profiles name) act only once the person trusted that folder with exactly
+these bytes (`lace trust`), because a cloned repository is not the person's hand. The hashes are
+kept in lace's home, private to the person; every reader of project files asks here, so a new
+one is gated the same way."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ _noticed: set[tuple[str, str]] = set()
 
 @dataclass(frozen=True)
 class Project:
-    """One folder's project files as they are now: the bytes of each one present."""
+    """One folder's project files as they are now: the bytes of each one present, by name (a
+    profile's prompt file by its `system_prompt_file` as written)."""
 
     folder: Path
     files: dict[str, bytes] = field(default_factory=dict)
@@ -40,9 +42,10 @@ class Project:
     @property
     def digest(self) -> str:
         """What trust is recorded for: the folder and each file's bytes (a missing file too)."""
+        names = [*PROJECT_FILES, *sorted(set(self.files) - set(PROJECT_FILES))]
         parts = [str(self.folder)] + [
             [name, hashlib.sha256(self.files[name]).hexdigest() if name in self.files else None]
-            for name in PROJECT_FILES]
+            for name in names]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
     def trusted(self) -> bool:
@@ -72,7 +75,24 @@ def project_of(folder: Path) -> Project:
     """The project files of `folder` (resolved) as they are now."""
     folder = folder.resolve()
     found = {name: _read(folder / name) for name in PROJECT_FILES}
+    for name in _prompt_files(found[PROJECT_SETTINGS]):
+        try:
+            found[name] = _read((folder / name).expanduser())
+        except LaceError:
+            found[name] = None  # what cannot be read is shown as missing, never trusted
     return Project(folder, {name: data for name, data in found.items() if data is not None})
+
+
+def _prompt_files(settings: bytes | None) -> list[str]:
+    """The `system_prompt_file` of each profile of a `lace.toml` (none when it cannot be
+    read: then it is never trusted either)."""
+    try:
+        profiles = tomllib.loads((settings or b"").decode()).get("profiles", {})
+    except ValueError:
+        return []
+    return [profile["system_prompt_file"] for profile in
+            (profiles.values() if isinstance(profiles, dict) else [])
+            if isinstance(profile, dict) and isinstance(profile.get("system_prompt_file"), str)]
 
 
 def trusted_bytes(folder: Path, name: str) -> bytes | None:
@@ -124,18 +144,24 @@ def parsed(project: Project, name: str) -> Any:
     path = project.folder / name
     try:
         text = project.files[name].decode()
+        if name not in PROJECT_FILES:
+            return text
         return tomllib.loads(text) if name == PROJECT_SETTINGS else json.loads(text)
     except ValueError as error:
         raise LaceError(f"Cannot read {path}: {error}") from None
 
 
 def described(project: Project) -> list[str]:
-    """Every value of every project file, one `key = value` line each, whole and escaped, so
-    that what the person trusts is what they saw."""
+    """Every value of every project file, one `key = value` line each, whole and escaped (a
+    prompt file's text line by line), so that what the person trusts is what they saw."""
     lines = []
     for name in project.files:
         lines.append(f"{printable(str(project.folder / name), one_line=True)}:")
-        leaves = list(_leaves(parsed(project, name), ""))
+        content = parsed(project, name)
+        if isinstance(content, str):
+            lines += [f"  | {printable(line, one_line=True)}" for line in content.splitlines()]
+            continue
+        leaves = list(_leaves(content, ""))
         lines += [f"  {key} = {value}" for key, value in leaves] or ["  (empty)"]
     return lines
 
