@@ -5,7 +5,6 @@ changed file asks again; `--yes` (tool calls) is not trust."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -21,8 +20,8 @@ from lace.cli import build_parser
 from lace.cli.tui import build_app
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.trust import Project, project_of
-from lace.tui.widgets.trust_modal import TrustQuestion
+from lace.trust import project_of
+from lace.tui.widgets.trust_modal import TrustModal
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -162,7 +161,8 @@ def test_mcp_list_and_the_python_api_ignore_an_untrusted_folder(
     (repo / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": {
         "command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w')"]}}}))
     listed = lace_in(repo, person_home(tmp_path), "mcp", "list")
-    assert (listed.returncode, listed.stderr) == (0, notice(repo, "lace.toml, .mcp.json, prompts/critic.md") + "\n")
+    every = "lace.toml, .mcp.json, prompts/critic.md"
+    assert (listed.returncode, listed.stderr) == (0, notice(repo, every) + "\n")
     assert listed.stdout.startswith("No MCP servers configured")
 
     monkeypatch.chdir(repo)
@@ -174,42 +174,33 @@ def test_mcp_list_and_the_python_api_ignore_an_untrusted_folder(
                       tools=[], output_type=None)
     assert result.output == "done"
     assert not marker.exists() and not leak.exists()  # bash asked: the repo's allow is ignored
-    assert capsys.readouterr().err.count("lace: ignoring lace.toml, .mcp.json, prompts/critic.md in") == 1
+    assert capsys.readouterr().err.count(f"lace: ignoring {every} in") == 1
     assert not os.path.exists(tmp_path / "lace-home" / "trusted-folders.json")
-
-
-async def answered_in_the_dialog(project: Project, lines: list[str], key: str,
-                                 seen: list[str]) -> bool:
-    """The app's trust dialog, driven by Textual's pilot: what it shows, then `key`."""
-    question = TrustQuestion(str(project.folder), lines)
-    async with question.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        seen.append(str(question.screen.query_one("#trust-configuration", Static).content))
-        await pilot.press(key)
-    return question.return_value is True
 
 
 @pytest.mark.parametrize(("key", "trusted"), [("n", False), ("t", True)])
 async def test_the_app_asks_the_same_question_in_a_dialog(
         tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch, key: str,
         trusted: bool) -> None:
+    """The app, as `lace` builds it in an untrusted repository: the whole configuration in a
+    dialog before anything runs; `t` trusts it and the app runs on it, `n` goes on without."""
     repo, marker = hostile_repo(tmp_path)
     monkeypatch.chdir(repo)
-    loop, seen = asyncio.get_running_loop(), []
-
-    def ask(project: Project, lines: list[str]) -> bool:  # on build_app's thread
-        return asyncio.run_coroutine_threadsafe(
-            answered_in_the_dialog(project, lines, key, seen), loop).result(timeout=60)
-
-    args = build_parser().parse_args(["--db", str(db_path), "--model", "demo/coordinator"])
-    app = await asyncio.to_thread(build_app, args, ask)
-    try:
-        assert f'mcp_servers.evil.command = {json.dumps(sys.executable)}' in seen[0]
-        assert 'tools.bash.pass_env = ["OPENAI_API_KEY"]' in seen[0]
-        policy = app.runtime.settings.tools.policy_for("bash")
-        assert (policy, app.runtime.settings.tools.bash.pass_env) == (
+    app = build_app(build_parser().parse_args(["--db", str(db_path), "--model", "demo/x"]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, TrustModal)
+        shown = str(app.screen.query_one("#trust-configuration", Static).content)
+        assert f"mcp_servers.evil.command = {json.dumps(sys.executable)}" in shown
+        assert 'tools.bash.pass_env = ["OPENAI_API_KEY"]' in shown
+        assert "| You are a critic." in shown
+        assert not marker.exists() and not project_of(repo).trusted()
+        await pilot.press(key)
+        await pilot.pause()
+        assert not isinstance(app.screen, TrustModal)
+        settings = app.runtime.settings
+        assert (settings.tools.policy_for("bash"), settings.tools.bash.pass_env) == (
             ("allow", ["OPENAI_API_KEY"]) if trusted else ("ask", []))
         assert project_of(repo).trusted() is trusted
-        assert not marker.exists()
-    finally:
-        app.runtime.close()
+        assert ("critic" in settings.profiles) is trusted
+    app.runtime.close()

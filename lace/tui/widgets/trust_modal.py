@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
@@ -43,16 +43,3 @@ class TrustModal(ModalScreen[bool]):
     def action_answer(self, trusted: bool) -> None:
         self.dismiss(trusted)
 
-
-class TrustQuestion(App[bool]):
-    """Asks the trust question before the main app is built from the settings it decides."""
-
-    CSS_PATH = "../lace.tcss"
-    TITLE = "lace"
-
-    def __init__(self, folder: str, lines: list[str]) -> None:
-        super().__init__()
-        self.folder, self.lines = folder, lines
-
-    def on_mount(self) -> None:
-        self.push_screen(TrustModal(self.folder, self.lines), self.exit)
