@@ -1,19 +1,29 @@
-"""Settings: `lace.toml` in the working folder, else `$LACE_HOME/config.toml` (or `$LACE_CONFIG`),
-with `LACE_...` environment variables on top (e.g. `LACE_LIMITS__MAX_RUNNING=32`)."""
+"""Settings: `$LACE_CONFIG`, else `lace.toml` in the working folder once the person trusts it
+(`lace.trust`), else `$LACE_HOME/config.toml`, with `LACE_...` environment variables on top
+(e.g. `LACE_LIMITS__MAX_RUNNING=32`)."""
 
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 from lace.core.assignee import parse_model
@@ -22,6 +32,7 @@ from lace.core.tool_names import unknown_tool_problem
 from lace.core.tool_sets import EVERY_MCP_TOOL, is_mcp_tool, matches
 from lace.core.worktrees import Isolation
 from lace.paths import lace_home
+from lace.trust import PROJECT_SETTINGS, Project, parsed, project_of, trusted_bytes
 
 DEMO_MODEL = "demo/coordinator"
 ModelCheck = Callable[[str, str], "str | None"]
@@ -249,23 +260,32 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        path = config_path()
-        if path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        found = config_file()
+        if found is not None:  # the bytes trusted are the bytes read
+            sources.append(InitSettingsSource(settings_cls, tomllib.loads(found[1].decode())))
         return tuple(sources)
 
 
-def config_path() -> Path | None:
-    """`$LACE_CONFIG`, else `./lace.toml`, else `$LACE_HOME/config.toml`, if it exists."""
+def config_file() -> tuple[Path, bytes] | None:
+    """The settings file in force and its bytes: `$LACE_CONFIG`, else `./lace.toml` when the
+    person trusts this folder as it is (`lace trust`), else `$LACE_HOME/config.toml`; None when
+    there is none. The person's own files are trusted; the folder's is not until they say so."""
     named = os.environ.get("LACE_CONFIG")
     if named:
         if not Path(named).is_file():
             raise LaceError(f"LACE_CONFIG names {named}, which is not a file.")
-        return Path(named)
-    for candidate in (Path("lace.toml"), lace_home() / "config.toml"):
-        if candidate.is_file():
-            return candidate
-    return None
+        return Path(named), Path(named).read_bytes()
+    project = trusted_bytes(Path.cwd(), PROJECT_SETTINGS)
+    if project is not None:
+        return Path(PROJECT_SETTINGS), project
+    home = lace_home() / "config.toml"
+    return (home, home.read_bytes()) if home.is_file() else None
+
+
+def config_path() -> Path | None:
+    """The path of the settings file in force (`config_file`), if any."""
+    found = config_file()
+    return found[0] if found is not None else None
 
 
 def _check_tool_names(settings: Settings, source: Path | None,
@@ -299,6 +319,31 @@ def _check_fallbacks(settings: Settings, source: Path | None,
         if problem:
             raise LaceError(f"Bad setting {where} in {source or 'the environment'}: "
                             f"{problem}")
+
+
+def check_project_settings(data: dict[str, Any], source: Path) -> None:
+    """A project's `lace.toml` (parsed) must be valid settings on its own (no environment, no
+    other file): one clear error otherwise."""
+    fields: dict[str, Any] = {name: (field.annotation, field)
+                              for name, field in Settings.model_fields.items()}
+    alone = create_model("SettingsFile", __config__=ConfigDict(extra="forbid"), **fields)
+    try:
+        settings = Settings.model_construct(**dict(alone.model_validate(data)))
+    except ValidationError as error:
+        problem = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise LaceError(f"Bad setting {where} in {source}: {problem['msg']}") from None
+    _check_tool_names(settings, source)
+
+
+def checked_project(folder: Path) -> Project:
+    """`folder`'s project files, each readable and its `lace.toml` valid settings; one clear
+    error otherwise, so that nothing broken is offered for trust."""
+    project = project_of(folder)
+    if PROJECT_SETTINGS in project.files:
+        check_project_settings(parsed(project, PROJECT_SETTINGS),
+                               project.folder / PROJECT_SETTINGS)
+    return project
 
 
 def load_settings(*, check_model: ModelCheck | None = None,

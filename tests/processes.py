@@ -95,3 +95,17 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def trust_folder(folder: Path, home: Path | None = None) -> None:
+    """Trust `folder`'s own lace.toml and .mcp.json as they are now, as `lace trust --yes`
+    does: in `home`, else the test's `LACE_HOME`."""
+    from lace.trust import project_of, trust
+
+    saved = os.environ.get("LACE_HOME")
+    os.environ["LACE_HOME"] = str(home or saved)
+    try:
+        trust(project_of(folder))
+    finally:
+        if saved is not None:
+            os.environ["LACE_HOME"] = saved

@@ -17,6 +17,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query, run_cli
+from tests.processes import trust_folder
 from tests.scripted import ScriptedModels, dutiful_worker, reply
 
 
@@ -217,6 +218,7 @@ def test_a_fallback_that_cannot_be_called_is_refused_at_start(
          "Bad setting profiles.critic.fallbacks in lace.toml: Unknown provider 'nowhere'"),
     ):
         (tmp_path / "lace.toml").write_text(setting + "\n")
+        trust_folder(tmp_path)
         code, out, err = run_cli(capsys, "run", "hi", "--db", str(db_path))
         assert (code, out) == (2, "")
         assert err.startswith(f"lace: error: {expected}") and len(err.splitlines()) == 1

@@ -28,6 +28,7 @@ from tests.mcp_servers.harness import (
     notes_stdio,
     runtime_with,
 )
+from tests.processes import trust_folder
 from tests.scripted import ScriptedModels, reply, text, tools_called
 
 RESULTS = ("SELECT json_extract(data, '$.tool_name'), json_extract(data, '$.server'), "
@@ -116,6 +117,7 @@ async def test_a_third_party_server_from_pypi_through_lace_toml(
     assert command is not None, "mcp-server-time is a dev dependency: pip install -e '.[dev]'"
     (tmp_path / "lace.toml").write_text(
         f'[mcp_servers.time]\ncommand = "{command}"\nargs = ["--local-timezone", "UTC"]\n')
+    trust_folder(tmp_path)
     monkeypatch.chdir(tmp_path)
     settings = load_settings()
     runtime = open_runtime(store, settings.model_copy(update={"limits": Limits(**QUICK)}),

@@ -20,7 +20,7 @@ from lace.config import McpServer
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
-from tests.processes import lace_env
+from tests.processes import lace_env, trust_folder
 
 
 def config(folder: Path, pid_file: Path) -> None:
@@ -50,6 +50,7 @@ def leftovers(tmp_path: Path) -> Iterator[Path]:
 
 
 def start_lace(folder: Path, fake: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
+    trust_folder(folder, folder / "home")
     env = lace_env(folder / "home", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
     return subprocess.Popen([sys.executable, "-m", "lace", "run", "go", "--model",
                              "openai/fake", *argv], cwd=folder, env=env, text=True,
@@ -105,7 +106,8 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
     (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {
         "missing": {"command": "/nonexistent/server"},
         "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}}}))
-    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list", "--approve"],
+    trust_folder(tmp_path, tmp_path / "home")
+    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"],
                           cwd=tmp_path,
                           env=lace_env(tmp_path / "home"), capture_output=True, text=True,
                           timeout=120)
@@ -116,7 +118,6 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
     assert lines[1] == f"notes  ({sys.executable} {NOTES_SERVER})  9 tool(s)"
     assert "  mcp__notes__echo  [allow]  Return the text unchanged." in lines
     assert done.stderr.splitlines() == [
-        "Approved the servers of .mcp.json: missing, old",
         f"lace: warning: MCP server 'old' in {tmp_path / '.mcp.json'} left out: type sse is "
         "not supported (streamable HTTP is: type http)"]
     assert all(not alive(pid) for pid in pids_in(leftovers)) and pids_in(leftovers)
@@ -128,11 +129,13 @@ def test_mcp_list_with_nothing_configured_and_a_bad_entry(tmp_path: Path) -> Non
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("No MCP servers configured")
-    (tmp_path / "lace.toml").write_text('[mcp_servers.both]\ncommand = "x"\nurl = "http://a"\n')
+    home_config = tmp_path / "home" / "config.toml"  # the person's own file
+    home_config.parent.mkdir(mode=0o700, exist_ok=True)
+    home_config.write_text('[mcp_servers.both]\ncommand = "x"\nurl = "http://a"\n')
     done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == ("lace: error: Bad setting mcp_servers.both in lace.toml: Value "
+    assert done.stderr == (f"lace: error: Bad setting mcp_servers.both in {home_config}: Value "
                            "error, give either command (a server lace starts) or url (one it "
                            "reaches over streamable HTTP)\n")
 

@@ -15,6 +15,7 @@ from lace.llm.types import ScriptedReply
 from lace.tui.app import LaceApp
 from lace.tui.factory import create_app
 from tests.piloted_app import SIZE, make_app, settle
+from tests.processes import trust_folder
 from tests.scripted import Handler, ScriptedModels, assigned_task, reply, text, tools_called
 
 
@@ -76,4 +77,5 @@ def test_first_screen(snap_compare: Any, db_path: Path, tmp_path: Path,
     on screen, so the path is the same on every run)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lace.toml").write_text('model = "demo/coordinator"\n')
+    trust_folder(tmp_path)
     assert snap_compare(create_app(db=str(db_path)), terminal_size=SIZE)

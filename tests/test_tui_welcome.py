@@ -15,6 +15,7 @@ from lace.tui.factory import create_app
 from lace.tui.widgets.welcome import EXAMPLES, Welcome
 from tests.conftest import query
 from tests.piloted_app import SIZE, make_app, settle
+from tests.processes import trust_folder
 from tests.scripted import ScriptedModels
 
 SECRET = "sk-lace-test-0123456789abcdef"
@@ -86,6 +87,7 @@ async def test_the_model_named_in_a_settings_file_names_that_file(
         db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lace.toml").write_text('model = "scripted/root"\n')
+    trust_folder(tmp_path)
     app = create_app(db=str(db_path))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

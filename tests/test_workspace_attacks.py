@@ -25,7 +25,7 @@ from lace.config import ToolSettings, load_settings
 from lace.tools.base import ToolError
 from lace.tools.registry import ToolRegistry
 from lace.tools.workspace import Workspace, WorkspaceResult, WorkspaceTool
-from tests.processes import lace_env
+from tests.processes import lace_env, trust_folder
 
 HOSTILE_PATTERN = "(.*a){12}x"
 """Backtracking regex engines take hours on a line of 60 a's; RE2 takes microseconds."""
@@ -247,6 +247,7 @@ def test_protected_paths_is_a_setting_that_survives_the_run_flags(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lace.toml").write_text('[tools]\nprotected_paths = ["secrets", "*.key"]\n')
+    trust_folder(tmp_path)
     settings = load_settings()
     assert settings.tools.protected_paths == ["secrets", "*.key"]
     assert settings.tools.overridden(allow_all=True, read_only=True).protected_paths == \

@@ -21,10 +21,11 @@ def board_of(args: argparse.Namespace) -> Board:
     return Board(open_store(getattr(args, "db", None)))
 
 
-def say(text: str, *, one_line: bool = False, file: TextIO | None = None) -> None:
+def say(text: str, *, one_line: bool = False, file: TextIO | None = None,
+        end: str = "\n") -> None:
     """Print text for a person with control characters escaped, so text from a model or the
     database never drives the terminal; `one_line` escapes line breaks too."""
-    print(printable(text, one_line=one_line), file=file)
+    print(printable(text, one_line=one_line), file=file, end=end)
 
 
 def print_json(value: Any) -> None:

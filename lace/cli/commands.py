@@ -104,6 +104,7 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     _add_lifetime_commands(add, common)
     _add_reading_commands(add)
     _add_task_commands(add, common)
+    _add_trust_command(add)
     _add_mcp_commands(add, common)
     _add_worktree_commands(add, common)
     _add_database_commands(add, common)
@@ -289,6 +290,17 @@ def _add_task_commands(add: Add, common: argparse.ArgumentParser) -> None:
     task_complete.add_argument("message")
 
 
+def _add_trust_command(add: Add) -> None:
+    """trust: the person's yes to a workspace's own configuration."""
+    trust = add("trust", "Show the whole configuration a workspace brings (lace.toml, "
+                         ".mcp.json), ask, and trust it as it is now: until then lace ignores "
+                         "it, and a change asks again.", "lace.cli.trust:trust_command")
+    trust.add_argument("path", nargs="?", metavar="PATH",
+                       help="the workspace folder (default: the current one)")
+    trust.add_argument("--yes", action="store_true",
+                       help="trust it without asking (after showing it)")
+
+
 def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
     """mcp list and mcp serve."""
     mcp = add("mcp", "The Model Context Protocol: the servers agents use (list) and the board "
@@ -302,9 +314,6 @@ def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
                     "policy; exit 1 when a server does not start.")
     mcp_list.set_defaults(handler=lazy("lace.cli.mcp_list:mcp_list_command"))
     mcp_list.add_argument("--json", action="store_true", help="print JSON")
-    mcp_list.add_argument("--approve", action="store_true",
-                          help="approve the servers of the workspace's .mcp.json as written "
-                               "now (lace runs none of them before)")
     add_workspace_flags(mcp_list)
     serve = mcp_actions.add_parser(
         "serve", parents=[common],
@@ -391,6 +400,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace export": ("lace export lace_20261122_ab12cd -o launch.json",
                     "lace export lace_20261122_ab12cd --format markdown -o launch.md"),
     "lace import": ("lace import launch.json --db ./team.db",),
+    "lace trust": ("lace trust", "lace trust ~/src/project --yes"),
     "lace mcp": ("lace mcp list", "lace mcp serve"),
     "lace mcp list": ("lace mcp list --json",),
     "lace mcp serve": ("lace mcp serve",

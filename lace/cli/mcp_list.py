@@ -10,7 +10,7 @@ from lace.cli.board import print_json, say
 from lace.cli.run import with_tool_flags, workspace_of
 from lace.config import load_settings
 from lace.core.errors import LaceError
-from lace.runtime.mcp_servers import MCP_JSON, approve_mcp_json, list_servers
+from lace.runtime.mcp_servers import list_servers
 
 EXIT_SERVER_FAILED = 1
 
@@ -23,10 +23,6 @@ def mcp_help_command(_args: argparse.Namespace) -> int:
 def mcp_list_command(args: argparse.Namespace) -> int:
     """`lace mcp list`: exit 1 when a server did not start."""
     settings = with_tool_flags(load_settings(), args)
-    if args.approve:
-        approved = approve_mcp_json(workspace_of(args))
-        say(f"Approved the servers of {MCP_JSON}: {', '.join(approved) or 'none'}",
-            one_line=True, file=sys.stderr)
     listed, warnings = list_servers(settings, workspace_of(args))
     for warning in warnings:
         if not any(warning.startswith(f"MCP server {s['name']} failed") for s in listed):

@@ -18,7 +18,8 @@ def build_app(args: argparse.Namespace) -> LaceApp:
     return create_app(db=getattr(args, "db", None), model=args.model,
                       continue_thread=args.continue_thread,
                       settings=runtime_settings(args),
-                      workspace=workspace_of(args))
+                      workspace=workspace_of(args),
+                      reload_settings=lambda: runtime_settings(args))
 
 
 def tui_command(args: argparse.Namespace) -> int:

@@ -10,10 +10,10 @@ from typing import Any
 from lace.config import McpServer, Settings, ToolSettings
 from lace.core.secrets import mask
 from lace.paths import credential_values
-from lace.tools.mcp.configured import MCP_JSON, approve_mcp_json, configured_servers
+from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
 
-__all__ = ["MCP_JSON", "approve_mcp_json", "list_servers", "transport_of"]
+__all__ = ["list_servers", "transport_of"]
 
 
 def transport_of(config: McpServer) -> str:

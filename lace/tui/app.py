@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from textual import on
@@ -31,6 +33,7 @@ from lace.tui.widgets.approval_modal import ApprovalModal
 from lace.tui.widgets.conversation import SHOWN_EVENTS, Conversation
 from lace.tui.widgets.prompt_modal import PromptModal
 from lace.tui.widgets.thread_tree import ThreadTree
+from lace.tui.widgets.trust_modal import TrustModal
 from lace.tui.widgets.welcome import ModelReadiness, Welcome
 
 REFRESH_S = 0.5
@@ -40,6 +43,25 @@ MAIN_SCREEN_ACTIONS = frozenset({"next_thread", "previous_thread", "parent_threa
                                  "new_session", "focus_input", "leave_input", "stop_agent",
                                  "resume_agent", "end_session"})
 STREAM_FLUSH_S = 0.1
+
+
+@dataclass(frozen=True)
+class AppStart:
+    """What the app runs on: its runtime, the root's model and what the first screen says."""
+
+    runtime: Runtime
+    model: str
+    readiness: ModelReadiness
+
+
+@dataclass(frozen=True)
+class TrustOffer:
+    """A workspace's own configuration the person has not trusted: shown whole, and `accept`
+    trusts it and builds the app's start again from the settings it makes."""
+
+    folder: str
+    lines: list[str]
+    accept: Callable[[], AppStart]
 
 
 class LaceApp(App[None]):
@@ -63,10 +85,10 @@ class LaceApp(App[None]):
     ]
 
     def __init__(self, runtime: Runtime, *, model: str, readiness: ModelReadiness,
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, trust: TrustOffer | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.session_id = runtime, model, session_id
-        self.readiness = readiness
+        self.readiness, self.trust = readiness, trust
         self.reader = Reader(runtime.store)
         self.view_lock = asyncio.Lock()  # one refresh or switch reads and draws at a time
         self.session_view: SessionView | None = None
@@ -89,6 +111,28 @@ class LaceApp(App[None]):
         yield Footer()
 
     async def on_mount(self) -> None:
+        if self.trust is not None:  # nothing runs before the answer
+            self.push_screen(TrustModal(self.trust.folder, self.trust.lines), self._trusted)
+            return
+        await self._start()
+
+    async def _trusted(self, answer: bool | None) -> None:
+        """The answer to the trust question: a yes rebuilds the runtime on the settings it
+        makes (the one built before had started nothing); then the app starts."""
+        offer, self.trust = self.trust, None
+        if answer and offer is not None:
+            try:
+                start = offer.accept()
+            except LaceError as error:
+                self.notify(str(error), title="Trusted, but not used", severity="error")
+            else:
+                previous, self.runtime = self.runtime, start.runtime
+                self.model, self.readiness = start.model, start.readiness
+                await previous.stop_servers()
+                previous.close()
+        await self._start()
+
+    async def _start(self) -> None:
         self.runtime.subscribe(self._on_runtime_event)
         self.set_interval(STREAM_FLUSH_S, self.flush_updates)
         # a task, not a Textual worker: tests wait for every worker to complete

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from lace.config import DEMO_MODEL, Settings, config_path, default_model, load_settings
+from lace.config import (
+    DEMO_MODEL,
+    Settings,
+    checked_project,
+    config_path,
+    default_model,
+    load_settings,
+)
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.llm.types import ModelClient
 from lace.paths import lace_home
-from lace.runtime import open_runtime
+from lace.runtime import Runtime, open_runtime
 from lace.runtime.board import Board
 from lace.runtime.databases import open_store
-from lace.tui.app import LaceApp
+from lace.trust import Project, described, trust
+from lace.tui.app import AppStart, LaceApp, TrustOffer
 from lace.tui.widgets.welcome import ModelReadiness
 
 LATEST = "latest"
@@ -21,19 +30,17 @@ LATEST = "latest"
 
 def create_app(*, db: str | None = None, model: str | None = None,
                continue_thread: str | None = None, settings: Settings | None = None,
-               client: ModelClient | None = None, workspace: Path | None = None) -> LaceApp:
+               client: ModelClient | None = None, workspace: Path | None = None,
+               reload_settings: Callable[[], Settings] = load_settings) -> LaceApp:
     """The app on a (migrated) database; `continue_thread` is a thread id or LATEST. An
-unknown provider is refused here; a missing key is shown on the first screen."""
-    from lace.llm.checks import check_model, check_provider
+unknown provider is refused here; a missing key is shown on the first screen. When the folder
+brings configuration the person has not trusted, the app asks first; a yes rebuilds it from
+`reload_settings`."""
+    from lace.llm.checks import check_model
 
+    flag = model
     settings = settings or load_settings()
-    source = model_source(model, settings)
-    model = model or settings.model or default_model()
-    provider, name = parse_model(model)
-    unknown = check_provider(provider, name)
-    if unknown:
-        raise LaceError(unknown)
-    readiness = model_readiness(model, source, check_model(provider, name))
+    model, readiness = _root_model(flag, settings)
     store = open_store(db)
     session_id = None
     if continue_thread == LATEST:
@@ -47,12 +54,60 @@ unknown provider is refused here; a missing key is shown on the first screen."""
         from lace.llm.client import default_client
 
         client = default_client()
-    runtime = open_runtime(store, settings, client, check_model=check_model,
-                           workspace=workspace or Path.cwd())
-    app = LaceApp(runtime, model=model, session_id=session_id, readiness=readiness)
+    chosen_client, folder = client, workspace or Path.cwd()
+
+    def runtime_for(chosen: Settings) -> Runtime:
+        return open_runtime(store, chosen, chosen_client, check_model=check_model,
+                            workspace=folder)
+
+    def rebuilt() -> AppStart:
+        again = reload_settings()
+        model, readiness = _root_model(flag, again)
+        return AppStart(runtime_for(again), model, readiness)
+
+    app = LaceApp(runtime_for(settings), model=model, session_id=session_id,
+                  readiness=readiness, trust=trust_offer([Path.cwd(), folder], rebuilt))
     if continue_thread not in (None, LATEST):
         app.selected = continue_thread
     return app
+
+
+def _root_model(flag: str | None, settings: Settings) -> tuple[str, ModelReadiness]:
+    """The root's model and what the first screen says of it; an unknown provider is refused."""
+    from lace.llm.checks import check_model, check_provider
+
+    source = model_source(flag, settings)
+    model = flag or settings.model or default_model()
+    provider, name = parse_model(model)
+    unknown = check_provider(provider, name)
+    if unknown:
+        raise LaceError(unknown)
+    return model, model_readiness(model, source, check_model(provider, name))
+
+
+def trust_offer(folders: list[Path], rebuilt: Callable[[], AppStart]) -> TrustOffer | None:
+    """The question for the folders whose own configuration the person has not trusted as it
+    is (None when there is none): all of it, and what a yes does (trust each, then rebuild). A
+    file that cannot be read is not offered: the settings ignore it, and say so."""
+    untrusted: list[Project] = []
+    lines: list[str] = []
+    for folder in dict.fromkeys(path.resolve() for path in folders):
+        try:
+            project = checked_project(folder)
+            shown = described(project)
+        except LaceError:
+            continue
+        if project.files and not project.trusted():
+            untrusted.append(project)
+            lines += shown
+
+    def accept() -> AppStart:
+        for project in untrusted:
+            trust(project)
+        return rebuilt()
+
+    folder_names = ", ".join(str(project.folder) for project in untrusted)
+    return TrustOffer(folder_names, lines, accept) if untrusted else None
 
 
 def model_source(flag: str | None, settings: Settings) -> str:

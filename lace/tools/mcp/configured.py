@@ -1,13 +1,11 @@
 """The MCP servers a run uses: `[mcp_servers]` in lace's configuration and the workspace's
 `.mcp.json` (the file Claude Code and Cursor read), with `${VAR}` and `${VAR:-default}` read
 from the environment, and any key written in them masked like a provider key. A workspace's
-`.mcp.json` may come with a repository the person did not write: like Claude Code, lace uses
-its servers only once the person approved them (`lace mcp list --approve`), and asks again
-when an entry changes."""
+`.mcp.json` may come with a repository the person did not write: its servers are used only
+once the person trusts that folder as it is (`lace trust`, `lace.trust`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -18,12 +16,9 @@ from pydantic import ValidationError
 
 from lace.config import McpServer, Settings
 from lace.core.errors import LaceError
-from lace.paths import add_credential_values, is_credential, lace_home
+from lace.paths import add_credential_values, is_credential
+from lace.trust import MCP_JSON, trusted_bytes
 
-MCP_JSON = ".mcp.json"
-APPROVED_FILE = "mcp-approved.json"
-"""In `$LACE_HOME`: the hashes of the `.mcp.json` entries the person approved (workspace,
-name and entry as written)."""
 SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 """A server name that no other shares tool names with: no `__` (server `a__b`'s tool `c`
 would be `mcp__a__b__c`, server `a`'s tool `b__c`, and fall under `mcp__a__*`), no `_` at
@@ -79,61 +74,29 @@ def secrets_of(server: McpServer) -> list[str]:
     return [value for value in values if value]
 
 
-def _entries(path: Path) -> dict[str, object]:
-    """The `mcpServers` of a `.mcp.json` file (none when there is no file)."""
-    if not path.is_file():
-        return {}
+def _entries(path: Path, data: bytes) -> dict[str, object]:
+    """The `mcpServers` of a `.mcp.json` file's bytes."""
     try:
-        entries = json.loads(path.read_text()).get("mcpServers") or {}
-    except (OSError, ValueError, AttributeError) as error:
+        entries = json.loads(data).get("mcpServers") or {}
+    except (ValueError, AttributeError) as error:
         raise LaceError(f"Cannot read {path}: {error}") from None
     if not isinstance(entries, dict):
         raise LaceError(f"Cannot read {path}: mcpServers is not an object")
     return entries
 
 
-def _approval(workspace: Path, name: str, entry: object) -> str:
-    """The hash naming one entry of one workspace's `.mcp.json`, as written."""
-    text = json.dumps([str(workspace.resolve()), name, entry], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _approved() -> set[str]:
-    try:
-        found = json.loads((lace_home() / APPROVED_FILE).read_text())
-    except (OSError, ValueError):
-        return set()
-    return {str(item) for item in found} if isinstance(found, list) else set()
-
-
-def approve_mcp_json(workspace: Path) -> list[str]:
-    """Approve every server of `<workspace>/.mcp.json` as it is now; their names."""
-    entries = _entries(workspace / MCP_JSON)
-    approved = _approved() | {_approval(workspace, name, entry)
-                              for name, entry in entries.items()}
-    lace_home().mkdir(parents=True, exist_ok=True)
-    (lace_home() / APPROVED_FILE).write_text(json.dumps(sorted(approved)))
-    return list(entries)
-
-
 def read_mcp_json(workspace: Path) -> tuple[dict[str, McpServer], list[str]]:
-    """The approved servers of `<workspace>/.mcp.json` (`{"mcpServers": {NAME: {...}}}`), and
-    a warning for each entry lace cannot use or the person has not approved; a file that is
-    not JSON is an error."""
+    """The servers of `<workspace>/.mcp.json` (`{"mcpServers": {NAME: {...}}}`) when the
+    person trusts the workspace as it is (none otherwise), and a warning for each entry lace
+    cannot use; a trusted file that is not JSON is an error."""
     path = workspace / MCP_JSON
-    entries = _entries(path)
-    approved = _approved() if entries else set()
+    data = trusted_bytes(workspace, MCP_JSON)
     servers, warnings = {}, []
-    for name, entry in entries.items():
+    for name, entry in (_entries(path, data) if data is not None else {}).items():
         try:
             if isinstance(entry, dict) and entry.get("type") == "sse":
                 raise LaceError("type sse is not supported (streamable HTTP is: type http)")
-            server = McpServer.model_validate(entry)
-            if _approval(workspace, name, entry) not in approved:
-                what = server.url or " ".join([str(server.command), *server.args])
-                raise LaceError(f"not approved ({what[:200]}); check the file, then approve "
-                                "its servers with lace mcp list --approve")
-            servers[name] = server
+            servers[name] = McpServer.model_validate(entry)
         except ValidationError as error:
             problem = error.errors(include_url=False)[0]
             where = ".".join(str(part) for part in problem["loc"])
