@@ -126,7 +126,7 @@ async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_on
 async def test_the_app_and_lace_run_see_each_others_rows_within_a_second(
         tmp_path: Path) -> None:
     home = tmp_path / "home"
-    other = start_lace_run(home, MANY_PROMPT, delay="0.4")
+    other = start_lace_run(home, MANY_PROMPT, delay="1.0")  # still running once the app is up
     try:
         wait_until(lambda: query(home, "SELECT id FROM threads"), "the session")
         (root,), = query(home, "SELECT id FROM threads WHERE parent_id IS NULL")

@@ -95,8 +95,11 @@ async def test_every_field_is_shown_literally(store: Store, db_path: Path) -> No
         assert f"bash{MARKUP}" in shown and f"echo {MARKUP}" in shown
         assert f"bash{MARKUP}" in screen_text(app)
         await pilot.press("d")
-        await pilot.pause()
-        await app.workers.wait_for_complete()
+        for _ in range(100):  # the decision is written, then the prompt closes (5 s at most)
+            await app.workers.wait_for_complete()
+            if not isinstance(app.screen, ApprovalModal):
+                break
+            await pilot.pause(0.05)
         assert not isinstance(app.screen, ApprovalModal)
 
         tree = app.query_one(ThreadTree)  # agent name, the root's model, the task title
