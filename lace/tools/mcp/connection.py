@@ -13,7 +13,7 @@ from typing import Any, Literal, TextIO
 
 from lace.config import McpServer
 from lace.core.errors import LaceError
-from lace.paths import lace_home
+from lace.paths import lace_home, open_private, private_folder
 
 State = Literal["stopped", "starting", "ready", "failed"]
 STOP_GRACE_S = 10.0
@@ -47,10 +47,9 @@ def describe_failure(error: BaseException) -> str:
 def log_file(name: str) -> TextIO:
     """Where a stdio server's stderr goes: `$LACE_HOME/mcp-logs/<name>.log` (never lace's own
     stderr, which the app draws on), or nowhere when that cannot be written."""
-    folder = lace_home() / "mcp-logs"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        return (folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log").open("a")
+        folder = private_folder(lace_home() / "mcp-logs")
+        return open_private(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log")
     except OSError:
         return Path(os.devnull).open("w")
 
