@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from lace.config import McpServer
 from lace.core.errors import LaceError
 from lace.paths import lace_home, open_private, private_folder
+from lace.tools.process_groups import kept
 
 State = Literal["stopped", "starting", "ready", "failed"]
 STOP_GRACE_S = 10.0
@@ -42,6 +45,17 @@ def describe_failure(error: BaseException) -> str:
         return f"command not found: {cause.filename}"
     text = " ".join(str(cause).split()) or type(cause).__name__
     return text[:300]
+
+
+def refuse_missing(command: str, cwd: str | None, env: Mapping[str, str]) -> None:
+    """FileNotFoundError for a command that is not there, as starting it directly would raise
+    (the keeper that starts it could only say so in the server's log)."""
+    if "/" in command:
+        found = shutil.which(os.path.join(cwd or ".", command))
+    else:
+        found = shutil.which(command, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 
 def log_file(name: str) -> TextIO:
@@ -85,11 +99,13 @@ class Connection:
     def _transport(self) -> Any:
         if self.config.url is not None:
             return _http_transport(self.config.url, self.config.headers)
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
         assert self.config.command is not None
-        parameters = StdioServerParameters(command=self.config.command,
-                                           args=list(self.config.args),
+        command = [self.config.command, *self.config.args]
+        refuse_missing(command[0], self.config.cwd, get_default_environment() | self.config.env)
+        keeper, *args = kept(command)  # the SDK starts it in a session of its own
+        parameters = StdioServerParameters(command=keeper, args=args,
                                            env=dict(self.config.env), cwd=self.config.cwd)
         self._log = log_file(self.name)
         return stdio_client(parameters, errlog=self._log)
