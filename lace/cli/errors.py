@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import sqlite3
 import sys
@@ -66,13 +67,26 @@ def _without_password(text: str, args: argparse.Namespace) -> str:
     return text
 
 
+def output_closed() -> bool:
+    """Whether the reader of lace's standard output went away (a pipe with no reader polls
+    as an error), rather than some other pipe lace wrote to."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 def reader_gone() -> int:
     """The reader of lace's output closed it (`lace threads | head -1`): write nothing more,
     say nothing, and end as a command killed by SIGPIPE does (Python ignores the signal and
     raises BrokenPipeError instead). Standard output is pointed at /dev/null, so the final
     flush cannot raise again."""
     with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
     return EXIT_READER_GONE
 
 
@@ -84,8 +98,10 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     try:
         code: int = args.handler(args)
         return code
-    except BrokenPipeError:
-        return reader_gone()
+    except BrokenPipeError as error:
+        if output_closed():
+            return reader_gone()
+        message, exit_code = f"error: {error}", EXIT_USAGE
     except StorageError as error:
         message, exit_code = f"storage error: {error}; {STORAGE_HINT}", EXIT_STORAGE
     except LaceError as error:
