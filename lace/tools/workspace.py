@@ -33,9 +33,9 @@ class Workspace:
     def for_lace(cls, folder: Path, *, database_url: str | None,
                  protected_paths: Sequence[str] = ()) -> Workspace:
         """A workspace that also protects lace's database, home and configuration files, and
-        the `[tools] protected_paths`; a workspace inside lace's home is the person's."""
-        return cls(folder, Protection.for_lace(database_url=database_url,
-                                               protected_paths=protected_paths).inside(folder))
+        the `[tools] protected_paths`."""
+        return cls(folder, Protection.for_lace(folder, database_url=database_url,
+                                               protected_paths=protected_paths))
 
     def __fspath__(self) -> str:
         return str(self.folder)
