@@ -1,12 +1,15 @@
-"""Where lace keeps its files, and which environment variables hold credentials; standard library
-only, so the settings, the store and the tools can all ask without importing each other."""
+"""Where lace keeps its files, how it makes them private, and which environment variables hold
+credentials; standard library only, so the settings, the store and the tools can all ask
+without importing each other."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "ZENAPIKEY", "TOKEN", "SECRET", "PASSWORD",
@@ -26,6 +29,49 @@ def lace_home() -> Path:
 def tokens_folder() -> Path:
     """Where the network front ends keep the tokens they made (`web`, `mcp`), 0700."""
     return lace_home() / "tokens"
+
+
+PRIVATE_FILE = 0o600
+PRIVATE_FOLDER = 0o700
+
+
+def private_folder(path: Path) -> Path:
+    """`path`, made with each missing folder above it as 0700 whatever the umask: lace's home
+    and what it keeps there (logs, worktrees) hold conversations, tool output and keys' uses.
+    A folder that exists keeps its mode (the person chose it)."""
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            folder.mkdir(mode=PRIVATE_FOLDER)
+    return path
+
+
+def open_private(path: Path, mode: Literal["a", "w"] = "a") -> TextIO:
+    """`path` opened for writing text (appending by default), created 0600 whatever the umask;
+    an existing one is made 0600 too (a log an older lace made)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    fd = os.open(path, flags, PRIVATE_FILE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, PRIVATE_FILE)
+        return os.fdopen(fd, mode, encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a new 0600 file renamed over it), readable by its
+    owner only; its folder must exist."""
+    folder = path.parent if str(path.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def is_credential(name: str) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from lace.core.errors import LaceError
 from lace.core.text import printable, printable_json
-from lace.paths import lace_home
+from lace.paths import lace_home, private_folder, write_private
 
 PROJECT_SETTINGS = "lace.toml"
 MCP_JSON = ".mcp.json"
@@ -128,14 +128,9 @@ def _records() -> dict[str, str]:
 def trust(project: Project) -> Path:
     """Record that the person trusts `project` as it is now (a 0600 file in a 0700 home,
     replaced whole); the record's path."""
-    home = lace_home()
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     records = {**_records(), str(project.folder): project.digest}
-    path, draft = home / TRUST_FILE, home / f".{TRUST_FILE}.{os.getpid()}"
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        json.dump(records, file, indent=1, sort_keys=True)
-    os.replace(draft, path)
+    path = private_folder(lace_home()) / TRUST_FILE
+    write_private(path, json.dumps(records, indent=1, sort_keys=True))
     return path
 
 

@@ -184,15 +184,17 @@ async def test_an_agent_stopped_mid_call_leaves_no_process(store: Store, models:
 
 async def test_a_call_cancelled_while_its_command_starts_leaves_no_process(
         tmp_path: Path) -> None:
-    """Cancelled at every early moment, while `bash` is still being started among them: the
-    command may already run its children before lace holds its process (a stop that lands
-    then left them running)."""
+    """Cancelled at every early moment, while `bash` (under its keeper) is still being started
+    among them, and just after it started a child: the command may already run its children
+    before lace holds its process (a stop that lands then left them running)."""
     pid_file = tmp_path / "pids"
     command = f"sleep 300 & echo $! >> {pid_file}; sleep 300"
     for attempt in range(16):
         call = asyncio.create_task(Bash(command=command).perform(tmp_path))
         for _ in range(attempt % 8):
             await asyncio.sleep(0)
+        if attempt >= 12:  # the keeper takes a few ms to start bash: wait for its child
+            await pids_written(pid_file, attempt - 11)
         call.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             async with asyncio.timeout(30):  # before the fix, asyncio's own cleanup hung here

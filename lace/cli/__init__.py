@@ -80,15 +80,20 @@ def mask_log_records() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the command (the TUI when none is given); known errors
     become one line and exit code 2."""
+    from lace.cli.errors import output_closed, reader_gone, run_reporting_errors
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # `lace --help | head -1`
+        if not output_closed():
+            raise
+        return reader_gone()
     mask_log_records()
     if getattr(args, "handler", None) is None:
         from lace.cli.commands import lazy
 
         args.handler = lazy("lace.cli.tui:tui_command")
-    from lace.cli.errors import run_reporting_errors
-
     return run_reporting_errors(args)
 
 

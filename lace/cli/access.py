@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lace.core.errors import LaceError
-from lace.paths import add_credential_values, lace_home, tokens_folder
+from lace.paths import add_credential_values, private_folder, tokens_folder
 
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9._~-]{16,256}")
 """What a token may be: safe as it stands in a URL, a header and a cookie, and not guessable
@@ -61,10 +61,7 @@ def access_token(front_end: str, variable: str) -> AccessToken:
 def _private_folder(folder: Path) -> int:
     """The folder (and lace's home above it) made 0700 if missing, opened without following
     a link; refused unless it is this user's. Its descriptor."""
-    home = lace_home()
-    missing = [each for each in (folder, home, *home.parents) if not each.exists()]
-    for each in reversed(missing):
-        each.mkdir(mode=0o700, exist_ok=True)
+    private_folder(folder)
     descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     info = os.fstat(descriptor)
     if info.st_uid != os.getuid():

@@ -1,9 +1,14 @@
 """Runs a command and turns the errors a person can fix into one line on stderr: exit 2 for
-bad usage or a database lace will not use, 4 when the disk refused the file (full, read-only)."""
+bad usage or a database lace will not use, 4 when the disk refused the file (full, read-only);
+a reader that closed lace's output early ends it quietly."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import select
+import signal
 import sqlite3
 import sys
 
@@ -14,6 +19,8 @@ from lace.paths import credential_values
 
 EXIT_USAGE = 2
 EXIT_STORAGE = 4
+EXIT_READER_GONE = 128 + signal.SIGPIPE
+"""What a shell shows for a command killed by SIGPIPE (`yes | head -1`): lace ends alike."""
 STORAGE_HINT = ("free space or fix the disk, then run the command again (lace run --continue "
                 "resumes the agents it cut off)")
 
@@ -60,6 +67,29 @@ def _without_password(text: str, args: argparse.Namespace) -> str:
     return text
 
 
+def output_closed() -> bool:
+    """Whether the reader of lace's standard output went away (a pipe with no reader polls
+    as an error), rather than some other pipe lace wrote to."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def reader_gone() -> int:
+    """The reader of lace's output closed it (`lace threads | head -1`): write nothing more,
+    say nothing, and end as a command killed by SIGPIPE does (Python ignores the signal and
+    raises BrokenPipeError instead). Standard output is pointed at /dev/null, so the final
+    flush cannot raise again."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    return EXIT_READER_GONE
+
+
 def run_reporting_errors(args: argparse.Namespace) -> int:
     """Call the command's handler; known errors print one `lace: ...` line and return 2 (or 4
     for a storage error)."""
@@ -68,6 +98,10 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     try:
         code: int = args.handler(args)
         return code
+    except BrokenPipeError as error:
+        if output_closed():
+            return reader_gone()
+        message, exit_code = f"error: {error}", EXIT_USAGE
     except StorageError as error:
         message, exit_code = f"storage error: {error}; {STORAGE_HINT}", EXIT_STORAGE
     except LaceError as error:

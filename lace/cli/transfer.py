@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from lace.cli.board import board_of, say
 from lace.cli.transcript import transcript
 from lace.core.errors import LaceError
 from lace.core.text import MAX_NESTING, printable, printable_json, value_nesting
+from lace.paths import write_private
 from lace.runtime.public import SessionDocument, parse_document
 
 MAX_IMPORT_BYTES = 128 * 1024 * 1024
@@ -40,19 +39,12 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write `path` whole or not at all (a temporary file renamed over it), readable by its
-    owner only: an export holds every conversation of the session."""
+    """Write the export readable by its owner only: it holds every conversation of the
+    session."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise LaceError(f"cannot write {path}: {folder} is not a folder")
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_private(path, text)
 
 
 def read_document(path: Path) -> SessionDocument:

@@ -90,17 +90,38 @@ def merge_worktree(worktree: Worktree, *, strategy: Strategy, actor: str, title:
     lines = done.stdout.splitlines()
     if done.returncode == 1:
         raise ToolError(conflict(branch, target, [line for line in lines[1:] if line]))
+    if place is not None:
+        refuse_files_in_the_way(place, target, branch, written=run_git(
+            repository, ["diff", "--name-only", "-z", old, lines[0]]).stdout.split("\0"))
     parents = ["-p", old] if strategy == "squash" else ["-p", old, "-p", head]
     message = commit_message(title, f"Squashed from {branch}.") if strategy == "squash" \
         else commit_message(f"Merge {branch} into {target}: {title}", "")
     commit = run_git(repository, ["commit-tree", lines[0], *parents, "-m", message],
                      extra_env=identity(actor)).stdout.strip()
     if place is not None:
-        run_git(place, ["merge", "--ff-only", "--quiet", commit], extra_env=identity(actor))
+        run_git(place, ["merge", "--ff-only", "--no-overwrite-ignore", "--quiet", commit],
+                extra_env=identity(actor))
     else:
         run_git(repository, ["update-ref", "-m", f"lace: merge {branch}",
                              f"refs/heads/{target}", commit, old], extra_env=identity(actor))
     return Merged(commit, head)
+
+
+def refuse_files_in_the_way(place: Path, target: str, branch: str, written: list[str]) -> None:
+    """Refuse, naming them, the files the merge would write in `place` over ones git does not
+    track there (untracked or ignored, such as a person's `.env`), which git would refuse to
+    overwrite or overwrite silently."""
+    untracked = run_git(place, ["ls-files", "--others", "--directory", "-z"]).stdout
+    entries = {entry for entry in untracked.split("\0") if entry}
+    folders = tuple(entry for entry in entries if entry.endswith("/"))
+    in_the_way = [path for path in written
+                  if path and (path in entries or path.startswith(folders))]
+    if in_the_way:
+        listed = ", ".join(in_the_way[:5]) + (f" and {len(in_the_way) - 5} more"
+                                              if len(in_the_way) > 5 else "")
+        raise ToolError(f"Merging {branch} would overwrite {listed} in {place}, which git does "
+                        f"not track on {target}; move {'it' if len(in_the_way) == 1 else 'them'} "
+                        "away, then merge again. Nothing was changed.")
 
 
 def prune_refusal(worktree: Worktree, state: WorktreeState, *, helper_working: bool,

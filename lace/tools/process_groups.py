@@ -1,16 +1,29 @@
-"""The process groups of running commands (`bash`): each call ends its own group, and whatever
-is left when lace exits is killed (`kill_running_commands`), so no command outlives lace. Kept
-apart from the tool, without asyncio, so that lace's exit imports it cheaply."""
+"""What lace starts (`bash` commands, stdio MCP servers) runs in a process group of its own under
+a keeper (`lace.tools.keeper`) that ends the group if lace dies; each call ends its own group,
+and whatever is left when lace exits is killed (`kill_running_commands`), so nothing lace
+started outlives it. Kept apart from the tool, without asyncio, so that lace's exit imports it
+cheaply."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 _live_groups: set[int] = set()
 """Process groups of calls still running: killed at exit if no call's own cleanup could run."""
 _owner = os.getpid()
+KEEPER = str(Path(__file__).with_name("keeper.py"))
+
+
+def kept(command: Sequence[str]) -> list[str]:
+    """The command line that runs `command` under a keeper; start it in a new session (its
+    own process group), from a thread that lives as long as lace: on Linux the keeper's
+    parent-death signal comes when the thread that started it ends."""
+    return [sys.executable, "-I", "-S", KEEPER, str(os.getpid()), *command]
 
 
 def track_group(group: int) -> None:

@@ -22,6 +22,7 @@ BUILT_IN_NAMES: tuple[tuple[str, str], ...] = (
 """Names protected wherever they appear in a path, with why (matched case-insensitively)."""
 DATABASE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 SETTING = "it is in [tools] protected_paths"
+HOME = "it is lace's home folder (settings and database)"
 
 
 def _matches(text: str, pattern: str) -> bool:
@@ -61,12 +62,16 @@ class Protection:
             if path != real and path not in real.parents))
 
     @classmethod
-    def for_lace(cls, *, database_url: str | None, protected_paths: Sequence[str]) -> Protection:
+    def for_lace(cls, workspace: Path, *, database_url: str | None,
+                 protected_paths: Sequence[str]) -> Protection:
         """lace's own files (its home folder, the configuration files it reads, the database
         with its -wal and -shm), and each `protected_paths` entry: a name or glob without `/`
         protects it in every folder, one with `/` is relative to the workspace, an absolute
-        or `~` path is that path."""
-        absolute = [(_real(lace_home()), "it is lace's home folder (settings and database)")]
+        or `~` path is that path. A workspace inside lace's home (not the home itself) is the
+        person's project: lace's files beside it are out of its reach, so the home is not
+        protected whole."""
+        home = _real(lace_home())
+        absolute = [] if home in _real(workspace).parents else [(home, HOME)]
         if os.environ.get("LACE_CONFIG"):
             absolute.append((_real(Path(os.environ["LACE_CONFIG"])), LACE_SETTINGS))
         database = engine_for(database_url).path if database_url else None

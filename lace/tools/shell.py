@@ -1,6 +1,6 @@
 """`bash`: a command in the workspace, run without lace's credentials, its output capped while it
 streams, its exit code reported; every process it started is killed when the call ends, however
-it ends (returned, timed out, cancelled, or lace exiting: `lace.tools.process_groups`)."""
+it ends (returned, timed out, cancelled, or lace exiting or killed: `lace.tools.process_groups`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import Field
 
 from lace.config import load_settings
 from lace.paths import withheld_from_tools
-from lace.tools.process_groups import signal_group, track_group, untrack_group
+from lace.tools.process_groups import kept, signal_group, track_group, untrack_group
 from lace.tools.workspace import WorkspaceResult, WorkspaceTool
 
 OUTPUT_CAP = 30_000
@@ -118,7 +118,7 @@ class Bash(WorkspaceTool):
         environment = tool_environment(load_settings().tools.bash.pass_env)
         loop = asyncio.get_running_loop()
         starting = asyncio.ensure_future(loop.subprocess_exec(
-            lambda: _Collector(loop), "bash", "-c", self.command, cwd=workspace,
+            lambda: _Collector(loop), *kept(["bash", "-c", self.command]), cwd=workspace,
             env=environment, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True))
         try:  # the command may run (and start children) before the spawn returns: a cancel
@@ -130,7 +130,7 @@ class Bash(WorkspaceTool):
             finally:
                 started.close()
             raise
-        group = transport.get_pid()  # a new session: its leader's pid is the group's id
+        group = transport.get_pid()  # a new session: its leader (the keeper) names the group
         track_group(group)
         timed_out = False
         try:

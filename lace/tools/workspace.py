@@ -34,7 +34,7 @@ class Workspace:
                  protected_paths: Sequence[str] = ()) -> Workspace:
         """A workspace that also protects lace's database, home and configuration files, and
         the `[tools] protected_paths`."""
-        return cls(folder, Protection.for_lace(database_url=database_url,
+        return cls(folder, Protection.for_lace(folder, database_url=database_url,
                                                protected_paths=protected_paths))
 
     def __fspath__(self) -> str:

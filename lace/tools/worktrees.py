@@ -20,7 +20,7 @@ from lace.core.worktrees import (
     completed_work,
     identity,
 )
-from lace.paths import lace_home
+from lace.paths import lace_home, private_folder
 from lace.store import Tx
 from lace.tools.base import ToolContext, ToolError
 from lace.tools.git import (
@@ -174,7 +174,7 @@ def materialized(worktree: Worktree) -> Path:
     with _lock(worktree.repository):
         if (folder / ".git").exists():
             return folder
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(folder)  # git checks out into it: empty, and 0700
         who = identity(worktree.thread_id)  # its reflog names the helper
         if commit_of(worktree.repository, f"refs/heads/{worktree.branch}") is not None:
             run_git(worktree.repository, ["worktree", "add", str(folder), worktree.branch],

@@ -9,7 +9,6 @@ its (costlier) query for runnable threads only when something changed."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import weakref
 from pathlib import Path
@@ -20,7 +19,7 @@ from sqlalchemy import event
 from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
-from lace.paths import lace_home
+from lace.paths import lace_home, open_private, private_folder
 from lace.store.damage import WriteGuard
 from lace.store.engines.base import READONLY_OPTION, ChangeFeed, LockBusyError, Polling, driver
 from lace.store.failures import storage_error
@@ -59,11 +58,9 @@ class SQLite:
                                        "leave out --db to use lace's own folder.")
         try:
             if not path.parent.is_dir():
-                missing = [folder for folder in (home, *home.parents) if not folder.exists()]
-                for folder in reversed(missing):
-                    folder.mkdir(mode=0o700, exist_ok=True)
+                private_folder(home)
             if not path.exists():
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+                open_private(path).close()
         except OSError as error:
             raise storage_error(error, path) or error from None
 

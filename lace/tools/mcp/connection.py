@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from lace.config import McpServer
 from lace.core.errors import LaceError
-from lace.paths import lace_home
+from lace.paths import lace_home, open_private, private_folder
+from lace.tools.process_groups import kept
 
 State = Literal["stopped", "starting", "ready", "failed"]
 STOP_GRACE_S = 10.0
@@ -44,13 +47,23 @@ def describe_failure(error: BaseException) -> str:
     return text[:300]
 
 
+def refuse_missing(command: str, cwd: str | None, env: Mapping[str, str]) -> None:
+    """FileNotFoundError for a command that is not there, as starting it directly would raise
+    (the keeper that starts it could only say so in the server's log)."""
+    if "/" in command:
+        found = shutil.which(os.path.join(cwd or ".", command))
+    else:
+        found = shutil.which(command, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+
+
 def log_file(name: str) -> TextIO:
     """Where a stdio server's stderr goes: `$LACE_HOME/mcp-logs/<name>.log` (never lace's own
     stderr, which the app draws on), or nowhere when that cannot be written."""
-    folder = lace_home() / "mcp-logs"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        return (folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log").open("a")
+        folder = private_folder(lace_home() / "mcp-logs")
+        return open_private(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log")
     except OSError:
         return Path(os.devnull).open("w")
 
@@ -86,11 +99,13 @@ class Connection:
     def _transport(self) -> Any:
         if self.config.url is not None:
             return _http_transport(self.config.url, self.config.headers)
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
         assert self.config.command is not None
-        parameters = StdioServerParameters(command=self.config.command,
-                                           args=list(self.config.args),
+        command = [self.config.command, *self.config.args]
+        refuse_missing(command[0], self.config.cwd, get_default_environment() | self.config.env)
+        keeper, *args = kept(command)  # the SDK starts it in a session of its own
+        parameters = StdioServerParameters(command=keeper, args=args,
                                            env=dict(self.config.env), cwd=self.config.cwd)
         self._log = log_file(self.name)
         return stdio_client(parameters, errlog=self._log)
