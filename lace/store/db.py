@@ -4,6 +4,7 @@ migrations."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ def alembic_config(connection: sa.Connection | None = None) -> Any:
     """An alembic Config built in code, so migrations run from a checkout and from a wheel."""
     from alembic.config import Config
 
-    config = Config()
+    config = Config(stdout=sys.stdout)  # the default is whatever sys.stdout was at import
     config.set_main_option("script_location", str(migrations_dir()))
     config.attributes["connection"] = connection
     return config
