@@ -1,0 +1,69 @@
+"""A hostile MCP server that floods: megabytes on its stderr, a result of a hundred megabytes.
+What lace keeps of either is capped (a rotated log, a result cut with a note), and lace's memory
+stays bounded while it reads them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
+from tests.conftest import query
+from tests.hostile.measured import Measured, measured_lace
+from tests.processes import lace_env
+
+FLOOD_SERVER = Path(__file__).parents[1] / "mcp_servers" / "flood_server.py"
+MB = 1 << 20
+
+
+def flood_then_answer(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """Call the flood tool, then the small one (the server still answers), then say how much
+    of the flood's result the model was shown."""
+    results = [message["content"] for message in messages if message["role"] == "tool"]
+    if not results:
+        return ScriptedReply(text=None, tool_calls=[("mcp__flood__flood", {})])
+    if len(results) == 1:
+        return ScriptedReply(text=None, tool_calls=[("mcp__flood__small", {})])
+    return ScriptedReply(text=f"shown {len(results[0])} characters, then {results[1]}")
+
+
+def run_with_flood(tmp_path: Path, **flood_env: str) -> Measured:
+    """`lace run` in a fresh workspace whose person's settings (LACE_CONFIG) start the flood
+    server and allow its tools."""
+    env_table = ", ".join(f'{key} = "{value}"' for key, value in flood_env.items())
+    config = tmp_path / "config.toml"
+    config.write_text(f'[mcp_servers.flood]\ncommand = "{sys.executable}"\n'
+                      f'args = ["{FLOOD_SERVER}"]\nenv = {{ {env_table} }}\n'
+                      '[tools.policy]\n"mcp__flood__*" = "allow"\n')
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    with FakeOpenAI(flood_then_answer) as fake:
+        env = lace_env(tmp_path / "home", LACE_CONFIG=str(config),
+                       OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
+        return measured_lace(["run", "go", "--model", "openai/fake"], env, workspace)
+
+
+def test_a_server_writing_300_mb_to_stderr_leaves_at_most_10_mb_of_log(tmp_path: Path) -> None:
+    ran = run_with_flood(tmp_path, FLOOD_STDERR_MB="300", FLOOD_RESULT_MB="0")
+    assert ran.returncode == 0, ran.err
+    logs = list((tmp_path / "home" / "mcp-logs").iterdir())
+    total = sum(log.stat().st_size for log in logs)
+    assert 0 < total <= 10 * MB, [(log.name, log.stat().st_size) for log in logs]
+    newest = (tmp_path / "home" / "mcp-logs" / "flood.log").read_bytes()
+    assert newest.endswith(b"the server complains at length \n")
+
+
+def test_a_100_mb_result_is_read_with_a_limit_and_stored_capped(tmp_path: Path) -> None:
+    ran = run_with_flood(tmp_path, FLOOD_RESULT_MB="100")
+    print(f"peak {ran.peak_mb:.0f} MB")
+    assert ran.returncode == 0, ran.err
+    (stored, _small) = [content for content, in query(
+        tmp_path / "home" / "lace.db", "SELECT json_extract(data, '$.message.content') FROM "
+        "events WHERE type = 'tool_result' ORDER BY id")]
+    assert stored == ("MCP server flood, tool flood: its answer was cut: more than 8,388,608 "
+                      "bytes (104,857,700 of them received), where lace reads at most 8 MB of "
+                      "one message")
+    assert ran.out == f"shown {len(stored)} characters, then small\n"
+    assert ran.peak_mb < 250
