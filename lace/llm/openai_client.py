@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from lace.core.text import valid_text
+from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
 from lace.llm.calls import ProviderClient, model_error, outgoing
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
@@ -101,18 +101,22 @@ class OpenAIClient(ProviderClient):
             else:
                 stream = await endpoint.stream(COMPLETIONS, {
                     **arguments, "stream": True, "stream_options": {"include_usage": True}})
+        except ModelError:
+            raise
         except Exception as error:
             raise openai_error(error, status=getattr(error, "status_code", None) or 500) \
                 from error
+        lengths: dict[str | int, int] = {}
         if on_delta is not None:
-            message, usage = await self._streamed(stream, name, sent, on_delta)
+            message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
         usage = usage if isinstance(usage, dict) else {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         prompt, completion = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
         cost = None if self.is_unpriced(model) else call_cost(name, prompt, completion,
                                                                int(cached))
         return self.reply(model, message, SimpleNamespace(prompt_tokens=prompt,
-                                                          completion_tokens=completion), cost)
+                                                          completion_tokens=completion), cost,
+                          lengths)
 
     def _endpoint(self) -> Endpoint:
         """The shared endpoint, made on first use inside the running loop (its connections
@@ -132,10 +136,13 @@ class OpenAIClient(ProviderClient):
 
     @staticmethod
     async def _streamed(stream: aiohttp.ClientResponse, name: str, sent: list[dict[str, Any]],
-                        on_delta: DeltaCallback) -> tuple[Any, Any]:
+                        on_delta: DeltaCallback) -> tuple[Any, Any, dict[str | int, int]]:
         """The streamed answer put together as litellm's `stream_chunk_builder` does: text
-        deltas passed on as they come, tool-call fragments joined by index, the usage chunk."""
+        deltas passed on as they come, tool-call fragments joined by index, the usage chunk.
+        Of the text and of each call's arguments at most `MAX_REPLY_CHARACTERS` are kept (and
+        passed on), with their whole lengths."""
         text: list[str] = []
+        lengths: dict[str | int, int] = {"content": 0}
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
@@ -145,15 +152,18 @@ class OpenAIClient(ProviderClient):
                     continue
                 delta = chunk["choices"][0].get("delta") or {}
                 if delta.get("content"):
-                    text.append(delta["content"])
-                    await _passed_on(on_delta, valid_text(delta["content"]))
+                    kept = _kept(delta["content"], lengths, "content")
+                    if kept:
+                        text.append(kept)
+                        await _passed_on(on_delta, valid_text(kept))
                 for call in delta.get("tool_calls") or []:
                     joined = calls.setdefault(call["index"],
                                               {"id": "", "name": "", "arguments": ""})
                     joined["id"] = call.get("id") or joined["id"]
                     function = call.get("function") or {}
                     joined["name"] = function.get("name") or joined["name"]
-                    joined["arguments"] += function.get("arguments") or ""
+                    joined["arguments"] += _kept(function.get("arguments") or "", lengths,
+                                                 call["index"])
         except ModelError:
             raise
         except Exception as error:
@@ -168,7 +178,17 @@ class OpenAIClient(ProviderClient):
             usage = {"prompt_tokens": counter(model=answered_as, messages=sent),
                      "completion_tokens": counter(model=answered_as, text=output,
                                                   count_response_tokens=True)}
-        return message, usage
+        positions: dict[str | int, int] = {index: number for number, index in enumerate(calls)}
+        return message, usage, {positions.get(key, key): length
+                                for key, length in lengths.items()}
+
+
+def _kept(piece: str, lengths: dict[str | int, int], key: str | int) -> str:
+    """The part of a streamed piece kept (up to `MAX_REPLY_CHARACTERS` of its text or
+    arguments); `lengths` counts the whole."""
+    before = lengths.get(key, 0)
+    lengths[key] = before + len(piece)
+    return piece[:max(0, MAX_REPLY_CHARACTERS - before)]
 
 
 def _message(answer: dict[str, Any]) -> SimpleNamespace:
