@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
+from lace.tools.mcp.stdio import text_preview
 from tests.conftest import query
 from tests.hostile.measured import Measured, measured_lace
 from tests.processes import lace_env
@@ -62,8 +65,20 @@ def test_a_100_mb_result_is_read_with_a_limit_and_stored_capped(tmp_path: Path) 
     (stored, _small) = [content for content, in query(
         tmp_path / "home" / "lace.db", "SELECT json_extract(data, '$.message.content') FROM "
         "events WHERE type = 'tool_result' ORDER BY id")]
-    assert stored == ("MCP server flood, tool flood: its answer was cut: more than 8,388,608 "
-                      "bytes (104,857,700 of them received), where lace reads at most 8 MB of "
-                      "one message")
+    assert stored == "x" * 15_000 + (
+        "\n… [cut: the server's answer was 104,857,700 bytes, past the 8 MB lace reads of one "
+        "message from an MCP server; the first 15,000 characters of its text are above] …")
     assert ran.out == f"shown {len(stored)} characters, then small\n"
     assert ran.peak_mb < 250
+
+
+@pytest.mark.parametrize(("head", "preview"), [
+    (b'{"id": 3, "result": {"content": [{"type": "text", "text": "ab\\nc\\u00e9\\u00',
+     "ab\nc\u00e9"),
+    (b'{"result": {"content": [{"type": "text", "text": "\xc3\xa9t\xc3', "\u00e9t"),
+    (b'{"result": {"content": [{"type": "text", "text": "a\\\\b\\', "a\\b"),
+    (b'{"result": {"content": [{"type": "image", "data": "iVBORw0KGgo', ""),
+])
+def test_the_preview_of_a_cut_answer_survives_any_cut(head: bytes, preview: str) -> None:
+    """An answer cut inside an escape, a UTF-8 character or a non-text block."""
+    assert text_preview(head) == preview

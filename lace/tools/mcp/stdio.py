@@ -1,8 +1,9 @@
 """The stdio transport to an MCP server, as the SDK's `stdio_client` runs it (its own process
 group; at the end stdin closed, 2 s of grace, then the group signalled) but reading the server's
 stdout with a limit: the SDK holds a whole line however long, and a 100 MB result took 620 MB of
-lace's memory. A message past `MAX_MESSAGE_BYTES` is dropped as it streams by; the request it
-answered gets an error saying so."""
+lace's memory. A message past `MAX_MESSAGE_BYTES` is dropped as it streams by, but for its
+first and last bytes; the request it answered gets the start of its text and a note, or an
+error."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
+from lace.tools.shell import OUTPUT_CAP
+
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """The longest message read from a stdio server: an image of a few megabytes still arrives (and
 is described, not shown); reading one costs lace a few times its size in memory."""
@@ -27,8 +30,15 @@ MESSAGE_TOO_BIG = -32099
 """The JSON-RPC error code of the answer lace puts in place of a message past the limit."""
 GRACE_S = 2.0
 """How long a server has to end by itself once its stdin is closed (as the SDK waits)."""
-_KEPT = 4096
-"""Bytes kept of each end of a message past the limit, to find which request it answered."""
+PREVIEW_CHARACTERS = OUTPUT_CAP // 2
+"""How much of the text of a result past the limit the model is shown (as much as the head of
+any capped result)."""
+_HEAD = 8 * PREVIEW_CHARACTERS
+"""Bytes kept of the start of a message past the limit: the preview, however JSON escapes it."""
+_TAIL = 4096
+"""Bytes kept of its end, to find which request it answered."""
+_TEXT_START = re.compile(rb'"text"\s*:\s*"')
+_STRING_BODY = re.compile(rb'(?:[^"\\]|\\.)*', re.DOTALL)
 
 
 @dataclass
@@ -41,9 +51,9 @@ class _Cut:
 
     def add(self, piece: bytes) -> None:
         self.size += len(piece)
-        if len(self.head) < _KEPT:
-            self.head += piece[:_KEPT - len(self.head)]
-        self.tail = (self.tail + piece)[-_KEPT:]
+        if len(self.head) < _HEAD:
+            self.head += piece[:_HEAD - len(self.head)]
+        self.tail = (self.tail + piece)[-_TAIL:]
 
 
 @dataclass
@@ -84,7 +94,8 @@ class _Lines:
 def answered_request(cut: _Cut, pending: dict[types.RequestId, str]) -> types.RequestId | None:
     """Which of the pending requests the cut message answers: the one whose id stands as a key
     at either end of it, else the only one pending."""
-    ends = bytes(cut.head).decode(errors="replace") + "\n" + cut.tail.decode(errors="replace")
+    ends = bytes(cut.head[:_TAIL]).decode(errors="replace") + "\n" + \
+        cut.tail.decode(errors="replace")
     named = [request_id for request_id in pending if re.search(
         r'"id"\s*:\s*' + re.escape(json.dumps(request_id)) + r"\s*[,}]", ends)]
     if len(named) == 1:
@@ -92,12 +103,38 @@ def answered_request(cut: _Cut, pending: dict[types.RequestId, str]) -> types.Re
     return next(iter(pending)) if len(pending) == 1 else None
 
 
-def too_big(request_id: types.RequestId, size: int, limit: int) -> SessionMessage:
-    """The error lace answers a request with in place of the server's answer past the limit."""
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
-        code=MESSAGE_TOO_BIG, message=(
-            f"its answer was cut: more than {limit:,} bytes ({size:,} of them received), "
-            f"where lace reads at most {limit // (1 << 20)} MB of one message"))))
+def text_preview(head: bytes) -> str:
+    """The start of the first text in a message's first bytes (a JSON string cut anywhere,
+    even inside an escape or a character), at most `PREVIEW_CHARACTERS`; "" if none."""
+    start = _TEXT_START.search(head)
+    if start is None:
+        return ""
+    body = _STRING_BODY.match(head, start.end())
+    assert body is not None  # the pattern matches the empty string
+    for trim in range(12):  # a `\\uXXXX` escape or a UTF-8 character cut at the end
+        try:
+            text = json.loads(b'"' + body.group()[:len(body.group()) - trim] + b'"')
+        except ValueError:
+            continue
+        return str(text)[:PREVIEW_CHARACTERS]
+    return ""
+
+
+def too_big(request_id: types.RequestId, method: str | None, cut: _Cut,
+            limit: int) -> SessionMessage:
+    """What lace answers a request with in place of the server's answer past the limit: for a
+    tool call, a result holding the start of its text and a note of the cut; else an error."""
+    note = (f"the server's answer was {cut.size:,} bytes, past the {limit // (1 << 20)} MB "
+            "lace reads of one message from an MCP server")
+    if method != "tools/call":
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                                 error=types.ErrorData(code=MESSAGE_TOO_BIG,
+                                                                       message=note)))
+    preview = text_preview(bytes(cut.head))
+    text = f"{preview}\n… [cut: {note}; the first {len(preview):,} characters of its text " \
+           "are above] …" if preview else f"[left out: {note}]"
+    return SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result={
+        "content": [{"type": "text", "text": text}], "isError": False}))
 
 
 def parsed(line: bytes) -> SessionMessage | Exception:
@@ -128,7 +165,8 @@ async def capped_stdio(server: StdioServerParameters, errlog: Any,
                         request_id = answered_request(line, pending)
                         if request_id is None:
                             continue
-                        message: SessionMessage | Exception = too_big(request_id, line.size, limit)
+                        message: SessionMessage | Exception = too_big(
+                            request_id, pending.get(request_id), line, limit)
                     else:
                         message = parsed(line)
                     if isinstance(message, SessionMessage) and isinstance(
