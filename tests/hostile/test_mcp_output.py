@@ -15,6 +15,7 @@ from lace.llm.types import ScriptedReply
 from lace.tools.mcp.stdio import text_preview
 from tests.conftest import query
 from tests.hostile.measured import Measured, measured_lace
+from tests.mcp_servers.harness import notes_over_http
 from tests.processes import lace_env
 
 FLOOD_SERVER = Path(__file__).parents[1] / "mcp_servers" / "flood_server.py"
@@ -69,6 +70,33 @@ def test_a_100_mb_result_is_read_with_a_limit_and_stored_capped(tmp_path: Path) 
         "\n… [cut: the server's answer was 104,857,700 bytes, past the 8 MB lace reads of one "
         "message from an MCP server; the first 15,000 characters of its text are above] …")
     assert ran.out == f"shown {len(stored)} characters, then small\n"
+    assert ran.peak_mb < 250
+
+
+def test_a_100_mb_result_over_http_is_read_with_a_limit(tmp_path: Path) -> None:
+    """The server answers in one JSON body (the SDK bounds server-sent events, not bodies)."""
+
+    def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+        if messages[-1]["role"] == "tool":
+            return ScriptedReply(text=messages[-1]["content"])
+        return ScriptedReply(text=None, tool_calls=[("mcp__notes__flood",
+                                                     {"characters": 100 * MB})])
+
+    config = tmp_path / "config.toml"
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    with notes_over_http(json_response=True) as url, FakeOpenAI(script) as fake:
+        config.write_text(f'[mcp_servers.notes]\nurl = "{url}"\n'
+                          '[tools.policy]\n"mcp__notes__*" = "allow"\n')
+        env = lace_env(tmp_path / "home", LACE_CONFIG=str(config),
+                       OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
+        ran = measured_lace(["run", "go", "--model", "openai/fake"], env, workspace)
+    print(f"peak {ran.peak_mb:.0f} MB")
+    assert ran.returncode == 0, ran.err
+    assert ran.out == (
+        "MCP server notes, tool flood: protocol error -32700: Failed to parse JSON response: the "
+        "server's answer was more than 8 MB, the most lace reads of one message from an MCP "
+        "server\n"), ran.out[:500]
     assert ran.peak_mb < 250
 
 

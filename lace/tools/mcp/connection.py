@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from lace.config import McpServer
 from lace.core.errors import LaceError
+from lace.tools.mcp.http import capped_http
 from lace.tools.mcp.stderr_log import StderrLog
 from lace.tools.mcp.stdio import MESSAGE_TOO_BIG, capped_stdio
 from lace.tools.process_groups import kept
@@ -69,17 +70,6 @@ async def _stdio_transport(parameters: Any, log: StderrLog) -> AsyncIterator[Any
         log.started()
 
 
-@contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """Streamable HTTP with the server's headers on every request."""
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with create_mcp_http_client(headers=headers or None) as http, \
-            streamable_http_client(url, http_client=http) as streams:
-        yield streams
-
-
 class Connection:
     """A configured server, started and stopped by `McpServers`."""
 
@@ -98,7 +88,7 @@ class Connection:
 
     def _transport(self) -> Any:
         if self.config.url is not None:
-            return _http_transport(self.config.url, self.config.headers)
+            return capped_http(self.config.url, self.config.headers)
         from mcp.client.stdio import StdioServerParameters, get_default_environment
 
         assert self.config.command is not None
