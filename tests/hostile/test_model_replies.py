@@ -14,9 +14,12 @@ from lace.llm.openai_client import OpenAIClient
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.openai_http import MAX_ANSWER_BYTES
 from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime
 from tests.conftest import query
 from tests.hostile.measured import Measured, measured_lace
 from tests.processes import lace_env
+from tests.root_turn import first_root_answer
+from tests.scripted import ScriptedModels, reply
 
 MB = 1 << 20
 Script = Callable[[str, list[dict[str, Any]]], ScriptedReply]
@@ -118,3 +121,15 @@ def test_a_big_tool_call_is_stored_once_and_replayed_whole(tmp_path: Path) -> No
              for call in message.get("tool_calls") or []]
     assert json.loads(calls[0]["function"]["arguments"]) == {"path": "big.txt",
                                                              "content": content}
+
+
+async def test_a_reply_through_litellm_is_kept_within_the_same_cap(
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
+    """litellm's path (every provider but `openai/`) keeps a reply within the same budget."""
+    models.on("root", lambda messages: reply("z" * (2 * MB)))
+    session, answer = await first_root_answer(runtime, "go", "scripted/root")
+    assert answer == "z" * MAX_REPLY_CHARACTERS + (
+        f"\n\n[lace cut this reply here: {2 * MB - MAX_REPLY_CHARACTERS:,} more characters; "
+        f"it keeps at most {MAX_REPLY_CHARACTERS:,} of one reply]")
+    assert query(db_path, "SELECT max(length(data)) FROM events WHERE thread_id = ?",
+                 session.id)[0][0] < MAX_REPLY_CHARACTERS + 500
