@@ -66,22 +66,24 @@ def model_error(kind: str, text: str) -> ModelError:
 class ReplyBudget:
     """What lace keeps of one reply: `MAX_REPLY_CHARACTERS` of its text and its calls'
     arguments together, the text first; text past it is cut with a note, arguments past it
-    replaced by `cut_arguments`. `length` is the whole size when only a part was read."""
+    replaced by `cut_arguments`. `length` is the whole size when only a part was kept (a part
+    is always cut)."""
 
     def __init__(self) -> None:
         self.left = MAX_REPLY_CHARACTERS
 
     def text(self, text: str, length: int | None = None) -> str:
         length = len(text) if length is None else length
-        if length <= self.left:
+        if length == len(text) and length <= self.left:
             self.left -= length
             return text
-        kept, self.left = text[:self.left], 0
+        kept = text[:self.left]
+        self.left -= len(kept)
         return kept + cut_note(length - len(kept))
 
     def arguments(self, arguments: str, length: int | None = None) -> str:
         length = len(arguments) if length is None else length
-        if length <= self.left:
+        if length == len(arguments) and length <= self.left:
             self.left -= length
             return arguments
         return cut_arguments(length)

@@ -139,10 +139,10 @@ class OpenAIClient(ProviderClient):
                         on_delta: DeltaCallback) -> tuple[Any, Any, dict[str | int, int]]:
         """The streamed answer put together as litellm's `stream_chunk_builder` does: text
         deltas passed on as they come, tool-call fragments joined by index, the usage chunk.
-        Of the text and of each call's arguments at most `MAX_REPLY_CHARACTERS` are kept (and
-        passed on), with their whole lengths."""
+        At most `MAX_REPLY_CHARACTERS` of text and arguments are kept (and passed on), with
+        their whole lengths."""
         text: list[str] = []
-        lengths: dict[str | int, int] = {"content": 0}
+        kept = _Kept()
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
@@ -152,18 +152,18 @@ class OpenAIClient(ProviderClient):
                     continue
                 delta = chunk["choices"][0].get("delta") or {}
                 if delta.get("content"):
-                    kept = _kept(delta["content"], lengths, "content")
-                    if kept:
-                        text.append(kept)
-                        await _passed_on(on_delta, valid_text(kept))
+                    piece = kept.take(delta["content"], "content")
+                    if piece:
+                        text.append(piece)
+                        await _passed_on(on_delta, valid_text(piece))
                 for call in delta.get("tool_calls") or []:
                     joined = calls.setdefault(call["index"],
                                               {"id": "", "name": "", "arguments": ""})
                     joined["id"] = call.get("id") or joined["id"]
                     function = call.get("function") or {}
                     joined["name"] = function.get("name") or joined["name"]
-                    joined["arguments"] += _kept(function.get("arguments") or "", lengths,
-                                                 call["index"])
+                    joined["arguments"] += kept.take(function.get("arguments") or "",
+                                                     call["index"])
         except ModelError:
             raise
         except Exception as error:
@@ -180,15 +180,23 @@ class OpenAIClient(ProviderClient):
                                                   count_response_tokens=True)}
         positions: dict[str | int, int] = {index: number for number, index in enumerate(calls)}
         return message, usage, {positions.get(key, key): length
-                                for key, length in lengths.items()}
+                                for key, length in kept.lengths.items()}
 
 
-def _kept(piece: str, lengths: dict[str | int, int], key: str | int) -> str:
-    """The part of a streamed piece kept (up to `MAX_REPLY_CHARACTERS` of its text or
-    arguments); `lengths` counts the whole."""
-    before = lengths.get(key, 0)
-    lengths[key] = before + len(piece)
-    return piece[:max(0, MAX_REPLY_CHARACTERS - before)]
+class _Kept:
+    """What is kept of a streamed reply as it comes: at most `MAX_REPLY_CHARACTERS` of its
+    text and arguments in all, and the whole length of each (the text, a call by index)."""
+
+    def __init__(self) -> None:
+        self.room = MAX_REPLY_CHARACTERS
+        self.lengths: dict[str | int, int] = {}
+
+    def take(self, piece: str, key: str | int) -> str:
+        """The part of `piece` kept."""
+        self.lengths[key] = self.lengths.get(key, 0) + len(piece)
+        kept = piece[:self.room]
+        self.room -= len(kept)
+        return kept
 
 
 def _message(answer: dict[str, Any]) -> SimpleNamespace:

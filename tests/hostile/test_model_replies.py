@@ -4,12 +4,13 @@ OpenAI-compatible server sends them over HTTP to a real `lace run`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lace.core.text import MAX_REPLY_CHARACTERS
+from lace.core.text import CUT_ARGUMENTS, MAX_REPLY_CHARACTERS
 from lace.llm.openai_client import OpenAIClient
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.openai_http import MAX_ANSWER_BYTES
@@ -88,8 +89,6 @@ def test_a_reply_and_a_call_past_the_cap_are_stored_cut_with_a_note(tmp_path: Pa
 
 def test_a_streamed_reply_past_the_cap_is_cut_with_a_note(
         monkeypatch: Any, tmp_path: Path) -> None:
-    import asyncio
-
     words = " ".join(["w" * (MB // 2)] * 6)
     shown: list[str] = []
     with FakeOpenAI(lambda model, messages: ScriptedReply(text=words)) as fake:
@@ -101,6 +100,22 @@ def test_a_streamed_reply_past_the_cap_is_cut_with_a_note(
     cut = len(words) - MAX_REPLY_CHARACTERS
     assert reply.content.endswith(f"[lace cut this reply here: {cut:,} more characters; it "
                                   f"keeps at most {MAX_REPLY_CHARACTERS:,} of one reply]")
+
+
+def test_a_streamed_call_past_what_the_text_left_is_cut(
+        monkeypatch: Any, tmp_path: Path) -> None:
+    text, arguments = "t" * 600_000, json.dumps({"title": "a" * 600_000})
+    with FakeOpenAI(lambda model, messages: ScriptedReply(
+            text=text, tool_calls=[("task_create", arguments)])) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "not-a-key")
+        reply = asyncio.run(OpenAIClient().complete(
+            "openai/fake", [{"role": "user", "content": "go"}], [], on_delta=lambda _: None))
+    assert reply.content == text
+    assert json.loads(reply.tool_calls[0].arguments) == {CUT_ARGUMENTS: (
+        f"the arguments were {len(arguments):,} characters, past the "
+        f"{MAX_REPLY_CHARACTERS:,} lace keeps of one reply, and were cut. Send less in one call "
+        "(a big file in parts).")}
 
 
 def test_a_big_tool_call_is_stored_once_and_replayed_whole(tmp_path: Path) -> None:
