@@ -18,7 +18,7 @@ MAX_CONNECTIONS = 1000
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 """The most lace reads of one answer, or of one event of a streamed answer: room for the longest
 reply lace keeps (`MAX_REPLY_CHARACTERS`) however its JSON escapes it; a reply of 100 MB, read
-whole, took 515 MB of lace's memory."""
+whole, took 544 MB of lace's memory."""
 MISSING_KEY = ("Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY` "
                "environment variable.")
 

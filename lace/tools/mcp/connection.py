@@ -13,9 +13,7 @@ from typing import Any, Literal
 
 from lace.config import McpServer
 from lace.core.errors import LaceError
-from lace.tools.mcp.http import capped_http
 from lace.tools.mcp.stderr_log import StderrLog
-from lace.tools.mcp.stdio import MESSAGE_TOO_BIG, capped_stdio
 from lace.tools.process_groups import kept
 
 State = Literal["stopped", "starting", "ready", "failed"]
@@ -25,6 +23,11 @@ process group)."""
 MAX_PAGES = 50
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
+MESSAGE_TOO_BIG = -32099
+"""The JSON-RPC error code of the answer lace puts in place of a message past the limit."""
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The longest message read from a server: an image of a few megabytes still arrives (and is
+described, not shown); reading one costs lace a few times its size in memory."""
 
 
 class ServerGoneError(LaceError):
@@ -62,6 +65,8 @@ def refuse_missing(command: str, cwd: str | None, env: Mapping[str, str]) -> Non
 async def _stdio_transport(parameters: Any, log: StderrLog) -> AsyncIterator[Any]:
     """The server started over stdio with its stderr going to its log, its stdout read with a
     limit."""
+    from lace.tools.mcp.stdio import capped_stdio
+
     try:
         async with capped_stdio(parameters, errlog=log.writer) as streams:
             log.started()
@@ -88,6 +93,8 @@ class Connection:
 
     def _transport(self) -> Any:
         if self.config.url is not None:
+            from lace.tools.mcp.http import capped_http
+
             return capped_http(self.config.url, self.config.headers)
         from mcp.client.stdio import StdioServerParameters, get_default_environment
 

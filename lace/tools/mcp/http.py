@@ -9,10 +9,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-from lace.tools.mcp.stdio import MAX_MESSAGE_BYTES
+from lace.tools.mcp.connection import MAX_MESSAGE_BYTES
 
 
 class MessageTooBigError(httpx2.StreamError):
@@ -60,6 +58,9 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
 async def capped_http(url: str, headers: dict[str, str],
                       limit: int = MAX_MESSAGE_BYTES) -> AsyncIterator[Any]:
     """Yield the (read, write) streams the SDK's `Client` takes, with the SDK's timeouts."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
     client = httpx2.AsyncClient(
         transport=_CappedTransport(limit), headers=headers or None,
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))

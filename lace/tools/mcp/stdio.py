@@ -12,22 +12,19 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import mcp_types as types
 from anyio.abc import ByteReceiveStream, Process
-from mcp.client.stdio import StdioServerParameters, get_default_environment
-from mcp.os.posix.utilities import terminate_posix_process_tree
-from mcp.shared.message import SessionMessage
 
+from lace.tools.mcp.connection import MAX_MESSAGE_BYTES, MESSAGE_TOO_BIG
 from lace.tools.shell import OUTPUT_CAP
 
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-"""The longest message read from a stdio server: an image of a few megabytes still arrives (and
-is described, not shown); reading one costs lace a few times its size in memory."""
-MESSAGE_TOO_BIG = -32099
-"""The JSON-RPC error code of the answer lace puts in place of a message past the limit."""
+if TYPE_CHECKING:  # the SDK is imported when a server starts, not with lace's tools
+    import mcp_types as types
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.shared.message import SessionMessage
+
 GRACE_S = 2.0
 """How long a server has to end by itself once its stdin is closed (as the SDK waits)."""
 PREVIEW_CHARACTERS = OUTPUT_CAP // 2
@@ -124,6 +121,9 @@ def too_big(request_id: types.RequestId, method: str | None, cut: _Cut,
             limit: int) -> SessionMessage:
     """What lace answers a request with in place of the server's answer past the limit: for a
     tool call, a result holding the start of its text and a note of the cut; else an error."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
     note = (f"the server's answer was {cut.size:,} bytes, past the {limit // (1 << 20)} MB "
             "lace reads of one message from an MCP server")
     if method != "tools/call":
@@ -139,6 +139,9 @@ def too_big(request_id: types.RequestId, method: str | None, cut: _Cut,
 
 def parsed(line: bytes) -> SessionMessage | Exception:
     """One line as a message, or the error the session reports for it."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as error:
@@ -149,6 +152,10 @@ def parsed(line: bytes) -> SessionMessage | Exception:
 async def capped_stdio(server: StdioServerParameters, errlog: Any,
                        limit: int = MAX_MESSAGE_BYTES) -> AsyncIterator[Any]:
     """Start the server and yield the (read, write) streams the SDK's `Client` takes."""
+    import mcp_types as types
+    from mcp.client.stdio import get_default_environment
+    from mcp.shared.message import SessionMessage
+
     process = await anyio.open_process(
         [server.command, *server.args], env=get_default_environment() | (server.env or {}),
         stderr=errlog, cwd=server.cwd, start_new_session=True)
@@ -200,6 +207,8 @@ async def capped_stdio(server: StdioServerParameters, errlog: Any,
 
 def _track(pending: dict[types.RequestId, str], message: Any) -> None:
     """Note a request sent; forget one the session cancelled (it may never be answered)."""
+    import mcp_types as types
+
     if isinstance(message, types.JSONRPCRequest):
         pending[message.id] = message.method
     elif isinstance(message, types.JSONRPCNotification) and \
@@ -218,6 +227,8 @@ async def _lines_of(stdout: ByteReceiveStream, limit: int) -> AsyncIterator[byte
 
 async def _stop(process: Process) -> None:
     """Close the server's stdin, give it `GRACE_S` to end, then end its process group."""
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
