@@ -73,6 +73,18 @@ def test_a_100_mb_result_is_read_with_a_limit_and_stored_capped(tmp_path: Path) 
     assert ran.peak_mb < 250
 
 
+def test_a_huge_notification_is_dropped_and_the_next_answer_arrives(tmp_path: Path) -> None:
+    """A message past the limit that answers no request (it names no pending id) is dropped;
+    it is not taken for the answer of the call under way."""
+    ran = run_with_flood(tmp_path, FLOOD_NOTICE_MB="20")
+    assert ran.returncode == 0, ran.err
+    results = [content for content, in query(
+        tmp_path / "home" / "lace.db", "SELECT json_extract(data, '$.message.content') FROM "
+        "events WHERE type = 'tool_result' ORDER BY id")]
+    assert results == ["(no content)", "small"]
+    assert ran.out == "shown 12 characters, then small\n"
+
+
 def test_a_100_mb_result_over_http_is_read_with_a_limit(tmp_path: Path) -> None:
     """The server answers in one JSON body (the SDK bounds server-sent events, not bodies)."""
 

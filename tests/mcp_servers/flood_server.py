@@ -1,7 +1,8 @@
 """A hostile MCP server for tests, written on bare JSON-RPC lines so it never holds what it sends:
 `python flood_server.py`. Its tool `flood` answers with `$FLOOD_RESULT_MB` megabytes of text in
 one result (the JSON line streamed out in pieces), after writing `$FLOOD_STDERR_MB` megabytes to
-its stderr; its tool `small` answers "small", so a test can tell the connection still works."""
+its stderr; its tool `small` answers "small" (after a log notification of `$FLOOD_NOTICE_MB`
+megabytes, which answers no request), so a test can tell the connection still works."""
 
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ def flood_result(request_id: object, megabytes: int) -> None:
     out.flush()
 
 
+def flood_notice(megabytes: int) -> None:
+    if not megabytes:
+        return
+    out = sys.stdout.buffer
+    out.write(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": '
+              b'"info", "data": "')
+    for _ in range(megabytes):
+        out.write(PIECE)
+    out.write(b'"}}\n')
+    out.flush()
+
+
 def answer(request: dict[str, object]) -> None:
     method, request_id = request.get("method"), request.get("id")
     if method == "initialize":
@@ -52,6 +65,7 @@ def answer(request: dict[str, object]) -> None:
             flood_stderr(int(os.environ.get("FLOOD_STDERR_MB") or 0))
             flood_result(request_id, int(os.environ.get("FLOOD_RESULT_MB") or 0))
         else:
+            flood_notice(int(os.environ.get("FLOOD_NOTICE_MB") or 0))
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "content": [{"type": "text", "text": "small"}], "isError": False}})
     elif request_id is not None:

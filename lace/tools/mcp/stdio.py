@@ -1,6 +1,6 @@
 """The stdio transport to an MCP server, as the SDK's `stdio_client` runs it (its own process
 group; at the end stdin closed, 2 s of grace, then the group signalled) but reading the server's
-stdout with a limit: the SDK holds a whole line however long, and a 100 MB result took 620 MB of
+stdout with a limit: the SDK holds a whole line however long, and a 100 MB result took 615 MB of
 lace's memory. A message past `MAX_MESSAGE_BYTES` is dropped as it streams by, but for its
 first and last bytes; the request it answered gets the start of its text and a note, or an
 error."""
@@ -90,14 +90,13 @@ class _Lines:
 
 def answered_request(cut: _Cut, pending: dict[types.RequestId, str]) -> types.RequestId | None:
     """Which of the pending requests the cut message answers: the one whose id stands as a key
-    at either end of it, else the only one pending."""
+    at either end of it (servers write it first or last); None for a message that names none
+    (a notification, a request of the server's), which is dropped."""
     ends = bytes(cut.head[:_TAIL]).decode(errors="replace") + "\n" + \
         cut.tail.decode(errors="replace")
     named = [request_id for request_id in pending if re.search(
         r'"id"\s*:\s*' + re.escape(json.dumps(request_id)) + r"\s*[,}]", ends)]
-    if len(named) == 1:
-        return named[0]
-    return next(iter(pending)) if len(pending) == 1 else None
+    return named[0] if len(named) == 1 else None
 
 
 def text_preview(head: bytes) -> str:
