@@ -271,8 +271,8 @@ async def test_an_answer_that_is_not_json_or_an_error_event_is_sorted_alike(mode
 async def test_a_streamed_tool_call_of_megabytes_arrives_whole(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One server-sent event far past the line limit of aiohttp's `readline` (the fake sends
-    each tool call in one chunk)."""
-    arguments = json.dumps({"title": "x" * 3_000_000})
+    each tool call in one chunk), within the 1,000,000 characters lace keeps of one reply."""
+    arguments = json.dumps({"title": "x" * 900_000})
     with FakeOpenAI(lambda model, messages: ScriptedReply(
             tool_calls=[("task_create", arguments)])) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)

@@ -3,6 +3,7 @@ bounded depth, and control characters escaped before they reach a terminal."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,13 @@ from typing import Any
 MAX_NESTING = 64
 """The deepest JSON a tool call may send; Python's decoder and encoder recurse once per level
 and fail past about 1,000, and no tool's schema needs more than 4."""
+
+MAX_REPLY_CHARACTERS = 1_000_000
+"""The most lace keeps of one model reply, its text and its calls' arguments together: models
+answer with at most about 128,000 tokens (some 500,000 characters), so a reply past this is
+broken or hostile, and storing it whole would grow the database by its size at every turn."""
+CUT_ARGUMENTS = "lace_cut_arguments"
+"""The one key of the arguments lace puts in place of a call's arguments it cut."""
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]++")
@@ -42,6 +50,20 @@ def valid_strings(value: Any) -> Any:
     if isinstance(value, list):
         return [valid_strings(item) for item in value]
     return value
+
+
+def cut_note(cut: int) -> str:
+    """What lace adds where it cut a reply's text."""
+    return (f"\n\n[lace cut this reply here: {cut:,} more characters; it keeps at most "
+            f"{MAX_REPLY_CHARACTERS:,} of one reply]")
+
+
+def cut_arguments(length: int) -> str:
+    """The arguments lace keeps of a call whose own were past what is left of the reply's
+    budget; decoding them is a tool error that says so."""
+    return json.dumps({CUT_ARGUMENTS: (
+        f"the arguments were {length:,} characters, past the {MAX_REPLY_CHARACTERS:,} lace "
+        "keeps of one reply, and were cut. Send less in one call (a big file in parts).")})
 
 
 def json_nesting(text: str, limit: int = MAX_NESTING) -> int:

@@ -10,7 +10,15 @@ import re
 from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
-from lace.core.text import MAX_NESTING, json_nesting, valid_strings, valid_text
+from lace.core.text import (
+    MAX_NESTING,
+    MAX_REPLY_CHARACTERS,
+    cut_arguments,
+    cut_note,
+    json_nesting,
+    valid_strings,
+    valid_text,
+)
 from lace.llm.checks import TEST_PROVIDERS, are_test_providers_enabled, on_this_machine
 from lace.llm.types import ModelError, ModelReply, ToolCallRequest
 
@@ -55,6 +63,32 @@ def model_error(kind: str, text: str) -> ModelError:
                       context_overflow=kind == "ContextWindowExceededError")
 
 
+class ReplyBudget:
+    """What lace keeps of one reply: `MAX_REPLY_CHARACTERS` of its text and its calls'
+    arguments together, the text first; text past it is cut with a note, arguments past it
+    replaced by `cut_arguments`. `length` is the whole size when only a part was kept (a part
+    is always cut)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_REPLY_CHARACTERS
+
+    def text(self, text: str, length: int | None = None) -> str:
+        length = len(text) if length is None else length
+        if length == len(text) and length <= self.left:
+            self.left -= length
+            return text
+        kept = text[:self.left]
+        self.left -= len(kept)
+        return kept + cut_note(length - len(kept))
+
+    def arguments(self, arguments: str, length: int | None = None) -> str:
+        length = len(arguments) if length is None else length
+        if length == len(arguments) and length <= self.left:
+            self.left -= length
+            return arguments
+        return cut_arguments(length)
+
+
 class ProviderClient:
     """The guards and the reply of a client that calls providers (litellm or directly)."""
 
@@ -79,18 +113,26 @@ class ProviderClient:
         """Whether this model already turned out to have no known price."""
         return model in self._unpriced
 
-    def reply(self, model: str, message: Any, usage: Any, cost: float | None) -> ModelReply:
+    def reply(self, model: str, message: Any, usage: Any, cost: float | None,
+              lengths: dict[str | int, int] | None = None) -> ModelReply:
         """The reply from an answer's message (`content`, `tool_calls`) and usage; model text is
-        made valid UTF-8 here, where it enters lace. A model without a price is logged once."""
+        made valid UTF-8 and capped (`ReplyBudget`) here, where it enters lace; `lengths` are the
+        whole sizes of a text (`"content"`) or arguments (by index) read only in part. A model
+        without a price is logged once."""
+        lengths = lengths or {}
+        budget = ReplyBudget()
+        content = budget.text(message.content, lengths.get("content")) if message.content \
+            else None
         calls = tuple(
             ToolCallRequest(id=valid_text(str(call.id)), name=valid_text(call.function.name or ""),
-                            arguments=valid_text(call.function.arguments or "{}"))
-            for call in (message.tool_calls or []))
+                            arguments=valid_text(budget.arguments(
+                                call.function.arguments or "{}", lengths.get(index))))
+            for index, call in enumerate(message.tool_calls or []))
         if cost is None and model not in self._unpriced:
             self._unpriced.add(model)
             log.info("no known price for %s; its calls count as $0 (tokens still add up)", model)
         return ModelReply(
-            content=valid_text(message.content) if message.content else None, tool_calls=calls,
+            content=valid_text(content) if content else None, tool_calls=calls,
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             cost_usd=float(cost or 0.0), priced=cost is not None)

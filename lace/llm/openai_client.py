@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from lace.core.text import valid_text
+from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
 from lace.llm.calls import ProviderClient, model_error, outgoing
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
@@ -101,18 +101,22 @@ class OpenAIClient(ProviderClient):
             else:
                 stream = await endpoint.stream(COMPLETIONS, {
                     **arguments, "stream": True, "stream_options": {"include_usage": True}})
+        except ModelError:
+            raise
         except Exception as error:
             raise openai_error(error, status=getattr(error, "status_code", None) or 500) \
                 from error
+        lengths: dict[str | int, int] = {}
         if on_delta is not None:
-            message, usage = await self._streamed(stream, name, sent, on_delta)
+            message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
         usage = usage if isinstance(usage, dict) else {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         prompt, completion = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
         cost = None if self.is_unpriced(model) else call_cost(name, prompt, completion,
                                                                int(cached))
         return self.reply(model, message, SimpleNamespace(prompt_tokens=prompt,
-                                                          completion_tokens=completion), cost)
+                                                          completion_tokens=completion), cost,
+                          lengths)
 
     def _endpoint(self) -> Endpoint:
         """The shared endpoint, made on first use inside the running loop (its connections
@@ -132,10 +136,13 @@ class OpenAIClient(ProviderClient):
 
     @staticmethod
     async def _streamed(stream: aiohttp.ClientResponse, name: str, sent: list[dict[str, Any]],
-                        on_delta: DeltaCallback) -> tuple[Any, Any]:
+                        on_delta: DeltaCallback) -> tuple[Any, Any, dict[str | int, int]]:
         """The streamed answer put together as litellm's `stream_chunk_builder` does: text
-        deltas passed on as they come, tool-call fragments joined by index, the usage chunk."""
+        deltas passed on as they come, tool-call fragments joined by index, the usage chunk.
+        At most `MAX_REPLY_CHARACTERS` of text and arguments are kept (and passed on), with
+        their whole lengths."""
         text: list[str] = []
+        kept = _Kept()
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
@@ -145,15 +152,18 @@ class OpenAIClient(ProviderClient):
                     continue
                 delta = chunk["choices"][0].get("delta") or {}
                 if delta.get("content"):
-                    text.append(delta["content"])
-                    await _passed_on(on_delta, valid_text(delta["content"]))
+                    piece = kept.take(delta["content"], "content")
+                    if piece:
+                        text.append(piece)
+                        await _passed_on(on_delta, valid_text(piece))
                 for call in delta.get("tool_calls") or []:
                     joined = calls.setdefault(call["index"],
                                               {"id": "", "name": "", "arguments": ""})
                     joined["id"] = call.get("id") or joined["id"]
                     function = call.get("function") or {}
                     joined["name"] = function.get("name") or joined["name"]
-                    joined["arguments"] += function.get("arguments") or ""
+                    joined["arguments"] += kept.take(function.get("arguments") or "",
+                                                     call["index"])
         except ModelError:
             raise
         except Exception as error:
@@ -168,7 +178,25 @@ class OpenAIClient(ProviderClient):
             usage = {"prompt_tokens": counter(model=answered_as, messages=sent),
                      "completion_tokens": counter(model=answered_as, text=output,
                                                   count_response_tokens=True)}
-        return message, usage
+        positions: dict[str | int, int] = {index: number for number, index in enumerate(calls)}
+        return message, usage, {positions.get(key, key): length
+                                for key, length in kept.lengths.items()}
+
+
+class _Kept:
+    """What is kept of a streamed reply as it comes: at most `MAX_REPLY_CHARACTERS` of its
+    text and arguments in all, and the whole length of each (the text, a call by index)."""
+
+    def __init__(self) -> None:
+        self.room = MAX_REPLY_CHARACTERS
+        self.lengths: dict[str | int, int] = {}
+
+    def take(self, piece: str, key: str | int) -> str:
+        """The part of `piece` kept."""
+        self.lengths[key] = self.lengths.get(key, 0) + len(piece)
+        kept = piece[:self.room]
+        self.room -= len(kept)
+        return kept
 
 
 def _message(answer: dict[str, Any]) -> SimpleNamespace:

@@ -66,7 +66,7 @@ class FakeOpenAI:
         self._thread.join(10)
 
     async def _start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()

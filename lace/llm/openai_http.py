@@ -11,8 +11,14 @@ from typing import Any
 
 import aiohttp
 
+from lace.llm.types import ModelError
+
 MAX_CONNECTIONS = 1000
 """Connections one endpoint may open (and keep): enough for hundreds of agents at once."""
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The most lace reads of one answer, or of one event of a streamed answer: room for the longest
+reply lace keeps (`MAX_REPLY_CHARACTERS`) however its JSON escapes it; a reply of 100 MB, read
+whole, took 544 MB of lace's memory."""
 MISSING_KEY = ("Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY` "
                "environment variable.")
 
@@ -24,6 +30,16 @@ class RequestFailed(Exception):
     def __init__(self, text: str, status: int | None = None, body: Any = None) -> None:
         super().__init__(text)
         self.status_code, self.body = status, body
+
+
+class AnswerTooLargeError(ModelError):
+    """An answer past `MAX_ANSWER_BYTES`: no model replies so much, and asking again would
+    bring the same."""
+
+    def __init__(self) -> None:
+        limit = MAX_ANSWER_BYTES // (1024 * 1024)
+        super().__init__(f"AnswerTooLarge: the answer is more than {limit} MB; lace reads at "
+                         f"most {limit} MB of one answer", transient=False)
 
 
 class Endpoint:
@@ -47,9 +63,14 @@ class Endpoint:
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """The decoded JSON answer to one request."""
         response = await self._send(path, body)
+        answer = bytearray()
         try:
             with _as_the_sdk_words_it():
-                answer = await response.read()
+                async for piece in response.content.iter_chunked(64 * 1024):
+                    answer += piece
+                    if len(answer) > MAX_ANSWER_BYTES:
+                        response.close()  # the rest is never read: the connection goes
+                        raise AnswerTooLargeError
         finally:
             response.release()
         return json.loads(answer)
@@ -134,6 +155,8 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
     async for piece in content.iter_any():
         pending += piece
         if b"\n" not in piece:
+            if len(pending) > MAX_ANSWER_BYTES:
+                raise AnswerTooLargeError
             continue
         *complete, rest = bytes(pending).split(b"\n")
         pending = bytearray(rest)

@@ -50,6 +50,37 @@ def dangling_calls(events: list[Event]) -> list[tuple[str, str]]:
             if call["id"] not in answered]
 
 
+def without_arguments(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message as its `agent_message` event keeps it: each tool call's arguments
+    are kept once, in the call's own `tool_call` event (a 30 MB call took 60 MB)."""
+    if not message.get("tool_calls"):
+        return message
+    return {**message, "tool_calls": [
+        {**call, "function": {key: value for key, value in call["function"].items()
+                              if key != "arguments"}}
+        for call in message["tool_calls"]]}
+
+
+def conversation(events: list[Event]) -> list[dict[str, Any]]:
+    """The messages a model is sent, from a thread's events: each tool call's arguments put
+    back from its `tool_call` event (a thread stored by an earlier lace has them in place)."""
+    arguments = {event.data.get("call_id"): event.data.get("arguments")
+                 for event in events if event.type == "tool_call"}
+    messages = []
+    for event in events:
+        if event.type == "error" or "message" not in event.data:
+            continue
+        message = event.data["message"]
+        if message.get("tool_calls"):
+            message = {**message, "tool_calls": [
+                call if "arguments" in call["function"] else
+                {**call, "function": {**call["function"],
+                                      "arguments": arguments.get(call["id"]) or "{}"}}
+                for call in message["tool_calls"]]}
+        messages.append(message)
+    return messages
+
+
 def persisted_waits(events: list[Event]) -> dict[str, PendingWait]:
     """Waiting tool calls by call id, from their `tool_call` events."""
     return {str(event.data["call_id"]): PendingWait(
@@ -140,7 +171,5 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         if note and number == len(deliveries):
             data["message"]["content"] += f"\n\n{note}"
         append("user_message" if from_person else "notification", data)
-    messages = [event.data["message"] for event in [*events, *appended]
-                if event.type != "error" and "message" in event.data]
-    return TurnStart(agent=agent, lease=lease, messages=messages, appended=appended,
-                     waits=resumed)
+    return TurnStart(agent=agent, lease=lease, messages=conversation([*events, *appended]),
+                     appended=appended, waits=resumed)

@@ -18,7 +18,7 @@ from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
 from lace.core.records import Agent, Lease, Place
 from lace.llm.types import ModelClient, ModelError, ModelReply
-from lace.runtime.conversation import TurnStart, begin_turn
+from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
@@ -203,8 +203,9 @@ class TurnRunner:
     def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
                       usage: Callable[[Tx], None]) -> None:
         usage(tx)
-        event_id = tx.events.append(thread_id, "agent_message", {"message": message})
-        self._published(thread_id, event_id, "agent_message", {"message": message})
+        stored = {"message": without_arguments(message)}
+        event_id = tx.events.append(thread_id, "agent_message", stored)
+        self._published(thread_id, event_id, "agent_message", stored)
         for call in message.get("tool_calls") or []:
             data = {"call_id": call["id"], "tool_name": call["function"]["name"],
                     "arguments": call["function"]["arguments"]}

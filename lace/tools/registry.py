@@ -9,7 +9,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lace.core.text import MAX_NESTING, json_nesting, valid_strings, value_nesting
+from lace.core.text import (
+    CUT_ARGUMENTS,
+    MAX_NESTING,
+    json_nesting,
+    valid_strings,
+    value_nesting,
+)
 from lace.core.tool_sets import grants
 from lace.tools.base import Tool, ToolError
 from lace.tools.delegation import DELEGATION_TOOLS, Spawn
@@ -131,5 +137,7 @@ def decoded_arguments(name: str, arguments: str | dict[str, Any] | None) -> dict
     if not isinstance(arguments, dict):
         raise ToolError(f"Arguments for {name} must be a JSON object, "
                         f"got {type(arguments).__name__}.")
+    if list(arguments) == [CUT_ARGUMENTS]:
+        raise ToolError(f"Invalid arguments for {name}: {arguments[CUT_ARGUMENTS]}")
     decoded: dict[str, Any] = valid_strings(arguments)
     return decoded

@@ -40,10 +40,12 @@ def runtime_with(store: Store, servers: dict[str, McpServer],
 
 
 @contextlib.contextmanager
-def notes_over_http(**env: str) -> Iterator[str]:
-    """The notes server on a free port of 127.0.0.1; yields its URL."""
+def notes_over_http(*, json_response: bool = False, **env: str) -> Iterator[str]:
+    """The notes server on a free port of 127.0.0.1 (answering in JSON bodies, not server-sent
+    events, with `json_response`); yields its URL."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(NOTES_SERVER), "--http", str(port)],
+    process = subprocess.Popen([sys.executable, str(NOTES_SERVER), "--http", str(port),
+                                *(["--json"] if json_response else [])],
                                env={**os.environ, **env}, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

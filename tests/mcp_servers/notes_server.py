@@ -1,4 +1,5 @@
-"""A small MCP server for tests: `python notes_server.py [--http PORT]`. Its pid goes to the file
+"""A small MCP server for tests: `python notes_server.py [--http PORT [--json]]` (`--json`:
+answers as one JSON body, not a server-sent event). Its pid goes to the file
 `$NOTES_PID_FILE` names (when set), so a test can tell whether it outlived lace; with
 `$NOTES_STUBBORN` set it does not end when its stdin closes (only a signal ends it), so a test
 can tell whether lace stopped it or it merely left; `$NOTES_EXTRA_TOOLS` adds that many more
@@ -96,7 +97,8 @@ if __name__ == "__main__":
         with Path(pid_file).open("a") as file:
             file.write(f"{os.getpid()}\n")
     if sys.argv[1:2] == ["--http"]:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]),
+                   json_response="--json" in sys.argv)
     else:
         server.run()
         if os.environ.get("NOTES_STUBBORN"):

@@ -7,15 +7,13 @@ import asyncio
 import contextlib
 import errno
 import os
-import re
 import shutil
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 from lace.config import McpServer
 from lace.core.errors import LaceError
-from lace.paths import lace_home, open_private, private_folder
+from lace.tools.mcp.stderr_log import StderrLog
 from lace.tools.process_groups import kept
 
 State = Literal["stopped", "starting", "ready", "failed"]
@@ -25,6 +23,11 @@ process group)."""
 MAX_PAGES = 50
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
+MESSAGE_TOO_BIG = -32099
+"""The JSON-RPC error code of the answer lace puts in place of a message past the limit."""
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The longest message read from a server: an image of a few megabytes still arrives (and is
+described, not shown); reading one costs lace a few times its size in memory."""
 
 
 class ServerGoneError(LaceError):
@@ -58,25 +61,18 @@ def refuse_missing(command: str, cwd: str | None, env: Mapping[str, str]) -> Non
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 
-def log_file(name: str) -> TextIO:
-    """Where a stdio server's stderr goes: `$LACE_HOME/mcp-logs/<name>.log` (never lace's own
-    stderr, which the app draws on), or nowhere when that cannot be written."""
-    try:
-        folder = private_folder(lace_home() / "mcp-logs")
-        return open_private(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log")
-    except OSError:
-        return Path(os.devnull).open("w")
-
-
 @contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """Streamable HTTP with the server's headers on every request."""
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+async def _stdio_transport(parameters: Any, log: StderrLog) -> AsyncIterator[Any]:
+    """The server started over stdio with its stderr going to its log, its stdout read with a
+    limit."""
+    from lace.tools.mcp.stdio import capped_stdio
 
-    async with create_mcp_http_client(headers=headers or None) as http, \
-            streamable_http_client(url, http_client=http) as streams:
-        yield streams
+    try:
+        async with capped_stdio(parameters, errlog=log.writer) as streams:
+            log.started()
+            yield streams
+    finally:
+        log.started()
 
 
 class Connection:
@@ -94,12 +90,13 @@ class Connection:
         self._owner: asyncio.Task[None] | None = None
         self._scope: Any = None
         self._stop = asyncio.Event()
-        self._log: TextIO | None = None
 
     def _transport(self) -> Any:
         if self.config.url is not None:
-            return _http_transport(self.config.url, self.config.headers)
-        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+            from lace.tools.mcp.http import capped_http
+
+            return capped_http(self.config.url, self.config.headers)
+        from mcp.client.stdio import StdioServerParameters, get_default_environment
 
         assert self.config.command is not None
         command = [self.config.command, *self.config.args]
@@ -107,8 +104,7 @@ class Connection:
         keeper, *args = kept(command)  # the SDK starts it in a session of its own
         parameters = StdioServerParameters(command=keeper, args=args,
                                            env=dict(self.config.env), cwd=self.config.cwd)
-        self._log = log_file(self.name)
-        return stdio_client(parameters, errlog=self._log)
+        return _stdio_transport(parameters, StderrLog(self.name))
 
     async def _own(self, ready: asyncio.Future[list[Any]]) -> None:
         """Hold the client open from start to stop; report the tools listed, or the failure."""
@@ -172,6 +168,8 @@ class Connection:
         except MCPError as error:
             if error.code == REQUEST_TIMEOUT:
                 raise TimeoutError from None
+            if error.code == MESSAGE_TOO_BIG:
+                raise LaceError(error.message) from None
             if error.code == CONNECTION_CLOSED:
                 self.state, self.error = "failed", "its connection closed"
                 raise ServerGoneError(error.message) from None
@@ -186,6 +184,4 @@ class Connection:
         if owner is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(owner), STOP_GRACE_S)
-        if self._log is not None:
-            self._log.close()
-        self._scope, self._log, self.state = None, None, "stopped"
+        self._scope, self.state = None, "stopped"
