@@ -54,16 +54,20 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+HTTP_TIMEOUT_S, EVENT_STREAM_READ_TIMEOUT_S = 30.0, 300.0
+"""The MCP SDK's own timeouts for a request and for a quiet event stream (kept here: the SDK
+holds them in a private module)."""
+
+
 @contextlib.asynccontextmanager
 async def capped_http(url: str, headers: dict[str, str],
                       limit: int = MAX_MESSAGE_BYTES) -> AsyncIterator[Any]:
     """Yield the (read, write) streams the SDK's `Client` takes, with the SDK's timeouts."""
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     client = httpx2.AsyncClient(
         transport=_CappedTransport(limit), headers=headers or None,
-        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
+        timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=EVENT_STREAM_READ_TIMEOUT_S))
     async with client, streamable_http_client(url, http_client=client,
                                               max_sse_event_size=limit) as streams:
         yield streams
