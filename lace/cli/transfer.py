@@ -86,9 +86,15 @@ def import_command(args: argparse.Namespace) -> int:
     """`lace import FILE`: checks the whole file, then writes it in one transaction."""
     document = read_document(Path(args.file))
     with board_of(args) as board:
-        session_id = board.import_session(document)
+        imported = board.import_session(document)
+    session_id = imported.session
     renamed = f" as {session_id} (its ids were taken here)" if (
         session_id != document.session) else ""
     say(f"Imported session {document.session}{renamed}: {len(document.threads)} threads, "
         f"{len(document.tasks)} tasks, {len(document.events)} events", one_line=True)
+    dropped = imported.approvals_dropped
+    left_out = (f"; left out its {dropped} approval{'s' if dropped != 1 else ''} (permissions "
+                "never travel in an import)") if dropped else ""
+    say(f"Nothing of it runs until you resume it: lace run --continue {session_id}{left_out}",
+        one_line=True, file=sys.stderr)
     return 0

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from lace.llm.openai_fake import FakeOpenAI
 from lace.core.assignee import HUMAN
+from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
@@ -104,6 +104,12 @@ def imported(tmp_path: Path, document: dict[str, Any]) -> tuple[Path, str]:
     return db, done.stdout + done.stderr
 
 
+def a_heartbeat_later(db: Path) -> None:
+    """Return once a worker renewed its heartbeat (after which it takes over cut-off agents)."""
+    beat = value(db, "SELECT MAX(expires_at) FROM processes")
+    wait_for(lambda: value(db, "SELECT MAX(expires_at) FROM processes") > beat, "a heartbeat")
+
+
 def test_a_worker_runs_nothing_of_an_imported_session(
         tmp_path: Path, server: FakeOpenAI) -> None:
     db, said = imported(tmp_path, crafted_export())
@@ -118,11 +124,8 @@ def test_a_worker_runs_nothing_of_an_imported_session(
                                other) == "idle" and value(
             db, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL AND thread_id LIKE ?",
             f"{other}%") == 0, "the worker to finish another session")
-        beat = value(db, "SELECT MAX(expires_at) FROM processes")
         for _ in range(2):  # two heartbeats later it took over every cut-off agent it would
-            wait_for(lambda: value(db, "SELECT MAX(expires_at) FROM processes") > beat,
-                     "a heartbeat")
-            beat = value(db, "SELECT MAX(expires_at) FROM processes")
+            a_heartbeat_later(db)
     assert server.exchanges == []
     assert not (tmp_path / "pwned").exists()
     assert value(db, "SELECT COUNT(*) FROM llm_calls WHERE thread_id LIKE ?", f"{ROOT}%") == 0
