@@ -288,8 +288,8 @@ def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(
                                            .update(blocked_by="task_20260101_abcdef")),
         "a dependency cycle": _edited(valid_export, lambda d: d["task_dependencies"].append(
             {"task_id": d["task_dependencies"][0]["blocked_by"],
-             "blocked_by": d["task_dependencies"][0]["task_id"], "created_at": "now",
-             "satisfied_at": None})),
+             "blocked_by": d["task_dependencies"][0]["task_id"],
+             "created_at": "2026-11-01T10:00:00.000000Z", "satisfied_at": None})),
         "a planned agent with an unknown tool": _edited(valid_export, lambda d: d["tasks"][0]
                                                         .update(held_assignment={"agent": {
             "parent_id": root, "provider": "demo", "model": "worker", "profile": None,

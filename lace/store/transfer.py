@@ -128,6 +128,22 @@ def _next_id(tx: Tx, table: sa.Table) -> int:
     return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
 
 
+_NO_CALLS = {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+
+
+def _call_totals(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each agent's totals of its model calls, summed in the order they were made (as each call
+    added to them): what a file says of them is not believed, or it could hide what a session
+    spent from its budget."""
+    totals: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        total = totals.setdefault(call["thread_id"], dict(_NO_CALLS))
+        total["tokens_in"] += call["prompt_tokens"]
+        total["tokens_out"] += call["completion_tokens"]
+        total["cost_usd"] += call["cost_usd"]
+    return totals
+
+
 def import_session(tx: Tx, document: SessionDocument) -> Imported:
     """Write a checked document into this database (one transaction). Every agent is inert: no
     process runs it until a person resumes the session (`lace run --continue`, the app), and
@@ -147,8 +163,9 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
             event["data"]["inbox_id"] = inbox_ids[event["data"]["inbox_id"]]
         if isinstance(event["data"].get("inbox_ids"), list):
             event["data"]["inbox_ids"] = [inbox_ids[old] for old in event["data"]["inbox_ids"]]
+    totals = _call_totals(data["llm_calls"])
     for agent in data["agents"]:
-        agent["inert"] = True
+        agent.update(inert=True, **totals.get(agent["thread_id"], _NO_CALLS))
         if agent["status"] in HELD_STATUSES:
             agent["status"] = "interrupted"
     notes = sorted(({**note, "task_id": task["id"]} for task in data["tasks"]

@@ -145,3 +145,67 @@ def test_resuming_an_imported_session_asks_before_bash(
     assert not (tmp_path / "pwned").exists()
     assert sorted(rows(db, "SELECT thread_id, tool, status FROM approvals")) == [
         (ROOT, "bash", "denied"), (CHILD, "bash", "denied")]
+
+
+def with_a_call(**call: Any) -> dict[str, Any]:
+    """The crafted export with one model call of the root, `call` changed."""
+    document = crafted_export()
+    document["llm_calls"] = [{"thread_id": ROOT, "model": "openai/evil", "prompt_tokens": 1000,
+                              "completion_tokens": 100, "cost_usd": 0.5, "latency_ms": 900.0,
+                              "error": None, "created_at": WHEN, **call}]
+    return document
+
+
+def changed(document: dict[str, Any], table: str, **values: Any) -> dict[str, Any]:
+    document[table][0].update(values)
+    return document
+
+
+@pytest.mark.parametrize(("document", "problem"), [
+    (with_a_call(cost_usd=-1000.0), "llm_calls.0.cost_usd"),
+    (with_a_call(cost_usd=float("nan")), "llm_calls.0.cost_usd"),
+    (with_a_call(prompt_tokens=10**30), "llm_calls.0.prompt_tokens"),
+    (with_a_call(completion_tokens=-5), "llm_calls.0.completion_tokens"),
+    (with_a_call(latency_ms=-1.0), "llm_calls.0.latency_ms"),
+    (changed(crafted_export(), "agents", cost_usd=-1e9), "agents.0.cost_usd"),
+    (changed(crafted_export(), "agents", tokens_in=10**30), "agents.0.tokens_in"),
+    (changed(crafted_export(), "threads", created_at="yesterday"), "threads.0.created_at"),
+], ids=["negative cost", "NaN cost", "1e30 tokens", "negative tokens", "negative latency",
+        "negative agent cost", "1e30 agent tokens", "not a time"])
+def test_numbers_and_times_no_session_could_hold_are_refused(
+        tmp_path: Path, document: dict[str, Any], problem: str) -> None:
+    db = new_database(tmp_path)
+    file = tmp_path / "session.json"
+    file.write_text(json.dumps(document))
+    done = lace(tmp_path / "home", "import", str(file), "--db", str(db))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"lace: error: {file}: {problem}: ")
+    assert len(done.stderr.splitlines()) == 1
+    assert rows(db, "SELECT * FROM threads") == []
+
+
+def test_an_agents_totals_are_its_calls_whatever_the_file_says(tmp_path: Path) -> None:
+    """A file may not understate what a session spent (its budget counts the totals)."""
+    document = with_a_call(prompt_tokens=5000, completion_tokens=700, cost_usd=2.5)
+    db, _said = imported(tmp_path, changed(document, "agents", tokens_in=0, tokens_out=0,
+                                           cost_usd=0.0))
+    assert rows(db, "SELECT thread_id, tokens_in, tokens_out, cost_usd FROM agent_metadata "
+                    "ORDER BY thread_id") == [(ROOT, 5000, 700, 2.5), (CHILD, 0, 0, 0.0)]
+
+
+def test_a_time_in_the_future_is_the_time_of_the_import(tmp_path: Path) -> None:
+    """Else the session would stay the latest (`lace --continue` opens it) for ever, and a
+    budget of seconds would never be reached."""
+    document = json.loads(json.dumps(with_a_call()).replace(WHEN, "9999-12-31T23:59:59.000000Z"))
+    db, _said = imported(tmp_path, document)
+    started = lace(tmp_path / "home", "run", "Write the announcement.", "--db", str(db))
+    assert started.returncode == 0, started.stderr
+    mine = started.stderr.split("Session ", 1)[1].split()[0]
+    (latest,), = rows(db, "SELECT id FROM threads WHERE parent_id IS NULL "
+                          "ORDER BY created_at DESC, id DESC LIMIT 1")
+    assert latest == mine
+    (mine_started,), = rows(db, "SELECT created_at FROM threads WHERE id = ?", mine)
+    for table, column in (("threads", "id"), ("agent_metadata", "thread_id"),
+                          ("inbox", "thread_id"), ("llm_calls", "thread_id")):
+        times = rows(db, f"SELECT created_at FROM {table} WHERE {column} LIKE ?", f"{ROOT}%")
+        assert times and all(time < mine_started for time, in times), table
