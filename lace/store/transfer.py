@@ -152,7 +152,9 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
     values of this process are masked."""
     renamed = _new_ids(tx, document)
     data = document.model_dump(exclude={"usage"})
-    data = mask_data(map_strings(data, _rewriter(renamed)), credential_values())
+    if renamed:  # each is a copy of the whole session
+        data = map_strings(data, _rewriter(renamed))
+    data = mask_data(data, credential_values())
     inbox_base, event_base = _next_id(tx, schema.inbox), _next_id(tx, schema.events)
     inbox_ids = {item["id"]: inbox_base + number for number, item in enumerate(data["inbox"])}
     for item in data["inbox"]:

@@ -6,6 +6,7 @@ before it is read."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from lace.cli.transfer import IMPORT_PEAK_MB, MAX_IMPORT_BYTES
 from lace.core.assignee import HUMAN
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
@@ -209,3 +211,46 @@ def test_a_time_in_the_future_is_the_time_of_the_import(tmp_path: Path) -> None:
                           ("inbox", "thread_id"), ("llm_calls", "thread_id")):
         times = rows(db, f"SELECT created_at FROM {table} WHERE {column} LIKE ?", f"{ROOT}%")
         assert times and all(time < mine_started for time, in times), table
+
+
+def small_events(count: int) -> dict[str, Any]:
+    """The crafted export with `count` small events: the shape that takes the most memory for
+    its size (each a handful of objects), about 220 bytes each."""
+    document = crafted_export()
+    document["events"] = [{"id": n, "thread_id": ROOT, "type": "tool_call", "data": {
+        "call_id": f"call_{n}", "name": "task_list", "arguments": {"a": [1, 2], "b": {"c": 0}}},
+        "created_at": WHEN} for n in range(1, count + 1)]
+    return document
+
+
+def peak_memory_mb(home: Path, *argv: str) -> tuple[int, float]:
+    """`lace *argv` run to its end: its exit code and its peak resident memory in MB."""
+    process = subprocess.Popen([sys.executable, "-m", "lace", *argv], env=lace_env(home),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss / 1024
+
+
+def test_a_file_past_the_documented_size_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    file = tmp_path / "session.json"
+    file.write_text(json.dumps(small_events(MAX_IMPORT_BYTES // 200)))  # just past the size
+    size = file.stat().st_size
+    assert MAX_IMPORT_BYTES < size < 2 * MAX_IMPORT_BYTES
+    done = lace(tmp_path / "home", "import", str(file), "--db", str(db))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"lace: error: {file} is {size / 2**20:.1f} MB; lace import reads "
+                           f"files of at most {MAX_IMPORT_BYTES // 2**20} MB (docs/export.md)\n")
+    assert rows(db, "SELECT * FROM threads") == []
+
+
+def test_a_file_of_the_documented_size_is_imported_in_bounded_memory(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    file = tmp_path / "session.json"
+    file.write_text(json.dumps(small_events(MAX_IMPORT_BYTES // 230)))  # just under the size
+    assert MAX_IMPORT_BYTES * 0.9 < file.stat().st_size <= MAX_IMPORT_BYTES
+    code, peak_mb = peak_memory_mb(tmp_path / "home", "import", str(file), "--db", str(db))
+    assert code == 0
+    assert peak_mb < IMPORT_PEAK_MB, peak_mb
+    assert value(db, "SELECT COUNT(*) FROM events") == MAX_IMPORT_BYTES // 230
