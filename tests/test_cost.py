@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 
+from lace.core.assignee import HUMAN
+from lace.core.usage import MAX_CALL_TOKENS
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime
+from lace.store import Store
 from tests.conftest import query, run_cli
 from tests.scripted import ScriptedModels, dutiful_worker
 
@@ -127,14 +130,18 @@ def test_cost_of_a_thread_that_is_not_a_session_is_one_line(
 
 
 async def test_token_counts_past_two_to_the_31_are_recorded_on_both_engines(
-        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
-    """A long-lived agent's totals (or a provider's reported usage) pass 2**31 - 1, where
-    PostgreSQL's INTEGER ends: the agent must not fail on writing them."""
-    models.on("huge", lambda _messages: ScriptedReply(text="done", prompt_tokens=3_000_000_000,
+        runtime: Runtime, models: ScriptedModels, store: Store, db_path: Path) -> None:
+    """A long-lived agent's totals pass 2**31 - 1, where PostgreSQL's INTEGER ends: the agent
+    must not fail on writing them. (One call reports at most MAX_CALL_TOKENS: more is absurd,
+    hostile/test_provider_usage.py.)"""
+    models.on("huge", lambda _messages: ScriptedReply(text="done", prompt_tokens=MAX_CALL_TOKENS,
                                                       completion_tokens=5))
-    root = await runtime.start_session("go", "scripted/huge")
+    with store.transaction() as tx:  # an agent that has worked for a long time
+        root = tx.threads.create_session(provider="scripted", model="huge")
+        tx.agents.update(root.id, tokens_in=2_140_000_000)
+        tx.inbox.post(root.id, sender=HUMAN, kind="message", text="go")
     await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    assert query(db_path, "SELECT status, tokens_in FROM agent_metadata") == [
-        ("idle", 3_000_000_000)]
-    assert query(db_path, "SELECT prompt_tokens FROM llm_calls") == [(3_000_000_000,)]
-    assert query(db_path, "SELECT tokens_in FROM agents") == [(3_000_000_000,)]
+    total = 2_140_000_000 + MAX_CALL_TOKENS
+    assert query(db_path, "SELECT status, tokens_in FROM agent_metadata") == [("idle", total)]
+    assert query(db_path, "SELECT prompt_tokens FROM llm_calls") == [(MAX_CALL_TOKENS,)]
+    assert query(db_path, "SELECT tokens_in FROM agents") == [(total,)]

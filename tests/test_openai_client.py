@@ -251,7 +251,7 @@ async def test_a_context_overflow_and_missing_usage_are_handled_alike(streamed: 
         outcomes.append(await client.complete("openai/gpt-4o-mini", MESSAGES, [],
                                               on_delta=on_delta))
     assert without_ids(outcomes[0]) == without_ids(outcomes[1])
-    assert (outcomes[1].prompt_tokens > 0) is streamed  # estimated as litellm does
+    assert outcomes[1].prompt_tokens > 0  # estimated (whole: by lace; streamed: as litellm)
 
 
 @pytest.mark.usefixtures("odd_server")

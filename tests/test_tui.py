@@ -380,3 +380,27 @@ async def test_an_app_ended_without_q_marks_running_turns_interrupted(
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT status FROM agent_metadata").fetchall() == [
             ("interrupted",)]
+
+
+async def test_an_imported_session_runs_once_the_person_opens_it_in_the_app(
+        db_path: Path, models: ScriptedModels) -> None:
+    """Inert until a person resumes it (hostile/test_import.py): opening it in the app does."""
+    from lace.store.export_format import parse_document
+    from lace.store.transfer import import_session
+    from tests.hostile.test_import import ROOT, crafted_export
+
+    document = crafted_export()
+    for agent in document["agents"]:
+        agent.update(provider="scripted", model="root", tools=["task_list"])
+    store = Store(open_database(str(db_path)))
+    with store.transaction() as tx:
+        import_session(tx, parse_document(document))
+    store.close()
+    models.on("root", lambda messages: reply("resumed by the person"))
+    app = create_app(db=str(db_path), continue_thread=ROOT, model="scripted/root")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        assert any("resumed by the person" in text for text in conversation_texts(app))
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT DISTINCT inert FROM agent_metadata").fetchall() == [
+            (0,)]

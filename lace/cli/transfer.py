@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,13 @@ from lace.core.text import MAX_NESTING, printable, printable_json, value_nesting
 from lace.paths import write_private
 from lace.runtime.public import SessionDocument, parse_document
 
-MAX_IMPORT_BYTES = 128 * 1024 * 1024
-"""The largest file `lace import` reads: decoded, JSON takes several times its size."""
+MAX_IMPORT_BYTES = 32 * 1024 * 1024
+"""The largest file `lace import` reads. A session is checked whole in memory before anything
+is written, and decoded and checked JSON takes up to 20 times its size (measured: a 126 MB file
+of small events peaked at 2.4 GB); past this size the file is refused before it is read."""
+IMPORT_PEAK_MB = 1024
+"""What an import of a file of MAX_IMPORT_BYTES may take at most (measured: about 0.6 GB for
+the worst shape, small events; tests/hostile/test_import.py holds it under this)."""
 MAX_IMPORT_NESTING = MAX_NESTING + 8
 """Tool arguments (at most MAX_NESTING deep) inside an approval inside the document."""
 
@@ -55,14 +61,21 @@ def read_document(path: Path) -> SessionDocument:
         if not path.is_file():
             raise LaceError(f"{path} is not a file")
         with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_IMPORT_BYTES:
+                raise LaceError(f"{path} is {size / 2**20:.1f} MB; lace import reads files of "
+                                f"at most {MAX_IMPORT_BYTES // 2**20} MB (docs/export.md)")
             raw = file.read(MAX_IMPORT_BYTES + 1)
     except OSError as error:
         raise LaceError(f"cannot read {path}: {error.strerror}") from None
-    if len(raw) > MAX_IMPORT_BYTES:
+    if len(raw) > MAX_IMPORT_BYTES:  # it grew while read
         raise LaceError(f"{path} is larger than the {MAX_IMPORT_BYTES // 2**20} MB lace import "
-                        "reads")
+                        "reads (docs/export.md)")
     try:
-        value: Any = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        del raw  # a copy fewer while the JSON is decoded
+        value: Any = json.loads(text)
+        del text
     except UnicodeDecodeError as error:
         raise LaceError(f"{path} is not UTF-8 text (byte {error.start})") from None
     except json.JSONDecodeError as error:
@@ -86,9 +99,15 @@ def import_command(args: argparse.Namespace) -> int:
     """`lace import FILE`: checks the whole file, then writes it in one transaction."""
     document = read_document(Path(args.file))
     with board_of(args) as board:
-        session_id = board.import_session(document)
+        imported = board.import_session(document)
+    session_id = imported.session
     renamed = f" as {session_id} (its ids were taken here)" if (
         session_id != document.session) else ""
     say(f"Imported session {document.session}{renamed}: {len(document.threads)} threads, "
         f"{len(document.tasks)} tasks, {len(document.events)} events", one_line=True)
+    dropped = imported.approvals_dropped
+    left_out = (f"; left out its {dropped} approval{'s' if dropped != 1 else ''} (permissions "
+                "never travel in an import)") if dropped else ""
+    say(f"Nothing of it runs until you resume it: lace run --continue {session_id}{left_out}",
+        one_line=True, file=sys.stderr)
     return 0

@@ -56,6 +56,8 @@ class Agent:
     tokens_reserved: int = 0
     host: str | None = None
     workspace: str | None = None
+    inert: bool = False
+    """Imported, and no person has resumed its session yet: no process runs a turn of it."""
 
     @property
     def model_name(self) -> str:

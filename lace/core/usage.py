@@ -3,12 +3,47 @@ calls of models that have no known price counted apart: their cost is unknown, n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Final
+from typing import Any, Final
 
 GROUPINGS: Final = ("thread", "model", "day")
 UNPRICED = "unpriced"
+MAX_CALL_TOKENS: Final = 10_000_000
+"""More tokens than any model reads or writes in one call: a provider's count past it is absurd
+(and a file's is refused)."""
+MAX_CALL_COST_USD: Final = 10_000.0
+"""More than any one model call costs: a provider's price past it is absurd."""
+MAX_LATENCY_MS: Final = 86_400_000.0
+"""A day: a latency from a file past it is refused."""
+
+
+def plausible_tokens(value: Any) -> int | None:
+    """A token count from outside (a provider's usage), whole, or None when it is missing or
+    absurd: not a number, not finite, negative, or past MAX_CALL_TOKENS."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return int(value) if 0 <= value <= MAX_CALL_TOKENS else None
+
+
+def plausible_cost(value: Any) -> float | None:
+    """A price in USD from outside, or None when it is missing or absurd (as for tokens)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
+
+
+def estimate_tokens(messages: Iterable[Mapping[str, Any]], schema_characters: int = 0) -> int:
+    """A generous estimate of the tokens of some messages: one for every three characters of
+    their texts and tool-call arguments and of the tools' schemas (`schema_characters`)."""
+    characters = schema_characters
+    for message in messages:
+        content = message.get("content")
+        characters += len(content) if isinstance(content, str) else len(str(content or ""))
+        for call in message.get("tool_calls") or ():
+            characters += len(str(call.get("function", {}).get("arguments") or "")) + 40
+    return characters // 3
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from lace.core.text import (
     valid_strings,
     valid_text,
 )
+from lace.core.usage import estimate_tokens, plausible_cost, plausible_tokens
 from lace.llm.checks import TEST_PROVIDERS, are_test_providers_enabled, on_this_machine
 from lace.llm.types import ModelError, ModelReply, ToolCallRequest
 
@@ -113,12 +114,13 @@ class ProviderClient:
         """Whether this model already turned out to have no known price."""
         return model in self._unpriced
 
-    def reply(self, model: str, message: Any, usage: Any, cost: float | None,
+    def reply(self, model: str, message: Any, tokens: tuple[int, int], cost: Any,
               lengths: dict[str | int, int] | None = None) -> ModelReply:
-        """The reply from an answer's message (`content`, `tool_calls`) and usage; model text is
-        made valid UTF-8 and capped (`ReplyBudget`) here, where it enters lace; `lengths` are the
-        whole sizes of a text (`"content"`) or arguments (by index) read only in part. A model
-        without a price is logged once."""
+        """The reply from an answer's message (`content`, `tool_calls`), its `tokens` (prompt,
+        completion: `counted_tokens`) and cost; model text is made valid UTF-8 and capped
+        (`ReplyBudget`) here, where it enters lace; `lengths` are the whole sizes of a text
+        (`"content"`) or arguments (by index) read only in part. A model without a price (or
+        with an absurd one) is logged once."""
         lengths = lengths or {}
         budget = ReplyBudget()
         content = budget.text(message.content, lengths.get("content")) if message.content \
@@ -128,11 +130,41 @@ class ProviderClient:
                             arguments=valid_text(budget.arguments(
                                 call.function.arguments or "{}", lengths.get(index))))
             for index, call in enumerate(message.tool_calls or []))
-        if cost is None and model not in self._unpriced:
+        price = plausible_cost(cost)
+        if price is None and model not in self._unpriced:
             self._unpriced.add(model)
             log.info("no known price for %s; its calls count as $0 (tokens still add up)", model)
         return ModelReply(
             content=valid_text(content) if content else None, tool_calls=calls,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            cost_usd=float(cost or 0.0), priced=cost is not None)
+            prompt_tokens=tokens[0], completion_tokens=tokens[1],
+            cost_usd=price or 0.0, priced=price is not None)
+
+
+def counted_tokens(usage: Any, sent: list[dict[str, Any]], tools: list[dict[str, Any]],
+                   message: Any) -> tuple[tuple[int, int], bool]:
+    """The prompt and completion tokens of an answer: the provider's counts where plausible
+    (`plausible_tokens`), each estimated from the text where missing or absurd (no tokens for
+    a prompt, or for an answer that says something, is a missing count: litellm makes a
+    missing usage zeros); and whether any was estimated. A provider's usage is not believed
+    blindly: a negative count would defeat a budget, a huge one would not fit the database."""
+    def reported(key: str) -> Any:
+        return usage.get(key) if isinstance(usage, dict) else getattr(usage, key, None)
+
+    answer = {"content": message.content, "tool_calls": [
+        {"function": {"arguments": call.function.arguments}}
+        for call in (message.tool_calls or [])]}
+    prompt, completion = plausible_tokens(reported("prompt_tokens")), plausible_tokens(
+        reported("completion_tokens"))
+    prompt = prompt or None
+    if completion == 0 and (answer["content"] or answer["tool_calls"]):
+        completion = None
+    estimated = prompt is None or completion is None
+    if estimated:
+        log.info("usage from the provider not believed (prompt %.40r, completion %.40r); "
+                 "estimated from the text", reported("prompt_tokens"),
+                 reported("completion_tokens"))
+    if prompt is None:
+        prompt = estimate_tokens(sent, len(json.dumps(tools)) if tools else 0)
+    if completion is None:
+        completion = estimate_tokens([answer])
+    return (prompt, completion), estimated

@@ -11,7 +11,7 @@ from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
-from lace.llm.calls import ProviderClient, model_error, outgoing
+from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.prices import price_table
@@ -58,14 +58,18 @@ class LiteLLMClient(ProviderClient):
                 response = await self._streamed(module, arguments, on_delta)
         except Exception as error:
             raise classify(error) from error
+        message = response.choices[0].message
+        tokens, estimated = counted_tokens(getattr(response, "usage", None), arguments["messages"],
+                                           tools, message)
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None and not self.is_unpriced(model):  # an unknown price stays unknown
+        if (cost is None or estimated) and not self.is_unpriced(model):  # unknown stays unknown
             try:
-                cost = module.completion_cost(completion_response=response)
+                cost = sum(module.cost_per_token(model=model, prompt_tokens=tokens[0],
+                                                 completion_tokens=tokens[1])) if estimated \
+                    else module.completion_cost(completion_response=response)
             except Exception:
                 cost = None
-        return self.reply(model, response.choices[0].message, getattr(response, "usage", None),
-                          cost)
+        return self.reply(model, message, tokens, cost)
 
     @staticmethod
     async def _streamed(module: Any, arguments: dict[str, Any],

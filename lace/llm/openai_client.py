@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
-from lace.llm.calls import ProviderClient, model_error, outgoing
+from lace.core.usage import plausible_tokens
+from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_http import Endpoint, chunks
@@ -110,13 +111,12 @@ class OpenAIClient(ProviderClient):
         if on_delta is not None:
             message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
         usage = usage if isinstance(usage, dict) else {}
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        prompt, completion = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
-        cost = None if self.is_unpriced(model) else call_cost(name, prompt, completion,
-                                                               int(cached))
-        return self.reply(model, message, SimpleNamespace(prompt_tokens=prompt,
-                                                          completion_tokens=completion), cost,
-                          lengths)
+        tokens, _ = counted_tokens(usage, sent, tools, message)
+        details = usage.get("prompt_tokens_details")
+        cached = plausible_tokens(details.get("cached_tokens")) if isinstance(details, dict) \
+            else None
+        cost = None if self.is_unpriced(model) else call_cost(name, *tokens, cached or 0)
+        return self.reply(model, message, tokens, cost, lengths)
 
     def _endpoint(self) -> Endpoint:
         """The shared endpoint, made on first use inside the running loop (its connections
@@ -205,10 +205,6 @@ def _message(answer: dict[str, Any]) -> SimpleNamespace:
         SimpleNamespace(id=call.get("id"), function=SimpleNamespace(**{
             "name": None, "arguments": None, **(call.get("function") or {})}))
         for call in answer.get("tool_calls") or []])
-
-
-def _count(usage: dict[str, Any], key: str) -> int:
-    return int(usage.get(key) or 0)
 
 
 async def _closed_at_the_end(endpoint: Endpoint) -> None:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lace.core.text import valid_text
-from lace.llm.calls import ProviderClient, model_error, outgoing
+from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing
 from lace.llm.demo import demo_reply
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ScriptedReply
 
@@ -75,4 +75,5 @@ class LocalClient(ProviderClient):
         message = SimpleNamespace(content=reply.text, tool_calls=calls)
         usage = SimpleNamespace(prompt_tokens=reply.prompt_tokens,
                                 completion_tokens=reply.completion_tokens)
-        return self.reply(model, message, usage, reply.cost_usd)
+        tokens, _ = counted_tokens(usage, messages, tools, message)
+        return self.reply(model, message, tokens, reply.cost_usd)

@@ -22,7 +22,7 @@ from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database
 from lace.store.engines import ChangeFeed
 from lace.store.export_format import SessionDocument
-from lace.store.transfer import export_session, import_session
+from lace.store.transfer import Imported, export_session, import_session
 from lace.store.usage import Usage
 from lace.tools.base import ToolContext, ToolResult
 
@@ -229,9 +229,9 @@ class Board:
         (bad arguments refused, ToolError, before anything is written)."""
         return start_session_for(self.store, arguments, self.context(""))
 
-    def import_session(self, document: SessionDocument) -> str:
-        """Write an exported session in one transaction; returns its id here (new ids when
-        its own were taken)."""
+    def import_session(self, document: SessionDocument) -> Imported:
+        """Write an exported session in one transaction: its id here (new ids when its own
+        were taken), inert until a person resumes it, and the approvals left out."""
         with self.store.transaction() as tx:
             return import_session(tx, document)
 

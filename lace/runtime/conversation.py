@@ -140,8 +140,8 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
     leaves the inbox for the next turn."""
     agent = tx.agents.to_claim(thread_id)
-    if agent is None or agent.status in NOT_RUNNABLE or not agent.runs_at(place) \
-            or not tx.inbox.has_waking(thread_id):
+    if agent is None or agent.status in NOT_RUNNABLE or agent.inert \
+            or not agent.runs_at(place) or not tx.inbox.has_waking(thread_id):
         return None  # running elsewhere, or another process ran its rows since it was woken
     lease = tx.leases.claim(agent, holder)
     tx.agents.count_turn(thread_id)

@@ -108,8 +108,11 @@ class Runtime:
         self.tools.changed()
 
     async def resume(self, root_id: str) -> list[str]:
-        """Resume the session's agents whose turn was cut off; from now on this process also
-        takes over the session's agents if their holder dies."""
+        """A person resumes the session (`lace run --continue`, the app): its imported agents
+        may run from now on, here, and those whose turn was cut off are resumed; from now on
+        this process also takes over the session's agents if their holder dies."""
+        place = self.scheduler.claims_at
+        await self.db.write(lambda tx: tx.lifecycle.release_imported(root_id, place))
         return await self.scheduler.resume(root_id)
 
     async def stop_agent(self, thread_id: str, reason: str, *, by_person: bool = False,

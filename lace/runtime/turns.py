@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from lace.config import Budgets, Limits
 from lace.core.ids import depth_of
 from lace.core.records import Agent, Lease, Place
+from lace.core.usage import estimate_tokens
 from lace.llm.types import ModelClient, ModelError, ModelReply
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
@@ -51,18 +52,6 @@ def trim_tool_results(messages: list[dict[str, Any]]) -> bool:
 def tool_message(call_id: str, result: ToolResult) -> dict[str, Any]:
     """A tool call's answer as the model reads it."""
     return {"role": "tool", "tool_call_id": call_id, "content": result.text}
-
-
-def estimate_tokens(messages: list[dict[str, Any]], schema_characters: int) -> int:
-    """A generous estimate of a request's prompt tokens: one for every three characters of
-    its texts and arguments and of its tools' schemas (`schema_characters`)."""
-    characters = schema_characters
-    for message in messages:
-        content = message.get("content")
-        characters += len(content) if isinstance(content, str) else len(str(content or ""))
-        for call in message.get("tool_calls") or ():
-            characters += len(str(call.get("function", {}).get("arguments") or "")) + 40
-    return characters // 3
 
 
 def record_call(tx: Tx, *, thread_id: str, reserved: int, **call: Any) -> None:

@@ -51,10 +51,11 @@ class AgentRows(Rows):
         self.cache = cache
 
     def create(self, new: NewAgent) -> Agent:
-        """Write the `agent_metadata` row of a thread (its instructions credential-masked)."""
+        """Write the `agent_metadata` row of a thread (its instructions credential-masked); a
+        helper of an inert agent (one spawned by a person's task in an imported session not
+        yet resumed) is inert too."""
         now = now_iso()
-        parent = self.find(new.parent_thread_id) if new.parent_thread_id and not new.place \
-            else None
+        parent = self.find(new.parent_thread_id) if new.parent_thread_id else None
         host, workspace = (new.place.host, new.place.workspace) if new.place else \
             (parent.host, parent.workspace) if parent else (None, None)
         if not needs_workspace(new.tools):
@@ -66,7 +67,8 @@ class AgentRows(Rows):
             current_task=new.current_task, tools=new.tools,
             instructions=mask_data(new.instructions, credential_values()), budget=new.budget,
             stop_reason=None, turns=0, lease_holder=None, tokens_in=0, tokens_out=0,
-            cost_usd=0.0, created_at=now, updated_at=now, host=host, workspace=workspace)
+            cost_usd=0.0, created_at=now, updated_at=now, host=host, workspace=workspace,
+            inert=bool(parent and parent.inert))
         values = vars(agent)
         insert_into("agent_metadata", tuple(values)).run(self.raw, values)
         return self.cache.keep(agent)

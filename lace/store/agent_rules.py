@@ -7,7 +7,9 @@ from lace.core import notifications
 from lace.core.agents import RESUMABLE_STATUSES
 from lace.core.effects import EffectLog
 from lace.core.ids import root_of
+from lace.core.records import Place
 from lace.core.tasks import ACTIVE_STATUSES
+from lace.core.tool_names import needs_workspace
 from lace.store import schema
 from lace.store.agent_rows import AgentRows
 from lace.store.event_rows import EventRows
@@ -57,12 +59,29 @@ class AgentLifecycle:
         return stopped
 
     def resume(self, thread_id: str) -> bool:
-        """A stopped (or failed, or interrupted) agent becomes idle with a `resume` message."""
+        """A person resumes an agent: a stopped (or failed, or interrupted) one becomes idle
+        with a `resume` message; an inert one (imported) may run from now on."""
         agent = self.agents.get(thread_id)
+        if agent.inert:
+            self.agents.update(thread_id, inert=False)
         if agent.status not in RESUMABLE_STATUSES:
-            return False
+            return agent.inert
         self.agents.update(thread_id, status="idle", stop_reason=None, stopped_by_person=False)
         self.inbox.post(thread_id, sender=notifications.LACE_SENDER, kind="resume",
                         priority="high",
                         text=notifications.resumed(agent.stop_reason or agent.status))
         return True
+
+    def release_imported(self, root_id: str, place: Place | None) -> list[str]:
+        """A person resumed the session: its inert agents (imported, not yet resumed) may run
+        from now on, those whose tools act on a workspace in the person's (`place`); returns
+        them."""
+        released = []
+        for agent in self.agents.of_session(root_id):
+            if not agent.inert:
+                continue
+            where = {"host": place.host, "workspace": place.workspace} \
+                if place is not None and needs_workspace(agent.tools) else {}
+            self.agents.update(agent.thread_id, inert=False, **where)
+            released.append(agent.thread_id)
+        return released

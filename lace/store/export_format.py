@@ -4,6 +4,7 @@ before anything is written. docs/export.md describes it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -17,6 +18,7 @@ from pydantic import (
 
 from lace.core.agents import AgentStatus, AgentType
 from lace.core.assignee import HUMAN, NEW_PREFIX, parse_model
+from lace.core.clock import iso
 from lace.core.dependencies import any_cycle
 from lace.core.errors import LaceError
 from lace.core.ids import TASK_ID_RE, THREAD_ID_RE
@@ -24,6 +26,7 @@ from lace.core.notifications import INBOX_KINDS, INBOX_PRIORITIES
 from lace.core.records import APPROVAL_STATUSES, EVENT_TYPES
 from lace.core.tasks import Priority, Status
 from lace.core.tool_names import ALL_TOOL_NAMES, unknown_tool_problem
+from lace.core.usage import MAX_CALL_COST_USD, MAX_CALL_TOKENS, MAX_LATENCY_MS
 
 FORMAT = "lace-session"
 VERSION = 1
@@ -38,9 +41,28 @@ def _one_of(values: tuple[str, ...]) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _time(value: str) -> str:
+    """An ISO 8601 time, written as lace writes it; one after now is now: a file's clock is
+    not believed past this one's (a session from the future would stay the latest for ever,
+    and its budget of seconds would never run out)."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("not a time as lace writes it (2026-11-23T01:57:30.055994Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return iso(min(moment, datetime.now(UTC)))
+
+
 ThreadId = Annotated[str, StringConstraints(pattern=THREAD_ID_RE.pattern)]
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_RE.pattern)]
-Count = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, le=2**62)]
+"""A whole number a total can reach (SQLite and PostgreSQL hold up to 2**63 - 1)."""
+CallCount = Annotated[int, Field(ge=0, le=MAX_CALL_TOKENS)]
+Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+CallCost = Annotated[float, Field(ge=0, le=MAX_CALL_COST_USD, allow_inf_nan=False)]
+Latency = Annotated[float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
+Time = Annotated[str, AfterValidator(_time)]
 
 
 class Row(BaseModel):
@@ -54,8 +76,8 @@ class ThreadRow(Row):
     parent_id: ThreadId | None
     root_id: ThreadId
     title: str | None
-    created_at: str
-    updated_at: str
+    created_at: Time
+    updated_at: Time
 
 
 class AgentRow(Row):
@@ -75,17 +97,17 @@ class AgentRow(Row):
     budget: dict[str, float] | None
     turns: Count
     stopped_by_person: bool
-    tokens_in: Count
+    tokens_in: Count = Field(description="its calls' totals: recomputed from llm_calls")
     tokens_out: Count
-    cost_usd: float
-    created_at: str
-    updated_at: str
+    cost_usd: Cost
+    created_at: Time
+    updated_at: Time
 
 
 class NoteRow(Row):
     author: str
     content: str
-    created_at: str
+    created_at: Time
 
 
 class TaskRow(Row):
@@ -98,8 +120,8 @@ class TaskRow(Row):
     assigned_to: str | None
     created_by: str
     thread_id: ThreadId
-    created_at: str
-    updated_at: str
+    created_at: Time
+    updated_at: Time
     held_assignment: dict[str, Any] | None = Field(
         default=None, description="what the task's assignment does when its last blocker is "
         "completed: {\"agent\": plan} spawns, {\"thread\": id} tells")
@@ -109,8 +131,8 @@ class TaskRow(Row):
 class DependencyRow(Row):
     task_id: TaskId
     blocked_by: TaskId
-    created_at: str
-    satisfied_at: str | None
+    created_at: Time
+    satisfied_at: Time | None
 
 
 class HeldLimits(Row):
@@ -154,7 +176,7 @@ class EventRow(Row):
     thread_id: ThreadId
     type: Annotated[str, _one_of(EVENT_TYPES)]
     data: dict[str, Any]
-    created_at: str
+    created_at: Time
 
 
 class InboxRow(Row):
@@ -165,26 +187,26 @@ class InboxRow(Row):
     kind: Annotated[str, _one_of(INBOX_KINDS)]
     text: str
     priority: Annotated[str, _one_of(INBOX_PRIORITIES)]
-    created_at: str
-    consumed_at: str | None
+    created_at: Time
+    consumed_at: Time | None
     wakes: bool
 
 
 class CallRow(Row):
     thread_id: ThreadId
     model: str
-    prompt_tokens: Count
-    completion_tokens: Count
-    cost_usd: float
-    latency_ms: float | None
+    prompt_tokens: CallCount
+    completion_tokens: CallCount
+    cost_usd: CallCost
+    latency_ms: Latency | None
     error: str | None
-    created_at: str
+    created_at: Time
 
 
 class SubscriptionRow(Row):
     thread_id: ThreadId
     topic: str
-    created_at: str
+    created_at: Time
 
 
 class ApprovalRow(Row):
@@ -193,8 +215,8 @@ class ApprovalRow(Row):
     arguments: dict[str, Any]
     status: Annotated[str, _one_of(APPROVAL_STATUSES)]
     decided_by: str | None
-    created_at: str
-    decided_at: str | None
+    created_at: Time
+    decided_at: Time | None
 
 
 class SessionDocument(Row):
@@ -203,7 +225,7 @@ class SessionDocument(Row):
     format: Literal["lace-session"]
     version: int
     session: ThreadId
-    exported_at: str
+    exported_at: Time
     lace_version: str | None = None
     threads: list[ThreadRow] = Field(min_length=1)
     agents: list[AgentRow]

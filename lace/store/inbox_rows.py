@@ -97,14 +97,14 @@ class InboxRows(Rows):
     def runnable(self, root_id: str, place: Place | None = None) -> list[str]:
         """Threads of a session with pending inbox rows that wake them (progress waits for a
         turn started by something else) whose agent may start a turn: not stopped, not
-        failed, and not already running (here or in another process); only those a process
-        at `place` may run, when given (`Agent.runs_at`)."""
+        failed, not inert, and not already running (here or in another process); only those a
+        process at `place` may run, when given (`Agent.runs_at`)."""
         return _runnable_at(sql.RUNNABLE.rows(self.raw, {"root": root_id}), place)
 
     def runnable_of(self, thread_id: str) -> list[str]:
         """`[thread_id]` if it has pending inbox rows that wake it and may run, else `[]`."""
         agent = self.agents.find(thread_id)
-        if agent is None or agent.status in NOT_RUNNABLE:
+        if agent is None or agent.status in NOT_RUNNABLE or agent.inert:
             return []
         return [thread_id] if self.has_waking(thread_id) else []
 

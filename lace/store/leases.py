@@ -113,8 +113,9 @@ class Leases:
 
     def cut_off_agents(self, root_id: str, alive: set[str]) -> list[str]:
         """Agents of the session whose turn was cut off: marked `interrupted`, or marked running
-        or waiting by a holder that is neither in `alive` nor a live process (it crashed)."""
+        or waiting by a holder that is neither in `alive` nor a live process (it crashed);
+        never an inert one (imported, and no person has resumed it yet)."""
         live = alive | self.processes.live()
         return [agent.thread_id for agent in self.agents.of_session(root_id)
-                if agent.status == "interrupted"
-                or (agent.status in HELD_STATUSES and agent.lease_holder not in live)]
+                if not agent.inert and (agent.status == "interrupted" or (
+                    agent.status in HELD_STATUSES and agent.lease_holder not in live))]

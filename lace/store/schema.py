@@ -139,6 +139,7 @@ agent_metadata = sa.Table(
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
     _created(),
     _updated(),
+    sa.Column("inert", sa.Boolean, nullable=False, server_default="0"),
     sa.CheckConstraint(_one_of("type", AGENT_TYPES), name="type"),
     sa.CheckConstraint(_one_of("status", AGENT_STATUSES), name="status"),
     sa.Index(None, "parent_thread_id"),

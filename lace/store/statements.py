@@ -27,7 +27,7 @@ RUNNABLE = Prepared(
     sa.select(_inbox.c.thread_id, _agents.c.host, _agents.c.workspace).distinct()
     .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
     .join(_threads, _threads.c.id == _inbox.c.thread_id)
-    .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
+    .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes, sa.not_(_agents.c.inert),
            _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
 _edges = schema.task_dependencies
@@ -135,7 +135,7 @@ SUBTREE_USAGE = Prepared(sa.select(
 RUNNABLE_ANYWHERE = Prepared(  # RUNNABLE without the session: `lace worker` serving them all
     sa.select(_inbox.c.thread_id, _agents.c.host, _agents.c.workspace).distinct()
     .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
-    .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes,
+    .where(_inbox.c.consumed_at.is_(None), _inbox.c.wakes, sa.not_(_agents.c.inert),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
 SESSION_AGENTS_IN = Prepared(
     sa.select(sa.func.count()).select_from(_agents)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,9 +22,18 @@ from lace.store import schema
 from lace.store.export_format import FORMAT, VERSION, SessionDocument
 from lace.store.tx import Tx
 
-LEASE_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace")
-"""An agent's claim by a process of the database it came from, and the host and folder it was
-bound to: meaningless elsewhere (an imported agent runs wherever its session is resumed)."""
+LOCAL_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace", "inert")
+"""An agent's claim by a process of the database it came from, the host and folder it was
+bound to, and whether it was inert there: meaningless elsewhere (an imported agent is inert
+until a person resumes its session, and then runs where they resume it)."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What `import_session` wrote: the session's id here, and the rows it left out."""
+
+    session: str
+    approvals_dropped: int
 
 
 def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
@@ -61,7 +71,7 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
     created = {task["id"]: task["created_at"] for task in tasks}
     edges.sort(key=lambda edge: (edge["created_at"], created[edge["task_id"]],  # by time, so
                                  created[edge["blocked_by"]]))  # a renamed id keeps its place
-    agents = _rows(tx, schema.agent_metadata, in_session, drop=LEASE_COLUMNS)
+    agents = _rows(tx, schema.agent_metadata, in_session, drop=LOCAL_COLUMNS)
     calls = _rows(tx, schema.llm_calls, in_session, drop=("id",))
     document = {
         "format": FORMAT, "version": VERSION, "session": root_id, "exported_at": now_iso(),
@@ -118,13 +128,33 @@ def _next_id(tx: Tx, table: sa.Table) -> int:
     return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
 
 
-def import_session(tx: Tx, document: SessionDocument) -> str:
-    """Write a checked document into this database (one transaction); returns the session's id
-    here. Agents cut off mid-turn where it came from are `interrupted` here (`lace run
-    --continue` resumes them); credential values of this process are masked."""
+_NO_CALLS = {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+
+
+def _call_totals(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each agent's totals of its model calls, summed in the order they were made (as each call
+    added to them): what a file says of them is not believed, or it could hide what a session
+    spent from its budget."""
+    totals: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        total = totals.setdefault(call["thread_id"], dict(_NO_CALLS))
+        total["tokens_in"] += call["prompt_tokens"]
+        total["tokens_out"] += call["completion_tokens"]
+        total["cost_usd"] += call["cost_usd"]
+    return totals
+
+
+def import_session(tx: Tx, document: SessionDocument) -> Imported:
+    """Write a checked document into this database (one transaction). Every agent is inert: no
+    process runs it until a person resumes the session (`lace run --continue`, the app), and
+    those cut off mid-turn where it came from are `interrupted` here. Approvals are left out:
+    a permission is the person's, given in this database, never read from a file. Credential
+    values of this process are masked."""
     renamed = _new_ids(tx, document)
     data = document.model_dump(exclude={"usage"})
-    data = mask_data(map_strings(data, _rewriter(renamed)), credential_values())
+    if renamed:  # each is a copy of the whole session
+        data = map_strings(data, _rewriter(renamed))
+    data = mask_data(data, credential_values())
     inbox_base, event_base = _next_id(tx, schema.inbox), _next_id(tx, schema.events)
     inbox_ids = {item["id"]: inbox_base + number for number, item in enumerate(data["inbox"])}
     for item in data["inbox"]:
@@ -135,7 +165,9 @@ def import_session(tx: Tx, document: SessionDocument) -> str:
             event["data"]["inbox_id"] = inbox_ids[event["data"]["inbox_id"]]
         if isinstance(event["data"].get("inbox_ids"), list):
             event["data"]["inbox_ids"] = [inbox_ids[old] for old in event["data"]["inbox_ids"]]
+    totals = _call_totals(data["llm_calls"])
     for agent in data["agents"]:
+        agent.update(inert=True, **totals.get(agent["thread_id"], _NO_CALLS))
         if agent["status"] in HELD_STATUSES:
             agent["status"] = "interrupted"
     notes = sorted(({**note, "task_id": task["id"]} for task in data["tasks"]
@@ -146,8 +178,7 @@ def import_session(tx: Tx, document: SessionDocument) -> str:
                         (schema.inbox, data["inbox"]), (schema.events, data["events"]),
                         (schema.llm_calls, data["llm_calls"]),
                         (schema.subscriptions, data["subscriptions"]),
-                        (schema.approvals, data["approvals"]),
                         (schema.task_dependencies, data["task_dependencies"])):
         if rows:
             tx.connection.execute(table.insert(), rows)
-    return str(data["session"])
+    return Imported(session=str(data["session"]), approvals_dropped=len(data["approvals"]))

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from lace.core.clock import now_iso
 from lace.core.secrets import mask
-from lace.core.usage import CallGroup
+from lace.core.usage import MAX_CALL_TOKENS, CallGroup, plausible_cost, plausible_tokens
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
@@ -21,6 +21,14 @@ from lace.store.rows import Rows
 def _whole_sum(column: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
     """SUM of a BIGINT column as a whole number: PostgreSQL's SUM of one is NUMERIC."""
     return sa.cast(sa.func.sum(column), sa.BigInteger)
+
+
+def _held(tokens: int) -> int:
+    """A token count within [0, MAX_CALL_TOKENS]."""
+    checked = plausible_tokens(tokens)
+    if checked is not None:
+        return checked
+    return MAX_CALL_TOKENS if tokens > 0 else 0  # past the bound (NaN and negatives: none)
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,10 @@ class UsageRows(Rows):
                     completion_tokens: int, cost_usd: float, latency_ms: float,
                     error: str | None = None) -> None:
         """One `llm_calls` row (its error's credential values masked), added to the agent's
-        totals."""
+        totals. Counts and cost are held to what a call can be (`MAX_CALL_TOKENS`, ...), so a
+        figure no client checked is still recorded and cannot lower a total."""
+        prompt_tokens, completion_tokens = _held(prompt_tokens), _held(completion_tokens)
+        cost_usd = plausible_cost(cost_usd) or 0.0
         now = now_iso()
         error = None if error is None else mask(error, credential_values())
         sql.INSERT_LLM_CALL.run(self.raw, {
