@@ -105,9 +105,12 @@ def import_command(args: argparse.Namespace) -> int:
         session_id != document.session) else ""
     say(f"Imported session {document.session}{renamed}: {len(document.threads)} threads, "
         f"{len(document.tasks)} tasks, {len(document.events)} events", one_line=True)
-    dropped = imported.approvals_dropped
+    dropped, reset = imported.approvals_dropped, imported.plans_reset
     left_out = (f"; left out its {dropped} approval{'s' if dropped != 1 else ''} (permissions "
                 "never travel in an import)") if dropped else ""
+    if reset:
+        left_out += (f"; {reset} waiting helper plan{'s' if reset != 1 else ''} reset to lace's "
+                     "default spawn limits, without the file's worktree")
     say(f"Nothing of it runs until you resume it: lace run --continue {session_id}{left_out}",
         one_line=True, file=sys.stderr)
     return 0

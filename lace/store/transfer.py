@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from lace.config import Limits
 from lace.core import ids
 from lace.core.agents import HELD_STATUSES
 from lace.core.clock import now_iso
@@ -30,10 +31,27 @@ until a person resumes its session, and then runs where they resume it)."""
 
 @dataclass(frozen=True)
 class Imported:
-    """What `import_session` wrote: the session's id here, and the rows it left out."""
+    """What `import_session` wrote: the session's id here, the approvals it left out, and the
+    waiting helpers' plans it reset (this board's spawn limits, no worktree of the file's)."""
 
     session: str
     approvals_dropped: int
+    plans_reset: int = 0
+
+
+def _reset_plan(task: dict[str, Any]) -> bool:
+    """A waiting task's planned helper as this board would plan it: under lace's default spawn
+    limits (the file's may be none at all), and with no worktree (the file names folders and
+    repositories of another machine, where git would make it one). Whether it changed."""
+    plan = (task.get("held_assignment") or {}).get("agent")
+    if plan is None:
+        return False
+    defaults = Limits()
+    reset = {**plan, "worktree": None, "limits": {
+        "max_depth": defaults.max_depth, "max_children": defaults.max_children,
+        "spawns_per_minute": defaults.spawns_per_minute}}
+    task["held_assignment"] = {**task["held_assignment"], "agent": reset}
+    return bool(reset != plan)
 
 
 def _rows(tx: Tx, table: sa.Table, where: sa.ColumnElement[bool], *,
@@ -148,7 +166,8 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
     """Write a checked document into this database (one transaction). Every agent is inert: no
     process runs it until a person resumes the session (`lace run --continue`, the app), and
     those cut off mid-turn where it came from are `interrupted` here. Approvals are left out:
-    a permission is the person's, given in this database, never read from a file. Credential
+    a permission is the person's, given in this database, never read from a file; a waiting
+    task's planned helper gets lace's default spawn limits and no worktree. Credential
     values of this process are masked."""
     renamed = _new_ids(tx, document)
     data = document.model_dump(exclude={"usage"})
@@ -172,6 +191,7 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
             agent["status"] = "interrupted"
     notes = sorted(({**note, "task_id": task["id"]} for task in data["tasks"]
                     for note in task.pop("notes")), key=lambda note: note["created_at"])
+    plans_reset = sum(_reset_plan(task) for task in data["tasks"])
     threads = sorted(data["threads"], key=lambda thread: thread["id"].count("."))
     for table, rows in ((schema.threads, threads), (schema.tasks, data["tasks"]),
                         (schema.agent_metadata, data["agents"]), (schema.task_notes, notes),
@@ -181,4 +201,5 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
                         (schema.task_dependencies, data["task_dependencies"])):
         if rows:
             tx.connection.execute(table.insert(), rows)
-    return Imported(session=str(data["session"]), approvals_dropped=len(data["approvals"]))
+    return Imported(session=str(data["session"]), approvals_dropped=len(data["approvals"]),
+                    plans_reset=plans_reset)

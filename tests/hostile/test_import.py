@@ -21,6 +21,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
+from tests.conftest import run_cli
 from tests.processes import lace_env
 from tests.workers import new_database, rows, value, wait_for, worker
 
@@ -254,3 +255,32 @@ def test_a_file_of_the_documented_size_is_imported_in_bounded_memory(tmp_path: P
     assert code == 0
     assert peak_mb < IMPORT_PEAK_MB, peak_mb
     assert value(db, "SELECT COUNT(*) FROM events") == MAX_IMPORT_BYTES // 230
+
+
+def test_a_waiting_helpers_plan_gets_this_boards_limits_and_no_worktree_of_the_file(
+        tmp_path: Path, call: Any, db_path: Path, session: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An export edited so that a waiting task's planned helper spawns with no limits at all,
+    in a git worktree the file places in a folder of its choosing: the import plans it as this
+    board would (default limits, no worktree) and says so."""
+    created = call("task_create", {"tasks": [
+        {"title": "First", "prompt": "p", "assigned_to": HUMAN},
+        {"title": "Then", "prompt": "p", "assigned_to": "new:scripted/worker",
+         "blocked_by": ["#1"]}]})
+    assert not created.is_error, created.text
+    code, out, err = run_cli(capsys, "export", session.id, "--db", str(db_path))
+    assert code == 0, err
+    document = json.loads(out)
+    (waiting,) = [task for task in document["tasks"] if task["held_assignment"]]
+    planted = tmp_path / "planted"
+    waiting["held_assignment"]["agent"].update(limits=None, worktree={
+        "repository": str(tmp_path), "base_branch": "main", "base_commit": "0" * 40,
+        "folders": str(planted)})
+    db, printed = imported(tmp_path, document)
+    (held,) = [json.loads(text) if isinstance(text, str) else text for (text,) in rows(
+        db, "SELECT held_assignment FROM tasks WHERE held_assignment IS NOT NULL")]
+    assert held["agent"]["worktree"] is None
+    assert held["agent"]["limits"] == {"max_depth": 3, "max_children": 20,
+                                       "spawns_per_minute": 30}
+    assert "1 waiting helper plan reset to lace's default spawn limits" in printed
+    assert not planted.exists()
