@@ -99,10 +99,11 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
     if problem:
         raise LaceError(problem)
     functions = python_tools(tools)  # a bad function is refused before anything is written
-    settings = config or load_settings(check_model=check_model, python_tools=tuple(functions))
     folder = Path(workspace or Path.cwd()).expanduser().resolve()
     if not folder.is_dir():
         raise LaceError(f"workspace={str(workspace)!r} is not a folder.")
+    settings = config or load_settings(check_model=check_model, python_tools=tuple(functions),
+                                       workspace=folder)
     store = open_store(None if db is None else str(db))
     try:
         runtime = open_runtime(store, settings, default_client(), check_model=check_model,

@@ -105,6 +105,7 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     _add_reading_commands(add)
     _add_task_commands(add, common)
     _add_trust_command(add)
+    _add_setup_commands(add, common)
     _add_mcp_commands(add, common)
     _add_worktree_commands(add, common)
     _add_database_commands(add, common)
@@ -301,6 +302,17 @@ def _add_trust_command(add: Add) -> None:
                        help="trust it without asking (after showing it)")
 
 
+def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """config: the settings in force and where each came from."""
+    config = add("config", "Print the settings in force, merged from your own config file, "
+                           "$LACE_HOME/config.toml and the project's lace.toml, each value with "
+                           "where it came from.", "lace.cli.configuration:config_command")
+    config.add_argument("--workspace", metavar="DIR", default=None,
+                        help="the workspace whose project lace.toml counts (default: this "
+                             "folder)")
+    config.add_argument("--json", action="store_true", help="print JSON")
+
+
 def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
     """mcp list and mcp serve."""
     mcp = add("mcp", "The Model Context Protocol: the servers agents use (list) and the board "
@@ -401,6 +413,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                     "lace export lace_20261122_ab12cd --format markdown -o launch.md"),
     "lace import": ("lace import launch.json --db ./team.db",),
     "lace trust": ("lace trust", "lace trust ~/src/project --yes"),
+    "lace config": ("lace config", "lace config --workspace ~/src/project --json"),
     "lace mcp": ("lace mcp list", "lace mcp serve"),
     "lace mcp list": ("lace mcp list --json",),
     "lace mcp serve": ("lace mcp serve",

@@ -59,7 +59,8 @@ def runtime_settings(args: argparse.Namespace) -> Settings:
     would be, and `--yes` / `--read-only` applied."""
     from lace.llm.checks import check_model
 
-    return with_tool_flags(load_settings(check_model=check_model), args)
+    return with_tool_flags(load_settings(check_model=check_model, workspace=workspace_of(args)),
+                           args)
 
 
 def run_command(args: argparse.Namespace) -> int:
