@@ -20,6 +20,7 @@ from lace.api.output import (
 )
 from lace.api.result import Result, Usage
 from lace.config import Settings, load_settings
+from lace.config.keys import use_stored_keys
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.runtime import Runtime, open_runtime
@@ -94,6 +95,7 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
 
     if output_retries < 0:
         raise LaceError(f"output_retries={output_retries} must be 0 or more.")
+    use_stored_keys()  # `lace keys set`'s, where the environment has none
     provider, name = parse_model(model)
     problem = check_model(provider, name)
     if problem:

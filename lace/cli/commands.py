@@ -303,7 +303,7 @@ def _add_trust_command(add: Add) -> None:
 
 
 def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
-    """config: the settings in force and where each came from."""
+    """config and keys: the settings in force and where each came from; stored keys."""
     config = add("config", "Print the settings in force, merged from your own config file, "
                            "$LACE_HOME/config.toml and the project's lace.toml, each value with "
                            "where it came from.", "lace.cli.configuration:config_command")
@@ -311,6 +311,19 @@ def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
                         help="the workspace whose project lace.toml counts (default: this "
                              "folder)")
     config.add_argument("--json", action="store_true", help="print JSON")
+
+    keys = add("keys", "Provider keys kept in lace's home (private to you), used when the "
+                       "environment has none.", "lace.cli.keys:keys_help_command")
+    key_actions = keys.add_subparsers(dest="keys_command", metavar="ACTION",
+                                      parser_class=type(keys))
+    add_key_action = _adder(key_actions, common)
+    key_set = add_key_action("set", "Store PROVIDER's key: typed at a hidden prompt, or one "
+                                    "line from stdin when it is not a terminal.",
+                             "lace.cli.keys:keys_set_command")
+    key_set.add_argument("provider", metavar="PROVIDER", help="openai, anthropic, gemini, ...")
+    key_list = add_key_action("list", "List the providers with a stored key (never the keys).",
+                              "lace.cli.keys:keys_list_command")
+    key_list.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
@@ -414,6 +427,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace import": ("lace import launch.json --db ./team.db",),
     "lace trust": ("lace trust", "lace trust ~/src/project --yes"),
     "lace config": ("lace config", "lace config --workspace ~/src/project --json"),
+    "lace keys": ("lace keys set anthropic", "lace keys list"),
+    "lace keys set": ("lace keys set openai",),
+    "lace keys list": ("lace keys list", "lace keys list --json"),
     "lace mcp": ("lace mcp list", "lace mcp serve"),
     "lace mcp list": ("lace mcp list --json",),
     "lace mcp serve": ("lace mcp serve",
