@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lace.core.errors import LaceError
-from lace.paths import add_credential_values, lace_home, private_folder, write_private
+from lace.paths import (
+    add_credential_values,
+    is_credential,
+    lace_home,
+    private_folder,
+    write_private,
+)
 
 KEYS_FILE = "keys.json"
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
@@ -61,7 +67,8 @@ def stored_keys() -> list[StoredKey]:
         if not (isinstance(provider, str) and PROVIDER_NAME.fullmatch(provider)
                 and isinstance(entry, dict) and isinstance(entry.get("key"), str)
                 and isinstance(entry.get("variable"), str)
-                and VARIABLE_NAME.fullmatch(entry["variable"])):
+                and VARIABLE_NAME.fullmatch(entry["variable"])
+                and is_credential(entry["variable"])):  # never PATH or LD_PRELOAD
             raise LaceError(f"Cannot read {path}: not what lace keys set writes; fix it or "
                             "delete it and store the keys again with lace keys set PROVIDER")
         keys.append(StoredKey(provider, entry["variable"], entry["key"]))
