@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from lace.config import Settings, load_settings
+from lace.core.assignee import NewAgentSpec, parse_assignee
 from lace.core.errors import LaceError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
 from lace.core.text import printable, printable_json
@@ -116,6 +117,7 @@ def task_add_command(args: argparse.Namespace) -> int:
             "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     settings = load_settings()  # bad settings are refused before the database is made
+    _note_assigned_model(args.assigned_to)
     with board_of(args, settings) as board:
         if session_id is None and args.blocked_by:
             session_id = board.task(args.blocked_by[0]).thread_id
@@ -139,6 +141,19 @@ def task_complete_command(args: argparse.Namespace) -> int:
 def task_help_command(_args: argparse.Namespace) -> int:
     """`lace task` with no action."""
     raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
+
+
+def _note_assigned_model(assigned_to: str | None) -> None:
+    """`--assign new:provider/model` with a model that looks mistyped: one note line (a bad
+    assignee is left to the tool call, which says what is wrong)."""
+    from lace.cli.run import note_unlisted_model
+
+    try:
+        spec = parse_assignee(assigned_to) if assigned_to else None
+        if isinstance(spec, NewAgentSpec) and spec.model_name:
+            note_unlisted_model(spec.model_name)
+    except LaceError:
+        return
 
 
 def session_help_command(_args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from lace.core.errors import LaceError
 from lace.core.nearest import did_you_mean, nearest
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
+from lace.llm.prices import listed_model, models_of
 
 TEST_PROVIDERS = frozenset({"scripted"})
 """Local providers that answer from a script a test installs; unknown anywhere else."""
@@ -109,6 +110,21 @@ def check_model(provider: str, model: str) -> str | None:
         return (f"Cannot call {provider}/{model}: set {', '.join(missing)} in the environment "
                 "(or pick another model)")
     return None
+
+
+def unlisted_model_note(provider: str, model: str) -> str | None:
+    """A note for a model name litellm's price table does not list while it lists close ones
+    (a typo, most likely), naming them; None otherwise. Never for lace's own models or a
+    provider sent to an endpoint of the person's (a local server serves any name); a model
+    newer than the table is not refused, only noted."""
+    if local_provider(provider) or has_custom_base_url(provider) or \
+            listed_model(provider, model) is not False:
+        return None
+    close = nearest(model, models_of(provider))
+    if not close:
+        return None
+    hint = did_you_mean([f"{provider}/{name}" for name in close])
+    return f"{provider}/{model} is not in litellm's model table; {hint}"
 
 
 def missing_keys(provider: str, model: str) -> list[str]:
