@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -98,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lace.cli.errors import output_closed, reader_gone, run_reporting_errors
 
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a TAB in a shell running `lace completion`'s code
+        import argcomplete
+
+        argcomplete.autocomplete(parser, always_complete_options=False)
     try:
         args = parser.parse_args(argv)
     except BrokenPipeError:  # `lace --help | head -1`

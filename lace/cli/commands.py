@@ -303,7 +303,8 @@ def _add_trust_command(add: Add) -> None:
 
 
 def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
-    """config and keys: the settings in force and where each came from; stored keys."""
+    """config, completion and keys: the settings in force and where each came from, shell
+    completion, stored keys."""
     config = add("config", "Print the settings in force, merged from your own config file, "
                            "$LACE_HOME/config.toml and the project's lace.toml, each value with "
                            "where it came from.", "lace.cli.configuration:config_command")
@@ -311,6 +312,13 @@ def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
                         help="the workspace whose project lace.toml counts (default: this "
                              "folder)")
     config.add_argument("--json", action="store_true", help="print JSON")
+
+    completion = add("completion", "Print the shell code that completes lace's commands and "
+                                   "options: add eval \"$(lace completion bash)\" to ~/.bashrc "
+                                   "(zsh: ~/.zshrc; fish: lace completion fish | source).",
+                     "lace.cli.completion:completion_command")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"), metavar="SHELL",
+                            help="bash, zsh or fish")
 
     keys = add("keys", "Provider keys kept in lace's home (private to you), used when the "
                        "environment has none.", "lace.cli.keys:keys_help_command")
@@ -427,6 +435,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace import": ("lace import launch.json --db ./team.db",),
     "lace trust": ("lace trust", "lace trust ~/src/project --yes"),
     "lace config": ("lace config", "lace config --workspace ~/src/project --json"),
+    "lace completion": ("lace completion bash", "lace completion zsh", "lace completion fish"),
     "lace keys": ("lace keys set anthropic", "lace keys list"),
     "lace keys set": ("lace keys set openai",),
     "lace keys list": ("lace keys list", "lace keys list --json"),
