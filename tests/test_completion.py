@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from lace.cli import build_parser
-from lace.cli.commands import subcommands
 from tests.processes import lace_env
 
 BIN = Path(sys.executable).parent
@@ -34,8 +33,9 @@ def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
     return found
 
 
-def completions(home: Path, lines: list[str]) -> list[list[str]]:
-    """What lace's bash completion offers at the end of each command line, in one plain bash."""
+def completions(home: Path, lines: list[str], cwd: Path | None = None) -> list[list[str]]:
+    """What lace's bash completion offers at the end of each command line, in one plain bash
+    (started in `cwd`)."""
     script = ['eval "$(lace completion bash)"',
               'function=$(complete -p lace | sed -E "s/.* -F ([^ ]+) .*/\\1/")',
               'echo "completion: $(complete -p lace)"']
@@ -48,7 +48,7 @@ def completions(home: Path, lines: list[str]) -> list[list[str]]:
                    'echo "offered: ${COMPREPLY[*]}"']
     env = {**lace_env(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", "--norc", "--noprofile", "-c", "\n".join(script)],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
     assert done.returncode == 0, done.stderr
     first, *offered = done.stdout.splitlines()
     assert first == "completion: complete -o bashdefault -o default -o nospace " \
@@ -97,3 +97,17 @@ def test_a_shell_lace_has_no_script_for_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "bash" in done.stderr
     assert not (tmp_path / "home").exists()
+
+
+def test_fish_completes_commands_and_options(tmp_path: Path) -> None:
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed here")
+    env = {**lace_env(tmp_path / "home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["fish", "--no-config", "-c", "lace completion fish | source; "
+                           "complete -C 'lace ta'; echo ---; complete -C 'lace tasks --'"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    commands_part, options_part = done.stdout.split("---\n")
+    assert {line.split("\t")[0] for line in commands_part.splitlines()} == {"task", "tasks"}
+    assert {"--json", "--all", "--limit", "--session", "--db"} <= {
+        line.split("\t")[0] for line in options_part.splitlines()}
