@@ -14,7 +14,7 @@ SHELLS = ("bash", "zsh", "fish")
 
 def completion_command(args: argparse.Namespace) -> int:
     """Print the completion script for the shell."""
-    import argcomplete
+    from argcomplete.shell_integration import shellcode
 
-    print(argcomplete.shellcode(["lace"], shell=args.shell), end="")
+    print(shellcode(["lace"], shell=args.shell), end="")
     return 0
