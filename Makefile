@@ -10,10 +10,10 @@ TEST_WORKERS ?= 2
 
 .PHONY: demo test lint
 
-$(BIN)/lace: pyproject.toml
+$(BIN)/lace: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
 demo: $(BIN)/lace

@@ -1,6 +1,6 @@
-"""Where lace keeps its files, how it makes them private, and which environment variables hold
-credentials; standard library only, so the settings, the store and the tools can all ask
-without importing each other."""
+"""Where lace keeps its files (and where the person keeps theirs), how it makes them private,
+and which environment variables hold credentials; no other part of lace imported, so the
+settings, the store and the tools can all ask without importing each other."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO
 from urllib.parse import parse_qs, urlsplit
+
+from platformdirs import user_config_path
 
 CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "ZENAPIKEY", "TOKEN", "SECRET", "PASSWORD",
                               "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "JWT", "PAT"})
@@ -24,6 +26,12 @@ DATABASE_SETTINGS = frozenset({"LACE_DB", "LACE_HOME", "DATABASE_URL"})
 def lace_home() -> Path:
     """The folder for lace's files: `$LACE_HOME`, else `~/.lace`."""
     return Path(os.environ.get("LACE_HOME") or Path.home() / ".lace").expanduser()
+
+
+def user_config_file() -> Path:
+    """The person's own settings file, `lace/config.toml` in their user config folder
+    (platformdirs: `$XDG_CONFIG_HOME`, else `~/.config`, on Linux)."""
+    return user_config_path("lace", appauthor=False) / "config.toml"
 
 
 def tokens_folder() -> Path:

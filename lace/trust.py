@@ -161,7 +161,8 @@ def described(project: Project) -> list[str]:
     return lines
 
 
-def _key(part: str) -> str:
+def key_text(part: str) -> str:
+    """One part of a dotted key as TOML writes it: bare when it can be, else quoted."""
     bare = part and all(char.isascii() and (char.isalnum() or char in "_-") for char in part)
     return part if bare else printable_json(json.dumps(part, ensure_ascii=False))
 
@@ -170,8 +171,8 @@ def _leaves(value: Any, prefix: str) -> Any:
     """`(dotted key, JSON value)` for each value that is not a table."""
     if isinstance(value, dict) and value:
         for key, child in value.items():
-            yield from _leaves(child, f"{prefix}.{_key(str(key))}" if prefix else
-                               _key(str(key)))
+            yield from _leaves(child, f"{prefix}.{key_text(str(key))}" if prefix else
+                               key_text(str(key)))
     else:
         yield prefix or "(whole file)", printable_json(
             json.dumps(value, ensure_ascii=False, default=str))

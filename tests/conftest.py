@@ -37,9 +37,10 @@ def no_remote_model_calls(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No test touches ~/.lace or a real provider key."""
+    """No test touches ~/.lace, ~/.config/lace or a real provider key."""
     home = tmp_path / "lace-home"
     monkeypatch.setenv("LACE_HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))  # no ~/.config/lace
     monkeypatch.setenv("LACE_TEST_PROVIDERS", "1")  # the `scripted` provider exists in tests
     for name in ("LACE_DB", "LACE_MODEL", "LACE_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
                  "OPENAI_BASE_URL", "OPENAI_API_BASE"):

@@ -15,10 +15,11 @@ MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
 
 
 def lace_env(home: Path, **extra: str) -> dict[str, str]:
-    """This environment without LACE_ settings or API keys, on `home`, with `extra` on top."""
+    """This environment without LACE_ settings or API keys, on `home` (and a user config folder
+    beside it, `HOME-config`, never the person's own), with `extra` on top."""
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("LACE_") and not key.endswith("_API_KEY")}
-    return {**env, "LACE_HOME": str(home), **extra}
+    return {**env, "LACE_HOME": str(home), "XDG_CONFIG_HOME": f"{home}-config", **extra}
 
 
 DELIVERED = ("SELECT json_extract(data, '$.inbox_id') AS inbox_id FROM events "

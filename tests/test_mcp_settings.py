@@ -43,7 +43,7 @@ def test_a_bad_tool_name_or_pattern_is_refused(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lace.toml").write_text(f'[tools.policy]\n"{name}" = "allow"\n')
     trust_folder(tmp_path)
-    with pytest.raises(LaceError, match="Bad setting tools.policy in lace.toml: " +
+    with pytest.raises(LaceError, match=f"Bad setting tools.policy in {tmp_path / 'lace.toml'}: " +
                        problem.replace("*", r"\*")):
         load_settings()
 

@@ -199,7 +199,8 @@ PROTECTED = ["lace.toml", "deep/er/lace.toml", "LACE.TOML", ".mcp.json", "sub/.m
              ".git/config", ".git/hooks/pre-commit", "sub/.git/config", ".lace/lace.db",
              ".lace-demo/lace.db", ".lacerc", "work.db", "work.db-wal", "work.db-shm",
              "work.db-journal", "home/config.toml", "home/lace.db", "named.toml",
-             "keys/deploy.pem", "ops/prod/app.yml", "ops/prod/new/app.yml", "id.pem"]
+             "keys/deploy.pem", "ops/prod/app.yml", "ops/prod/new/app.yml", "id.pem",
+             "xdg/lace/config.toml", "home/keys.json"]
 
 
 @pytest.fixture
@@ -211,6 +212,7 @@ def guarded(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
             (folder / name).write_text(f"original {name}\n")
     monkeypatch.setenv("LACE_HOME", str(folder / "home"))
     monkeypatch.setenv("LACE_CONFIG", str(folder / "named.toml"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(folder / "xdg"))  # the person's own config
     return workspace_of(folder, database_url=f"sqlite:///{folder / 'work.db'}",
                         protected_paths=["*.pem", "ops/prod"])
 

@@ -20,6 +20,7 @@ from lace.api.output import (
 )
 from lace.api.result import Result, Usage
 from lace.config import Settings, load_settings
+from lace.config.keys import use_stored_keys
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.runtime import Runtime, open_runtime
@@ -94,15 +95,17 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
 
     if output_retries < 0:
         raise LaceError(f"output_retries={output_retries} must be 0 or more.")
+    use_stored_keys()  # `lace keys set`'s, where the environment has none
     provider, name = parse_model(model)
     problem = check_model(provider, name)
     if problem:
         raise LaceError(problem)
     functions = python_tools(tools)  # a bad function is refused before anything is written
-    settings = config or load_settings(check_model=check_model, python_tools=tuple(functions))
     folder = Path(workspace or Path.cwd()).expanduser().resolve()
     if not folder.is_dir():
         raise LaceError(f"workspace={str(workspace)!r} is not a folder.")
+    settings = config or load_settings(check_model=check_model, python_tools=tuple(functions),
+                                       workspace=folder)
     store = open_store(None if db is None else str(db))
     try:
         runtime = open_runtime(store, settings, default_client(), check_model=check_model,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -12,10 +13,25 @@ from lace.core.version import __version__
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and exit 2, never a usage dump."""
+    """An argument parser whose errors are one line and exit 2, never a usage dump; a
+    mistyped command or choice names the nearest ones."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        from lace.core.nearest import did_you_mean, nearest
+
+        hint = did_you_mean(nearest(str(value), [str(choice) for choice in action.choices]))
+        if isinstance(action, argparse._SubParsersAction):
+            what = str(action.metavar or "command").lower()
+            raise argparse.ArgumentError(None, f"unknown {what} {value!r}"
+                                         + (f": {hint}" if hint else ""))
+        choices = ", ".join(repr(choice) for choice in action.choices)
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r}: "
+                                     + (hint or f"choose from {choices}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lace.cli.errors import output_closed, reader_gone, run_reporting_errors
 
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a TAB in a shell running `lace completion`'s code
+        import argcomplete
+
+        argcomplete.autocomplete(parser, always_complete_options=False)
     try:
         args = parser.parse_args(argv)
     except BrokenPipeError:  # `lace --help | head -1`

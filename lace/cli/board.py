@@ -8,6 +8,8 @@ import sys
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from lace.config import Settings, load_settings
+from lace.core.assignee import NewAgentSpec, parse_assignee
 from lace.core.errors import LaceError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
 from lace.core.text import printable, printable_json
@@ -15,10 +17,10 @@ from lace.runtime.board import NO_SESSION, Board
 from lace.runtime.databases import database_url, open_store, shown_database, upgrade_database
 
 
-def board_of(args: argparse.Namespace) -> Board:
+def board_of(args: argparse.Namespace, settings: Settings | None = None) -> Board:
     """The board named by `--db` (or the environment), with the folder lace was started in as
-    the person's workspace."""
-    return Board(open_store(getattr(args, "db", None)))
+    the person's workspace; its settings are read when first needed, unless given."""
+    return Board(open_store(getattr(args, "db", None)), settings)
 
 
 def say(text: str, *, one_line: bool = False, file: TextIO | None = None,
@@ -97,8 +99,8 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
-                  session_id: str | None = None) -> int:
-    with board_of(args) as board:
+                  session_id: str | None = None, settings: Settings | None = None) -> int:
+    with board_of(args, settings) as board:
         result = board.call(tool, arguments, session_id)
     if result.is_error:
         raise LaceError(result.text)
@@ -114,13 +116,15 @@ def task_add_command(args: argparse.Namespace) -> int:
             "description": args.description, "assigned_to": args.assigned_to,
             "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
-    with board_of(args) as board:
+    settings = load_settings()  # bad settings are refused before the database is made
+    _note_assigned_model(args.assigned_to)
+    with board_of(args, settings) as board:
         if session_id is None and args.blocked_by:
             session_id = board.task(args.blocked_by[0]).thread_id
         if session_id is None and board.latest_session() is None:
             session_id = board.start_session_for(arguments)
             print(f"Started session {session_id}", file=sys.stderr)
-    return _run_as_human(args, "task_create", arguments, session_id)
+    return _run_as_human(args, "task_create", arguments, session_id, settings)
 
 
 def task_note_command(args: argparse.Namespace) -> int:
@@ -137,6 +141,19 @@ def task_complete_command(args: argparse.Namespace) -> int:
 def task_help_command(_args: argparse.Namespace) -> int:
     """`lace task` with no action."""
     raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
+
+
+def _note_assigned_model(assigned_to: str | None) -> None:
+    """`--assign new:provider/model` with a model that looks mistyped: one note line (a bad
+    assignee is left to the tool call, which says what is wrong)."""
+    from lace.cli.run import note_unlisted_model
+
+    try:
+        spec = parse_assignee(assigned_to) if assigned_to else None
+        if isinstance(spec, NewAgentSpec) and spec.model_name:
+            note_unlisted_model(spec.model_name)
+    except LaceError:
+        return
 
 
 def session_help_command(_args: argparse.Namespace) -> int:

@@ -105,6 +105,7 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     _add_reading_commands(add)
     _add_task_commands(add, common)
     _add_trust_command(add)
+    _add_setup_commands(add, common)
     _add_mcp_commands(add, common)
     _add_worktree_commands(add, common)
     _add_database_commands(add, common)
@@ -301,6 +302,38 @@ def _add_trust_command(add: Add) -> None:
                        help="trust it without asking (after showing it)")
 
 
+def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
+    """config, completion and keys: the settings in force and where each came from, shell
+    completion, stored keys."""
+    config = add("config", "Print the settings in force, merged from your own config file, "
+                           "$LACE_HOME/config.toml and the project's lace.toml, each value with "
+                           "where it came from.", "lace.cli.configuration:config_command")
+    config.add_argument("--workspace", metavar="DIR", default=None,
+                        help="the workspace whose project lace.toml counts (default: this "
+                             "folder)")
+    config.add_argument("--json", action="store_true", help="print JSON")
+
+    completion = add("completion", "Print the shell code that completes lace's commands and "
+                                   "options: add eval \"$(lace completion bash)\" to ~/.bashrc "
+                                   "(zsh: ~/.zshrc; fish: lace completion fish | source).",
+                     "lace.cli.completion:completion_command")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"), metavar="SHELL",
+                            help="bash, zsh or fish")
+
+    keys = add("keys", "Provider keys kept in lace's home (private to you), used when the "
+                       "environment has none.", "lace.cli.keys:keys_help_command")
+    key_actions = keys.add_subparsers(dest="keys_command", metavar="ACTION",
+                                      parser_class=type(keys))
+    add_key_action = _adder(key_actions, common)
+    key_set = add_key_action("set", "Store PROVIDER's key: typed at a hidden prompt, or one "
+                                    "line from stdin when it is not a terminal.",
+                             "lace.cli.keys:keys_set_command")
+    key_set.add_argument("provider", metavar="PROVIDER", help="openai, anthropic, gemini, ...")
+    key_list = add_key_action("list", "List the providers with a stored key (never the keys).",
+                              "lace.cli.keys:keys_list_command")
+    key_list.add_argument("--json", action="store_true", help="print JSON")
+
+
 def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
     """mcp list and mcp serve."""
     mcp = add("mcp", "The Model Context Protocol: the servers agents use (list) and the board "
@@ -401,6 +434,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                     "lace export lace_20261122_ab12cd --format markdown -o launch.md"),
     "lace import": ("lace import launch.json --db ./team.db",),
     "lace trust": ("lace trust", "lace trust ~/src/project --yes"),
+    "lace config": ("lace config", "lace config --workspace ~/src/project --json"),
+    "lace completion": ("lace completion bash", "lace completion zsh", "lace completion fish"),
+    "lace keys": ("lace keys set anthropic", "lace keys list"),
+    "lace keys set": ("lace keys set openai",),
+    "lace keys list": ("lace keys list", "lace keys list --json"),
     "lace mcp": ("lace mcp list", "lace mcp serve"),
     "lace mcp list": ("lace mcp list --json",),
     "lace mcp serve": ("lace mcp serve",

@@ -95,7 +95,10 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     for a storage error)."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from lace.config.keys import use_stored_keys
+
     try:
+        use_stored_keys()  # the keys of `lace keys set`, where the environment has none
         code: int = args.handler(args)
         return code
     except BrokenPipeError as error:

@@ -132,7 +132,7 @@ class BoardServer:
             if self.session_id is None:
                 self.session_id = await asyncio.to_thread(
                     start_session_for, self.runtime.store, arguments,
-                    self.runner.human_context(""))
+                    self.runner.human_context(""), self.runtime.settings.model)
                 self.runtime.serve_session(self.session_id)
             return self.session_id
 

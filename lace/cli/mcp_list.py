@@ -22,7 +22,7 @@ def mcp_help_command(_args: argparse.Namespace) -> int:
 
 def mcp_list_command(args: argparse.Namespace) -> int:
     """`lace mcp list`: exit 1 when a server did not start."""
-    settings = with_tool_flags(load_settings(), args)
+    settings = with_tool_flags(load_settings(workspace=workspace_of(args)), args)
     listed, warnings = list_servers(settings, workspace_of(args))
     for warning in warnings:
         if not any(warning.startswith(f"MCP server {s['name']} failed") for s in listed):

@@ -59,7 +59,8 @@ def runtime_settings(args: argparse.Namespace) -> Settings:
     would be, and `--yes` / `--read-only` applied."""
     from lace.llm.checks import check_model
 
-    return with_tool_flags(load_settings(check_model=check_model), args)
+    return with_tool_flags(load_settings(check_model=check_model, workspace=workspace_of(args)),
+                           args)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -74,6 +75,7 @@ def run_command(args: argparse.Namespace) -> int:
     provider, name = parse_model(model)
     from lace.llm.checks import check_model
 
+    note_unlisted_model(model)
     problem = check_model(provider, name)
     if problem:
         raise LaceError(problem)
@@ -90,6 +92,17 @@ def run_command(args: argparse.Namespace) -> int:
     except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
         print("lace: terminated; resume with lace run --continue", file=sys.stderr)
         return EXIT_TERMINATED
+
+
+def note_unlisted_model(model: str) -> None:
+    """One line on stderr when `provider/model` looks mistyped, naming the nearest models
+    litellm's table lists (nothing is refused: a model may be newer than the table)."""
+    from lace.llm.checks import unlisted_model_note
+
+    provider, name = parse_model(model)
+    note = unlisted_model_note(provider, name)
+    if note:
+        say(f"lace: note: {note}", one_line=True, file=sys.stderr)
 
 
 def model_client() -> RoutingClient:

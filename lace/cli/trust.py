@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lace.cli.board import say
 from lace.config import checked_project
+from lace.config.sources import project_folder
 from lace.core.errors import LaceError
 from lace.trust import PROJECT_FILES, Project, described
 from lace.trust import trust as record_trust
@@ -23,6 +24,8 @@ def trust_command(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise LaceError(f"{folder} is not a folder.")
     project = checked_project(folder)
+    if not project.files:  # a subfolder of a project: the lace.toml lace reads from here
+        project = checked_project(project_folder(folder))
     if not project.files:
         say(f"Nothing to trust in {project.folder}: it has no {' or '.join(PROJECT_FILES)}.",
             one_line=True)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+from lace.core.errors import LaceError
+from lace.core.nearest import did_you_mean, nearest
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm
+from lace.llm.prices import listed_model, models_of
 
 TEST_PROVIDERS = frozenset({"scripted"})
 """Local providers that answer from a script a test installs; unknown anywhere else."""
@@ -32,7 +35,46 @@ def known_provider(provider: str) -> bool:
         return local_provider(provider)
     if provider == "openai":
         return True
-    return provider in {str(getattr(item, "value", item)) for item in litellm().provider_list}
+    return provider in providers()
+
+
+def providers() -> set[str]:
+    """Every provider litellm knows."""
+    return {str(getattr(item, "value", item)) for item in litellm().provider_list}
+
+
+CREDENTIAL_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def key_variable(provider: str) -> str:
+    """The environment variable litellm reads `provider`'s key from (`OPENAI_API_KEY`,
+    `TOGETHERAI_API_KEY`), asked with the credentials out of the environment so that it names
+    the one it wants; one clear error for a provider that is unknown, needs no key, or needs
+    more than one."""
+    if provider in LOCAL_PROVIDERS:
+        raise LaceError(f"{provider} needs no key: lace runs it itself.")
+    if provider == "openai":
+        return "OPENAI_API_KEY"
+    known = providers()
+    if provider not in known:
+        hint = did_you_mean(nearest(provider, known))
+        raise LaceError(f"Unknown provider {provider!r}" + (f": {hint}" if hint else ""))
+    hidden = {name: os.environ.pop(name) for name in list(os.environ)
+              if any(part in name.upper() for part in CREDENTIAL_PARTS)}
+    try:
+        missing = litellm().validate_environment(f"{provider}/model").get("missing_keys") or []
+    finally:
+        os.environ.update(hidden)
+    wanted = [name for name in missing if any(part in name.upper() for part in CREDENTIAL_PARTS)]
+    own = f"{provider.upper().replace('-', '_')}_API_KEY"
+    if own in wanted or not wanted:
+        if not wanted and missing:
+            raise LaceError(f"{provider} needs no key (it needs {', '.join(missing)} in the "
+                            "environment).")
+        return own
+    if len(wanted) > 1:
+        raise LaceError(f"{provider} needs {', '.join(wanted)}: set them in the environment.")
+    return str(wanted[0])
 
 
 def custom_base_url(provider: str) -> str | None:
@@ -68,6 +110,21 @@ def check_model(provider: str, model: str) -> str | None:
         return (f"Cannot call {provider}/{model}: set {', '.join(missing)} in the environment "
                 "(or pick another model)")
     return None
+
+
+def unlisted_model_note(provider: str, model: str) -> str | None:
+    """A note for a model name litellm's price table does not list while it lists close ones
+    (a typo, most likely), naming them; None otherwise. Never for lace's own models or a
+    provider sent to an endpoint of the person's (a local server serves any name); a model
+    newer than the table is not refused, only noted."""
+    if local_provider(provider) or has_custom_base_url(provider) or \
+            listed_model(provider, model) is not False:
+        return None
+    close = nearest(model, models_of(provider))
+    if not close:
+        return None
+    hint = did_you_mean([f"{provider}/{name}" for name in close])
+    return f"{provider}/{model} is not in litellm's model table; {hint}"
 
 
 def missing_keys(provider: str, model: str) -> list[str]:

@@ -30,6 +30,8 @@ class Exchange:
 
     body: dict[str, Any]
     arrived: float
+    authorization: str | None = None
+    """The request's Authorization header (the key the caller sent)."""
     reply: ScriptedReply | None = None
     sent: float | None = None
     status: int = 200
@@ -79,7 +81,7 @@ class FakeOpenAI:
         arrived = time.monotonic()
         body = await request.json()
         self.requests.append(body)
-        exchange = Exchange(body, arrived)
+        exchange = Exchange(body, arrived, request.headers.get("Authorization"))
         self.exchanges.append(exchange)
         fault = self.faults.pop(0) if self.faults else None
         if fault and fault.isdigit():

@@ -91,6 +91,23 @@ def _threshold_of(key: str) -> int:
     return int(match.group(1)) * (1000 if match.group(2) else 1)
 
 
+@functools.cache
+def models_of(provider: str) -> frozenset[str]:
+    """The names the table lists for `provider`'s models (without the `provider/` part)."""
+    return frozenset(key.removeprefix(f"{provider}/") for key, entry in price_table().items()
+                     if entry.get("litellm_provider") == provider)
+
+
+def listed_model(provider: str, name: str) -> bool | None:
+    """Whether the table lists `provider/name` (an `openai` one looked up as `call_cost`
+    does); None when it lists no model of that provider, so cannot tell."""
+    if provider == "openai":
+        return model_entry(name) is not None
+    names = models_of(provider)
+    return (name in names or name.lower() in {known.lower() for known in names}) \
+        if names else None
+
+
 def known_price(model_name: str) -> bool:
     """Whether `provider/model` has a price: lace's own local providers cost nothing; an
     `openai/...` model is looked up as `call_cost` does; any other as litellm keys its table

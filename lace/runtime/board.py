@@ -95,7 +95,7 @@ class Board:
         """The settings the person's calls use, loaded when first needed (reading the board
         needs none)."""
         if self._settings is None:
-            self._settings = load_settings()
+            self._settings = load_settings(workspace=self.workspace)
         return self._settings
 
     def __enter__(self) -> Board:
@@ -227,7 +227,7 @@ class Board:
     def start_session_for(self, arguments: Any) -> str:
         """A new session for the person's first `task_create`, titled after its first task
         (bad arguments refused, ToolError, before anything is written)."""
-        return start_session_for(self.store, arguments, self.context(""))
+        return start_session_for(self.store, arguments, self.context(""), self.settings.model)
 
     def import_session(self, document: SessionDocument) -> Imported:
         """Write an exported session in one transaction: its id here (new ids when its own
@@ -243,7 +243,7 @@ class Board:
         started (as `lace task add` does). The created tasks; LaceError when refused."""
         arguments = {"tasks": tasks}
         if session_id is None and self.latest_session() is None:
-            session_id = start_session_for(self.store, arguments, self.context(""))
+            session_id = self.start_session_for(arguments)
         result = _checked(self.call("task_create", arguments, session_id))
         task_ids = (result.values or {}).get("task_ids", [])
         with self.store.reading() as tx:

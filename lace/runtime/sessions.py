@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lace.config import default_model
 from lace.core.agents import BUSY_STATUSES
 from lace.core.assignee import HUMAN, parse_model
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
@@ -64,19 +63,19 @@ def quiet(tx: Tx, root_id: str) -> bool:
 
 
 def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
-                      context: ToolContext) -> str:
+                      context: ToolContext, model: str) -> str:
     """A new session for the person's first `task_create` (`arguments`), titled after its first
-    task; bad arguments are refused (ToolError) before anything is written. Its root has the
-    default model and no prompt, so it runs only when someone writes to it."""
+    task; bad arguments are refused (ToolError) before anything is written. Its root has
+    `model` (the settings' default) and no prompt, so it runs only when someone writes to it."""
     parsed = ToolRegistry().parse("task_create", arguments)
     items = getattr(parsed, "tasks", [])
     for item in items:
         if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
         parse_assignment(item.assigned_to, context)
-    provider, model = parse_model(default_model())
+    provider, name = parse_model(model)
     with store.transaction() as tx:
-        return tx.threads.create_session(provider=provider, model=model,
+        return tx.threads.create_session(provider=provider, model=name,
                                          title=valid_text(items[0].title)).id
 
 

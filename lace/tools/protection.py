@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lace.paths import lace_home
+from lace.paths import lace_home, user_config_file
 from lace.store.engines import engine_for
 
 LACE_SETTINGS = "it holds settings lace reads (tool policies, limits, tool servers)"
@@ -64,16 +64,17 @@ class Protection:
     @classmethod
     def for_lace(cls, workspace: Path, *, database_url: str | None,
                  protected_paths: Sequence[str]) -> Protection:
-        """lace's own files (its home folder, the configuration files it reads, the database
-        with its -wal and -shm), and each `protected_paths` entry: a name or glob without `/`
-        protects it in every folder, one with `/` is relative to the workspace, an absolute
-        or `~` path is that path. A workspace inside lace's home (not the home itself) is the
-        person's project: lace's files beside it are out of its reach, so the home is not
-        protected whole."""
+        """lace's own files (its home folder, the configuration files it reads, the person's
+        own config file among them, the database with its -wal and -shm), and each
+        `protected_paths` entry: a name or glob without `/` protects it in every folder, one
+        with `/` is relative to the workspace, an absolute or `~` path is that path. A
+        workspace inside lace's home (not the home itself) is the person's project: lace's
+        files beside it are out of its reach, so the home is not protected whole."""
         home = _real(lace_home())
         absolute = [] if home in _real(workspace).parents else [(home, HOME)]
         if os.environ.get("LACE_CONFIG"):
             absolute.append((_real(Path(os.environ["LACE_CONFIG"])), LACE_SETTINGS))
+        absolute.append((_real(user_config_file()), LACE_SETTINGS))
         database = engine_for(database_url).path if database_url else None
         if database is not None:
             absolute += [(_real(database.with_name(database.name + suffix)),

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-from lace.config import (
-    DEMO_MODEL,
-    Settings,
-    checked_project,
-    config_path,
-    default_model,
-    load_settings,
-)
+from lace.config import DEFAULT, DEMO_MODEL, Settings, checked_project, default_model, load_settings
+from lace.config.sources import project_folder
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.llm.types import ModelClient
-from lace.paths import lace_home
+from lace.paths import user_config_file
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.board import Board
 from lace.runtime.databases import open_store
@@ -39,7 +32,7 @@ brings configuration the person has not trusted, the app asks first; a yes rebui
     from lace.llm.checks import check_model
 
     flag = model
-    settings = settings or load_settings()
+    settings = settings or load_settings(workspace=workspace)
     model, readiness = _root_model(flag, settings)
     store = open_store(db)
     session_id = None
@@ -66,7 +59,7 @@ brings configuration the person has not trusted, the app asks first; a yes rebui
         return AppStart(runtime_for(again), model, readiness)
 
     app = LaceApp(runtime_for(settings), model=model, session_id=session_id,
-                  readiness=readiness, trust=trust_offer([Path.cwd(), folder], rebuilt))
+                  readiness=readiness, trust=trust_offer([project_folder(folder), folder], rebuilt))
     if continue_thread not in (None, LATEST):
         app.selected = continue_thread
     return app
@@ -82,7 +75,10 @@ def _root_model(flag: str | None, settings: Settings) -> tuple[str, ModelReadine
     unknown = check_provider(provider, name)
     if unknown:
         raise LaceError(unknown)
-    return model, model_readiness(model, source, check_model(provider, name))
+    origin = settings.origin_of(("model",))
+    config_file = Path(origin) if origin not in (DEFAULT, "given") and \
+        not origin.startswith("LACE_") else user_config_file()
+    return model, model_readiness(model, source, check_model(provider, name), config_file)
 
 
 def trust_offer(folders: list[Path], rebuilt: Callable[[], AppStart]) -> TrustOffer | None:
@@ -114,15 +110,18 @@ def model_source(flag: str | None, settings: Settings) -> str:
     """Where the root's model comes from, in the words a person would use to change it."""
     if flag:
         return "from --model"
-    if os.environ.get("LACE_MODEL"):
-        return "from LACE_MODEL"
-    if settings.model != DEMO_MODEL:
-        return f"from {config_path() or 'the settings'}"
+    origin = settings.origin_of(("model",))
+    if origin.startswith("LACE_"):
+        return f"from {origin}"
+    if settings.model != DEMO_MODEL and origin != DEFAULT:
+        return f"from {shown_path(Path(origin))}"
     return "the default: lace's offline demo"
 
 
-def model_readiness(model: str, source: str, problem: str | None) -> ModelReadiness:
-    """What the first screen says about the model: `problem` is `check_model`'s answer."""
+def model_readiness(model: str, source: str, problem: str | None,
+                    config_file: Path | None = None) -> ModelReadiness:
+    """What the first screen says about the model: `problem` is `check_model`'s answer;
+    `config_file` is where to set another (default: the person's own file)."""
     from lace.llm.checks import has_custom_base_url, local_provider
 
     provider = model.split("/", 1)[0]
@@ -132,16 +131,18 @@ def model_readiness(model: str, source: str, problem: str | None) -> ModelReadin
         key = f"no key needed: {provider} calls go to the endpoint set in the environment"
     else:
         key = f"a key for {provider} is set in the environment"
-    config_file = shown_path(config_path()) or \
-        f"./lace.toml or {shown_path(lace_home() / 'config.toml')}"
-    return ModelReadiness(model=model, source=source, config_file=config_file, key=key,
+    shown = shown_path(config_file or user_config_file()) or "config.toml"
+    return ModelReadiness(model=model, source=source, config_file=shown, key=key,
                           problem=problem)
 
 
 def shown_path(path: Path | None) -> str | None:
-    """A path as a person would type it: `~/...` under the home folder."""
+    """A path as a person would type it: relative inside this folder, `~/...` under the home
+    folder."""
     if path is None:
         return None
+    if path.is_absolute() and path.is_relative_to(Path.cwd()):
+        return str(path.relative_to(Path.cwd()))
     home = Path.home()
     return f"~/{path.relative_to(home)}" if path.is_absolute() and path.is_relative_to(home) \
         else str(path)

@@ -1,12 +1,13 @@
-"""Settings: `$LACE_CONFIG`, else `lace.toml` in the working folder once the person trusts it
-(`lace.trust`), else `$LACE_HOME/config.toml`, with `LACE_...` environment variables on top
-(e.g. `LACE_LIMITS__MAX_RUNNING=32`)."""
+"""Settings: the person's own files, then the project's `lace.toml` once trusted, merged key by
+key (`lace.config.sources`; `$LACE_CONFIG` names the one file instead), with `LACE_...`
+environment variables on top (e.g. `LACE_LIMITS__MAX_RUNNING=32`) and what the caller gives
+(the command line) over all; each value remembers where it came from."""
 
 from __future__ import annotations
 
 import os
-import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,15 +27,19 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from lace.config.sources import Key, Merged, settings_files
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.tool_names import unknown_tool_problem
 from lace.core.tool_sets import EVERY_MCP_TOOL, is_mcp_tool, matches
 from lace.core.worktrees import Isolation
-from lace.paths import lace_home
-from lace.trust import PROJECT_SETTINGS, Project, parsed, project_of, trusted_bytes
+from lace.trust import PROJECT_SETTINGS, Project, parsed, project_of
 
 DEMO_MODEL = "demo/coordinator"
+DEFAULT = "default"
+"""Where a value no file, variable or flag set comes from."""
+_reading: ContextVar[Merged | None] = ContextVar("settings_files", default=None)
+"""The files `load_settings` read for the Settings being built (else this folder's)."""
 ModelCheck = Callable[[str, str], "str | None"]
 """Why `provider, model` cannot be called, or None (`lace.llm.checks.check_model`)."""
 
@@ -253,72 +258,89 @@ class Settings(BaseSettings):
         own = self.profiles[profile].fallbacks if profile in self.profiles else []
         return tuple(own or self.fallbacks)
 
+    _files: Merged = PrivateAttr(default_factory=Merged)
+    _given: dict[str, Any] = PrivateAttr(default_factory=dict)
+
     @classmethod
     def settings_customise_sources(
         cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        found = config_file()
-        if found is not None:  # the bytes trusted are the bytes read
-            sources.append(InitSettingsSource(settings_cls, tomllib.loads(found[1].decode())))
-        return tuple(sources)
+        files = _reading.get() or Merged.of(settings_files())
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, files.data))
+
+    def origin_of(self, key: Key) -> str:
+        """Where the value at `key` (`("limits", "max_running")`) came from: `given` (the
+        command line), the environment variable that set it, the file that set it, or
+        `default`."""
+        if _set_in(self._given, key):
+            return "given"
+        for length in range(1, len(key) + 1):
+            name = "LACE_" + "__".join(key[:length]).upper()
+            if any(variable.upper() == name for variable in os.environ):
+                return name
+        path = self._files.file_of(key)
+        return str(path) if path is not None else DEFAULT
+
+    @property
+    def files(self) -> Merged:
+        """The settings files read, and what each set."""
+        return self._files
 
 
-def config_file() -> tuple[Path, bytes] | None:
-    """The settings file in force and its bytes: `$LACE_CONFIG`, else `./lace.toml` when the
-    person trusts this folder as it is (`lace trust`), else `$LACE_HOME/config.toml`; None when
-    there is none. The person's own files are trusted; the folder's is not until they say so."""
-    named = os.environ.get("LACE_CONFIG")
-    if named:
-        if not Path(named).is_file():
-            raise LaceError(f"LACE_CONFIG names {named}, which is not a file.")
-        return Path(named), Path(named).read_bytes()
-    project = trusted_bytes(Path.cwd(), PROJECT_SETTINGS)
-    if project is not None:
-        return Path(PROJECT_SETTINGS), project
-    home = lace_home() / "config.toml"
-    return (home, home.read_bytes()) if home.is_file() else None
+def _set_in(data: Any, key: Key) -> bool:
+    for part in key:
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
 
 
-def config_path() -> Path | None:
-    """The path of the settings file in force (`config_file`), if any."""
-    found = config_file()
-    return found[0] if found is not None else None
+def leaves(value: Any, prefix: Key = ()) -> Iterator[tuple[Key, Any]]:
+    """`(key, value)` for each value of a dumped Settings that is not a non-empty table."""
+    if isinstance(value, dict) and value:
+        for name, child in value.items():
+            yield from leaves(child, (*prefix, str(name)))
+    else:
+        yield prefix, value
 
 
-def _check_tool_names(settings: Settings, source: Path | None,
+Source = Callable[..., str]
+"""Where the setting at a key (its parts as arguments) came from, for an error message."""
+
+
+def _check_tool_names(settings: Settings, source: Source,
                       python_tools: tuple[str, ...] = ()) -> None:
     """Every tool named in `[tools.policy]` and in each profile's `tools` must exist (lace's,
     or one of the process's `python_tools`): a typo (`Bash = "deny"`) would otherwise leave the
     real tool on its default, silently."""
-    named = [("tools.policy", tool) for tool in settings.tools.policy]
-    named += [(f"profiles.{name}.tools", tool) for name, profile in settings.profiles.items()
-              for tool in profile.tools]
-    for where, tool in named:
+    named = [("tools.policy", ("tools", "policy", tool), tool) for tool in settings.tools.policy]
+    named += [(f"profiles.{name}.tools", ("profiles", name, "tools"), tool)
+              for name, profile in settings.profiles.items() for tool in profile.tools]
+    for where, key, tool in named:
         problem = unknown_tool_problem(tool, python_tools)
         if problem:
-            raise LaceError(f"Bad setting {where} in {source or 'the environment'}: {problem}")
+            raise LaceError(f"Bad setting {where} in {source(*key)}: {problem}")
 
 
-def _check_fallbacks(settings: Settings, source: Path | None,
+def _check_fallbacks(settings: Settings, source: Source,
                      check_model: ModelCheck | None) -> None:
     """Every fallback must be `provider/model` and, when `check_model` is given, callable
     (provider known, key present), as a spawn's model must be."""
-    named = [("fallbacks", model) for model in settings.fallbacks]
-    named += [(f"profiles.{name}.fallbacks", model) for name, profile in settings.profiles.items()
-              for model in profile.fallbacks]
-    for where, model in named:
+    named: list[tuple[tuple[str, ...], str]] = [(("fallbacks",), model)
+                                                for model in settings.fallbacks]
+    named += [(("profiles", name, "fallbacks"), model)
+              for name, profile in settings.profiles.items() for model in profile.fallbacks]
+    for key, model in named:
+        where = f"Bad setting {'.'.join(key)} in {source(*key)}"
         try:
             provider, name = parse_model(model)
         except LaceError as error:
-            raise LaceError(f"Bad setting {where} in {source or 'the environment'}: "
-                            f"{error}") from None
+            raise LaceError(f"{where}: {error}") from None
         problem = check_model(provider, name) if check_model else None
         if problem:
-            raise LaceError(f"Bad setting {where} in {source or 'the environment'}: "
-                            f"{problem}")
+            raise LaceError(f"{where}: {problem}")
 
 
 def check_project_settings(data: dict[str, Any], source: Path) -> None:
@@ -333,7 +355,7 @@ def check_project_settings(data: dict[str, Any], source: Path) -> None:
         problem = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in problem["loc"])
         raise LaceError(f"Bad setting {where} in {source}: {problem['msg']}") from None
-    _check_tool_names(settings, source)
+    _check_tool_names(settings, lambda *_key: str(source))
 
 
 def checked_project(folder: Path) -> Project:
@@ -346,31 +368,41 @@ def checked_project(folder: Path) -> Project:
     return project
 
 
-def load_settings(*, check_model: ModelCheck | None = None,
-                  python_tools: tuple[str, ...] = (), **overrides: Any) -> Settings:
-    """The settings, or one clear error naming the bad key and the file it came from; profile
-    prompt files are read here, so a missing one fails at start, not mid-session. With
-    `check_model` (processes that run agents), every fallback model must be callable too;
-    `python_tools` names the process's Python tools, which the settings may name."""
+def load_settings(*, check_model: ModelCheck | None = None, python_tools: tuple[str, ...] = (),
+                  workspace: Path | None = None, **overrides: Any) -> Settings:
+    """The settings for `workspace` (default: this folder), or one clear error naming the bad
+    key and where it came from; profile prompt files are read here (relative to the file that
+    names them), so a missing one fails at start, not mid-session. With `check_model`
+    (processes that run agents), every fallback model must be callable too; `python_tools`
+    names the process's Python tools, which the settings may name."""
+    files = Merged.of(settings_files(workspace))
+    reading = _reading.set(files)
     try:
         settings = Settings(**overrides)
-        source = config_path()
-        _check_tool_names(settings, source, python_tools)
-        _check_fallbacks(settings, source, check_model)
-        for name, profile in settings.profiles.items():
-            if profile.model is not None and "/" not in profile.model:
-                raise LaceError(f"Bad setting profiles.{name}.model in {source}: expected "
-                                f"provider/model, got {profile.model!r}")
-            settings.profiles[name] = profile.model_copy(update={
-                "system_prompt": profile.prompt_text(source), "system_prompt_file": None})
-        return settings
     except ValidationError as error:
         problem = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        raise LaceError(f"Bad setting {where} in {config_path() or 'the environment'}: "
-                        f"{problem['msg']}") from None
-    except ValueError as error:  # malformed TOML
-        raise LaceError(f"Cannot read {config_path()}: {error}") from None
+        key = tuple(str(part) for part in problem["loc"])
+        origin = files.file_of(key) or "the environment"
+        raise LaceError(f"Bad setting {'.'.join(key)} in {origin}: {problem['msg']}") from None
+    finally:
+        _reading.reset(reading)
+    settings._files, settings._given = files, overrides
+
+    def source(*key: str) -> str:
+        origin = settings.origin_of(key)
+        return "the environment" if origin == DEFAULT else origin
+
+    _check_tool_names(settings, source, python_tools)
+    _check_fallbacks(settings, source, check_model)
+    for name, profile in settings.profiles.items():
+        if profile.model is not None and "/" not in profile.model:
+            raise LaceError(f"Bad setting profiles.{name}.model in "
+                            f"{source('profiles', name, 'model')}: expected provider/model, "
+                            f"got {profile.model!r}")
+        prompt_file = files.file_of(("profiles", name, "system_prompt_file"))
+        settings.profiles[name] = profile.model_copy(update={
+            "system_prompt": profile.prompt_text(prompt_file)})
+    return settings
 
 
 def default_model() -> str:

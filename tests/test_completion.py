@@ -1,0 +1,113 @@
+"""`lace completion bash|zsh|fish`: the script a person puts in their shell's startup file. The
+bash one is loaded into a plain bash (no bash-completion package, no startup files) and driven
+as bash drives it on TAB: `complete -p lace` names the function, which is called with
+COMP_WORDS, COMP_CWORD, COMP_LINE and COMP_POINT set; every command and every option of every
+command comes back."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lace.cli import build_parser
+from tests.processes import lace_env
+
+BIN = Path(sys.executable).parent
+
+
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+             ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command path (`()`, `("task", "add")`, ...) with its parser."""
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += commands(child, (*path, name))
+    return found
+
+
+def completions(home: Path, lines: list[str], cwd: Path | None = None) -> list[list[str]]:
+    """What lace's bash completion offers at the end of each command line, in one plain bash
+    (started in `cwd`)."""
+    script = ['eval "$(lace completion bash)"',
+              'function=$(complete -p lace | sed -E "s/.* -F ([^ ]+) .*/\\1/")',
+              'echo "completion: $(complete -p lace)"']
+    for line in lines:
+        script += [f"COMP_LINE={shlex.quote(line)}", 'COMP_POINT=${#COMP_LINE}',
+                   'read -r -a COMP_WORDS <<< "$COMP_LINE"',
+                   '[[ "$COMP_LINE" == *" " ]] && COMP_WORDS+=("")',
+                   'COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))', "COMP_TYPE=9", "COMPREPLY=()",
+                   '"$function" lace "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"',
+                   'echo "offered: ${COMPREPLY[*]}"']
+    env = {**lace_env(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", "\n".join(script)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    first, *offered = done.stdout.splitlines()
+    assert first == "completion: complete -o bashdefault -o default -o nospace " \
+                    "-F _python_argcomplete lace"
+    assert len(offered) == len(lines), done.stdout + done.stderr
+    return [line.removeprefix("offered: ").split() for line in offered]
+
+
+def test_bash_completes_every_command_and_option_in_plain_bash(tmp_path: Path) -> None:
+    tree = commands(build_parser())
+    lines = ["lace ta", "lace tsks", "lace task a", "lace cost --by m", "lace completion "]
+    lines += [" ".join(("lace", *path, "-")) for path, _parser in tree]
+    offered = completions(tmp_path / "home", lines)
+    assert [sorted(words) for words in offered[:5]] == [
+        ["task", "tasks"], [], ["add"], ["model"], ["bash", "fish", "zsh"]]
+    for (path, parser), options in zip(tree, offered[5:], strict=True):
+        expected = {option for action in parser._actions for option in action.option_strings
+                    if action.help != argparse.SUPPRESS}
+        assert expected <= set(options), (path, expected - set(options))
+    top = offered[5]
+    assert "--version" in top and "--db" in top
+    names = {path[-1] for path, _parser in tree if len(path) == 1}
+    assert names <= set(completions(tmp_path / "home", ["lace "])[0])
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_each_shell_gets_a_script_that_its_shell_accepts(tmp_path: Path, shell: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "lace", "completion", shell],
+                          capture_output=True, text=True, env=lace_env(tmp_path / "home"),
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "lace" in done.stdout and done.stderr == ""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed here to parse the script")
+    script = tmp_path / f"lace.{shell}"
+    script.write_text(done.stdout)
+    check = ["-n", str(script)] if shell != "fish" else ["--no-execute", str(script)]
+    parsed = subprocess.run([shell, *check], capture_output=True, text=True, timeout=60)
+    assert parsed.returncode == 0, parsed.stderr
+
+
+def test_a_shell_lace_has_no_script_for_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "lace", "completion", "powershell"],
+                          capture_output=True, text=True, env=lace_env(tmp_path / "home"),
+                          timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "bash" in done.stderr
+    assert not (tmp_path / "home").exists()
+
+
+def test_fish_completes_commands_and_options(tmp_path: Path) -> None:
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed here")
+    env = {**lace_env(tmp_path / "home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["fish", "--no-config", "-c", "lace completion fish | source; "
+                           "complete -C 'lace ta'; echo ---; complete -C 'lace tasks --'"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    commands_part, options_part = done.stdout.split("---\n")
+    assert {line.split("\t")[0] for line in commands_part.splitlines()} == {"task", "tasks"}
+    assert {"--json", "--all", "--limit", "--session", "--db"} <= {
+        line.split("\t")[0] for line in options_part.splitlines()}

@@ -1,0 +1,123 @@
+"""Where a person's settings come from, driven as they would: their own file in the user config
+folder, `$LACE_HOME/config.toml`, the project's `lace.toml` found from the workspace up to the
+repository root (once trusted), merged key by key, and `lace config` saying where each value
+came from."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.processes import lace_env
+
+
+def lace_at(folder: Path, home: Path, *argv: str, stdin: str | None = None,
+            **extra: str) -> subprocess.CompletedProcess[str]:
+    """`lace ARGV` started in `folder`, on `home` (its user config folder is `HOME-config`)."""
+    return subprocess.run([sys.executable, "-m", "lace", *argv], cwd=folder, input=stdin,
+                          env=lace_env(home, **extra), capture_output=True, text=True,
+                          timeout=120)
+
+
+def user_config(home: Path, text: str) -> Path:
+    """The person's own `config.toml` in the user config folder `lace_env` gives `home`."""
+    path = Path(f"{home}-config") / "lace" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def repository(tmp_path: Path, lace_toml: str) -> tuple[Path, Path]:
+    """A git repository with `lace_toml` at its root, and a folder two levels down in it."""
+    repo = tmp_path / "repo"
+    deep = repo / "src" / "app"
+    deep.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "lace.toml").write_text(lace_toml)
+    return repo, deep
+
+
+def shown(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """`lace config --json`'s settings: `{key: {"value": ..., "from": ...}}`."""
+    assert done.returncode == 0, done.stderr
+    settings: dict[str, Any] = json.loads(done.stdout)["settings"]
+    return settings
+
+
+def test_user_and_project_files_merge_key_by_key_and_lace_config_says_where_from(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    user = user_config(home, 'model = "openai/gpt-4o-mini"\n'
+                             "[limits]\nmax_depth = 1\nmax_running = 5\n")
+    repo, deep = repository(tmp_path, "[limits]\nmax_running = 3\n")
+
+    before = shown(lace_at(deep, home, "config", "--json"))  # not trusted yet: the user's only
+    assert before["limits.max_running"] == {"value": 5, "from": str(user)}
+    assert before["model"] == {"value": "openai/gpt-4o-mini", "from": str(user)}
+
+    assert lace_at(deep, home, "trust", "--yes").returncode == 0  # trusts the repository root
+    after = shown(lace_at(deep, home, "config", "--json"))
+    assert after["limits.max_running"] == {"value": 3, "from": str(repo / "lace.toml")}
+    assert after["limits.max_depth"] == {"value": 1, "from": str(user)}
+    assert after["model"] == {"value": "openai/gpt-4o-mini", "from": str(user)}
+    assert after["limits.max_children"] == {"value": 20, "from": "default"}
+
+    environment = shown(lace_at(deep, home, "config", "--json", LACE_LIMITS__MAX_DEPTH="2"))
+    assert environment["limits.max_depth"] == {"value": 2, "from": "LACE_LIMITS__MAX_DEPTH"}
+
+    text = lace_at(deep, home, "config")
+    assert text.returncode == 0, text.stderr
+    assert f"limits.max_running = 3  # {repo / 'lace.toml'}\n" in text.stdout
+    assert f"limits.max_depth = 1  # {user}\n" in text.stdout
+
+
+def test_the_workspace_flag_chooses_the_project(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo, deep = repository(tmp_path, "[limits]\nmax_running = 3\n")
+    assert lace_at(repo, home, "trust", "--yes").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert shown(lace_at(elsewhere, home, "config", "--json"))["limits.max_running"][
+        "from"] == "default"
+    chosen = shown(lace_at(elsewhere, home, "config", "--json", "--workspace", str(deep)))
+    assert chosen["limits.max_running"] == {"value": 3, "from": str(repo / "lace.toml")}
+
+
+def test_lace_home_config_and_lace_config_keep_working(tmp_path: Path) -> None:
+    """`$LACE_HOME/config.toml` over the user's file, key by key; `LACE_CONFIG` is the one
+    file read when it is set."""
+    home = tmp_path / "home"
+    home.mkdir()
+    user = user_config(home, "[limits]\nmax_depth = 1\nmax_running = 5\n")
+    (home / "config.toml").write_text("[limits]\nmax_running = 7\n")
+    both = shown(lace_at(tmp_path, home, "config", "--json"))
+    assert both["limits.max_running"] == {"value": 7, "from": str(home / "config.toml")}
+    assert both["limits.max_depth"] == {"value": 1, "from": str(user)}
+
+    named = tmp_path / "named.toml"
+    named.write_text("[limits]\nmax_children = 9\n")
+    only = shown(lace_at(tmp_path, home, "config", "--json", LACE_CONFIG=str(named)))
+    assert only["limits.max_children"] == {"value": 9, "from": str(named)}
+    assert only["limits.max_running"]["from"] == "default"
+
+
+def test_the_users_model_starts_every_session_and_the_command_line_wins(
+        tmp_path: Path) -> None:
+    """`lace task add` (which opens a session when there is none) and `lace run` both use the
+    user's `model`; `--model` beats it."""
+    home = tmp_path / "home"
+    user_config(home, 'model = "demo/from-user-config"\n')
+    added = lace_at(tmp_path, home, "task", "add", "Sign off the launch", "--assign", "human")
+    assert added.returncode == 0, added.stderr
+    run = lace_at(tmp_path, home, "run", "--detach", "Plan the launch")
+    assert run.returncode == 0, run.stderr
+    flag = lace_at(tmp_path, home, "run", "--detach", "--model", "demo/flag", "Plan it")
+    assert flag.returncode == 0, flag.stderr
+    with sqlite3.connect(home / "lace.db") as connection:
+        models = connection.execute("SELECT model FROM agent_metadata WHERE parent_thread_id "
+                                    "IS NULL ORDER BY rowid").fetchall()
+    assert models == [("from-user-config",), ("from-user-config",), ("flag",)]
