@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lace.cli import build_parser
+from tests.conftest import on_ci
 from tests.processes import lace_env
 
 BIN = Path(sys.executable).parent
@@ -75,14 +76,23 @@ def test_bash_completes_every_command_and_option_in_plain_bash(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def need_shell(shell: str) -> None:
+    """A shell the test drives: missing, the test is skipped here, and fails on CI (which
+    installs it: .ci/run)."""
+    if shutil.which(shell) is None:
+        message = f"{shell} is not installed here (apt-get install {shell})"
+        if on_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
 def test_each_shell_gets_a_script_that_its_shell_accepts(tmp_path: Path, shell: str) -> None:
     done = subprocess.run([sys.executable, "-m", "lace", "completion", shell],
                           capture_output=True, text=True, env=lace_env(tmp_path / "home"),
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "lace" in done.stdout and done.stderr == ""
-    if shutil.which(shell) is None:
-        pytest.skip(f"{shell} is not installed here to parse the script")
+    need_shell(shell)
     script = tmp_path / f"lace.{shell}"
     script.write_text(done.stdout)
     check = ["-n", str(script)] if shell != "fish" else ["--no-execute", str(script)]
@@ -100,8 +110,7 @@ def test_a_shell_lace_has_no_script_for_is_one_line(tmp_path: Path) -> None:
 
 
 def test_fish_completes_commands_and_options(tmp_path: Path) -> None:
-    if shutil.which("fish") is None:
-        pytest.skip("fish is not installed here")
+    need_shell("fish")
     env = {**lace_env(tmp_path / "home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["fish", "--no-config", "-c", "lace completion fish | source; "
                            "complete -C 'lace ta'; echo ---; complete -C 'lace tasks --'"],
