@@ -75,7 +75,6 @@ def test_bash_completes_every_command_and_option_in_plain_bash(tmp_path: Path) -
     assert names <= set(completions(tmp_path / "home", ["lace "])[0])
 
 
-@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def need_shell(shell: str) -> None:
     """A shell the test drives: missing, the test is skipped here, and fails on CI (which
     installs it: .ci/run)."""
@@ -86,6 +85,7 @@ def need_shell(shell: str) -> None:
         pytest.skip(message)
 
 
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_each_shell_gets_a_script_that_its_shell_accepts(tmp_path: Path, shell: str) -> None:
     done = subprocess.run([sys.executable, "-m", "lace", "completion", shell],
                           capture_output=True, text=True, env=lace_env(tmp_path / "home"),
