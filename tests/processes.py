@@ -110,3 +110,19 @@ def trust_folder(folder: Path, home: Path | None = None) -> None:
     finally:
         if saved is not None:
             os.environ["LACE_HOME"] = saved
+
+
+def lace_at(folder: Path, home: Path, *argv: str, stdin: str | None = None,
+            **extra: str) -> subprocess.CompletedProcess[str]:
+    """`lace ARGV` started in `folder`, on `home` (its user config folder is `HOME-config`)."""
+    return subprocess.run([sys.executable, "-m", "lace", *argv], cwd=folder, input=stdin,
+                          env=lace_env(home, **extra), capture_output=True, text=True,
+                          timeout=120)
+
+
+def user_config(home: Path, text: str) -> Path:
+    """The person's own `config.toml` in the user config folder `lace_env` gives `home`."""
+    path = Path(f"{home}-config") / "lace" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

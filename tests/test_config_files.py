@@ -5,47 +5,11 @@ came from."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-from tests.processes import lace_env
-
-
-def lace_at(folder: Path, home: Path, *argv: str, stdin: str | None = None,
-            **extra: str) -> subprocess.CompletedProcess[str]:
-    """`lace ARGV` started in `folder`, on `home` (its user config folder is `HOME-config`)."""
-    return subprocess.run([sys.executable, "-m", "lace", *argv], cwd=folder, input=stdin,
-                          env=lace_env(home, **extra), capture_output=True, text=True,
-                          timeout=120)
-
-
-def user_config(home: Path, text: str) -> Path:
-    """The person's own `config.toml` in the user config folder `lace_env` gives `home`."""
-    path = Path(f"{home}-config") / "lace" / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def repository(tmp_path: Path, lace_toml: str) -> tuple[Path, Path]:
-    """A git repository with `lace_toml` at its root, and a folder two levels down in it."""
-    repo = tmp_path / "repo"
-    deep = repo / "src" / "app"
-    deep.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    (repo / "lace.toml").write_text(lace_toml)
-    return repo, deep
-
-
-def shown(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """`lace config --json`'s settings: `{key: {"value": ..., "from": ...}}`."""
-    assert done.returncode == 0, done.stderr
-    settings: dict[str, Any] = json.loads(done.stdout)["settings"]
-    return settings
+from tests.config_files import repository, shown
+from tests.processes import lace_at, user_config
 
 
 def test_user_and_project_files_merge_key_by_key_and_lace_config_says_where_from(

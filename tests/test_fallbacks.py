@@ -221,5 +221,6 @@ def test_a_fallback_that_cannot_be_called_is_refused_at_start(
         trust_folder(tmp_path)
         code, out, err = run_cli(capsys, "run", "hi", "--db", str(db_path))
         assert (code, out) == (2, "")
+        expected = expected.replace(" lace.toml:", f" {tmp_path / 'lace.toml'}:")
         assert err.startswith(f"lace: error: {expected}") and len(err.splitlines()) == 1
         assert not db_path.exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from lace.store.db import HEAD_REVISION
 from tests import postgres
 from tests.conftest import query, snapshot
 
@@ -132,7 +133,7 @@ def test_a_write_to_a_copy_leaves_the_template_as_it_was(
         write_migrated_file(template, request.getfixturevalue("sqlite_template"))
     else:
         template = db_path.rsplit("/", 1)[0] + "/" + POSTGRES_TEMPLATE
-    assert query(template, "SELECT version_num FROM alembic_version") == [("lace_0012",)]
+    assert query(template, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
 
 
 def test_placeholders_become_psycopg_ones_outside_string_literals() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.test_config_files import lace_at
+from tests.processes import lace_at
 
 
 def test_a_mistyped_command_exits_2_and_suggests_the_nearest(tmp_path: Path) -> None:

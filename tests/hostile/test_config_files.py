@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 from lace.trust import project_of, trust
-from tests.test_config_files import lace_at, repository, shown, user_config
+from tests.config_files import repository, shown
+from tests.processes import lace_at, user_config
 
 ALLOW_BASH = '[tools.policy]\nbash = "allow"\n'
 

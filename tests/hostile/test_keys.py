@@ -11,7 +11,7 @@ import pytest
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from tests.test_config_files import lace_at
+from tests.processes import lace_at
 
 STORED = "sk-stored-in-lace-0123456789"
 
