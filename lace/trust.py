@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from lace.core.errors import LaceError
+from lace.core.secrets import mask
 from lace.core.text import printable, printable_json
-from lace.paths import lace_home, private_folder, write_private
+from lace.paths import credential_values, lace_home, private_folder, write_private
 
 PROJECT_SETTINGS = "lace.toml"
 MCP_JSON = ".mcp.json"
@@ -75,7 +76,7 @@ def project_of(folder: Path) -> Project:
     """The project files of `folder` (resolved) as they are now."""
     folder = folder.resolve()
     found = {name: _read(folder / name) for name in PROJECT_FILES}
-    for name in _prompt_files(found[PROJECT_SETTINGS]):
+    for name in prompt_files(found[PROJECT_SETTINGS]):
         try:
             found[name] = _read((folder / name).expanduser())
         except LaceError:
@@ -83,9 +84,9 @@ def project_of(folder: Path) -> Project:
     return Project(folder, {name: data for name, data in found.items() if data is not None})
 
 
-def _prompt_files(settings: bytes | None) -> list[str]:
-    """The `system_prompt_file` of each profile of a `lace.toml` (none when it cannot be
-    read: then it is never trusted either)."""
+def prompt_files(settings: bytes | None) -> list[str]:
+    """The `system_prompt_file` of each profile of a `lace.toml`'s bytes (none when it cannot
+    be read: then it is never trusted either)."""
     try:
         profiles = tomllib.loads((settings or b"").decode()).get("profiles", {})
     except ValueError:
@@ -148,7 +149,8 @@ def parsed(project: Project, name: str) -> Any:
 
 def described(project: Project) -> list[str]:
     """Every value of every project file, one `key = value` line each, whole and escaped (a
-    prompt file's text line by line), so that what the person trusts is what they saw."""
+    prompt file's text line by line), so that what the person trusts is what they saw; the
+    values of the person's credentials masked (a prompt file may be their own `.env`)."""
     lines = []
     for name in project.files:
         lines.append(f"{printable(str(project.folder / name), one_line=True)}:")
@@ -158,7 +160,8 @@ def described(project: Project) -> list[str]:
             continue
         leaves = list(_leaves(content, ""))
         lines += [f"  {key} = {value}" for key, value in leaves] or ["  (empty)"]
-    return lines
+    secrets = credential_values()
+    return [mask(line, secrets) for line in lines]
 
 
 def key_text(part: str) -> str:

@@ -33,9 +33,18 @@ from lace.core.errors import LaceError
 from lace.core.tool_names import unknown_tool_problem
 from lace.core.tool_sets import EVERY_MCP_TOOL, is_mcp_tool, matches
 from lace.core.worktrees import Isolation
-from lace.trust import PROJECT_SETTINGS, Project, parsed, project_of
+from lace.trust import (
+    PROJECT_SETTINGS,
+    Project,
+    parsed,
+    project_of,
+    prompt_files,
+    trusted_bytes,
+)
 
 DEMO_MODEL = "demo/coordinator"
+UNREADABLE_PROMPT = ("missing, or not a regular file of at most 1 MiB trusted with the "
+                     "folder's lace.toml (lace trust shows and trusts nothing else)")
 DEFAULT = "default"
 """Where a value no file, variable or flag set comes from."""
 _reading: ContextVar[Merged | None] = ContextVar("settings_files", default=None)
@@ -191,12 +200,19 @@ class Profile(BaseModel):
     isolation: Isolation | None = Field(default=None, description="worktree: each helper of "
                                         "this profile works in its own git worktree")
 
-    def prompt_text(self, config_file: Path | None) -> str | None:
-        """The inline prompt, else the file's text (relative to the config file)."""
+    def prompt_text(self, config_file: Path | None, *, project: bool = False) -> str | None:
+        """The inline prompt, else the file's text (relative to the config file). A trusted
+        project's prompt file (`project`) is read as `lace trust` hashed it, bytes for bytes,
+        or not at all: a file it could not show (past 1 MiB, not a regular file) never acts."""
         if self.system_prompt or not self.system_prompt_file:
             return self.system_prompt
         base = config_file.parent if config_file else Path.cwd()
         path = (base / self.system_prompt_file).expanduser()
+        if project:
+            data = trusted_bytes(base, self.system_prompt_file)
+            if data is None:
+                raise LaceError(f"Cannot read system_prompt_file {path}: {UNREADABLE_PROMPT}")
+            return data.decode(errors="replace")
         try:
             return path.read_text()
         except OSError as error:
@@ -365,6 +381,10 @@ def checked_project(folder: Path) -> Project:
     if PROJECT_SETTINGS in project.files:
         check_project_settings(parsed(project, PROJECT_SETTINGS),
                                project.folder / PROJECT_SETTINGS)
+    for name in prompt_files(project.files.get(PROJECT_SETTINGS)):
+        if name not in project.files:  # never shown, so never trusted
+            raise LaceError(f"Cannot read system_prompt_file "
+                            f"{(project.folder / name).expanduser()}: {UNREADABLE_PROMPT}")
     return project
 
 
@@ -400,8 +420,10 @@ def load_settings(*, check_model: ModelCheck | None = None, python_tools: tuple[
                             f"{source('profiles', name, 'model')}: expected provider/model, "
                             f"got {profile.model!r}")
         prompt_file = files.file_of(("profiles", name, "system_prompt_file"))
+        project = any(found.kind == "project" and found.path == prompt_file
+                      for found in files.files)
         settings.profiles[name] = profile.model_copy(update={
-            "system_prompt": profile.prompt_text(prompt_file)})
+            "system_prompt": profile.prompt_text(prompt_file, project=project)})
     return settings
 
 

@@ -96,3 +96,41 @@ def test_commands_and_servers_end_with_lace(tmp_path: Path, pid_files: tuple[Pat
     started = pids_in(command_pids) + pids_in(server_pids)
     assert len(started) == 3, err
     assert all_gone(started) == []
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_command_that_leaves_its_group_still_ends_with_lace(
+        tmp_path: Path, pid_files: tuple[Path, Path], ending: str) -> None:
+    """`setsid` puts a child in a session (and group) of its own, out of reach of the group's
+    kill: the keeper, a subreaper, still finds it among what it started."""
+    command_pids, _ = pid_files
+    settings = tmp_path / "settings.toml"
+    settings.write_text('[tools.policy]\nbash = "allow"\n')
+    command = (f"setsid sh -c 'echo $$ >> {command_pids}; exec sleep 300' "
+               f"</dev/null >/dev/null 2>&1 &")
+    command += f" while ! [ -s {command_pids} ]; do sleep 0.05; done;"
+    if ending != "quiet":
+        command += f" sleep 300 & echo $! >> {command_pids}; wait"
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with FakeOpenAI(bash_then_answer(command)) as fake:
+        env = lace_env(tmp_path / "home", LACE_CONFIG=str(settings),
+                       OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
+             *(["--timeout", "8"] if ending == "timeout" else [])],
+            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wanted = 1 if ending == "quiet" else 2
+            if ending in ("sigterm", "sigkill"):
+                wait_for(lambda: len(pids_in(command_pids)) == wanted, process,
+                         "the command starting")
+                process.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGKILL)
+            _out, err = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == ENDINGS[ending], err
+    started = pids_in(command_pids)
+    assert len(started) == wanted, err
+    assert all_gone(started) == []
