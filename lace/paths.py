@@ -36,7 +36,18 @@ def user_config_file() -> Path:
 
 def tokens_folder() -> Path:
     """Where the network front ends keep the tokens they made (`web`, `mcp`), 0700."""
-    return lace_home() / "tokens"
+    return lace_home() / TOKENS_FOLDER
+
+
+KEYS_FILE, TOKENS_FOLDER = "keys.json", "tokens"
+SECRET_FILES = (KEYS_FILE, TOKENS_FOLDER)
+"""In lace's home: what holds credentials (`lace keys`, the network front ends' tokens). File
+tools never read them, whatever the workspace (one that encloses the home too)."""
+
+
+def secret_paths() -> tuple[Path, ...]:
+    """The files and folders of SECRET_FILES in lace's home."""
+    return tuple(lace_home() / name for name in SECRET_FILES)
 
 
 PRIVATE_FILE = 0o600

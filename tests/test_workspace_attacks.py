@@ -226,7 +226,11 @@ async def test_file_tools_never_write_what_configures_lace_or_git(
     if (guarded.folder / path).exists():
         await refused(guarded, "file_edit", "protected", path=path, old_text="original",
                       new_text="changed")
-        assert (await run(guarded, "file_read", path=path)).text.endswith(f"original {path}")
+        if path == "home/keys.json":  # a secret is not even read
+            await refused(guarded, "file_read", "lace's own secrets", path=path)
+        else:
+            assert (await run(guarded, "file_read", path=path)).text.endswith(
+                f"original {path}")
     assert tree(guarded.folder) == before
 
 

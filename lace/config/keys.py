@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lace.core.errors import LaceError
 from lace.paths import (
+    KEYS_FILE,
     add_credential_values,
     is_credential,
     lace_home,
@@ -21,7 +22,6 @@ from lace.paths import (
     write_private,
 )
 
-KEYS_FILE = "keys.json"
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
 MAX_KEY = 4096

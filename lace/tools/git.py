@@ -13,8 +13,10 @@ from lace.tools.base import ToolError
 
 GIT_TIMEOUT_S = 120
 ISOLATION = ("-c", f"core.hooksPath={os.devnull}", "-c", "commit.gpgsign=false",
-             "-c", "core.quotePath=false", "-c", "advice.detachedHead=false")
-"""Settings for every call: no hook runs, no signing prompt, file names shown as they are."""
+             "-c", "core.fsmonitor=false", "-c", "core.quotePath=false",
+             "-c", "advice.detachedHead=false")
+"""Settings for every call: no hook runs, no file-system monitor command (a repository's own
+`.git/config` may name one), no signing prompt, file names shown as they are."""
 
 
 class GitError(ToolError):

@@ -1,5 +1,6 @@
 """What the file tools never write: files that would give an agent powers it was not given
-(lace's settings, its database, git's hooks and config), and the `[tools] protected_paths`."""
+(lace's settings, its database, git's hooks and config), and the `[tools] protected_paths`;
+and what they never read: lace's own secrets (stored keys, the front ends' tokens)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lace.paths import lace_home, user_config_file
+from lace.paths import lace_home, secret_paths, user_config_file
 from lace.store.engines import engine_for
 
 LACE_SETTINGS = "it holds settings lace reads (tool policies, limits, tool servers)"
@@ -23,6 +24,7 @@ BUILT_IN_NAMES: tuple[tuple[str, str], ...] = (
 DATABASE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 SETTING = "it is in [tools] protected_paths"
 HOME = "it is lace's home folder (settings and database)"
+SECRET = "it holds lace's own secrets (stored keys, tokens)"
 
 
 def _matches(text: str, pattern: str) -> bool:
@@ -37,6 +39,12 @@ class Protection:
     names: tuple[tuple[str, str], ...] = BUILT_IN_NAMES
     relative: tuple[str, ...] = ()
     absolute: tuple[tuple[Path, str], ...] = ()
+    secrets: tuple[Path, ...] = ()
+    """Never read either: lace's own credentials."""
+
+    def secret(self, real_path: Path) -> bool:
+        """Whether a file tool must not even read the entry at `real_path`."""
+        return any(real_path == path or path in real_path.parents for path in self.secrets)
 
     def why(self, parts: Sequence[str], real_path: Path) -> str | None:
         """Why the entry at `parts` (its real path relative to the workspace) is protected,
@@ -88,7 +96,8 @@ class Protection:
                 relative.append(cleaned)
             elif cleaned:
                 names.append((cleaned, SETTING))
-        return cls(names=tuple(names), relative=tuple(relative), absolute=tuple(absolute))
+        return cls(names=tuple(names), relative=tuple(relative), absolute=tuple(absolute),
+                   secrets=tuple(_real(path) for path in secret_paths()))
 
 
 def _real(path: Path) -> Path:

@@ -87,8 +87,12 @@ def walk(workspace: Workspace, path: str, *,
             folders.sort()
             inner = folder.removeprefix(".").lstrip("/")
             base = "/".join(part for part in (prefix, inner) if part)
+            folders[:] = [name for name in folders
+                          if not workspace.is_secret(f"{base}/{name}" if base else name)]
             for name in ([] if files_only else folders) + sorted(files):
-                yield (f"{base}/{name}" if base else name), name, folder_fd
+                relative = f"{base}/{name}" if base else name
+                if not workspace.is_secret(relative):
+                    yield relative, name, folder_fd
     finally:
         os.close(top)
 

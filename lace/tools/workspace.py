@@ -15,7 +15,7 @@ from typing import ParamSpec, TypeVar
 
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError
-from lace.tools.protection import Protection
+from lace.tools.protection import SECRET, Protection
 from lace.tools.workspace_paths import Location, located
 
 T = TypeVar("T")
@@ -45,7 +45,13 @@ class Workspace:
         """Where `path` leads inside the workspace; a ToolError when it leaves it or a folder
         on the way is missing."""
         with located(self.folder, path) as place:
+            if self.protection.secret(self.folder.resolve().joinpath(*place.parts)):
+                raise ToolError(f"{path!r} is protected: {SECRET}. File tools never read it.")
             yield place
+
+    def is_secret(self, relative: str) -> bool:
+        """Whether the entry at `relative` (as a walk names it) is one of lace's secrets."""
+        return self.protection.secret(self.folder.resolve() / relative)
 
     @contextlib.contextmanager
     def writing(self, path: str, *, make_folders: bool = True) -> Iterator[Location]:

@@ -70,3 +70,37 @@ def test_lace_own_files_stay_protected_when_the_workspace_is_the_home(tmp_path: 
         results
     assert (home / "config.toml").read_text() == "# the person's settings\n"
     assert not (home / "a-record-lace-adds-later.json").exists()
+
+
+def test_lace_secrets_are_never_read_by_a_workspace_that_encloses_the_home(
+        tmp_path: Path) -> None:
+    """The workspace is the person's whole folder and lace's home is inside it (`~` and
+    `~/.lace`): a model asks to read, list and search the stored keys and the front ends'
+    tokens, directly and through a link; none of their text reaches it."""
+    folder = tmp_path / "me"
+    home = folder / ".lace-home"
+    (home / "tokens").mkdir(parents=True)
+    secret = "stored-key-value-0123456789"
+    (home / "keys.json").write_text(json.dumps(
+        {"openai": {"variable": "OPENAI_API_KEY", "key": secret}}))
+    (home / "tokens" / "web").write_text(f"{secret}-web\n")
+    (folder / "notes.txt").write_text("ordinary\n")
+    (folder / "link.json").symlink_to(home / "keys.json")
+    calls = [("file_read", {"path": ".lace-home/keys.json"}),
+             ("file_read", {"path": ".lace-home/tokens/web"}),
+             ("file_read", {"path": "link.json"}),
+             ("file_list", {"path": ".lace-home"}),
+             ("file_search", {"pattern": "stored-key", "path": "."}),
+             ("file_read", {"path": "notes.txt"})]
+    with FakeOpenAI(calls_in_turn(*calls)) as fake:
+        env = lace_env(home, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
+        done = subprocess.run([sys.executable, "-m", "lace", "run", "go", "--model",
+                               "openai/fake", "--yes"], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=120)
+        sent = json.dumps(fake.requests)
+    assert done.returncode == 0, done.stderr
+    results: list[str] = json.loads(done.stdout)
+    assert secret not in sent and secret not in done.stdout
+    assert all("lace's own secrets" in result for result in results[:3]), results
+    assert "keys.json" not in results[3] and "tokens" not in results[3], results
+    assert "ordinary" in results[5], results
