@@ -62,6 +62,31 @@ def all_gone(pids: list[int]) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
+def lace_ended(tmp_path: Path, settings: Path, command: str, ending: str, timeout: str,
+               started: Any) -> str:
+    """`lace run` whose model runs `command` with bash, ended as `ending` says (SIGTERM and
+    SIGKILL once `started()`); lace's stderr, after checking its exit status."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with FakeOpenAI(bash_then_answer(command)) as fake:
+        env = lace_env(tmp_path / "home", LACE_CONFIG=str(settings),
+                       OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
+             *(["--timeout", timeout] if ending == "timeout" else [])],
+            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            if ending in ("sigterm", "sigkill"):
+                wait_for(started, process, "the command starting")
+                process.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGKILL)
+            _out, err = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == ENDINGS[ending], err
+    return err
+
+
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_commands_and_servers_end_with_lace(tmp_path: Path, pid_files: tuple[Path, Path],
                                             ending: str) -> None:
@@ -74,25 +99,8 @@ def test_commands_and_servers_end_with_lace(tmp_path: Path, pid_files: tuple[Pat
     command = f"sleep 300 & echo $! >> {command_pids}; echo $$ >> {command_pids}"
     if ending != "quiet":  # the command is still running when lace ends
         command += "; sleep 300"
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    with FakeOpenAI(bash_then_answer(command)) as fake:
-        env = lace_env(tmp_path / "home", LACE_CONFIG=str(settings),
-                       OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
-             *(["--timeout", "20"] if ending == "timeout" else [])],
-            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            if ending in ("sigterm", "sigkill"):
-                wait_for(lambda: len(pids_in(command_pids)) == 2 and pids_in(server_pids),
-                         process, "the command and the server starting")
-                process.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGKILL)
-            _out, err = process.communicate(timeout=120)
-        finally:
-            if process.poll() is None:
-                process.kill()
-    assert process.returncode == ENDINGS[ending], err
+    err = lace_ended(tmp_path, settings, command, ending, "20", lambda: len(
+        pids_in(command_pids)) == 2 and pids_in(server_pids))
     started = pids_in(command_pids) + pids_in(server_pids)
     assert len(started) == 3, err
     assert all_gone(started) == []
@@ -111,26 +119,9 @@ def test_a_command_that_leaves_its_group_still_ends_with_lace(
     command += f" while ! [ -s {command_pids} ]; do sleep 0.05; done;"
     if ending != "quiet":
         command += f" sleep 300 & echo $! >> {command_pids}; wait"
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    with FakeOpenAI(bash_then_answer(command)) as fake:
-        env = lace_env(tmp_path / "home", LACE_CONFIG=str(settings),
-                       OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
-             *(["--timeout", "8"] if ending == "timeout" else [])],
-            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            wanted = 1 if ending == "quiet" else 2
-            if ending in ("sigterm", "sigkill"):
-                wait_for(lambda: len(pids_in(command_pids)) == wanted, process,
-                         "the command starting")
-                process.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGKILL)
-            _out, err = process.communicate(timeout=120)
-        finally:
-            if process.poll() is None:
-                process.kill()
-    assert process.returncode == ENDINGS[ending], err
+    wanted = 1 if ending == "quiet" else 2
+    err = lace_ended(tmp_path, settings, command, ending, "8",
+                     lambda: len(pids_in(command_pids)) == wanted)
     started = pids_in(command_pids)
     assert len(started) == wanted, err
     assert all_gone(started) == []
