@@ -16,7 +16,7 @@ import pytest
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from tests.conftest import run_cli
+from tests.conftest import query, run_cli
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -83,6 +83,8 @@ def test_an_empty_answer_is_no_success(capsys: CaptureFixture, db_path: Path,
     assert code == 1 and out == ""
     last = err.strip().splitlines()[-1]
     assert last.startswith("lace: ") and "scripted/mute gave no answer" in last, err
+    calls = query(db_path, "SELECT error FROM llm_calls")
+    assert calls == [("empty answer",)] * 3  # asked again twice, not model_retries (4) times
     code, out, _ = run_cli(capsys, "run", "Say hello.", "--model", "scripted/mute", "--json",
                            "--db", str(db_path))
     assert code == 1 and '"answer": null' in out
