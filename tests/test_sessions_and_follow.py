@@ -21,11 +21,12 @@ from tests.scripted import ScriptedModels, reply
 CaptureFixture = pytest.CaptureFixture[str]
 
 
-def session_ids(db_path: Path) -> list[str]:
+def session_ids(db_path: Path | str) -> list[str]:
     return [row[0] for row in query(db_path, "SELECT id FROM threads WHERE parent_id IS NULL "
                                              "ORDER BY created_at")]
 
 
+@pytest.mark.both_engines
 def test_sessions_lists_the_newest_first_with_status_time_and_cost(
         capsys: CaptureFixture, db_path: Path, models: ScriptedModels) -> None:
     from lace.llm.litellm_setup import litellm
@@ -155,6 +156,7 @@ def test_follow_prints_a_session_as_it_runs_from_before_it_starts(tmp_path: Path
     assert shown.rstrip().endswith("agent_message: all done")
 
 
+@pytest.mark.both_engines
 def test_follow_json_of_a_quiet_session_prints_it_whole_and_ends(
         capsys: CaptureFixture, db_path: Path) -> None:
     assert run_cli(capsys, "run", "Write the announcement and list the risks.",
