@@ -34,6 +34,8 @@ class Outcome:
         """What went wrong with the root, in one line for the person; None when it answered."""
         if self.root.status == "error":
             return f"the root agent failed: {self.failure or 'see lace show ' + self.root_id}"
+        if self.root.status == "stopped":
+            return f"the root agent was stopped: {self.root.stop_reason or 'no reason given'}"
         if self.silent:
             return (f"the model {self.root.model_name} gave no answer (an empty reply); see "
                     f"lace show {self.root_id}")
