@@ -141,7 +141,7 @@ def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
     assert process.returncode == 130, err
     (root,), = sqlite3.connect(database).execute(
         "SELECT id FROM threads WHERE parent_id IS NULL").fetchall()
-    assert f"resumes with: lace run --continue {root}" in err and "Traceback" not in err
+    assert f"; resume with lace run --continue {root}" in err and "Traceback" not in err
     with sqlite3.connect(database) as connection:
         statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}
     assert "running" not in statuses and "interrupted" in statuses

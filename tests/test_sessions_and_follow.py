@@ -87,7 +87,7 @@ def test_ctrl_c_names_the_session_and_the_command_that_resumes_it(tmp_path: Path
     (root,), = [row for row in query(tmp_path / "lace.db", "SELECT id FROM threads")]
     assert process.returncode == 130 and out == "", err
     verdict = [line for line in err.splitlines() if line.startswith("lace:")]
-    assert verdict == [f"lace: interrupted; session {root} resumes with: "
+    assert verdict == [f"lace: interrupted session {root}; resume with "
                        f"lace run --continue {root}"]
 
 

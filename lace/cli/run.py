@@ -89,10 +89,10 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_run(args, board, model, settings, started))
     except KeyboardInterrupt:
-        print(f"lace: interrupted; {_resumable(started)}", file=sys.stderr)
+        print(f"lace: {_resumable('interrupted', started)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
-        print(f"lace: terminated; {_resumable(started)}", file=sys.stderr)
+        print(f"lace: {_resumable('terminated', started)}", file=sys.stderr)
         return EXIT_TERMINATED
 
 
@@ -107,11 +107,11 @@ def note_unlisted_model(model: str) -> None:
         say(f"lace: note: {note}", one_line=True, file=sys.stderr)
 
 
-def _resumable(started: list[str]) -> str:
-    """How to go on with the session a stopped run leaves (none yet: nothing to resume)."""
+def _resumable(how: str, started: list[str]) -> str:
+    """The session a stopped run leaves and how to go on with it (none yet: nothing to)."""
     if not started:
-        return "no session was started"
-    return f"session {started[0]} resumes with: lace run --continue {started[0]}"
+        return f"{how} before a session started; nothing to resume"
+    return f"{how} session {started[0]}; resume with lace run --continue {started[0]}"
 
 
 def model_client() -> RoutingClient:
