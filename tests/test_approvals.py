@@ -192,7 +192,7 @@ def test_a_headless_run_waits_for_lace_approve_from_another_process(tmp_path: Pa
 
 
 @pytest.mark.parametrize("argv", [["approve", "99"], ["deny", "99"]])
-def test_answering_an_unknown_request_is_one_line(capsys: Any, db_path: Path,
+def test_answering_an_unknown_request_is_one_line(capsys: Any, db_path: Path, store: Store,
                                                   argv: list[str]) -> None:
     from tests.conftest import run_cli
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lace.cli import build_parser
+from lace.store import Store
 from tests.conftest import run_cli as lace
 from tests.conftest import snapshot
 
@@ -21,7 +22,7 @@ CaptureFixture = pytest.CaptureFixture[str]
 def test_a_person_runs_the_board_by_hand(capsys: CaptureFixture, db_path: Path) -> None:
     db = str(db_path)
     code, out, err = lace(capsys, "tasks", "--db", db)
-    assert code == 0 and out.startswith("No tasks: no session yet") and err == ""
+    assert (code, out) == (2, "") and "no lace board at" in err and not db_path.exists()
     code, out, err = lace(capsys, "--db", db, "task", "add", "Review the plan", "--assign",
                           "human", "--priority", "high")
     assert code == 0 and out.startswith("Created task task_") and "(assigned to human)" in out
@@ -154,8 +155,8 @@ def test_a_missing_folder_is_refused_not_created(capsys: CaptureFixture, tmp_pat
                                        "database file.\n")
 
 
-def test_tasks_on_a_database_with_no_session_is_an_empty_board(capsys: CaptureFixture,
-                                                               db_path: Path) -> None:
+def test_tasks_on_a_database_with_no_session_is_an_empty_board(
+        capsys: CaptureFixture, db_path: Path, store: Store) -> None:
     code, out, err = lace(capsys, "tasks", "--db", str(db_path))
     assert (code, err) == (0, "") and out.startswith("No tasks: no session yet"), out
     code, out, err = lace(capsys, "tasks", "--json", "--db", str(db_path))

@@ -127,7 +127,7 @@ def test_wait_reports_a_failed_root_with_runs_exit_code(
     (root,), = query(db_path, "SELECT id FROM threads")
     waited = run_cli(capsys, "wait", root, "--db", str(db_path))
     assert ran[0] == waited[0] == 1 and waited[1] == ran[1]
-    assert f"the root agent failed; see lace show {root}" in waited[2]
+    assert "lace: the root agent failed: BadRequestError" in waited[2]
     code, out, _ = run_cli(capsys, "wait", root, "--json", "--db", str(db_path))
     summary = json.loads(out)
     assert code == 1 and summary["exit_code"] == 1 and summary["root_status"] == "error"
@@ -243,13 +243,13 @@ def test_wait_on_a_missing_database_creates_none(capsys: CaptureFixture, tmp_pat
     missing = tmp_path / "nowhere.db"
     code, out, err = run_cli(capsys, "wait", "lace_20990101_zzzzzz", "--db", str(missing))
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert f"there is no database at {missing}" in err and not missing.exists()
+    assert f"no lace board at {missing}" in err and not missing.exists()
 
 
 def test_wait_on_an_empty_postgresql_database_creates_no_tables(
         capsys: CaptureFixture, postgres_url: str) -> None:
     code, out, err = run_cli(capsys, "wait", "lace_20990101_zzzzzz", "--db", postgres_url)
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "holds no lace board" in err
+    assert "no lace board in" in err
     assert query(postgres_url, "SELECT COUNT(*) FROM information_schema.tables "
                                "WHERE table_schema = 'public'") == [(0,)]

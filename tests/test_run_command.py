@@ -60,7 +60,7 @@ def test_json_summary(capsys: CaptureFixture, db_path: Path) -> None:
     (["run", "hi", "--model", "gpt-4o"], "Expected provider/model"),
     (["run", "hi", "--model", "foo/bar"], "Unknown provider 'foo'"),
     (["run", "hi", "--model", "openai/gpt-4o"], "OPENAI_API_KEY"),
-    (["run", "--continue", "lace_20990101_zzzzzz"], "Unknown thread"),
+    (["run", "--continue", "lace_20990101_zzzzzz"], "no lace board at"),
     (["run", "hi", "--timeout", "-1"], "must be more than 0"),
 ])
 def test_bad_usage_exits_2_and_writes_nothing(capsys: CaptureFixture, db_path: Path,
@@ -139,7 +139,9 @@ def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
-    assert "resume with lace run --continue" in err and "Traceback" not in err
+    (root,), = sqlite3.connect(database).execute(
+        "SELECT id FROM threads WHERE parent_id IS NULL").fetchall()
+    assert f"; resume with lace run --continue {root}" in err and "Traceback" not in err
     with sqlite3.connect(database) as connection:
         statuses = {row[0] for row in connection.execute("SELECT status FROM agent_metadata")}
     assert "running" not in statuses and "interrupted" in statuses

@@ -78,7 +78,7 @@ def test_a_read_only_folder_is_named_not_called_a_foreign_file(capsys: CaptureFi
         assert (code, out) == (4, "") and err.count("\n") == 1, err
         assert err.startswith(f"lace: storage error: cannot use {db}: "), err
         assert "read-only" in err and "not a lace database" not in err
-        code, out, err = run_cli(capsys, "tasks", "--db", str(disk / "new.db"))
+        code, out, err = run_cli(capsys, "task", "add", "third", "--db", str(disk / "new.db"))
         assert (code, out) == (4, "") and err.count("\n") == 1, err
         assert err.startswith(f"lace: storage error: cannot use {disk / 'new.db'}: it is on a "
                               "read-only file system"), err

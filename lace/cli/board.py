@@ -10,17 +10,32 @@ from typing import Any, TextIO
 
 from lace.config import Settings, load_settings
 from lace.core.assignee import NewAgentSpec, parse_assignee
-from lace.core.errors import LaceError
+from lace.core.errors import LaceError, NotFoundError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
 from lace.core.text import printable, printable_json
 from lace.runtime.board import NO_SESSION, Board
-from lace.runtime.databases import database_url, open_store, shown_database, upgrade_database
+from lace.runtime.databases import (
+    database_url,
+    missing_board,
+    open_store,
+    shown_database,
+    upgrade_database,
+)
 
 
-def board_of(args: argparse.Namespace, settings: Settings | None = None) -> Board:
+def board_of(args: argparse.Namespace, settings: Settings | None = None, *,
+             create: bool = False) -> Board:
     """The board named by `--db` (or the environment), with the folder lace was started in as
-    the person's workspace; its settings are read when first needed, unless given."""
-    return Board(open_store(getattr(args, "db", None)), settings)
+    the person's workspace; its settings are read when first needed, unless given. Unless
+    `create` (a command that starts sessions), a database that holds no board yet is refused,
+    and nothing is written."""
+    db = getattr(args, "db", None)
+    if not create:
+        missing = missing_board(db)
+        if missing is not None:
+            raise NotFoundError(f"{missing}; nothing was created (lace run starts a board, "
+                                "--db names another)")
+    return Board(open_store(db), settings)
 
 
 def say(text: str, *, one_line: bool = False, file: TextIO | None = None,
@@ -118,7 +133,7 @@ def task_add_command(args: argparse.Namespace) -> int:
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     settings = load_settings()  # bad settings are refused before the database is made
     _note_assigned_model(args.assigned_to)
-    with board_of(args, settings) as board:
+    with board_of(args, settings, create=True) as board:
         if session_id is None and args.blocked_by:
             session_id = board.task(args.blocked_by[0]).thread_id
         if session_id is None and board.latest_session() is None:

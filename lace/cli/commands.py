@@ -220,7 +220,27 @@ def _add_lifetime_commands(add: Add, common: argparse.ArgumentParser) -> None:
 
 
 def _add_reading_commands(add: Add) -> None:
-    """tasks, threads, cost, export, import and show: the board read (and carried) by hand."""
+    """sessions, follow, tasks, threads, cost, export, import and show: the board read (and
+    carried) by hand."""
+    sessions = add("sessions", "List the sessions, the newest first: id, status, when it "
+                               "started (UTC), cost and the start of its prompt.",
+                   "lace.cli.sessions:sessions_command")
+    sessions.add_argument("text", nargs="?", metavar="TEXT",
+                          help="only the sessions whose prompt (title) or id holds TEXT, in "
+                               "any case")
+    sessions.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                          help="print at most N sessions")
+    sessions.add_argument("--json", action="store_true", help="print JSON")
+
+    follow = add("follow", "Print a session's events as they happen (its helpers' too), from "
+                           "its first, until it is quiet; it may start before any process "
+                           "runs the session.", "lace.cli.sessions:follow_command")
+    follow.description = (f"{follow.description} Exit codes: 0 once the session is quiet, "
+                          "130 Ctrl+C (the session is left as it is).")
+    follow.add_argument("session", metavar="SESSION", help="the session's root thread id")
+    follow.add_argument("--json", action="store_true",
+                        help="print one JSON object per event, a line each")
+
     tasks = add("tasks", "Print the task board of a session (open tasks unless --all).",
                 "lace.cli.board:tasks_command")
     tasks.add_argument("--session", metavar="ID", help="root thread id (default: the latest)")
@@ -421,6 +441,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace resume": ("lace resume lace_20261122_ab12cd.1",),
     "lace session": ('lace session end lace_20261122_ab12cd --reason "done for today"',),
     "lace session end": ('lace session end lace_20261122_ab12cd --reason "done for today"',),
+    "lace sessions": ("lace sessions", "lace sessions launch --limit 5",
+                      "lace sessions --json"),
+    "lace follow": ("lace follow lace_20261122_ab12cd",
+                    "lace follow lace_20261122_ab12cd --json"),
     "lace tasks": ("lace tasks", "lace tasks --all --json"),
     "lace threads": ("lace threads --session lace_20261122_ab12cd",),
     "lace show": ("lace show lace_20261122_ab12cd.1",),

@@ -90,7 +90,7 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     token = access_token("mcp", "LACE_MCP_TOKEN") if listen else None
     settings = runtime_settings(args)
     workspace_of(args)
-    board = board_of(args)
+    board = board_of(args, create=True)
     latest = board.session(args.session) if args.session else board.latest_session()
     listening = None if listen is None or token is None else open_socket(listen, token)
     if listen is not None and not listen.loopback:

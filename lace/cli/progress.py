@@ -9,6 +9,7 @@ import sys
 from typing import Any, TextIO
 
 from lace.cli.approvals import SEE_ALL
+from lace.core.ids import root_of
 from lace.core.secrets import mask
 from lace.core.shown import shown
 from lace.core.text import MAX_NESTING, json_nesting, printable
@@ -24,8 +25,9 @@ from lace.runtime.events import (
 )
 
 
-def progress_printer(stream: TextIO | None = None) -> Subscriber:
-    """A bus subscriber that narrates the run."""
+def progress_printer(stream: TextIO | None = None, *, root_reported: bool = False) -> Subscriber:
+    """A bus subscriber that narrates the run; `root_reported` leaves a root's failure to the
+    last line the command prints (`lace run`)."""
 
     def show(event: RuntimeEvent) -> None:
         line = None
@@ -39,7 +41,7 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
             line = f"+ {event.thread_id} spawned ({event.model}) for {event.task_id}"
         elif isinstance(event, Warned):
             line = f"! {event.text}"
-        elif isinstance(event, TurnFailed):
+        elif isinstance(event, TurnFailed) and not (root_reported and is_root(event.thread_id)):
             line = f"! {event.thread_id} failed: {event.error}"
         elif isinstance(event, EventAppended):
             data = event.data
@@ -59,6 +61,10 @@ def progress_printer(stream: TextIO | None = None) -> Subscriber:
             out.flush()
 
     return show
+
+
+def is_root(thread_id: str) -> bool:
+    return root_of(thread_id) == thread_id
 
 
 def describe_call(call: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lace.runtime.board import Board
 
 EXIT_TIMEOUT = 3
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
 NOT_WITH_DETACH = {
     "continue_thread": ("--continue", "it starts a new session"),
@@ -79,18 +80,19 @@ def run_command(args: argparse.Namespace) -> int:
     problem = check_model(provider, name)
     if problem:
         raise LaceError(problem)
-    board = board_of(args)
+    board = board_of(args, create=args.continue_thread is None)
     if detach:
         return _detach(board, args.prompt, model, workspace_of(args))
     if args.continue_thread:
         board.get_thread(args.continue_thread)
+    started: list[str] = []  # the session's id, once there is one
     try:
-        return asyncio.run(_run(args, board, model, settings))
+        return asyncio.run(_run(args, board, model, settings, started))
     except KeyboardInterrupt:
-        print("lace: interrupted; resume with lace run --continue", file=sys.stderr)
-        return 130
+        print(f"lace: {_resumable('interrupted', started)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
-        print("lace: terminated; resume with lace run --continue", file=sys.stderr)
+        print(f"lace: {_resumable('terminated', started)}", file=sys.stderr)
         return EXIT_TERMINATED
 
 
@@ -105,6 +107,13 @@ def note_unlisted_model(model: str) -> None:
         say(f"lace: note: {note}", one_line=True, file=sys.stderr)
 
 
+def _resumable(how: str, started: list[str]) -> str:
+    """The session a stopped run leaves and how to go on with it (none yet: nothing to)."""
+    if not started:
+        return f"{how} before a session started; nothing to resume"
+    return f"{how} session {started[0]}; resume with lace run --continue {started[0]}"
+
+
 def model_client() -> RoutingClient:
     """The client every lace process calls models with."""
     from lace.llm.client import default_client
@@ -113,19 +122,22 @@ def model_client() -> RoutingClient:
 
 
 def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
-                client: ModelClient, sharing: Sharing | None = None) -> Runtime:
+                client: ModelClient, sharing: Sharing | None = None, *,
+                root_reported: bool = False) -> Runtime:
     """The runtime of `lace run`, `lace worker` and `lace mcp serve`, narrating on stderr;
-    `sharing` says how it shares the database with other processes."""
+    `sharing` says how it shares the database with other processes, `root_reported` that the
+    command reports a root's failure itself."""
     from lace.llm.checks import check_model
     from lace.runtime import ALONE, open_runtime
 
     runtime = open_runtime(board.store, settings, client, check_model=check_model,
                            workspace=workspace_of(args), sharing=sharing or ALONE)
-    runtime.subscribe(progress_printer())
+    runtime.subscribe(progress_printer(root_reported=root_reported))
     return runtime
 
 
-async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any) -> int:
+async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any,
+               started: list[str]) -> int:
     from lace.cli.worker import Workers
     from lace.runtime import Sharing
     from lace.runtime.public import DaemonThreads
@@ -139,11 +151,12 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
     workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
     sharing = Sharing(feed=board.change_feed(), share_work=True) if workers_wanted else None
-    runtime = new_runtime(args, board, settings, model_client(), sharing)
+    runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True)
     workers = Workers()
     try:
         if args.continue_thread:
             root_id = root_of(args.continue_thread)
+            started.append(root_id)
             resumed = await runtime.resume(root_id)
             if resumed:
                 print(f"Resuming {len(resumed)} interrupted agent(s): {', '.join(resumed)}",
@@ -152,6 +165,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
                 await runtime.send(args.continue_thread, args.prompt)
         else:
             root_id = (await runtime.start_session(args.prompt, model)).id
+            started.append(root_id)
             print(f"Session {root_id}", file=sys.stderr)
         workers.start(args, board.url, root_id, workers_wanted)
         try:
@@ -189,6 +203,8 @@ def _report(board: Board, root_id: str, as_json: bool) -> int:
         })
     elif outcome.answer:
         say(outcome.answer)
+    if outcome.problem:
+        say(f"lace: {outcome.problem}", one_line=True, file=sys.stderr)
     return outcome.exit_code
 
 

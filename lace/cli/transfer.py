@@ -98,7 +98,7 @@ def _too_deep(path: Path) -> str:
 def import_command(args: argparse.Namespace) -> int:
     """`lace import FILE`: checks the whole file, then writes it in one transaction."""
     document = read_document(Path(args.file))
-    with board_of(args) as board:
+    with board_of(args, create=True) as board:
         imported = board.import_session(document)
     session_id = imported.session
     renamed = f" as {session_id} (its ids were taken here)" if (

@@ -9,8 +9,6 @@ import sys
 
 from lace.cli.board import board_of, print_json, say
 from lace.cli.commands import EXIT_STILL_RUNNING
-from lace.core.errors import NotFoundError
-from lace.runtime.databases import missing_board
 from lace.runtime.outcome import Outcome
 
 EXIT_INTERRUPTED = 130
@@ -18,9 +16,6 @@ EXIT_INTERRUPTED = 130
 
 def wait_command(args: argparse.Namespace) -> int:
     """Check the session exists (writing nothing), wait for it, and report it."""
-    missing = missing_board(getattr(args, "db", None))
-    if missing is not None:
-        raise NotFoundError(f"Unknown session {args.session!r}: {missing}")
     with board_of(args) as board:
         root_id = board.session(args.session).id
         try:
@@ -53,6 +48,6 @@ def _report(outcome: Outcome, went_quiet: bool, args: argparse.Namespace) -> int
               f"lace wait {outcome.root_id} waits again", file=sys.stderr)
     elif outcome.answer:
         say(outcome.answer)
-    if went_quiet and outcome.root.status == "error":
-        print(f"lace: the root agent failed; see lace show {outcome.root_id}", file=sys.stderr)
+    if went_quiet and outcome.problem:
+        say(f"lace: {outcome.problem}", one_line=True, file=sys.stderr)
     return code

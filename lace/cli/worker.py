@@ -28,7 +28,7 @@ def worker_command(args: argparse.Namespace) -> int:
     --until-eof, as started by `lace run --workers`)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    board = board_of(args)
+    board = board_of(args, create=True)
     roots = [board.session(root_id).id for root_id in args.sessions or []]
     return asyncio.run(_serve(args, board, settings, roots))
 

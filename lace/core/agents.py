@@ -21,3 +21,20 @@ NOT_RUNNABLE: Final = (*HALTED_STATUSES, *HELD_STATUSES)
 """No new turn may start: stopped or failed (until resumed), or a turn is under way."""
 RESUMABLE_STATUSES: Final = (*HALTED_STATUSES, *CUT_OFF_STATUSES)
 """A person (or `resume_agent`) can set the agent going again."""
+
+
+SESSION_STATUSES: Final = ("running", "interrupted", "queued", "failed", "stopped", "done")
+"""The one word `lace sessions` shows for a session."""
+
+
+def session_status(statuses: set[str], root_status: str, queued: bool) -> str:
+    """A session's word from its agents' statuses: `running` while a turn is under way,
+    `interrupted` when one was cut off (lace run --continue resumes it), `queued` when work waits
+    for a process, then the root's `failed` or `stopped`, else `done`."""
+    if statuses & set(HELD_STATUSES):
+        return "running"
+    if statuses & set(CUT_OFF_STATUSES):
+        return "interrupted"
+    if queued:
+        return "queued"
+    return {"error": "failed", "stopped": "stopped"}.get(root_status, "done")

@@ -27,6 +27,19 @@ class Thread:
 
 
 @dataclass(frozen=True)
+class SessionSummary:
+    """One line of `lace sessions`: a session, its title (its prompt's start), its status word
+    (`session_status`), when it started and what its agents cost."""
+
+    id: str
+    title: str | None
+    status: str
+    created_at: str
+    cost_usd: float
+    tokens: int
+
+
+@dataclass(frozen=True)
 class Agent:
     """The `agent_metadata` row of a thread: who runs it, with what, for which task."""
 

@@ -4,6 +4,7 @@ answer."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -20,7 +21,12 @@ from lace.core.text import (
     valid_text,
 )
 from lace.core.usage import estimate_tokens, plausible_cost, plausible_tokens
-from lace.llm.checks import TEST_PROVIDERS, are_test_providers_enabled, on_this_machine
+from lace.llm.checks import (
+    TEST_PROVIDERS,
+    are_test_providers_enabled,
+    base_url_variable,
+    on_this_machine,
+)
 from lace.llm.types import ModelError, ModelReply, ToolCallRequest
 
 log = logging.getLogger("lace.llm")
@@ -62,6 +68,24 @@ def model_error(kind: str, text: str) -> ModelError:
     return ModelError(f"{kind}: {first_line[:300]}",
                       transient=kind in TRANSIENT_KINDS and not missing_key,
                       context_overflow=kind == "ContextWindowExceededError")
+
+
+def refused(error: BaseException, provider: str, default_url: str) -> ModelError | None:
+    """A permanent error naming the address when nothing listens there (the connection was
+    refused, somewhere in the chain of causes): asking again would be refused again."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError) or (
+                isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED):
+            named = base_url_variable(provider)
+            url, check = (named[1], f"is the server running, and is {named[0]} right?") \
+                if named else (default_url, "is the network up?")
+            return ModelError(f"APIConnectionError: nothing answers at {url} (connection "
+                              f"refused): {check}", transient=False)
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 class ReplyBudget:

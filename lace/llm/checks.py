@@ -77,11 +77,29 @@ def key_variable(provider: str) -> str:
     return str(wanted[0])
 
 
+OPENAI_ENDPOINT_OF = {"custom_openai": "openai"}
+"""Providers litellm sends to the endpoint of another (`custom_openai/...` to OPENAI_BASE_URL)."""
+
+
+def base_url_variable(provider: str) -> tuple[str, str] | None:
+    """The variable naming the provider's endpoint (e.g. `OPENAI_BASE_URL`) and its value, if
+    the environment sets one."""
+    prefix = OPENAI_ENDPOINT_OF.get(provider, provider).upper().replace("-", "_")
+    return next(((f"{prefix}_{suffix}", url) for suffix in ("BASE_URL", "API_BASE", "API_BASE_URL")
+                 if (url := os.environ.get(f"{prefix}_{suffix}"))), None)
+
+
 def custom_base_url(provider: str) -> str | None:
     """The provider's endpoint from the environment (e.g. `OPENAI_BASE_URL`), if set."""
-    prefix = provider.upper().replace("-", "_")
-    return next((url for suffix in ("BASE_URL", "API_BASE", "API_BASE_URL")
-                 if (url := os.environ.get(f"{prefix}_{suffix}"))), None)
+    named = base_url_variable(provider)
+    return named[1] if named else None
+
+
+def keyless(provider: str) -> bool:
+    """Whether calls go to an endpoint the person set (a local server: llama.cpp, vLLM,
+    Ollama, LM Studio) with no key in the environment: such a server needs none."""
+    prefix = OPENAI_ENDPOINT_OF.get(provider, provider).upper().replace("-", "_")
+    return has_custom_base_url(provider) and not os.environ.get(f"{prefix}_API_KEY")
 
 
 def has_custom_base_url(provider: str) -> bool:

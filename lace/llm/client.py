@@ -11,18 +11,24 @@ from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
-from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing
+from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing, refused
+from lace.llm.checks import keyless
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.prices import price_table
 from lace.llm.scripted import LocalClient
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
+NO_KEY = "no-key"
+"""The key litellm is given for a local server when the environment has none: the openai SDK
+beneath it refuses to call without one, and such a server ignores it."""
 
-def classify(error: Exception) -> ModelError:
-    """Transient (rate limits, timeouts, 5xx) or permanent (keys, bad requests, unknown models),
-    from the name of litellm's exception."""
-    return model_error(type(error).__name__, str(error))
+
+def classify(error: Exception, model: str = "") -> ModelError:
+    """Transient (rate limits, timeouts, 5xx) or permanent (keys, bad requests, unknown models,
+    a refused connection), from the name of litellm's exception."""
+    return refused(error, model.split("/", 1)[0], "the provider's endpoint") or model_error(
+        type(error).__name__, str(error))
 
 
 class LiteLLMClient(ProviderClient):
@@ -51,13 +57,15 @@ class LiteLLMClient(ProviderClient):
                                      "max_retries": 0}
         if tools:
             arguments["tools"] = tools
+        if keyless(model.split("/", 1)[0]):
+            arguments["api_key"] = NO_KEY
         try:
             if on_delta is None:
                 response = await module.acompletion(**arguments)
             else:
                 response = await self._streamed(module, arguments, on_delta)
         except Exception as error:
-            raise classify(error) from error
+            raise classify(error, model) from error
         message = response.choices[0].message
         tokens, estimated = counted_tokens(getattr(response, "usage", None), arguments["messages"],
                                            tools, message)

@@ -18,10 +18,10 @@ import aiohttp
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
 from lace.core.usage import plausible_tokens
-from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing
+from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing, refused
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
-from lace.llm.openai_http import Endpoint, chunks
+from lace.llm.openai_http import MISSING_KEY, Endpoint, RequestFailed, chunks
 from lace.llm.prices import call_cost, model_entry, price_table
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
@@ -35,6 +35,12 @@ def base_url() -> str:
     return os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or OPENAI_URL
 
 
+def on_openai(url: str) -> bool:
+    """Whether `url` is OpenAI's own endpoint (which needs a key; a local server does not)."""
+    host = urlsplit(url.strip()).hostname or ""
+    return host == "api.openai.com" or host.endswith(".api.openai.com")
+
+
 def served_directly(model: str) -> bool:
     """Whether `OpenAIClient` calls this model exactly as litellm would: an `openai/` chat model
     that litellm does not move to the Responses API (a `responses` model in its price table, or
@@ -46,8 +52,7 @@ def served_directly(model: str) -> bool:
         return False
     version = _GPT_VERSION.match(name.split("/")[-1])
     newer = version is not None and (int(version[1]), int(version[2] or 0)) >= (5, 4)
-    host = urlsplit(base_url().strip()).hostname or ""
-    return not (newer and (host == "api.openai.com" or host.endswith(".api.openai.com")))
+    return not (newer and on_openai(base_url()))
 
 
 def system_as_user(name: str) -> bool:
@@ -105,8 +110,8 @@ class OpenAIClient(ProviderClient):
         except ModelError:
             raise
         except Exception as error:
-            raise openai_error(error, status=getattr(error, "status_code", None) or 500) \
-                from error
+            raise refused(error, "openai", base_url()) or openai_error(
+                error, status=getattr(error, "status_code", None) or 500) from error
         lengths: dict[str | int, int] = {}
         if on_delta is not None:
             message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
@@ -127,6 +132,8 @@ class OpenAIClient(ProviderClient):
                     float(os.environ.get("REQUEST_TIMEOUT") or 600))
         shared = OpenAIClient._shared
         if shared is None or shared[0] != settings:
+            if not settings[2] and on_openai(settings[1]):  # elsewhere: a local server
+                raise RequestFailed(MISSING_KEY)
             endpoint = Endpoint(*settings[1:])
             if shared is not None and not shared[2].get_loop().is_closed():
                 shared[2].get_loop().call_soon_threadsafe(shared[2].cancel)  # closes it

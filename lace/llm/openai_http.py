@@ -43,16 +43,16 @@ class AnswerTooLargeError(ModelError):
 
 
 class Endpoint:
-    """One base URL and key, with a pool of kept-alive connections; made and used inside one
-    running event loop (its connections belong to it)."""
+    """One base URL and key (none for a local server), with a pool of kept-alive connections;
+    made and used inside one running event loop (its connections belong to it)."""
 
     def __init__(self, base_url: str, api_key: str | None, organization: str | None,
                  timeout_s: float) -> None:
-        if not api_key:
-            raise RequestFailed(MISSING_KEY)
         self.base_url = base_url.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json",
-                        "Content-Type": "application/json", "User-Agent": "lace"}
+        self.headers = {"Accept": "application/json", "Content-Type": "application/json",
+                        "User-Agent": "lace"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
         if organization:
             self.headers["OpenAI-Organization"] = organization
         self.session = aiohttp.ClientSession(

@@ -13,11 +13,18 @@ from lace.config import Settings, load_settings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
-from lace.core.records import Agent, Event, Note, Task, Thread
+from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
 from lace.core.usage import CallGroup, priced_models
 from lace.llm.prices import known_price
 from lace.runtime.outcome import Outcome, read_outcome
-from lace.runtime.sessions import open_session, place_of, start_session_for, until_quiet
+from lace.runtime.sessions import (
+    follow,
+    open_session,
+    place_of,
+    session_summaries,
+    start_session_for,
+    until_quiet,
+)
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database
 from lace.store.engines import ChangeFeed
@@ -195,6 +202,16 @@ class Board:
         takes), running no agent (`sessions.until_quiet`); calls `waiting` once, when it
         first has to wait."""
         return await until_quiet(self.store, root_id, timeout, waiting)
+
+    async def follow(self, root_id: str, on_event: Callable[[Event], None]) -> None:
+        """Hand each event of the session's threads to `on_event` as it is written, from the
+        first, until the session is quiet (`sessions.follow`)."""
+        await follow(self.store, root_id, on_event)
+
+    def sessions(self, text: str | None = None) -> list[SessionSummary]:
+        """Every session (those whose id or title holds `text`), the newest first."""
+        with self.store.reading() as tx:
+            return session_summaries(tx, text)
 
     def thread(self, thread_id: str) -> tuple[Thread, Agent | None, list[Event]]:
         """A thread, its agent and its whole conversation."""

@@ -54,7 +54,9 @@ def missing_board(db: str | None = None) -> str | None:
     writing anything; None when it holds one."""
     engine = engine_for(resolve_db_url(db))
     if engine.path is not None and not engine.path.exists():
-        return f"there is no database at {engine.path}."
+        return f"no lace board at {engine.path} (there is no such file)"
+    if engine.path is not None and not engine.path.is_file():  # opening it says what it is
+        return None
     if engine.existing_revision() is None:  # empty: migrating would write
-        return f"{engine.shown()} holds no lace board."
+        return f"no lace board in {engine.shown()} (the database is empty)"
     return None

@@ -24,11 +24,28 @@ class Outcome:
     answer: str | None
     agents: list[Agent]
     tasks: list[Task]
+    failure: str | None = None
+    """Why the root failed (its last error), when it did."""
+    silent: bool = False
+    """The root's last reply held neither text nor a tool call: its model gave no answer."""
+
+    @property
+    def problem(self) -> str | None:
+        """What went wrong with the root, in one line for the person; None when it answered."""
+        if self.root.status == "error":
+            return f"the root agent failed: {self.failure or 'see lace show ' + self.root_id}"
+        if self.root.status == "stopped":
+            return f"the root agent was stopped: {self.root.stop_reason or 'no reason given'}"
+        if self.silent:
+            return (f"the model {self.root.model_name} gave no answer (an empty reply); see "
+                    f"lace show {self.root_id}")
+        return None
 
     @property
     def exit_code(self) -> int:
-        """`lace run`'s code for a quiet session: 1 when the root failed, else 0."""
-        return EXIT_ROOT_FAILED if self.root.status == "error" else EXIT_QUIET
+        """`lace run`'s code for a quiet session: 1 when the root failed or its model gave no
+        answer, else 0."""
+        return EXIT_ROOT_FAILED if self.root.status == "error" or self.silent else EXIT_QUIET
 
     def usage(self) -> dict[str, Any]:
         """Tokens and cost of every agent of the session."""
@@ -42,15 +59,24 @@ class Outcome:
 
 
 def read_outcome(store: Store, root_id: str) -> Outcome:
-    """The session's root, its last non-empty answer, its agents and all its tasks."""
+    """The session's root, its last non-empty answer (None when its last reply was empty),
+    its last error, its agents and all its tasks."""
     with store.reading() as tx:
         root = tx.agents.get(root_id)
-        answers = [event.data["message"].get("content") for event in tx.events.of_thread(root_id)
-                   if event.type == "agent_message"]
+        events = tx.events.of_thread(root_id)
         agents = tx.agents.of_session(root_id)
         tasks, _ = tx.tasks.query(root_id, include_closed=True)
-    answer = next((text for text in reversed(answers) if text), None)
-    return Outcome(root_id=root_id, root=root, answer=answer, agents=agents, tasks=tasks)
+    replies = [event.data["message"] for event in events if event.type == "agent_message"]
+    errors = [str(event.data.get("error")) for event in events
+              if event.type == "error" and not event.data.get("fallback_to")]
+    answer = next((reply.get("content") for reply in reversed(replies) if reply.get("content")),
+                  None)
+    silent = bool(replies) and not replies[-1].get("content") \
+        and not replies[-1].get("tool_calls")
+    silent = silent and root.status == "idle"
+    failure = errors[-1] if errors and root.status == "error" else None
+    return Outcome(root_id=root_id, root=root, answer=None if silent else answer,
+                   agents=agents, tasks=tasks, failure=failure, silent=silent)
 
 
 def session_totals(store: Store, root_id: str) -> Totals:

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lace.core.agents import BUSY_STATUSES
+from lace.core.agents import BUSY_STATUSES, session_status
 from lace.core.assignee import HUMAN, parse_model
+from lace.core.clock import iso_ago
+from lace.core.ids import root_of
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
-from lace.core.records import Place, Thread
+from lace.core.records import Event, Place, SessionSummary, Thread
 from lace.core.text import valid_text
 from lace.core.tool_sets import EVERY_TOOL
 from lace.store import Store, Tx
@@ -23,7 +25,11 @@ from lace.tools.spawning import parse_assignment
 
 WATCH_POLL_S = 0.5
 """How often a process looks at the database with no news from its change feed (the
-scheduler's watch, `until_quiet`)."""
+scheduler's watch, `until_quiet`, `follow`)."""
+COMMIT_LAG_S = 30.0
+"""How far back `follow` looks again for events: on PostgreSQL an event can commit after one
+with a higher id (ids are taken before commit), so ids alone would skip it. No lace
+transaction stays open that long (none spans a model call)."""
 
 
 def place_of(workspace: Path) -> Place:
@@ -60,6 +66,30 @@ def quiet(tx: Tx, root_id: str) -> bool:
     and no agent of it is running, waiting or interrupted in any process (`lace run` with
     workers, `lace wait`)."""
     return not tx.inbox.runnable(root_id) and not tx.agents.count_in(root_id, BUSY_STATUSES)
+
+
+def session_summaries(tx: Tx, text: str | None = None) -> list[SessionSummary]:
+    """Every session, the newest first, with its status word, tokens and cost; only those whose
+    id or title holds `text` (any case), when given."""
+    wanted = (text or "").casefold()
+    sessions = [thread for thread in tx.threads.sessions()
+                if wanted in thread.id.casefold() or wanted in (thread.title or "").casefold()]
+    statuses: dict[str, set[str]] = {}
+    root_status: dict[str, str] = {}
+    spent: dict[str, tuple[int, float]] = {}
+    for root_id, status, is_root, tokens, cost in tx.agents.by_session():
+        statuses.setdefault(root_id, set()).add(status)
+        if is_root:
+            root_status[root_id] = status
+        before = spent.get(root_id, (0, 0.0))
+        spent[root_id] = (before[0] + tokens, before[1] + cost)
+    queued = {root_of(thread_id) for thread_id in tx.inbox.runnable_anywhere()}
+    return [SessionSummary(
+        id=thread.id, title=thread.title, created_at=thread.created_at,
+        status=session_status(statuses.get(thread.id, set()), root_status.get(thread.id, ""),
+                              thread.id in queued),
+        tokens=spent.get(thread.id, (0, 0.0))[0], cost_usd=spent.get(thread.id, (0, 0.0))[1])
+        for thread in sessions]
 
 
 def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
@@ -102,5 +132,33 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
             if left <= 0:
                 return False
             await feed.wait(left)
+    finally:
+        feed.close()
+
+
+async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) -> None:
+    """Hand every event of a session's threads (the root and its helpers) to `on_event` as it
+    is written, from the first, and return once the session is quiet. A session that no
+    process runs yet is not quiet while its prompt waits: it is followed until it is."""
+    feed = store.database.change_feed()
+    seen: dict[int, str] = {}  # id -> created_at, of the events looked at again next time
+    since: str | None = None
+    try:
+        with store.reading() as tx:
+            tx.threads.get_session(root_id)
+        while True:
+            looked_at = iso_ago(COMMIT_LAG_S)
+            with store.reading() as tx:  # quiet first: the events read after include its last
+                done = quiet(tx, root_id)
+                events = tx.events.of_session(root_id, since)
+            for event in events:
+                if event.id not in seen:
+                    on_event(event)
+                seen[event.id] = event.created_at
+            since = looked_at
+            seen = {key: made for key, made in seen.items() if made >= since}
+            if done:
+                return
+            await feed.wait(WATCH_POLL_S)
     finally:
         feed.close()

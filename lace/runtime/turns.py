@@ -34,6 +34,9 @@ from lace.tools.base import ToolResult
 
 T = TypeVar("T")
 RESERVATION_POLL_S = 0.05
+EMPTY_ANSWER_RETRIES = 2
+"""An empty answer is asked again at most this often (and no more than `model_retries`): a
+model that said nothing three times will not speak on the fifth, and each wait is longer."""
 TRIMMED = "[trimmed to fit the context window; the full result is kept in the database]"
 
 
@@ -301,7 +304,7 @@ class TurnRunner:
                 completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
                 latency_ms=(time.monotonic() - started) * 1000,
                 error="empty answer" if empty else None)
-            if empty and attempt < self.limits.model_retries:
+            if empty and attempt < min(self.limits.model_retries, EMPTY_ANSWER_RETRIES):
                 await self.db.write(fenced(lease, usage))
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1

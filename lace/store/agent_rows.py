@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,6 +15,7 @@ from lace.core.records import Agent, NewAgent
 from lace.core.secrets import mask_data
 from lace.core.tool_names import needs_workspace
 from lace.paths import credential_values
+from lace.store import schema
 from lace.store import statements as sql
 from lace.store.prepared import insert_into, update_by_key
 from lace.store.rows import Rows, record
@@ -136,6 +138,20 @@ class AgentRows(Rows):
         """How many agents of the session have one of `statuses`."""
         return int(sql.SESSION_AGENTS_IN.scalar(
             self.raw, {"root": root_id, "statuses": json.dumps(list(statuses))}))
+
+    def by_session(self) -> list[tuple[str, str, bool, int, float]]:
+        """For each session, its root apart from its helpers, and each status they have:
+        (root id, status, whether it is the root, tokens, cost) summed over those agents."""
+        agents, threads = schema.agent_metadata.c, schema.threads.c
+        is_root = (threads.id == threads.root_id).label("is_root")
+        rows: Sequence[Any] = self._execute(
+            sa.select(threads.root_id, agents.status, is_root,
+                      sa.func.sum(agents.tokens_in + agents.tokens_out),
+                      sa.func.sum(agents.cost_usd))
+            .join_from(schema.agent_metadata, schema.threads, threads.id == agents.thread_id)
+            .group_by(threads.root_id, agents.status, is_root)).all()
+        return [(str(row[0]), str(row[1]), bool(row[2]), int(row[3] or 0), float(row[4] or 0.0))
+                for row in rows]
 
     def sessions_with(self, statuses: tuple[str, ...]) -> dict[str, int]:
         """Each session that has agents with one of `statuses`, and how many."""

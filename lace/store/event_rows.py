@@ -47,6 +47,17 @@ class EventRows(Rows):
         rows = sql.EVENTS_AFTER.rows(self.raw, {"thread": thread_id, "after": after_id})
         return [record(Event, row) for row in rows]
 
+    def of_session(self, root_id: str, since: str | None = None) -> list[Event]:
+        """The events of every thread of a session, in order; only those written at `since`
+        or later, when given."""
+        events, threads = schema.events.c, schema.threads.c
+        query = (sa.select(schema.events)
+                 .join_from(schema.events, schema.threads, threads.id == events.thread_id)
+                 .where(threads.root_id == root_id).order_by(events.id))
+        if since is not None:
+            query = query.where(events.created_at >= since)
+        return [record(Event, row) for row in self._execute(query).all()]
+
     def mark_waiting(self, thread_id: str, call_id: str, task_ids: list[str]) -> None:
         """Persist what a tool call waits for (in its `tool_call` event), so a turn resumed
         after a crash waits for the same tasks instead of creating them again."""

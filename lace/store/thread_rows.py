@@ -70,6 +70,13 @@ class ThreadRows(Rows):
             .order_by(schema.threads.c.created_at.desc(), schema.threads.c.id.desc())).first()
         return record(Thread, row) if row else None
 
+    def sessions(self) -> list[Thread]:
+        """Every root thread, the newest first."""
+        rows = self._execute(
+            sa.select(schema.threads).where(schema.threads.c.parent_id.is_(None))
+            .order_by(schema.threads.c.created_at.desc(), schema.threads.c.id.desc())).all()
+        return [record(Thread, row) for row in rows]
+
     def get_session(self, root_id: str) -> Thread:
         """A root thread, or NotFoundError naming it."""
         thread = self.get(root_id)
