@@ -138,7 +138,7 @@ def test_a_test_enables_scripted(monkeypatch: pytest.MonkeyPatch) -> None:
 FIRST_CALL = """
 import asyncio, os
 from lace.llm.client import LiteLLMClient
-from lace.llm.litellm_setup import litellm
+from lace.llm.litellm_setup import litellm_imported
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 
@@ -154,7 +154,7 @@ async def main() -> None:
     async def watch() -> None:
         nonlocal seen_loop_turn_mid_import
         while True:
-            seen_loop_turn_mid_import |= started and litellm.cache_info().currsize == 0
+            seen_loop_turn_mid_import |= started and not litellm_imported()
             await asyncio.sleep(0)
 
     watcher = asyncio.create_task(watch())

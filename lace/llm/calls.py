@@ -5,6 +5,7 @@ answer."""
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import logging
 import re
@@ -27,7 +28,7 @@ from lace.llm.checks import (
     base_url_variable,
     on_this_machine,
 )
-from lace.llm.types import ModelError, ModelReply, ToolCallRequest
+from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
 
 log = logging.getLogger("lace.llm")
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|token)-[A-Za-z0-9_\-]{8,}"
@@ -68,6 +69,17 @@ def model_error(kind: str, text: str) -> ModelError:
     return ModelError(f"{kind}: {first_line[:300]}",
                       transient=kind in TRANSIENT_KINDS and not missing_key,
                       context_overflow=kind == "ContextWindowExceededError")
+
+
+async def passed_on(on_delta: DeltaCallback, delta: str) -> None:
+    """Give a text delta to lace; a failure there is lace's, sorted by its name as a provider's
+    error would be, not a broken stream."""
+    try:
+        outcome = on_delta(delta)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception as error:
+        raise model_error(type(error).__name__, str(error)) from error
 
 
 def refused(error: BaseException, provider: str, default_url: str) -> ModelError | None:

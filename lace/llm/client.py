@@ -6,14 +6,20 @@ errors by kind."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
-from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing, refused
+from lace.llm.calls import (
+    ProviderClient,
+    counted_tokens,
+    model_error,
+    outgoing,
+    passed_on,
+    refused,
+)
 from lace.llm.checks import keyless
-from lace.llm.litellm_setup import litellm
+from lace.llm.litellm_setup import litellm, litellm_imported
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.prices import price_table
 from lace.llm.scripted import LocalClient
@@ -39,16 +45,13 @@ class LiteLLMClient(ProviderClient):
         """Import litellm (about 2 s, once; call it from a thread to keep a UI responsive)."""
         litellm()
 
-    @staticmethod
-    def warmed_up() -> bool:
-        return litellm.cache_info().currsize > 0
 
     async def complete(self, model: str, messages: list[dict[str, Any]],
                        tools: list[dict[str, Any]], *,
                        on_delta: DeltaCallback | None = None) -> ModelReply:
         """One model call; raises ModelError."""
         self.check_allowed(model)
-        if not self.warmed_up():  # seconds of import, off the loop: signals still work
+        if not litellm_imported():  # seconds of import, off the loop: signals still work
             await asyncio.to_thread(self.warm_up)
         module = litellm()
         # max_retries=0: lace's own backoff is the one retry policy, and every attempt is an
@@ -64,6 +67,8 @@ class LiteLLMClient(ProviderClient):
                 response = await module.acompletion(**arguments)
             else:
                 response = await self._streamed(module, arguments, on_delta)
+        except ModelError:  # lace's own delta callback failed, already sorted (passed_on)
+            raise
         except Exception as error:
             raise classify(error, model) from error
         message = response.choices[0].message
@@ -89,9 +94,7 @@ class LiteLLMClient(ProviderClient):
             chunks.append(chunk)
             delta = chunk.choices[0].delta.content if chunk.choices else None
             if delta:
-                outcome = on_delta(valid_text(delta))
-                if inspect.isawaitable(outcome):
-                    await outcome
+                await passed_on(on_delta, valid_text(delta))
         return module.stream_chunk_builder(chunks, messages=arguments["messages"])
 
 
@@ -116,17 +119,21 @@ class RoutingClient:
                        tools: list[dict[str, Any]], *,
                        on_delta: DeltaCallback | None = None) -> ModelReply:
         """One model call through the client that serves its model; raises ModelError."""
-        if served_directly(model):
-            return await self.direct.complete(model, messages, tools, on_delta=on_delta)
-        if needs_litellm(model):
-            return await self.litellm.complete(model, messages, tools, on_delta=on_delta)
-        return await self.local.complete(model, messages, tools, on_delta=on_delta)
+        client: LiteLLMClient | OpenAIClient | LocalClient = (
+            self.direct if served_directly(model)
+            else self.local if is_local(model) else self.litellm)
+        return await client.complete(model, messages, tools, on_delta=on_delta)
+
+
+def is_local(model: str) -> bool:
+    """Whether `model` is one of lace's own (`demo/...`, `scripted/...`)."""
+    return model.split("/", 1)[0] in LOCAL_PROVIDERS
 
 
 def needs_litellm(model: str) -> bool:
     """Whether calls to `model` go through litellm (not an `openai/...` chat model nor a local
     one, which lace calls itself)."""
-    return not served_directly(model) and model.split("/", 1)[0] not in LOCAL_PROVIDERS
+    return not served_directly(model) and not is_local(model)
 
 
 def default_client() -> RoutingClient:

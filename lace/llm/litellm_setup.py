@@ -18,3 +18,8 @@ def litellm() -> Any:
     module.suppress_debug_info = True
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     return module
+
+
+def litellm_imported() -> bool:
+    """Whether `litellm()` has returned (the module is imported and configured)."""
+    return litellm.cache_info().currsize > 0

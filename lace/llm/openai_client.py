@@ -7,7 +7,6 @@ Responses API)."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import re
 from types import SimpleNamespace
@@ -18,7 +17,14 @@ import aiohttp
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
 from lace.core.usage import plausible_tokens
-from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing, refused
+from lace.llm.calls import (
+    ProviderClient,
+    counted_tokens,
+    model_error,
+    outgoing,
+    passed_on,
+    refused,
+)
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_http import MISSING_KEY, Endpoint, RequestFailed, chunks
@@ -162,7 +168,7 @@ class OpenAIClient(ProviderClient):
                     piece = kept.take(delta["content"], "content")
                     if piece:
                         text.append(piece)
-                        await _passed_on(on_delta, valid_text(piece))
+                        await passed_on(on_delta, valid_text(piece))
                 for call in delta.get("tool_calls") or []:
                     joined = calls.setdefault(call["index"],
                                               {"id": "", "name": "", "arguments": ""})
@@ -223,16 +229,6 @@ async def _closed_at_the_end(endpoint: Endpoint) -> None:
     finally:
         await endpoint.close()
 
-
-async def _passed_on(on_delta: DeltaCallback, delta: str) -> None:
-    """Give a text delta to lace; a failure there is lace's, sorted by its name as litellm's
-    client does, not a broken stream."""
-    try:
-        outcome = on_delta(delta)
-        if inspect.isawaitable(outcome):
-            await outcome
-    except Exception as error:
-        raise model_error(type(error).__name__, str(error)) from error
 
 
 _CONTEXT_WINDOW_TEXTS = (

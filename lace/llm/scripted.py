@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lace.core.text import valid_text
-from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing
+from lace.llm.calls import ProviderClient, counted_tokens, model_error, outgoing, passed_on
 from lace.llm.demo import demo_reply
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ScriptedReply
 
@@ -65,9 +65,7 @@ class LocalClient(ProviderClient):
             raise model_error(type(error).__name__, str(error)) from error
         if on_delta is not None and reply.text:
             for number, word in enumerate(reply.text.split(" ")):
-                delta = on_delta(valid_text(word if number == 0 else f" {word}"))
-                if inspect.isawaitable(delta):
-                    await delta
+                await passed_on(on_delta, valid_text(word if number == 0 else f" {word}"))
                 await asyncio.sleep(0)
         calls = [SimpleNamespace(id=f"call_{next(_call_ids)}", function=SimpleNamespace(
             name=tool, arguments=value if isinstance(value, str) else json.dumps(value)))
