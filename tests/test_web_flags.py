@@ -11,13 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from textual_serve.server import Server
 
 from lace import __version__
 from lace.cli import main
-from tests.web_page import lace_web
+from tests.web_page import app_handshake, lace_web
 
 
 @pytest.fixture
@@ -102,14 +101,7 @@ def test_only_pages_it_served_may_open_the_app(tmp_path: Path) -> None:
     async def handshake(url: str, origin: str | None) -> int:
         headers = {"Cookie": f"lace-web-{port}={served.token}"}  # the token's holder
         headers |= {"Origin": origin} if origin else {}
-        async with aiohttp.ClientSession() as client:
-            try:
-                async with client.ws_connect(f"{url}/ws?width=80&height=24",
-                                             headers=headers) as websocket:
-                    await websocket.close()
-                    return 101
-            except aiohttp.WSServerHandshakeError as error:
-                return error.status
+        return await app_handshake(url, headers)
 
     with lace_web(tmp_path, env={}) as served:
         url = served.url

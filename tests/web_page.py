@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import aiohttp
 import pyte
 import pytest
 
@@ -114,3 +115,16 @@ def wait_for_text(page: Any, terminal: TerminalScreen, text: str, seconds: float
             pytest.fail(f"{text!r} not on the page's screen after {seconds} s:\n"
                         f"{terminal.text()}")
         page.wait_for_timeout(250)
+
+
+async def app_handshake(url: str, headers: dict[str, str], query: str = "") -> int:
+    """Open the app's websocket at `url` with `headers`: the handshake's status (101: an app
+    was started for it)."""
+    async with aiohttp.ClientSession() as client:
+        try:
+            async with client.ws_connect(f"{url}/ws?width=80&height=24{query}",
+                                         headers=headers) as websocket:
+                await websocket.close()
+                return 101
+        except aiohttp.WSServerHandshakeError as error:
+            return error.status

@@ -15,7 +15,7 @@ import pytest
 
 from lace.cli.access import access_token
 from tests.processes import free_port, lace_env
-from tests.web_page import Served, lace_web
+from tests.web_page import Served, app_handshake, lace_web
 
 OWN_TOKEN = "the-persons-own-web-token-0123456789"
 
@@ -37,14 +37,7 @@ async def app_connection(served: Served, cookie: str | None, query: str = "") ->
     headers = {"Origin": served.url}
     if cookie is not None:
         headers["Cookie"] = f"{cookie_name(served)}={cookie}"
-    async with aiohttp.ClientSession() as client:
-        try:
-            async with client.ws_connect(f"{served.url}/ws?width=80&height=24{query}",
-                                         headers=headers) as websocket:
-                await websocket.close()
-                return 101
-        except aiohttp.WSServerHandshakeError as error:
-            return error.status
+    return await app_handshake(served.url, headers, query)
 
 
 @pytest.mark.slow
