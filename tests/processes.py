@@ -13,6 +13,11 @@ from typing import Any
 MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
 """A demo request the coordinator splits into three tasks, and a fourth that sums them up."""
 
+SHORT_THEN_LONGER_TIMEOUTS = ("3", "12", "40")
+"""`lace run --timeout` values for a test that needs something started before the timeout:
+the next is tried only when a loaded machine started nothing within the last (a test that
+waited the longest every time would wait it on every run)."""
+
 
 def lace_env(home: Path, **extra: str) -> dict[str, str]:
     """This environment without LACE_ settings or API keys, on `home` (and a user config folder

@@ -100,6 +100,15 @@ def test_the_command_line_parser_imports_nothing_heavy() -> None:
                                 "mcp", "uvicorn", "starlette")) == set()
 
 
+def test_commands_that_need_no_database_import_no_database_library() -> None:
+    for argv in (["keys", "list"], ["config"], ["completion", "bash"]):
+        loaded = modules_after(f"import contextlib, io, lace.cli\n"
+                               f"with contextlib.redirect_stdout(io.StringIO()):\n"
+                               f"    assert lace.cli.main({argv!r}) == 0")
+        assert "lace.cli.errors" in loaded, argv
+        assert loaded_from(loaded, ("sqlalchemy", "alembic", "litellm", "textual")) == set(), argv
+
+
 def test_the_mcp_sdk_is_imported_only_when_servers_are_used_or_served() -> None:
     loaded = modules_after_import("lace.cli.board", "lace.cli.run", "lace.cli.mcp_serve",
                                   *modules_of("lace.runtime"), *modules_of("lace.tools"))

@@ -20,7 +20,7 @@ from lace.config import McpServer
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
-from tests.processes import lace_env, trust_folder
+from tests.processes import SHORT_THEN_LONGER_TIMEOUTS, lace_env, trust_folder
 
 
 def config(folder: Path, pid_file: Path) -> None:
@@ -85,9 +85,16 @@ def test_a_quiet_run_stops_its_server(tmp_path: Path, leftovers: Path) -> None:
 def test_a_run_cut_short_stops_its_server(tmp_path: Path, leftovers: Path, ending: str) -> None:
     config(tmp_path, leftovers)
     with FakeOpenAI(calling("mcp__notes__slow", {"seconds": 600})) as fake:
-        # the timeout must leave the server time to start, also beside other tests (xdist)
-        process = start_lace(tmp_path, fake, *(["--timeout", "20"] if ending == "timeout"
-                                                 else []))
+        if ending == "timeout":
+            # the server must start before the timeout: a longer one if a loaded machine was
+            # too slow for the first (a run that timed out first started nothing to stop)
+            for timeout in SHORT_THEN_LONGER_TIMEOUTS:
+                process = start_lace(tmp_path, fake, "--timeout", timeout)
+                process.wait(timeout=120)
+                if pids_in(leftovers):
+                    break
+        else:
+            process = start_lace(tmp_path, fake)
         pid = wait_for_server(leftovers, process)
         if ending == "sigterm":
             deadline = time.monotonic() + 60

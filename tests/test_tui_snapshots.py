@@ -13,6 +13,7 @@ import pytest
 from lace.core import ids
 from lace.llm.types import ScriptedReply
 from lace.tui.app import LaceApp
+from lace.tui.board import BoardScreen
 from lace.tui.factory import create_app
 from tests.piloted_app import SIZE, make_app, settle
 from tests.processes import trust_folder
@@ -44,15 +45,23 @@ def beta_after_alpha(models: ScriptedModels) -> Handler:
     return handle
 
 
-def after_the_run(app: LaceApp, key: str, pause: float) -> Callable[[Any], Awaitable[None]]:
-    """Type the prompt, let every agent finish, then leave the input and press `key`."""
+def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
+    """Type the prompt, let every agent finish, then leave the input and press `key`; on the
+    board, wait until it shows the tasks and the detail of the first."""
 
     async def run_before(pilot: Any) -> None:
         await pilot.pause()
         await pilot.press(*"Plan the launch", "enter")
         await settle(app, pilot)
         await pilot.press("escape", key)
-        await pilot.pause(pause or None)
+        await pilot.pause()
+        if key == "b":
+            screen = app.screen
+            assert isinstance(screen, BoardScreen)
+            await app.refresh_view()  # draws what it read after it began
+            assert screen.tasks
+            await screen.workers.wait_for_complete()
+            await pilot.pause()
 
     return run_before
 
@@ -61,14 +70,14 @@ def test_main_screen(snap_compare: Any, db_path: Path, models: ScriptedModels,
                      fixed_ids: None) -> None:
     app = make_app(db_path, models)
     models.on("worker", beta_after_alpha(models))
-    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "n", 0))
+    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "n"))
 
 
 def test_board(snap_compare: Any, db_path: Path, models: ScriptedModels,
                fixed_ids: None) -> None:
     app = make_app(db_path, models)
     models.on("worker", beta_after_alpha(models))
-    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "b", 0.3))
+    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "b"))
 
 
 def test_first_screen(snap_compare: Any, db_path: Path, tmp_path: Path,

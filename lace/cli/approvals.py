@@ -7,7 +7,8 @@ import argparse
 import json
 from dataclasses import asdict
 
-from lace.cli.board import board_of, print_json, say
+from lace.cli.board import board_of
+from lace.cli.output import print_json, say
 from lace.core.ids import root_of
 from lace.core.records import Approval
 from lace.core.shown import shown

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
-from typing import Any, TextIO
+from typing import Any
 
+from lace.cli.output import print_json, say
 from lace.config import Settings, load_settings
 from lace.core.assignee import NewAgentSpec, parse_assignee
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
-from lace.core.text import printable, printable_json
 from lace.runtime.board import NO_SESSION, Board
 from lace.runtime.databases import (
     database_url,
@@ -36,18 +35,6 @@ def board_of(args: argparse.Namespace, settings: Settings | None = None, *,
             raise NotFoundError(f"{missing}; nothing was created (lace run starts a board, "
                                 "--db names another)")
     return Board(open_store(db), settings)
-
-
-def say(text: str, *, one_line: bool = False, file: TextIO | None = None,
-        end: str = "\n") -> None:
-    """Print text for a person with control characters escaped, so text from a model or the
-    database never drives the terminal; `one_line` escapes line breaks too."""
-    print(printable(text, one_line=one_line), file=file, end=end)
-
-
-def print_json(value: Any) -> None:
-    """Print a value as indented JSON (what a terminal would act on escaped as `\\uXXXX`)."""
-    print(printable_json(json.dumps(value, indent=2, default=str, ensure_ascii=False)))
 
 
 def tasks_command(args: argparse.Namespace) -> int:

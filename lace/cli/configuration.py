@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lace.cli.board import print_json, say
-from lace.cli.run import workspace_of
+from lace.cli.invocation import workspace_of
+from lace.cli.output import print_json, say
 from lace.config import Settings, leaves, load_settings
 from lace.config.sources import person_files, project_folder
 from lace.core.secrets import MASK, mask_data

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lace.cli.board import board_of, print_json, say
+from lace.cli.board import board_of
+from lace.cli.output import print_json, say
 from lace.core.usage import Totals, subtree_totals, totals_by
 
 HEADER = f"{'calls':>6} {'failed':>6} {'in':>9} {'out':>9} {'total':>9}  {'cost':<18}"

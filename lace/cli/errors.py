@@ -90,11 +90,19 @@ def reader_gone() -> int:
     return EXIT_READER_GONE
 
 
+def _database_errors() -> tuple[type[Exception], ...]:
+    """sqlite3's errors, and SQLAlchemy's once a command imported it (an error of a library
+    that was never imported cannot have been raised): commands without a database skip its
+    import."""
+    sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
+    if sqlalchemy_errors is None:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, sqlalchemy_errors.SQLAlchemyError)
+
+
 def run_reporting_errors(args: argparse.Namespace) -> int:
     """Call the command's handler; known errors print one `lace: ...` line and return 2 (or 4
     for a storage error)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     from lace.config.keys import use_stored_keys
 
     try:
@@ -109,7 +117,7 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
         message, exit_code = f"storage error: {error}; {STORAGE_HINT}", EXIT_STORAGE
     except LaceError as error:
         message, exit_code = f"error: {error}", EXIT_USAGE
-    except (SQLAlchemyError, sqlite3.Error) as error:
+    except _database_errors() as error:
         message, exit_code = _database_message(error, args)
     except OSError as error:
         message, exit_code = _database_message(error, args)

@@ -7,7 +7,7 @@ import argparse
 import getpass
 import sys
 
-from lace.cli.board import print_json, say
+from lace.cli.output import print_json, say
 from lace.config.keys import MAX_KEY, PROVIDER_NAME, check_key, store_key, stored_keys
 from lace.core.errors import LaceError
 

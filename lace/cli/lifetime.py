@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lace.cli.board import board_of, say
+from lace.cli.board import board_of
+from lace.cli.output import say
 from lace.runtime.person import end_session, resume_stopped, stop_subtree
 
 

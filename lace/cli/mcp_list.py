@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lace.cli.board import print_json, say
-from lace.cli.run import with_tool_flags, workspace_of
+from lace.cli.invocation import with_tool_flags, workspace_of
+from lace.cli.output import print_json, say
 from lace.config import load_settings
 from lace.core.errors import LaceError
 from lace.runtime.mcp_servers import list_servers

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from lace.cli.access import AccessToken, access_token
 from lace.cli.board import board_of
-from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
+from lace.cli.invocation import runtime_settings, workspace_of
+from lace.cli.run import model_client, new_runtime
 from lace.config import Settings, default_model
 from lace.core.errors import LaceError
 from lace.runtime.board import Board

@@ -10,9 +10,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lace.cli.board import board_of, print_json, say
+from lace.cli.board import board_of
+from lace.cli.invocation import runtime_settings, workspace_of
+from lace.cli.output import print_json, say
 from lace.cli.progress import progress_printer
-from lace.config import Settings, load_settings
+from lace.config import Settings
 from lace.core.agents import CUT_OFF_STATUSES
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
@@ -38,30 +40,6 @@ NOT_WITH_DETACH = {
 }
 """The flags of `lace run` that act on the process running the agents, which `--detach` is
 not: each refused with why."""
-
-
-def workspace_of(args: argparse.Namespace) -> Path:
-    """`--workspace DIR` (which must exist), else the folder lace was started in."""
-    chosen = Path(getattr(args, "workspace", None) or Path.cwd()).expanduser().resolve()
-    if not chosen.is_dir():
-        raise LaceError(f"--workspace {chosen} is not a folder.")
-    return chosen
-
-
-def with_tool_flags(settings: Settings, args: argparse.Namespace) -> Settings:
-    """The settings with `--yes` / `--read-only` applied to the tool policy."""
-    tools = settings.tools.overridden(allow_all=getattr(args, "yes", False),
-                                      read_only=getattr(args, "read_only", False))
-    return settings.model_copy(update={"tools": tools})
-
-
-def runtime_settings(args: argparse.Namespace) -> Settings:
-    """The settings of a process that runs agents: every fallback model checked as a spawn's
-    would be, and `--yes` / `--read-only` applied."""
-    from lace.llm.checks import check_model
-
-    return with_tool_flags(load_settings(check_model=check_model, workspace=workspace_of(args)),
-                           args)
 
 
 def run_command(args: argparse.Namespace) -> int:

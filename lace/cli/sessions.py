@@ -8,7 +8,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from lace.cli.board import board_of, print_json, say
+from lace.cli.board import board_of
+from lace.cli.output import print_json, say
 from lace.core.lines import event_text
 from lace.core.records import Event, SessionSummary
 from lace.core.shown import shown

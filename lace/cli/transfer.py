@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lace.cli.board import board_of, say
+from lace.cli.board import board_of
+from lace.cli.output import say
 from lace.cli.transcript import transcript
 from lace.core.errors import LaceError
 from lace.core.text import MAX_NESTING, printable, printable_json, value_nesting

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lace.cli.board import say
+from lace.cli.output import say
 from lace.config import checked_project
 from lace.config.sources import project_folder
 from lace.core.errors import LaceError

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 def build_app(args: argparse.Namespace) -> LaceApp:
     """The app for these flags; bad options fail here, before any screen is drawn."""
-    from lace.cli.run import runtime_settings, workspace_of
+    from lace.cli.invocation import runtime_settings, workspace_of
     from lace.tui.factory import create_app
 
     return create_app(db=getattr(args, "db", None), model=args.model,

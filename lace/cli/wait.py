@@ -7,8 +7,9 @@ import argparse
 import asyncio
 import sys
 
-from lace.cli.board import board_of, print_json, say
+from lace.cli.board import board_of
 from lace.cli.commands import EXIT_STILL_RUNNING
+from lace.cli.output import print_json, say
 from lace.runtime.outcome import Outcome
 
 EXIT_INTERRUPTED = 130

@@ -18,7 +18,7 @@ from aiohttp import web
 from textual_serve.server import Server
 
 from lace.cli.access import AccessToken, access_token
-from lace.cli.run import runtime_settings, workspace_of
+from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.tui import build_app
 from lace.core.errors import LaceError
 from lace.runtime.databases import database_passwords, database_url

@@ -12,7 +12,8 @@ import sys
 import time
 
 from lace.cli.board import board_of
-from lace.cli.run import model_client, new_runtime, runtime_settings, workspace_of
+from lace.cli.invocation import runtime_settings, workspace_of
+from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.runtime.board import Board
 from lace.runtime.public import DaemonThreads

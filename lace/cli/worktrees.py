@@ -8,7 +8,8 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from lace.cli.board import board_of, print_json, say
+from lace.cli.board import board_of
+from lace.cli.output import print_json, say
 from lace.core.errors import LaceError
 from lace.core.ids import is_thread_id
 from lace.runtime.worktrees import (

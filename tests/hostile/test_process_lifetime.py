@@ -18,7 +18,7 @@ import pytest
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
-from tests.processes import lace_env
+from tests.processes import SHORT_THEN_LONGER_TIMEOUTS, lace_env
 
 ENDINGS = {"quiet": 0, "timeout": 3, "sigterm": 128 + signal.SIGTERM, "sigkill": -signal.SIGKILL}
 """How lace ends, and the exit status each gives."""
@@ -62,27 +62,38 @@ def all_gone(pids: list[int]) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
-def lace_ended(tmp_path: Path, settings: Path, command: str, ending: str, timeout: str,
-               started: Any) -> str:
+def lace_ended(tmp_path: Path, settings: Path, command: str, ending: str,
+               started: Any, pid_files: tuple[Path, ...]) -> str:
     """`lace run` whose model runs `command` with bash, ended as `ending` says (SIGTERM and
-    SIGKILL once `started()`); lace's stderr, after checking its exit status."""
+    SIGKILL once `started()`, a timeout after it, tried again with a longer one if a loaded
+    machine had started nothing by then); lace's stderr, after checking its exit status."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
+    timeouts = SHORT_THEN_LONGER_TIMEOUTS if ending == "timeout" else (None,)
     with FakeOpenAI(bash_then_answer(command)) as fake:
         env = lace_env(tmp_path / "home", LACE_CONFIG=str(settings),
                        OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
-             *(["--timeout", timeout] if ending == "timeout" else [])],
-            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            if ending in ("sigterm", "sigkill"):
-                wait_for(started, process, "the command starting")
-                process.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGKILL)
-            _out, err = process.communicate(timeout=120)
-        finally:
-            if process.poll() is None:
-                process.kill()
+        for timeout in timeouts:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
+                 *(["--timeout", timeout] if timeout else [])],
+                cwd=workspace, env=env, text=True, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE)
+            try:
+                if ending in ("sigterm", "sigkill"):
+                    wait_for(started, process, "the command starting")
+                    process.send_signal(signal.SIGTERM if ending == "sigterm" else
+                                        signal.SIGKILL)
+                _out, err = process.communicate(timeout=120)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+            if started() or timeout == timeouts[-1]:
+                break
+            partly_started = [pid for path in pid_files for pid in pids_in(path)]
+            assert all_gone(partly_started) == [], err
+            for path in pid_files:
+                path.unlink(missing_ok=True)
     assert process.returncode == ENDINGS[ending], err
     return err
 
@@ -99,8 +110,8 @@ def test_commands_and_servers_end_with_lace(tmp_path: Path, pid_files: tuple[Pat
     command = f"sleep 300 & echo $! >> {command_pids}; echo $$ >> {command_pids}"
     if ending != "quiet":  # the command is still running when lace ends
         command += "; sleep 300"
-    err = lace_ended(tmp_path, settings, command, ending, "20", lambda: len(
-        pids_in(command_pids)) == 2 and pids_in(server_pids))
+    err = lace_ended(tmp_path, settings, command, ending, lambda: len(
+        pids_in(command_pids)) == 2 and pids_in(server_pids), pid_files)
     started = pids_in(command_pids) + pids_in(server_pids)
     assert len(started) == 3, err
     assert all_gone(started) == []
@@ -120,8 +131,8 @@ def test_a_command_that_leaves_its_group_still_ends_with_lace(
     if ending != "quiet":
         command += f" sleep 300 & echo $! >> {command_pids}; wait"
     wanted = 1 if ending == "quiet" else 2
-    err = lace_ended(tmp_path, settings, command, ending, "8",
-                     lambda: len(pids_in(command_pids)) == wanted)
+    err = lace_ended(tmp_path, settings, command, ending,
+                     lambda: len(pids_in(command_pids)) == wanted, pid_files)
     started = pids_in(command_pids)
     assert len(started) == wanted, err
     assert all_gone(started) == []

@@ -1,0 +1,20 @@
+"""What commands print: text for a person with control characters escaped, and JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from lace.core.text import printable, printable_json
+
+
+def say(text: str, *, one_line: bool = False, file: TextIO | None = None,
+        end: str = "\n") -> None:
+    """Print text for a person with control characters escaped, so text from a model or the
+    database never drives the terminal; `one_line` escapes line breaks too."""
+    print(printable(text, one_line=one_line), file=file, end=end)
+
+
+def print_json(value: Any) -> None:
+    """Print a value as indented JSON (what a terminal would act on escaped as `\\uXXXX`)."""
+    print(printable_json(json.dumps(value, indent=2, default=str, ensure_ascii=False)))
