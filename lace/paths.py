@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from platformdirs import user_config_path
 
@@ -19,6 +20,8 @@ CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "ZENAPIKEY", "TOKEN", "SECRET", "
 """A variable whose name has one of these words (`OPENAI_API_KEY`, `AWS_SESSION_TOKEN`,
 `AWS_BEARER_TOKEN_BEDROCK`, `WATSONX_APIKEY`, `PGPASSWORD`...) holds a credential; the words
 cover litellm's provider key variables."""
+OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP_(?:[A-Z]+_)?HEADERS")
+"""The headers an OpenTelemetry exporter sends (`authorization=Bearer ...`), of every signal."""
 DATABASE_SETTINGS = frozenset({"LACE_DB", "LACE_HOME", "DATABASE_URL"})
 """Where lace's own database is; with `PG*` and `*_DATABASE_URL`, kept from tools."""
 
@@ -94,9 +97,11 @@ def write_private(path: Path, text: str) -> None:
 
 
 def is_credential(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential."""
+    """Whether an environment variable's name says it holds a credential (an OTLP exporter's
+    headers carry the collector's key)."""
     upper = name.upper()
-    return upper == "PGPASSWORD" or not CREDENTIAL_WORDS.isdisjoint(upper.split("_"))
+    return upper == "PGPASSWORD" or OTLP_HEADERS.fullmatch(upper) is not None or \
+        not CREDENTIAL_WORDS.isdisjoint(upper.split("_"))
 
 
 def is_database_setting(name: str) -> bool:
@@ -112,6 +117,12 @@ def withheld_from_tools(name: str) -> bool:
 
 def _credential_values(environment: Mapping[str, str]) -> tuple[str, ...]:
     values = {value for name, value in environment.items() if value and is_credential(name)}
+    for name, value in environment.items():
+        if OTLP_HEADERS.fullmatch(name.upper()):  # `key=value,...`: each value is a secret
+            for header in value.split(","):
+                secret = unquote(header.partition("=")[2]).strip()
+                values.update((secret, *secret.split()[-1:]))  # `Bearer KEY`: KEY alone too
+    values.discard("")
     for name, value in environment.items():
         if is_database_setting(name) and "://" in value:
             try:

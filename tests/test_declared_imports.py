@@ -14,8 +14,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = {"psycopg": "postgres"}
-"""Imported only when the extra is installed (`--db postgresql://`)."""
+EXTRAS = {"psycopg": "postgres", "opentelemetry": "otel"}
+"""Imported only when the extra is installed (`--db postgresql://`, an OTLP endpoint set)."""
 
 
 def project() -> dict[str, object]:

@@ -78,8 +78,9 @@ def test_dependencies_keep_their_tasks_and_leave_with_lace_0009(db_path: Path) -
     with sqlite3.connect(db_path) as connection:
         connection.execute("PRAGMA foreign_keys = ON")
         connection.executescript("""
-            INSERT INTO threads VALUES ('lace_20260101_aaaaaa', NULL, 'lace_20260101_aaaaaa',
-                                        'old', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
+            INSERT INTO threads (id, parent_id, root_id, title, created_at, updated_at)
+                VALUES ('lace_20260101_aaaaaa', NULL, 'lace_20260101_aaaaaa', 'old',
+                        '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
             INSERT INTO tasks (id, title, prompt, status, priority, created_by, thread_id,
                                created_at, updated_at)
                 VALUES ('task_20260101_00000a', 'First', 'p', 'pending', 'high', 'human',

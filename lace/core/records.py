@@ -24,6 +24,14 @@ class Thread:
     title: str | None
     created_at: str
     updated_at: str
+    trace_parent: str | None = None
+    """The W3C `traceparent` its agent's turns are traced under (docs/tracing.md): the span
+    of the call that spawned it, for a root its first turn's; None while tracing was off."""
+
+    @property
+    def trace_id(self) -> str | None:
+        """The id of the trace its agent's spans belong to, if any."""
+        return self.trace_parent.split("-")[1] if self.trace_parent else None
 
 
 @dataclass(frozen=True)
@@ -223,6 +231,8 @@ class AgentPlan:
     """Checked when the agent is spawned; None spawns unchecked."""
     worktree: WorktreeOrigin | None = None
     """Where the agent's own git worktree starts; None: it works in its creator's folder."""
+    trace_parent: str | None = None
+    """The `traceparent` of the call that planned it: its turns are traced under that span."""
 
     @property
     def model_name(self) -> str:

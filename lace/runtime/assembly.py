@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from lace.runtime.facade import Runtime
 from lace.runtime.scheduler import Scheduler
 from lace.runtime.sessions import place_of
 from lace.runtime.tool_runner import ToolRunner
+from lace.runtime.tracing import tracing_from
 from lace.runtime.turns import TurnRunner
 from lace.store import Store
 from lace.store.engines import ChangeFeed, Polling
@@ -29,6 +32,7 @@ from lace.tools.python_tools import python_tools as python_tools_of
 from lace.tools.workspace import Workspace
 
 PythonFunction = Callable[..., Any]
+log = logging.getLogger("lace.runtime")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     bus = EventBus()
     db = AsyncStore(store)
     tools = ToolRunner(db=db, bus=bus, check_model=check_model, limits=settings.limits,
+                       tracing=tracing_from(os.environ, db, log.warning),
                        profiles=settings.profiles, budgets=settings.budgets,
                        workspace=None if workspace is None else Workspace.for_lace(
                            workspace, database_url=store.database.url,

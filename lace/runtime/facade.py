@@ -157,6 +157,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        self.tools.tracing.close()  # the last spans leave (a bounded wait)
         self.scheduler.close()
         self.db.close()
         try:

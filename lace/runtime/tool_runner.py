@@ -35,6 +35,7 @@ from lace.runtime.tool_calls import (
     WaitingCall,
     WorkspaceCall,
 )
+from lace.runtime.tracing import NO_TRACING, Tracing
 from lace.store import Store, Tx
 from lace.store.leases import fenced
 from lace.tools.base import (
@@ -102,6 +103,8 @@ class ToolRunner:
     changes: BoardChanges = field(default_factory=lambda: BoardChanges())
     """Told of every change this process commits; shared by the runners of one runtime
     (`Runtime.offering`), so a call waiting in one hears the changes the others made."""
+    tracing: Tracing = NO_TRACING
+    """Spans of the runtime's turns, model calls and tool calls (docs/tracing.md)."""
 
     def __post_init__(self) -> None:
         check_python_tools(self.python_tools, self.registry.names())
@@ -182,6 +185,14 @@ class ToolRunner:
 
     async def call(self, context: ToolContext, name: str, arguments: Arguments,
                    call_id: str | None = None) -> ToolResult:
+        """Run one call of any kind (`_call`) in its `execute_tool` span."""
+        async with self.tracing.tool_call(context, name, call_id, arguments) as span:
+            result = await self._call(span.within(context), name, arguments, call_id)
+            span.returned(result)
+            return result
+
+    async def _call(self, context: ToolContext, name: str, arguments: Arguments,
+                    call_id: str | None = None) -> ToolResult:
         """Run one call of any kind. Inside an agent's turn (`call_id` given) the approval
         policy applies and the `tool_result` event is recorded: with the tool's effect for a
         tool that acts on the board, alone otherwise (or when the call failed)."""

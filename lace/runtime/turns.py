@@ -131,7 +131,8 @@ class TurnRunner:
         if start is None:
             raise AlreadyRunningError(thread_id)
         self.leases[thread_id] = start.lease  # the scheduler drops it when the drive ends
-        return await self._run(start, started)
+        async with self.tools.tracing.agent_turn(start.agent):  # its `invoke_agent` span
+            return await self._run(start, started)
 
     async def _run(self, start: TurnStart, started: float) -> str | None:
         agent, lease, messages = start.agent, start.lease, start.messages
@@ -272,9 +273,11 @@ class TurnRunner:
                     await self.slots.hold(stack, agent.provider)
                     try:  # not wait_for: on Python 3.11 it can swallow a cancellation
                         async with asyncio.timeout(stall):
-                            reply = await self.client.complete(
-                                agent.model_name, messages, tools,
-                                on_delta=self._streamer(agent))
+                            with self.tools.tracing.model_call(agent, messages) as span:
+                                reply = await self.client.complete(
+                                    agent.model_name, messages, tools,
+                                    on_delta=self._streamer(agent))
+                                span.replied(reply)
                     except (TimeoutError, asyncio.CancelledError) as cut:
                         stalled = isinstance(cut, TimeoutError)
                         await self._record_cut_call(agent, lease, started, stalled, reserved)

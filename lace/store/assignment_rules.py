@@ -96,7 +96,7 @@ class AssignmentRules:
         and give it the task, in progress; returns the task as it is now."""
         self.check_spawn_limits(plan.parent_id, plan.limits)
         child = self.threads.create_child(plan.parent_id, title=task.title,
-                                          root_id=task.thread_id)
+                                          root_id=task.thread_id, trace_parent=plan.trace_parent)
         self.agents.create(NewAgent(
             thread_id=child.id, name=plan.name, provider=plan.provider, model=plan.model,
             profile=plan.profile, type=plan.type, parent_thread_id=plan.parent_id,

@@ -46,6 +46,7 @@ threads = sa.Table(
     sa.Column("title", sa.Text, nullable=True),
     _created(),
     _updated(),
+    sa.Column("trace_parent", sa.Text, nullable=True),
     sa.Index(None, "root_id"),
     sa.Index(None, "parent_id"),
 )

@@ -41,7 +41,7 @@ HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
     sa.func.substr(_threads.c.id, sa.bindparam("suffix_at")), sa.Integer)), 0))
     .where(_threads.c.parent_id == sa.bindparam("parent")))
 INSERT_THREAD = insert_into("threads", ("id", "parent_id", "root_id", "title", "created_at",
-                                        "updated_at"))
+                                        "updated_at", "trace_parent"))
 INSERT_EVENT = insert_into("events", ("thread_id", "type", "data", "created_at"))
 TOUCH_THREAD = Prepared(_threads.update().where(_threads.c.id == sa.bindparam("thread"))
                         .values(updated_at=sa.bindparam("now")))

@@ -39,15 +39,17 @@ class ThreadRows(Rows):
         return thread
 
     def create_child(self, parent_id: str, title: str | None = None,
-                     root_id: str | None = None) -> Thread:
+                     root_id: str | None = None, trace_parent: str | None = None) -> Thread:
         """Thread `<parent>.N`, N one more than the highest existing child of the parent
-        (`root_id`, the parent's session, saves reading the parent when the caller knows it)."""
+        (`root_id`, the parent's session, saves reading the parent when the caller knows it),
+        traced under `trace_parent`."""
         root_id = root_id or self.get(parent_id).root_id
         highest = sql.HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
                                                    "suffix_at": len(parent_id) + 2})
         now = now_iso()
         thread = Thread(id=ids.child_thread_id(parent_id, int(highest) + 1), parent_id=parent_id,
-                        root_id=root_id, title=title, created_at=now, updated_at=now)
+                        root_id=root_id, title=title, created_at=now, updated_at=now,
+                        trace_parent=trace_parent)
         sql.INSERT_THREAD.run(self.raw, vars(thread))
         return thread
 
@@ -84,3 +86,18 @@ class ThreadRows(Rows):
             raise NotFoundError(f"{root_id!r} is not a session (root thread); "
                                 f"its session is {thread.root_id}.")
         return thread
+
+    def trace_parent(self, thread_id: str) -> str | None:
+        """The `traceparent` a thread's turns are traced under: its own, else its session's."""
+        thread = self.get(thread_id)
+        if thread.trace_parent is None and thread.parent_id is not None:
+            return self.get(thread.root_id).trace_parent
+        return thread.trace_parent
+
+    def claim_trace(self, root_id: str, trace_parent: str) -> None:
+        """Make `trace_parent` the session's unless it has one already (the first traced turn
+        of a session starts its trace)."""
+        threads = schema.threads
+        self._execute(threads.update().where(
+            threads.c.id == root_id, threads.c.trace_parent.is_(None)).values(
+                trace_parent=trace_parent))

@@ -27,6 +27,9 @@ LOCAL_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "work
 """An agent's claim by a process of the database it came from, the host and folder it was
 bound to, and whether it was inert there: meaningless elsewhere (an imported agent is inert
 until a person resumes its session, and then runs where they resume it)."""
+LOCAL_TRACE = ("trace_parent",)
+"""The trace a thread (or a waiting helper's plan) continues: of the database it came from (an
+imported session starts a trace of its own)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
     notes = _rows(tx, schema.task_notes, schema.task_notes.c.task_id.in_(
         [task["id"] for task in tasks]), join=False, drop=("id",))
     for task in tasks:
+        held_plan = (task["held_assignment"] or {}).get("agent") or {}
+        for column in LOCAL_TRACE:
+            held_plan.pop(column, None)
         task["notes"] = [{key: note[key] for key in ("author", "content", "created_at")}
                          for note in notes if note["task_id"] == task["id"]]
     edges = _rows(tx, schema.task_dependencies, schema.task_dependencies.c.task_id.in_(
@@ -94,7 +100,7 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
     document = {
         "format": FORMAT, "version": VERSION, "session": root_id, "exported_at": now_iso(),
         "lace_version": __version__,
-        "threads": _rows(tx, schema.threads, in_session, join=False),
+        "threads": _rows(tx, schema.threads, in_session, join=False, drop=LOCAL_TRACE),
         "agents": agents, "tasks": tasks,
         "events": _rows(tx, schema.events, in_session),
         "inbox": _rows(tx, schema.inbox, in_session),

@@ -66,6 +66,9 @@ class ToolContext:
     """Waits for a condition on the board (None with no runtime: the call answers at once)."""
     progress: Progress | None = None
     """Told how long a waiting call has waited (the MCP server's clients)."""
+    trace_parent: str | None = None
+    """The `traceparent` of this call's span (None untraced): a helper it plans is traced
+    under it."""
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,8 @@ def plan_spawn(tx: Tx, context: ToolContext, spec: NewAgentSpec, *,
                      instructions="\n\n".join(prompts) or None,
                      budget=clamped_budget(tx, context, budget), topics=tuple(topics),
                      limits=spawn_limits(context),
-                     worktree=_worktree(tx, context, profile, isolation, granted))
+                     worktree=_worktree(tx, context, profile, isolation, granted),
+                     trace_parent=context.trace_parent)
 
 
 def _worktree(tx: Tx, context: ToolContext, profile: Profile | None,

@@ -1,0 +1,305 @@
+"""Traces and metrics of every agent over OTLP/HTTP, named as OpenTelemetry's GenAI semantic
+conventions name them: `invoke_agent {agent}` per turn, `chat {model}` per model call,
+`execute_tool {tool}` per tool call, `gen_ai.client.token.usage` and
+`gen_ai.client.operation.duration`. Imported only when tracing is on (`lace.runtime.tracing`).
+
+A turn's span hangs under the `traceparent` its thread row holds (the spawning call's span,
+written in the transaction that spawned it), so one session is one trace across processes.
+Spans leave in a background thread (a slow or dead collector never slows a turn); message
+contents stay out unless OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and then with
+every known credential masked."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from lace.core.ids import root_of
+from lace.core.records import Agent
+from lace.core.secrets import mask
+from lace.core.version import __version__
+from lace.llm.types import ModelReply
+from lace.paths import credential_values
+from lace.runtime.database import AsyncStore
+from lace.runtime.tracing import Span, Tracing
+from lace.tools.base import ToolContext, ToolResult
+
+CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+LENGTH_LIMITS = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+ATTRIBUTE_LENGTH = 4096
+"""The longest attribute value sent (unless an OTEL_*_LENGTH_LIMIT says otherwise): a huge tool
+result or MCP tool name is cut, never sent whole."""
+NAME_LENGTH = 120
+"""The longest tool or agent name in a span's name (the SDK does not cut names)."""
+CLOSE_S = 5.0
+"""How long lace waits at exit for the last spans and metrics to leave."""
+COMMAND_LINE = ("process.command", "process.command_args", "process.command_line")
+"""Resource attributes never sent: `lace run`'s command line holds the person's prompt."""
+PROVIDERS = {"gemini": "gcp.gemini", "vertex_ai": "gcp.vertex_ai", "bedrock": "aws.bedrock",
+             "azure": "azure.ai.openai", "mistral": "mistral_ai", "xai": "x_ai",
+             "watsonx": "ibm.watsonx.ai"}
+"""litellm's provider names that GenAI conventions spell otherwise."""
+PROPAGATOR = TraceContextTextMapPropagator()
+log = logging.getLogger("lace.runtime.otel")
+
+
+def unsupported(environ: Mapping[str, str]) -> str | None:
+    """Why the variables ask for something lace cannot send, or None."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = environ.get(name, "").strip()
+        if protocol:
+            if protocol != "http/protobuf":
+                return (f"{name}={protocol} is not supported: lace sends OTLP over "
+                        "http/protobuf (point the endpoint at the collector's HTTP port, 4318)")
+            break
+    return None
+
+
+def _enabled(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").strip().lower() not in ("none",)
+
+
+def resource(environ: Mapping[str, str]) -> Resource:
+    """Who sends: `service.name` lace unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES)
+    names it, and no attribute that carries the command line."""
+    detected = Resource.create({"service.version": __version__})
+    attributes = {key: value for key, value in detected.attributes.items()
+                  if key not in COMMAND_LINE}
+    if str(attributes.get("service.name", "")).startswith("unknown_service"):
+        attributes["service.name"] = "lace"
+    return Resource(attributes)
+
+
+def traceparent(span: trace.Span) -> str | None:
+    """A span's W3C `traceparent`, to store on a row."""
+    carrier: dict[str, str] = {}
+    PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
+
+
+def parent_context(value: str | None) -> otel_context.Context:
+    """The context of a stored `traceparent`; an empty one (a new trace) for none or a bad
+    one."""
+    if not value:
+        return otel_context.Context()
+    return PROPAGATOR.extract({"traceparent": value}, context=otel_context.Context())
+
+
+def provider_name(provider: str) -> str:
+    """`gen_ai.provider.name` of a litellm provider."""
+    return PROVIDERS.get(provider, provider)
+
+
+def short(name: str) -> str:
+    return name if len(name) <= NAME_LENGTH else name[:NAME_LENGTH - 1] + "…"
+
+
+def failed(span: trace.Span, error: BaseException) -> None:
+    """An error as the span's status: its kind only (its message may hold content)."""
+    kind = "cancelled" if isinstance(error, (GeneratorExit, KeyboardInterrupt)) else \
+        type(error).__name__
+    span.set_attribute("error.type", kind)
+    span.set_status(Status(StatusCode.ERROR, kind))
+
+
+def masked(value: Any) -> str:
+    """Content as sent when capturing: JSON, every known credential masked."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return mask(text, credential_values())
+
+
+@dataclasses.dataclass
+class OpenSpan(Span):
+    """An OpenTelemetry span lace has open."""
+
+    span: trace.Span
+    tracing: OtelTracing
+    operation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The attributes its metrics carry (a model call's)."""
+
+    @property
+    def traceparent(self) -> str | None:
+        return traceparent(self.span)
+
+    def replied(self, reply: ModelReply) -> None:
+        self.span.set_attributes({
+            "gen_ai.usage.input_tokens": reply.prompt_tokens,
+            "gen_ai.usage.output_tokens": reply.completion_tokens,
+            "gen_ai.response.finish_reasons": ["tool_calls" if reply.tool_calls else "stop"]})
+        for kind, count in (("input", reply.prompt_tokens), ("output", reply.completion_tokens)):
+            self.tracing.token_usage.record(count, {**self.operation, "gen_ai.token.type": kind})
+        if self.tracing.capture:
+            self.span.set_attribute("gen_ai.output.messages", masked([reply.message()]))
+
+    def returned(self, result: ToolResult) -> None:
+        if result.is_error:
+            kind = result.kind or "tool_error"
+            self.span.set_attribute("error.type", kind)
+            self.span.set_status(Status(StatusCode.ERROR, kind))
+        if self.tracing.capture:
+            self.span.set_attribute("gen_ai.tool.call.result", masked(result.text))
+
+    def within(self, context: ToolContext) -> ToolContext:
+        return dataclasses.replace(context, trace_parent=self.traceparent)
+
+
+class OtelTracing(Tracing):
+    """Spans and metrics through OpenTelemetry's SDK, on providers of lace's own (never the
+    global ones: the MCP SDK's and litellm's spans stay out of the person's traces)."""
+
+    enabled = True
+
+    def __init__(self, db: AsyncStore, tracer_provider: TracerProvider,
+                 meter_provider: MeterProvider | None, *, capture: bool = False) -> None:
+        self.db, self.capture = db, capture
+        self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
+        self.tracer = tracer_provider.get_tracer("lace", __version__)
+        meter = (meter_provider or MeterProvider()).get_meter("lace", __version__)
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}",
+            description="Number of input and output tokens used")
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s",
+            description="GenAI operation duration")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], db: AsyncStore) -> OtelTracing:
+        """Exporters as the OTEL_* variables configure them (the SDK reads the endpoint,
+        headers, timeout and compression itself)."""
+        quiet_exporter_logs()
+        limit = None if any(environ.get(name) for name in LENGTH_LIMITS) else ATTRIBUTE_LENGTH
+        tracer_provider = TracerProvider(
+            resource=resource(environ), shutdown_on_exit=False,
+            span_limits=SpanLimits(max_span_attribute_length=limit))
+        if _enabled(environ, "OTEL_TRACES_EXPORTER"):
+            tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        meter_provider = None
+        if _enabled(environ, "OTEL_METRICS_EXPORTER"):
+            meter_provider = MeterProvider(
+                resource=tracer_provider.resource, shutdown_on_exit=False,
+                metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
+        capture = environ.get(CAPTURE, "").strip().lower() == "true"
+        return cls(db, tracer_provider, meter_provider, capture=capture)
+
+    @contextlib.asynccontextmanager
+    async def agent_turn(self, agent: Agent) -> AsyncIterator[Span]:
+        thread_id, root_id = agent.thread_id, root_of(agent.thread_id)
+        parent = await self.db.read(lambda tx: tx.threads.trace_parent(thread_id))
+        attributes = {"gen_ai.operation.name": "invoke_agent",
+                      "gen_ai.agent.id": thread_id, "gen_ai.agent.name": agent.name,
+                      "gen_ai.conversation.id": root_id,
+                      "gen_ai.provider.name": provider_name(agent.provider),
+                      "gen_ai.request.model": agent.model}
+        with self._span(f"invoke_agent {short(agent.name)}", attributes,
+                        context=parent_context(parent)) as span:
+            if parent is None:  # the session's first traced turn: its trace starts here
+                started = span.traceparent
+                if started is not None:
+                    await self.db.write(lambda tx: tx.threads.claim_trace(root_id, started))
+            yield span
+
+    def model_call(self, agent: Agent, messages: list[dict[str, Any]],
+                   ) -> contextlib.AbstractContextManager[Span]:
+        operation = {"gen_ai.operation.name": "chat",
+                     "gen_ai.provider.name": provider_name(agent.provider),
+                     "gen_ai.request.model": agent.model}
+        attributes = {**operation, "gen_ai.agent.id": agent.thread_id}
+        if self.capture:
+            attributes["gen_ai.input.messages"] = masked(messages)
+        return self._span(f"chat {short(agent.model)}", attributes, kind=SpanKind.CLIENT,
+                          metered=operation)
+
+    @contextlib.asynccontextmanager
+    async def tool_call(self, context: ToolContext, name: str, call_id: str | None,
+                        arguments: Any) -> AsyncIterator[Span]:
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "execute_tool",
+                                      "gen_ai.tool.name": name, "gen_ai.tool.type": "function",
+                                      "gen_ai.conversation.id": context.session_id}
+        if call_id is not None:
+            attributes["gen_ai.tool.call.id"] = call_id
+        if self.capture:
+            attributes["gen_ai.tool.call.arguments"] = masked(arguments or {})
+        parent = None
+        if not trace.get_current_span().get_span_context().is_valid:  # the person's call
+            session_id = context.session_id
+            parent = parent_context(await self.db.read(
+                lambda tx: tx.threads.trace_parent(session_id)))
+        with self._span(f"execute_tool {short(name)}", attributes, context=parent) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def _span(self, name: str, attributes: dict[str, Any], *,
+              context: otel_context.Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
+              metered: dict[str, Any] | None = None) -> Iterator[OpenSpan]:
+        """A span made current until the block ends; an exception out of the block becomes
+        its error status (and `metered` operations record their duration)."""
+        began, error_type = time.monotonic(), None
+        with self.tracer.start_as_current_span(
+                name, context=context, kind=kind, attributes=attributes,
+                record_exception=False, set_status_on_exception=False) as span:
+            try:
+                yield OpenSpan(span, self, metered or {})
+            except BaseException as error:
+                failed(span, error)
+                error_type = type(error).__name__
+                raise
+            finally:
+                if metered is not None:
+                    self.duration.record(time.monotonic() - began, {
+                        **metered, **({"error.type": error_type} if error_type else {})})
+
+    def close(self) -> None:
+        """Flush and stop both providers in a daemon thread, waiting at most CLOSE_S: a
+        collector that hangs delays lace's exit by that much, never more."""
+        def stop() -> None:
+            self.tracer_provider.shutdown()
+            if self.meter_provider is not None:
+                self.meter_provider.shutdown(timeout_millis=CLOSE_S * 1000)
+
+        closing = threading.Thread(target=stop, name="lace-otel-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_S)
+
+
+class OnceToStderr(logging.Handler):
+    """The first problem the exporters report, as one line on stderr; the rest are dropped
+    (a collector that is down would otherwise print a line per batch)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.told = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.told:
+            return
+        self.told = True
+        with contextlib.suppress(Exception):
+            print(f"lace: traces or metrics not sent: {record.getMessage()} (further problems "
+                  "are not shown)", file=sys.stderr)
+
+
+def quiet_exporter_logs() -> None:
+    """Route OpenTelemetry's own log records to `OnceToStderr`."""
+    logger = logging.getLogger("opentelemetry")
+    if not any(isinstance(handler, OnceToStderr) for handler in logger.handlers):
+        logger.addHandler(OnceToStderr())
+    logger.propagate = False
