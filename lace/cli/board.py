@@ -69,7 +69,8 @@ def threads_command(args: argparse.Namespace) -> int:
         current = board.current_tasks(views)
     if args.json:
         print_json({"session": session.id, "threads": [
-            {**asdict(view.thread), "agent": asdict(view.agent) if view.agent else None,
+            {**asdict(view.thread), "trace_id": view.thread.trace_id,
+             "agent": asdict(view.agent) if view.agent else None,
              "subtree": asdict(view.subtree)}
             for view in views]})
         return 0

@@ -233,6 +233,7 @@ class OtelTracing(Tracing):
                         arguments: Any) -> AsyncIterator[Span]:
         attributes: dict[str, Any] = {"gen_ai.operation.name": "execute_tool",
                                       "gen_ai.tool.name": name, "gen_ai.tool.type": "function",
+                                      "gen_ai.agent.id": context.thread_id,
                                       "gen_ai.conversation.id": context.session_id}
         if call_id is not None:
             attributes["gen_ai.tool.call.id"] = call_id
