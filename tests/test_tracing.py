@@ -224,3 +224,12 @@ def test_without_an_endpoint_nothing_of_opentelemetry_is_imported(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "lace.db")],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.stdout.split() == ["True", "False", "False"], done.stderr
+
+
+@pytest.mark.sqlite_only
+def test_the_tracing_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import tracing_overhead
+
+    cost = tracing_overhead.main(["--tiny"])
+    assert len(cost.off_ms) == len(cost.on_ms) == 5
+    assert "added per tool call" in capsys.readouterr().out
