@@ -20,6 +20,8 @@ from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
+from lace.runtime.database import AsyncStore
+from lace.runtime.tracing import NO_TRACING, tracing_from
 from lace.store import Store
 from tests.conftest import query
 from tests.otlp import Collector, ReceivedSpan, collector, named
@@ -233,3 +235,39 @@ def test_the_tracing_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     cost = tracing_overhead.main(["--tiny"])
     assert len(cost.off_ms) == len(cost.on_ms) == 5
     assert "added per tool call" in capsys.readouterr().out
+
+
+async def test_the_persons_calls_join_the_sessions_trace(
+        traced: Runtime, models: ScriptedModels, otlp: Collector, db_path: Path) -> None:
+    """A call the person makes through the runtime (the app, `lace mcp serve`) hangs under the
+    session's trace, and a helper it spawns under that call."""
+    models.on("root", lambda messages: reply("hello"))
+    models.on("leaf", dutiful_worker())
+    root = await traced.start_session("hi", "scripted/root")
+    await asyncio.wait_for(traced.run_until_quiet(root.id), 60)
+    result = await traced.act_as_human(root.id, "task_create", {"tasks": [
+        {"title": "By hand", "prompt": "Do it", "assigned_to": "new:scripted/leaf"}]})
+    assert not result.is_error, result.text
+    await asyncio.wait_for(traced.run_until_quiet(root.id), 60)
+    otlp.wait_for(lambda got: len(named(got.spans, "invoke_agent ")) == 2 and closed(got.spans),
+                  "the root's turn, the person's call and the helper's turn")
+    (stored,), = query(db_path, "SELECT trace_parent FROM threads WHERE id = ?", root.id)
+    (call,) = named(otlp.spans, "execute_tool task_create")
+    assert call.attributes["gen_ai.agent.id"] == "human"
+    assert (call.trace_id, call.parent_id) == tuple(stored.split("-")[1:3])
+    (helper,) = [span for span in named(otlp.spans, "invoke_agent ")
+                 if span.attributes["gen_ai.agent.id"] != root.id]
+    assert helper.parent_id == call.span_id
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("environ", [
+    {}, {"OTEL_EXPORTER_OTLP_ENDPOINT": " "},
+    {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "TRUE"}])
+def test_no_endpoint_or_a_disabled_sdk_is_no_tracing(store: Store,
+                                                     environ: dict[str, str]) -> None:
+    db = AsyncStore(store)
+    try:
+        assert tracing_from(environ, db, pytest.fail) is NO_TRACING
+    finally:
+        db.close()
