@@ -50,7 +50,7 @@ ATTRIBUTE_LENGTH = 4096
 result or MCP tool name is cut, never sent whole."""
 NAME_LENGTH = 120
 """The longest tool or agent name in a span's name (the SDK does not cut names)."""
-CLOSE_S = 5.0
+CLOSE_S = 2.0
 """How long lace waits at exit for the last spans and metrics to leave."""
 COMMAND_LINE = ("process.command", "process.command_args", "process.command_line")
 """Resource attributes never sent: `lace run`'s command line holds the person's prompt."""
@@ -293,9 +293,10 @@ class OnceToStderr(logging.Handler):
         if self.told:
             return
         self.told = True
-        with contextlib.suppress(Exception):
-            print(f"lace: traces or metrics not sent: {record.getMessage()} (further problems "
-                  "are not shown)", file=sys.stderr)
+        with contextlib.suppress(Exception):  # a collector's answer may echo a header's key
+            problem = mask(record.getMessage(), credential_values())
+            print(f"lace: traces or metrics not sent: {problem} (further problems are not "
+                  "shown)", file=sys.stderr)
 
 
 def quiet_exporter_logs() -> None:
