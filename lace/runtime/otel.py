@@ -59,7 +59,6 @@ PROVIDERS = {"gemini": "gcp.gemini", "vertex_ai": "gcp.vertex_ai", "bedrock": "a
              "watsonx": "ibm.watsonx.ai"}
 """litellm's provider names that GenAI conventions spell otherwise."""
 PROPAGATOR = TraceContextTextMapPropagator()
-log = logging.getLogger("lace.runtime.otel")
 
 
 def unsupported(environ: Mapping[str, str]) -> str | None:
@@ -74,13 +73,15 @@ def unsupported(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _enabled(environ: Mapping[str, str], name: str) -> bool:
-    return environ.get(name, "").strip().lower() not in ("none",)
+def exporting(environ: Mapping[str, str], variable: str) -> bool:
+    """Whether a signal is sent (`OTEL_TRACES_EXPORTER=none` turns spans off)."""
+    return environ.get(variable, "").strip().lower() != "none"
 
 
-def resource(environ: Mapping[str, str]) -> Resource:
-    """Who sends: `service.name` lace unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES)
-    names it, and no attribute that carries the command line."""
+def resource() -> Resource:
+    """Who sends, as the SDK detects it from the OTEL_* variables: `service.name` lace unless
+    OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names it, and no attribute that carries the
+    command line."""
     detected = Resource.create({"service.version": __version__})
     attributes = {key: value for key, value in detected.attributes.items()
                   if key not in COMMAND_LINE}
@@ -110,13 +111,13 @@ def provider_name(provider: str) -> str:
 
 
 def short(name: str) -> str:
+    """A name as a span's name carries it (the SDK cuts attributes, not names)."""
     return name if len(name) <= NAME_LENGTH else name[:NAME_LENGTH - 1] + "…"
 
 
 def failed(span: trace.Span, error: BaseException) -> None:
     """An error as the span's status: its kind only (its message may hold content)."""
-    kind = "cancelled" if isinstance(error, (GeneratorExit, KeyboardInterrupt)) else \
-        type(error).__name__
+    kind = type(error).__name__
     span.set_attribute("error.type", kind)
     span.set_status(Status(StatusCode.ERROR, kind))
 
@@ -188,12 +189,12 @@ class OtelTracing(Tracing):
         quiet_exporter_logs()
         limit = None if any(environ.get(name) for name in LENGTH_LIMITS) else ATTRIBUTE_LENGTH
         tracer_provider = TracerProvider(
-            resource=resource(environ), shutdown_on_exit=False,
+            resource=resource(), shutdown_on_exit=False,
             span_limits=SpanLimits(max_span_attribute_length=limit))
-        if _enabled(environ, "OTEL_TRACES_EXPORTER"):
+        if exporting(environ, "OTEL_TRACES_EXPORTER"):
             tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         meter_provider = None
-        if _enabled(environ, "OTEL_METRICS_EXPORTER"):
+        if exporting(environ, "OTEL_METRICS_EXPORTER"):
             meter_provider = MeterProvider(
                 resource=tracer_provider.resource, shutdown_on_exit=False,
                 metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
