@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from lace.config import Limits, Settings
 from lace.llm.checks import check_model
@@ -21,6 +25,7 @@ from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.database import AsyncStore
+from lace.runtime.otel import OtelTracing
 from lace.runtime.tracing import NO_TRACING, tracing_from
 from lace.store import Store
 from tests.conftest import query
@@ -271,3 +276,32 @@ def test_no_endpoint_or_a_disabled_sdk_is_no_tracing(store: Store,
         assert tracing_from(environ, db, pytest.fail) is NO_TRACING
     finally:
         db.close()
+
+
+class AuthenticationError(Exception):
+    """Named as a provider's refusal is: not worth a retry."""
+
+
+async def test_a_failing_model_call_and_its_turn_are_error_spans(
+        runtime: Runtime, models: ScriptedModels) -> None:
+    """With an in-process exporter: a model call that fails is a `chat` span in error, and so
+    is the turn it ends; the status names the error's kind, never its text."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    runtime.tools.tracing = OtelTracing(runtime.db, provider, None)
+
+    def refused(messages: list[dict[str, Any]]) -> ScriptedReply:
+        raise AuthenticationError("invalid key sk-abc for PROMPT-TEXT")
+
+    models.on("root", refused)
+    root = await runtime.start_session("hi", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(spans) == {"chat root", "invoke_agent root"}
+    for span in spans.values():
+        assert span.status.status_code == StatusCode.ERROR
+        assert span.status.description == "ModelError"
+        assert span.attributes is not None and span.attributes["error.type"] == "ModelError"
+    assert spans["chat root"].parent is not None
+    assert spans["chat root"].parent.span_id == spans["invoke_agent root"].context.span_id
