@@ -94,12 +94,13 @@ def assert_one_tree(spans: list[ReceivedSpan], parents: dict[str, str | None]) -
     turns = by_agent(spans, "invoke_agent ")
     assert set(turns) == set(parents)
     for thread_id, parent_id in parents.items():
+        if parent_id is None:  # the root: its first turn starts the trace, the others under it
+            (first,) = [turn for turn in turns[thread_id] if turn.parent_id is None]
+            assert all(turn.parent_id == first.span_id
+                       for turn in turns[thread_id] if turn is not first)
+            continue
         for turn in turns[thread_id]:
             assert turn.attributes["gen_ai.operation.name"] == "invoke_agent"
-            if parent_id is None:
-                first = turns[thread_id][0] if turns[thread_id][0].parent_id is None else None
-                assert first is not None and turn.parent_id in (None, first.span_id)
-                continue
             spawner = by_id[turn.parent_id or ""]
             assert spawner.name in SPAWNERS
             assert spawner.attributes["gen_ai.agent.id"] == parent_id
