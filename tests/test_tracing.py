@@ -171,7 +171,8 @@ def test_lace_run_sends_every_span_before_it_exits(tmp_path: Path) -> None:
     and `lace threads --json` names the trace."""
     home = tmp_path / "home"
     with collector() as otlp:
-        run = lace_at_collector(home, otlp, "run", MANY_PROMPT)
+        run = lace_at_collector(home, otlp, "run", MANY_PROMPT,  # no batch leaves before
+                                OTEL_BSP_SCHEDULE_DELAY="600000")  # the exit sends them all
         spans = list(otlp.spans)  # no waiting: they were sent before the run exited
     assert run.returncode == 0, run.stderr
     threads = dict(rows(home / "lace.db", "SELECT id, parent_id FROM threads"))
@@ -193,7 +194,8 @@ def test_helpers_run_by_other_processes_continue_the_sessions_trace(tmp_path: Pa
     home = tmp_path / "home"
     db = new_database(tmp_path)
     with collector() as otlp:
-        env = {"LACE_DEMO_DELAY": "0.3", **otlp.environment()}
+        env = {**otlp.environment(), "LACE_DEMO_DELAY": "0.3",
+               "OTEL_BSP_SCHEDULE_DELAY": "600000"}  # every span leaves as its worker exits
         with worker(tmp_path, db, "--max-agents", "1", name="a", **env) as first, \
                 worker(tmp_path, db, "--max-agents", "1", name="b", **env) as second:
             ready(db, 2)
@@ -216,7 +218,8 @@ def lace_at_collector(home: Path, otlp: Collector, *argv: str,
                       **env: str) -> subprocess.CompletedProcess[str]:
     """`lace *argv` to its end, sending its spans to `otlp`."""
     return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                          text=True, timeout=180, env=lace_env(home, **otlp.environment(), **env))
+                          text=True, timeout=180,
+                          env=lace_env(home, **{**otlp.environment(), **env}))
 
 
 def test_without_an_endpoint_nothing_of_opentelemetry_is_imported(tmp_path: Path) -> None:
