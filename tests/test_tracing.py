@@ -79,6 +79,17 @@ def by_agent(spans: list[ReceivedSpan], operation: str) -> dict[str, list[Receiv
     return found
 
 
+def metered(got: Collector, metric: str, field: str, **attributes: str) -> float:
+    """A metric's total so far over its points with `attributes` (the SDK sends running
+    totals, one per set of attributes: the last one of each counts)."""
+    totals: dict[frozenset[tuple[str, Any]], float] = {}
+    for point in got.metrics.get(metric, []):
+        if all(point["attributes"].get(key) == value for key, value in attributes.items()):
+            key = frozenset(point["attributes"].items())
+            totals[key] = max(totals.get(key, 0.0), point[field])
+    return sum(totals.values())
+
+
 def closed(spans: list[ReceivedSpan]) -> bool:
     """Whether the parent of every span arrived too (a parent ends, and leaves, last)."""
     ids = {span.span_id for span in spans}
@@ -146,10 +157,12 @@ async def test_a_fan_out_and_a_helpers_helper_arrive_as_one_tree(
     assert tool.attributes["gen_ai.tool.name"] == "task_complete"
     assert tool.attributes["gen_ai.tool.call.id"]
     assert "gen_ai.tool.call.arguments" not in tool.attributes  # no content unless opted in
-    otlp.wait_for(lambda got: {point["attributes"].get("gen_ai.token.type") for point in
-                               got.metrics.get("gen_ai.client.token.usage", [])} == {
-        "input", "output"} and "gen_ai.client.operation.duration" in got.metrics,
-        "the token usage and duration metrics")
+    usage = "gen_ai.client.token.usage"
+    otlp.wait_for(lambda got: (
+        metered(got, usage, "sum", **{"gen_ai.token.type": "input"}),
+        metered(got, usage, "sum", **{"gen_ai.token.type": "output"}),
+        metered(got, "gen_ai.client.operation.duration", "count")) == (
+        10 * calls, 5 * calls, calls), "the token usage and duration of every model call")
 
 
 async def test_a_failed_tool_call_is_an_error_span(
