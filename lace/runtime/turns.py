@@ -146,6 +146,9 @@ class TurnRunner:
             messages.append(tool_message(wait.call_id, result))
         tools = await self.tools.definitions(
             agent, can_spawn=depth_of(thread_id) < self.limits.max_depth)
+        hooks, stop_blocks = self.tools.hooks, 0
+        if hooks is not None:
+            await hooks.turn_started(agent)
         while True:
             self._check_turn_time(thread_id, started)
             agent, reply, usage = await self._call_on_some_model(agent, lease, messages, tools)
@@ -155,7 +158,13 @@ class TurnRunner:
                 self._record_reply, thread_id=thread_id, message=message, usage=usage)))
             crash_point("after_model_reply")
             if not reply.tool_calls:
-                break
+                go_on = None if hooks is None else \
+                    await hooks.turn_ending(agent, reply.content, stop_blocks)
+                if go_on is None:
+                    break
+                stop_blocks += 1
+                messages.append(await self._hook_message(lease, thread_id, go_on))
+                continue
             outcomes = await asyncio.gather(*(  # every call ends before the turn may
                 self.tools.call(context, call.name, call.arguments, call_id=call.id)
                 for call in reply.tool_calls), return_exceptions=True)
@@ -166,7 +175,7 @@ class TurnRunner:
                 results.append(outcome)
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
-            if self._work_done(results):
+            if self._work_done(results) or (hooks is not None and hooks.take_stop(thread_id)):
                 break
         final = await self._final_answer(thread_id, reply.content)
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
@@ -174,6 +183,15 @@ class TurnRunner:
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
+
+    async def _hook_message(self, lease: Lease, thread_id: str, text: str) -> dict[str, Any]:
+        """What a Stop hook that blocked says, recorded as the agent's next input."""
+        message = {"role": "user", "content": text}
+        data = {"message": message, "sender": "hook", "kind": "stop_hook"}
+        event_id = await self.db.write(fenced(lease, lambda tx: tx.events.append(
+            thread_id, "notification", data)))
+        self._published(thread_id, event_id, "notification", data)
+        return message
 
     async def _final_answer(self, thread_id: str, text: str | None) -> str | None:
         """The answer that completes a spawned helper's task, with its committed worktree."""
@@ -290,6 +308,8 @@ class TurnRunner:
                     record_call, thread_id=agent.thread_id, model=agent.model_name,
                     reserved=reserved, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
                     latency_ms=(time.monotonic() - started) * 1000, error=str(error))))
+                if error.context_overflow and self.tools.hooks is not None:
+                    await self.tools.hooks.trimming(agent.thread_id)
                 if error.context_overflow and trim_tool_results(messages):
                     continue
                 if not error.transient or attempt >= self.limits.model_retries:
