@@ -42,11 +42,15 @@ class HookMatcher(BaseModel):
     @field_validator("matcher")
     @classmethod
     def _compiles(cls, matcher: str) -> str:
-        if not EXACT_NAMES.fullmatch(matcher):
+        if matcher.strip() != "*" and not EXACT_NAMES.fullmatch(matcher):
             try:
                 _compiled(matcher)
-            except (re2.error, UnicodeEncodeError) as error:
-                raise ValueError(f"not a regular expression RE2 accepts ({error})") from None
+            except UnicodeEncodeError:
+                raise ValueError("not a regular expression (a lone surrogate)") from None
+            except re2.error as error:
+                problem = error.args[0].decode() if isinstance(error.args[0], bytes) \
+                    else str(error.args[0])
+                raise ValueError(f"not a regular expression RE2 accepts ({problem})") from None
         return matcher
 
     def matches(self, subject: str | None) -> bool:
