@@ -17,8 +17,9 @@ from lace.core.errors import LaceError
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store
-from tests.conftest import query
+from tests.conftest import query, run_cli
 from tests.hooking import hook, hooked_runtime, logged, logger, script, tool_results, warnings
+from tests.processes import trust_folder
 
 GUARD = """input=$(cat)
 case "$input" in
@@ -317,3 +318,36 @@ def test_a_bad_hook_table_is_one_clear_error(isolated_home: Path, toml: str,
     with pytest.raises(LaceError, match="Bad setting") as error:
         load_settings()
     assert problem in str(error.value) and "config.toml" in str(error.value)
+
+
+def test_lace_hooks_lists_every_files_hooks_and_where_each_comes_from(
+        isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    isolated_home.mkdir(exist_ok=True)
+    (isolated_home / "config.toml").write_text(
+        '[[hooks.PreToolUse]]\nmatcher = "bash"\nhooks = [{ command = "./guard.sh" }]\n')
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "lace.toml").write_text(
+        '[[hooks.PreToolUse]]\nhooks = [{ command = "./audit.sh", timeout = 5 }]\n'
+        '[[hooks.PostToolUse]]\nmatcher = "file_edit|file_write"\n'
+        'hooks = [{ command = "ruff format" }]\n')
+    code, out, err = run_cli(capsys, "hooks", "--workspace", str(repo), "--json")
+    assert code == 0 and "ignoring lace.toml" in err
+    assert [(row["event"], row["command"]) for row in json.loads(out)["hooks"]] == [
+        ("PreToolUse", "./guard.sh")]  # the project's are not trusted yet
+    code, out, err = run_cli(capsys, "hooks", "--workspace", str(repo))
+    assert "its hooks do not run" in out and "lace trust" in out
+    trust_folder(repo)
+    code, out, err = run_cli(capsys, "hooks", "--workspace", str(repo), "--json")
+    rows = [(row["event"], row["matcher"], row["command"], row["timeout"], row["kind"])
+            for row in json.loads(out)["hooks"]]
+    assert rows == [("PreToolUse", "bash", "./guard.sh", 60, "home"),
+                    ("PreToolUse", "*", "./audit.sh", 5, "project"),
+                    ("PostToolUse", "file_edit|file_write", "ruff format", 60, "project")]
+    settings = load_settings(workspace=repo)  # both files' PreToolUse hooks run
+    assert [matcher.hooks[0].command for matcher in settings.hooks["PreToolUse"]] == [
+        "./guard.sh", "./audit.sh"]
+    code, out, err = run_cli(capsys, "hooks", "--workspace", str(repo))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0].split() == ["PreToolUse", "bash", "./guard.sh", "(timeout", "60",
+                                           "s)", "#", str(isolated_home / "config.toml")]
