@@ -25,9 +25,11 @@ def script(folder: Path, name: str, body: str) -> Path:
     return path
 
 
-def logger(folder: Path, log: Path) -> Path:
-    """A hook that appends its stdin (one JSON object) as a line of `log`, in one write."""
-    return script(folder, "log.sh", f'line=$(cat)\nprintf \'%s\\n\' "$line" >> "{log}"\n')
+def logger(folder: Path, log: Path, first: str = "") -> Path:
+    """A hook that appends its stdin (one JSON object) as a line of `log`, in one write, after
+    running `first`."""
+    return script(folder, f"log{len(first)}.sh",
+                  f'{first}\nline=$(cat)\nprintf \'%s\\n\' "$line" >> "{log}"\n')
 
 
 def logged(log: Path) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from lace.llm.types import ScriptedReply
 from lace.store import Store
 from tests.conftest import query, run_cli
 from tests.hooking import hook, hooked_runtime, logged, logger, script, tool_results, warnings
-from tests.processes import trust_folder
+from tests.processes import lace_at, trust_folder, user_config
 
 GUARD = """input=$(cat)
 case "$input" in
@@ -351,3 +351,27 @@ def test_lace_hooks_lists_every_files_hooks_and_where_each_comes_from(
     assert (code, err) == (0, "")
     assert out.splitlines()[0].split() == ["PreToolUse", "bash", "./guard.sh", "(timeout", "60",
                                            "s)", "#", str(isolated_home / "config.toml")]
+
+
+def test_lace_run_runs_the_persons_hooks_and_waits_for_them_before_it_exits(
+        tmp_path: Path, server: FakeOpenAI) -> None:
+    home, log = tmp_path / "home", tmp_path / "run.jsonl"
+    logging = logger(tmp_path, log)
+    slow = logger(tmp_path, log, first="sleep 1")
+    gate = script(tmp_path, "gate.sh", 'case "$(cat)" in *forbidden*) '
+                                      'echo "not that prompt" >&2; exit 2 ;; esac\n')
+    user_config(home, "".join(
+        f'[[hooks.{event}]]\nhooks = [{{ command = "{command}" }}]\n'
+        for event, command in [("SessionStart", logging), ("UserPromptSubmit", gate),
+                               ("Stop", logging), ("SessionEnd", slow)]))
+    done = lace_at(tmp_path, home, "run", "--model", "openai/plain", "hi",
+                   OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="not-a-real-key")
+    assert done.returncode == 0, done.stderr
+    assert [entry["hook_event_name"] for entry in logged(log)] == [
+        "SessionStart", "Stop", "SessionEnd"]  # SessionEnd, a second late, before lace exited
+    refused = lace_at(tmp_path, home, "run", "--model", "openai/plain", "the forbidden prompt",
+                      OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="not-a-real-key")
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "lace: error: A UserPromptSubmit hook refused the prompt: not that prompt")
+    assert "Traceback" not in refused.stderr
