@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lace.config import load_settings
+from lace.config import McpServer, load_settings
 from lace.config.hooks import HookCommand, HookMatcher
 from lace.core.errors import LaceError
 from lace.llm.openai_fake import FakeOpenAI
@@ -39,6 +41,11 @@ def tree(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
         if len(done) == 1:
             return ScriptedReply(tool_calls=[("bash", {"command": "echo from-leaf"})])
         return ScriptedReply(text="leaf done")
+    if role == "kinds":  # one call of each kind of tool, at once
+        return ScriptedReply(text="kinds done") if done else ScriptedReply(tool_calls=[
+            ("task_create", {"tasks": [{"title": "Write it up", "prompt": "later"}]}),
+            ("mcp__time__get_current_time", {"timezone": "UTC"}),
+            ("add", {"a": 2, "b": 3}), ("file_read", {"path": "notes.txt"})])
     child = {"root": "openai/mid", "mid": "openai/leaf"}.get(role)
     if child is not None and not done:
         return ScriptedReply(tool_calls=[("spawn", {"task": f"job for {child}", "model": child})])
@@ -375,3 +382,37 @@ def test_lace_run_runs_the_persons_hooks_and_waits_for_them_before_it_exits(
     assert refused.stderr.strip().splitlines()[-1] == (
         "lace: error: A UserPromptSubmit hook refused the prompt: not that prompt")
     assert "Traceback" not in refused.stderr
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+async def test_hooks_see_every_kind_of_tool_and_a_regex_matcher_blocks_mcp_tools(
+        store: Store, server: FakeOpenAI, tmp_path: Path) -> None:
+    time_server = shutil.which("mcp-server-time", path=str(Path(sys.executable).parent))
+    assert time_server is not None, "mcp-server-time is a dev dependency"
+    log = tmp_path / "kinds.jsonl"
+    no_mcp = script(tmp_path, "no_mcp.sh", "cat > /dev/null\necho 'no MCP today' >&2\nexit 2\n")
+    runtime, _events = hooked_runtime(
+        store, tmp_path / "ws", {"PreToolUse": [hook(logger(tmp_path, log)),
+                                                hook(no_mcp, matcher="mcp__time__.*")],
+                                 "PostToolUse": [hook(logger(tmp_path, log))]},
+        policy={"mcp__time__*": "allow"}, python_tools=[add],
+        mcp_servers={"time": McpServer(command=time_server, args=["--local-timezone", "UTC"])})
+    (tmp_path / "ws" / "notes.txt").write_text("a note\n")
+    try:
+        root = await runtime.start_session("go", "openai/kinds")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    seen = [(entry["hook_event_name"], entry["tool_name"]) for entry in logged(log)]
+    kinds = ["task_create", "mcp__time__get_current_time", "add", "file_read"]
+    assert sorted(name for event, name in seen if event == "PreToolUse") == sorted(kinds)
+    assert sorted(name for event, name in seen if event == "PostToolUse") == sorted(
+        ["task_create", "add", "file_read"])  # the blocked MCP call never ran
+    task, mcp, added, read = tool_results(requests_of(server, "kinds")[-1])
+    assert mcp == "no MCP today"
+    assert "Write it up" in task and added == "5" and "a note" in read
