@@ -22,6 +22,7 @@ from lace.store import Store
 from tests.conftest import query, run_cli
 from tests.hooking import hook, hooked_runtime, logged, logger, script, tool_results, warnings
 from tests.processes import lace_at, trust_folder, user_config
+from tests.scripted import ScriptedModels, reply
 
 GUARD = """input=$(cat)
 case "$input" in
@@ -416,3 +417,55 @@ async def test_hooks_see_every_kind_of_tool_and_a_regex_matcher_blocks_mcp_tools
     task, mcp, added, read = tool_results(requests_of(server, "kinds")[-1])
     assert mcp == "no MCP today"
     assert "Write it up" in task and added == "5" and "a note" in read
+
+
+async def test_continue_false_ends_the_agents_turn_after_the_call(
+        store: Store, server: FakeOpenAI, tmp_path: Path) -> None:
+    halt = script(tmp_path, "halt.sh", "cat > /dev/null\nprintf '%s' "
+                  "'{\"continue\": false, \"stopReason\": \"enough for today\"}'\n")
+    runtime, _events = hooked_runtime(store, tmp_path / "ws", {"PreToolUse": [hook(halt)]},
+                                      policy={"bash": "allow"})
+    (tmp_path / "ws" / "precious").mkdir(parents=True)
+    try:
+        root = await runtime.start_session("go", "openai/leaf")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    assert len(requests_of(server, "leaf")) == 1  # no model call after the stopped call
+    assert (tmp_path / "ws" / "precious").is_dir()
+    assert query_results(store) == ["Stopped by a hook: enough for today"]
+
+
+def query_results(store: Store) -> list[str]:
+    with store.reading() as tx:
+        return [event.data["content"] if "content" in event.data else
+                event.data["message"]["content"] for thread in tx.threads.sessions()
+                for event in tx.events.of_thread(thread.id) if event.type == "tool_result"]
+
+
+async def test_pre_compact_runs_before_an_agents_context_is_trimmed(
+        store: Store, models: ScriptedModels, tmp_path: Path) -> None:
+    from lace.llm.litellm_setup import litellm
+
+    def model(messages: list[dict[str, Any]]) -> ScriptedReply:
+        done = tool_results(messages)
+        if len(done) < 2:
+            return reply(None, ("task_list", {}))
+        if not any(result.startswith("[trimmed") for result in done):
+            raise litellm().ContextWindowExceededError("too long", model="x",
+                                                       llm_provider="scripted")
+        return reply("fits now")
+
+    models.on("root", model)
+    log = tmp_path / "compact.jsonl"
+    runtime, _events = hooked_runtime(store, tmp_path / "ws", {
+        "PreCompact": [hook(logger(tmp_path, log), matcher="auto")]})
+    try:
+        root = await runtime.start_session("go", "scripted/root")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    assert [(entry["agent_id"], entry["trigger"]) for entry in logged(log)] == [
+        (root.id, "auto")]
