@@ -38,6 +38,8 @@ class HookPoints:
     db: AsyncStore
     stopping: dict[str, str] = field(default_factory=dict)
     """Agents a hook stopped (`continue: false`): their turn ends after this call."""
+    sent_back: dict[str, int] = field(default_factory=dict)
+    """How often Stop hooks sent each agent back to work in its current turn."""
     sessions: set[str] = field(default_factory=set)
     """Sessions started or resumed here: each gets its SessionEnd when lace exits."""
     announced: set[tuple[str, str]] = field(default_factory=set)
@@ -100,24 +102,29 @@ class HookPoints:
     # an agent's turn
 
     async def turn_started(self, agent: Agent) -> None:
-        """SubagentStart, for a helper's turn."""
+        """A turn starts: no Stop hook has sent the agent back yet; SubagentStart, for a
+        helper's."""
+        self.sent_back[agent.thread_id] = 0
         if agent.parent_thread_id is not None and self.runner.has("SubagentStart"):
             await self.runner.run("SubagentStart", agent.thread_id, {
                 "agent_type": _agent_type(agent)}, subject=_agent_type(agent))
 
-    async def turn_ending(self, agent: Agent, answer: str | None, blocks: int) -> str | None:
+    async def turn_ending(self, agent: Agent, answer: str | None) -> str | None:
         """Stop (the root) or SubagentStop (a helper) when the agent would end its turn: the
-        text it goes on with when a hook blocks (`blocks` times so far this turn), else
+        text it goes on with when a hook blocks (at most MAX_STOP_BLOCKS times a turn), else
         None."""
         event: HookEvent = "Stop" if agent.parent_thread_id is None else "SubagentStop"
         if not self.runner.has(event):
             return None
+        blocks = self.sent_back.get(agent.thread_id, 0)
         outcome = await self.runner.run(event, agent.thread_id, {
             "stop_hook_active": blocks > 0, "last_assistant_message": answer or "",
             "agent_type": _agent_type(agent)}, subject=None if event == "Stop"
             else _agent_type(agent))
         if outcome.stop is not None or outcome.blocked is None or blocks >= MAX_STOP_BLOCKS:
+            self.sent_back.pop(agent.thread_id, None)
             return None
+        self.sent_back[agent.thread_id] = blocks + 1
         return outcome.blocked
 
     async def trimming(self, thread_id: str) -> None:

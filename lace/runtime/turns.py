@@ -146,7 +146,7 @@ class TurnRunner:
             messages.append(tool_message(wait.call_id, result))
         tools = await self.tools.definitions(
             agent, can_spawn=depth_of(thread_id) < self.limits.max_depth)
-        hooks, stop_blocks = self.tools.hooks, 0
+        hooks = self.tools.hooks
         if hooks is not None:
             await hooks.turn_started(agent)
         while True:
@@ -158,13 +158,9 @@ class TurnRunner:
                 self._record_reply, thread_id=thread_id, message=message, usage=usage)))
             crash_point("after_model_reply")
             if not reply.tool_calls:
-                go_on = None if hooks is None else \
-                    await hooks.turn_ending(agent, reply.content, stop_blocks)
-                if go_on is None:
-                    break
-                stop_blocks += 1
-                messages.append(await self._hook_message(lease, thread_id, go_on))
-                continue
+                if await self._sent_back(agent, lease, messages, reply.content):
+                    continue
+                break
             outcomes = await asyncio.gather(*(  # every call ends before the turn may
                 self.tools.call(context, call.name, call.arguments, call_id=call.id)
                 for call in reply.tool_calls), return_exceptions=True)
@@ -175,7 +171,11 @@ class TurnRunner:
                 results.append(outcome)
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
-            if self._work_done(results) or (hooks is not None and hooks.take_stop(thread_id)):
+            if hooks is not None and hooks.take_stop(thread_id):
+                break  # a hook said `continue: false`
+            if self._work_done(results):
+                if await self._sent_back(agent, lease, messages, reply.content):
+                    continue
                 break
         final = await self._final_answer(thread_id, reply.content)
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
@@ -184,14 +184,21 @@ class TurnRunner:
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
 
-    async def _hook_message(self, lease: Lease, thread_id: str, text: str) -> dict[str, Any]:
-        """What a Stop hook that blocked says, recorded as the agent's next input."""
+    async def _sent_back(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
+                         answer: str | None) -> bool:
+        """Whether a Stop (or SubagentStop) hook sends the agent back to work as it would end
+        its turn: what the hook says is then recorded as its next input."""
+        hooks = self.tools.hooks
+        text = None if hooks is None else await hooks.turn_ending(agent, answer)
+        if text is None:
+            return False
         message = {"role": "user", "content": text}
         data = {"message": message, "sender": "hook", "kind": "stop_hook"}
         event_id = await self.db.write(fenced(lease, lambda tx: tx.events.append(
-            thread_id, "notification", data)))
-        self._published(thread_id, event_id, "notification", data)
-        return message
+            agent.thread_id, "notification", data)))
+        self._published(agent.thread_id, event_id, "notification", data)
+        messages.append(message)
+        return True
 
     async def _final_answer(self, thread_id: str, text: str | None) -> str | None:
         """The answer that completes a spawned helper's task, with its committed worktree."""
