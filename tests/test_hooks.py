@@ -469,3 +469,25 @@ async def test_pre_compact_runs_before_an_agents_context_is_trimmed(
         runtime.close()
     assert [(entry["agent_id"], entry["trigger"]) for entry in logged(log)] == [
         (root.id, "auto")]
+
+
+async def test_the_app_shows_a_refused_prompt_and_keeps_it_in_the_input(
+        db_path: Path, models: ScriptedModels, isolated_home: Path, tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from tests.piloted_app import SIZE, make_app
+
+    gate = script(tmp_path, "gate.sh", 'case "$(cat)" in *secret*) '
+                                      'echo "not that prompt" >&2; exit 2 ;; esac\n')
+    isolated_home.mkdir(exist_ok=True)
+    (isolated_home / "config.toml").write_text(
+        f'[[hooks.UserPromptSubmit]]\nhooks = [{{ command = "{gate}" }}]\n')
+    app = make_app(db_path, models)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"the secret", "enter")
+        await pilot.pause()
+        assert app.session_id is None
+        assert app.query_one("#message", Input).value == "the secret"
+        said = [notification.message for notification in app._notifications]
+        assert said == ["A UserPromptSubmit hook refused the prompt: not that prompt"]
+    assert query(db_path, "SELECT COUNT(*) FROM threads") == [(0,)]
