@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lace.config import Limits, McpServer, Settings, ToolSettings
+from lace.config import Limits, McpServer, Settings, ToolSettings, WorkspaceSettings
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.runtime import Runtime, open_runtime
@@ -54,13 +54,15 @@ def hook(command: Path | str, matcher: str | None = None, timeout: float | None 
 def hooked_runtime(store: Store, workspace: Path, hooks: dict[str, list[dict[str, Any]]],
                    policy: dict[str, str] | None = None, *,
                    mcp_servers: dict[str, McpServer] | None = None,
-                   python_tools: Sequence[Callable[..., Any]] = (), **limits: Any,
+                   python_tools: Sequence[Callable[..., Any]] = (),
+                   workspace_settings: WorkspaceSettings | None = None, **limits: Any,
                    ) -> tuple[Runtime, list[RuntimeEvent]]:
     """A runtime with these hooks (and MCP servers, Python tools) whose agents work in
     `workspace`, and the events it publishes."""
     workspace.mkdir(exist_ok=True)
     settings = Settings(hooks=hooks, tools=ToolSettings(policy=policy or {}),
                         mcp_servers=mcp_servers or {},
+                        workspace=workspace_settings or WorkspaceSettings(),
                         limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=1,
                                       **limits))
     runtime = open_runtime(store, settings, default_client(), check_model=check_model,

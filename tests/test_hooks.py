@@ -491,3 +491,29 @@ async def test_the_app_shows_a_refused_prompt_and_keeps_it_in_the_input(
         said = [notification.message for notification in app._notifications]
         assert said == ["A UserPromptSubmit hook refused the prompt: not that prompt"]
     assert query(db_path, "SELECT COUNT(*) FROM threads") == [(0,)]
+
+
+async def test_a_helper_in_its_own_worktree_has_its_hooks_run_there(
+        store: Store, server: FakeOpenAI, tmp_path: Path) -> None:
+    from lace.config import WorkspaceSettings
+    from tests.gitrepos import new_repository
+
+    log = tmp_path / "where.jsonl"
+    where = logger(tmp_path, log, first=f'pwd > "$(mktemp -p "{tmp_path}")"')
+    repo = new_repository(tmp_path / "ws", {"README.md": "hi\n"})
+    runtime, _events = hooked_runtime(
+        store, repo, {"PostToolUse": [hook(where, "bash")]}, policy={"bash": "allow"},
+        workspace_settings=WorkspaceSettings(isolation="worktree"))
+    try:
+        root = await run_session(runtime)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    leaf_runs = [entry for entry in logged(log) if entry["agent_id"] == f"{root}.1.1"]
+    assert [entry["tool_input"]["command"] for entry in leaf_runs] == [
+        "rm -rf ./precious", "echo from-leaf"]
+    folder, = {Path(entry["cwd"]) for entry in leaf_runs}
+    assert folder != repo.resolve() and (folder / "README.md").is_file()
+    assert (repo / "README.md").is_file()
+    ran_in = {Path(path.read_text().strip()) for path in tmp_path.glob("tmp*")}
+    assert ran_in == {folder}  # the hook's own folder, as its `cwd` says

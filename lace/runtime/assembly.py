@@ -81,7 +81,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     if settings.hooks:
         tools.hooks = HookPoints(HookRunner(
             settings.hooks, workspace, settings.tools.bash.pass_env,
-            lambda text: bus.publish(Warned(text))), db)
+            lambda text: bus.publish(Warned(text))), db, tools.workspace)
         bus.subscribe(tools.hooks.published)
     if servers or warnings:
         tools.mcp = McpServers(servers, settings.limits,

@@ -19,9 +19,11 @@ from lace.core.ids import is_thread_id
 from lace.core.records import Agent, Task
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import ApprovalRequested, RuntimeEvent, TasksChanged
-from lace.runtime.hooks import HookOutcome, HookRunner, stricter
+from lace.runtime.hooks import NOTHING, HookOutcome, HookRunner, stricter
+from lace.runtime.isolation import workspace_of
 from lace.runtime.tool_calls import Executed, ToolCall
 from lace.tools.base import ToolContext, ToolError
+from lace.tools.workspace import Workspace
 
 Resolve = Callable[[dict[str, Any]], Awaitable[tuple[ToolCall, Policy]]]
 """The call again with other arguments (a PreToolUse `updatedInput`), validated, and its policy."""
@@ -36,6 +38,8 @@ class HookPoints:
 
     runner: HookRunner
     db: AsyncStore
+    workspace: Workspace | None = None
+    """The runtime's workspace; a helper with a worktree has its hooks run there."""
     stopping: dict[str, str] = field(default_factory=dict)
     """Agents a hook stopped (`continue: false`): their turn ends after this call."""
     sent_back: dict[str, int] = field(default_factory=dict)
@@ -44,6 +48,16 @@ class HookPoints:
     """Sessions started or resumed here: each gets its SessionEnd when lace exits."""
     announced: set[tuple[str, str]] = field(default_factory=set)
     since: str = field(default_factory=now_iso)
+
+    async def _run(self, event: HookEvent, agent_id: str, fields: dict[str, Any],
+                   subject: str | None = None) -> HookOutcome:
+        """The event's hooks for an agent, run in its workspace (its worktree, if it has one;
+        looked up only when a hook matches)."""
+        if not self.runner.commands(event, subject):
+            return NOTHING
+        folder = None if self.workspace is None else \
+            (await workspace_of(self.db, self.workspace, agent_id)).folder
+        return await self.runner.run(event, agent_id, fields, subject, folder)
 
     # the tool path
 
@@ -54,7 +68,7 @@ class HookPoints:
         more than the policy allows."""
         if not self.runner.has("PreToolUse"):
             return call, policy
-        outcome = await self.runner.run("PreToolUse", context.thread_id, {
+        outcome = await self._run("PreToolUse", context.thread_id, {
             "tool_name": call.name, "tool_input": call.shown_arguments(),
             "tool_use_id": call_id}, subject=call.name)
         self._note_stop(context.thread_id, outcome)
@@ -81,7 +95,7 @@ class HookPoints:
         result = executed.result
         if call is None or result.is_error or not self.runner.has("PostToolUse"):
             return executed
-        outcome = await self.runner.run("PostToolUse", context.thread_id, {
+        outcome = await self._run("PostToolUse", context.thread_id, {
             "tool_name": call.name, "tool_input": call.shown_arguments(),
             "tool_response": result.text, "tool_use_id": call_id}, subject=call.name)
         self._note_stop(context.thread_id, outcome)
@@ -106,7 +120,7 @@ class HookPoints:
         helper's."""
         self.sent_back[agent.thread_id] = 0
         if agent.parent_thread_id is not None and self.runner.has("SubagentStart"):
-            await self.runner.run("SubagentStart", agent.thread_id, {
+            await self._run("SubagentStart", agent.thread_id, {
                 "agent_type": _agent_type(agent)}, subject=_agent_type(agent))
 
     async def turn_ending(self, agent: Agent, answer: str | None) -> str | None:
@@ -117,7 +131,7 @@ class HookPoints:
         if not self.runner.has(event):
             return None
         blocks = self.sent_back.get(agent.thread_id, 0)
-        outcome = await self.runner.run(event, agent.thread_id, {
+        outcome = await self._run(event, agent.thread_id, {
             "stop_hook_active": blocks > 0, "last_assistant_message": answer or "",
             "agent_type": _agent_type(agent)}, subject=None if event == "Stop"
             else _agent_type(agent))
@@ -130,7 +144,7 @@ class HookPoints:
     async def trimming(self, thread_id: str) -> None:
         """PreCompact: the agent's context is about to be trimmed to fit its window."""
         if self.runner.has("PreCompact"):
-            await self.runner.run("PreCompact", thread_id, {
+            await self._run("PreCompact", thread_id, {
                 "trigger": "auto", "custom_instructions": ""}, subject="auto")
 
     # the person's prompts and sessions
@@ -140,7 +154,7 @@ class HookPoints:
         it (nothing is written)."""
         if not self.runner.has("UserPromptSubmit"):
             return prompt
-        outcome = await self.runner.run("UserPromptSubmit", thread_id, {"prompt": prompt})
+        outcome = await self._run("UserPromptSubmit", thread_id, {"prompt": prompt})
         refused = outcome.blocked or outcome.stop
         if refused is not None:
             raise LaceError(f"A UserPromptSubmit hook refused the prompt: {refused}")
@@ -151,7 +165,7 @@ class HookPoints:
         self.sessions.add(root_id)
         if not self.runner.has("SessionStart"):
             return ()
-        outcome = await self.runner.run("SessionStart", root_id, {"source": source},
+        outcome = await self._run("SessionStart", root_id, {"source": source},
                                         subject=source)
         return outcome.context
 
@@ -161,7 +175,7 @@ class HookPoints:
         sessions, self.sessions = sorted(self.sessions), set()
         for root_id in sessions:
             if self.runner.has("SessionEnd"):
-                self.runner.later(self.runner.run("SessionEnd", root_id, {"reason": "exit"},
+                self.runner.later(self._run("SessionEnd", root_id, {"reason": "exit"},
                                                   subject="exit"))
         await self.runner.drain()
 
@@ -170,7 +184,7 @@ class HookPoints:
     def published(self, event: RuntimeEvent) -> None:
         """Notification for an approval waiting; task events for tasks created or done."""
         if isinstance(event, ApprovalRequested) and self.runner.has("Notification"):
-            self.runner.later(self.runner.run("Notification", event.thread_id, {
+            self.runner.later(self._run("Notification", event.thread_id, {
                 "message": f"lace needs your permission to use {event.tool} "
                            f"(approval #{event.approval_id})",
                 "notification_type": "permission_prompt", "tool_name": event.tool,
@@ -199,7 +213,7 @@ class HookPoints:
         agent = agent_id if agent_id and is_thread_id(agent_id) else task.thread_id
         shown = {name: value for name, value in dataclasses.asdict(task).items()
                  if name != "notes"}
-        await self.runner.run(event, agent, {"task": shown})
+        await self._run(event, agent, {"task": shown})
 
 
 def _agent_type(agent: Agent) -> str:

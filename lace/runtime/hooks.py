@@ -100,20 +100,21 @@ class HookRunner:
         return list(found.values())
 
     async def run(self, event: HookEvent, agent_id: str | None, fields: Mapping[str, Any],
-                  subject: str | None = None) -> HookOutcome:
-        """Run the event's matching hooks for agent `agent_id` (None: no session yet) and
-        combine their answers."""
+                  subject: str | None = None, folder: Path | None = None) -> HookOutcome:
+        """Run the event's matching hooks for agent `agent_id` (None: no session yet) in
+        `folder` (the agent's worktree; else `cwd`) and combine their answers."""
         commands = self.commands(event, subject)
         if not commands:
             return NOTHING
+        cwd = folder or self.cwd
         data = {"session_id": None if agent_id is None else root_of(agent_id),
                 "agent_id": agent_id, "parent_agent_id": parent_of(agent_id or ""),
-                "hook_event_name": event, "cwd": str(self.cwd), **fields}
+                "hook_event_name": event, "cwd": str(cwd), **fields}
         stdin = json.dumps(data, default=str).encode()
-        environment = {**tool_environment(self.pass_env), "LACE_PROJECT_DIR": str(self.cwd),
-                       "CLAUDE_PROJECT_DIR": str(self.cwd)}
+        environment = {**tool_environment(self.pass_env), "LACE_PROJECT_DIR": str(cwd),
+                       "CLAUDE_PROJECT_DIR": str(cwd)}
         runs = await asyncio.gather(*(
-            run_hook(command.command, stdin, cwd=self.cwd, environment=environment,
+            run_hook(command.command, stdin, cwd=cwd, environment=environment,
                      timeout_s=command.timeout) for command in commands))
         outcome = NOTHING
         for command, run in zip(commands, runs, strict=True):
