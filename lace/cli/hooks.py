@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lace.cli.board import print_json, say
 from lace.cli.configuration import considered_files
-from lace.cli.run import workspace_of
+from lace.cli.invocation import workspace_of
+from lace.cli.output import print_json, say
 from lace.config import load_settings
 from lace.config.hooks import HookMatcher
 
