@@ -116,9 +116,10 @@ class HookPoints:
     # an agent's turn
 
     async def turn_started(self, agent: Agent) -> None:
-        """A turn starts: no Stop hook has sent the agent back yet; SubagentStart, for a
-        helper's."""
+        """A turn starts: no hook has stopped the agent or sent it back yet (a turn cut off
+        leaves nothing behind); SubagentStart, for a helper's."""
         self.sent_back[agent.thread_id] = 0
+        self.stopping.pop(agent.thread_id, None)
         if agent.parent_thread_id is not None and self.runner.has("SubagentStart"):
             await self._run("SubagentStart", agent.thread_id, {
                 "agent_type": _agent_type(agent)}, subject=_agent_type(agent))
@@ -165,8 +166,7 @@ class HookPoints:
         self.sessions.add(root_id)
         if not self.runner.has("SessionStart"):
             return ()
-        outcome = await self._run("SessionStart", root_id, {"source": source},
-                                        subject=source)
+        outcome = await self._run("SessionStart", root_id, {"source": source}, subject=source)
         return outcome.context
 
     async def finish(self) -> None:
@@ -176,7 +176,7 @@ class HookPoints:
         for root_id in sessions:
             if self.runner.has("SessionEnd"):
                 self.runner.later(self._run("SessionEnd", root_id, {"reason": "exit"},
-                                                  subject="exit"))
+                                            subject="exit"))
         await self.runner.drain()
 
     # what the runtime publishes
