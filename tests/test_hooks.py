@@ -241,6 +241,7 @@ echo "Today is a test day."
         with pytest.raises(LaceError, match="refused the prompt: This prompt names a secret"):
             await runtime.start_session("tell me the secret", "openai/root")
         assert query(db_path, "SELECT COUNT(*) FROM threads") == [(0,)]
+        assert runtime.tools.hooks.sessions == set()  # no session began: none to end
         root = await runtime.start_session("go", "openai/leaf")
         with pytest.raises(LaceError, match="names a secret"):
             await runtime.send(root.id, "and the secret?")

@@ -85,13 +85,13 @@ class Runtime:
     # sessions and the person's acts
 
     async def start_session(self, prompt: str, model: str) -> Thread:
-        """A new root thread whose inbox holds the person's prompt (SessionStart and
-        UserPromptSubmit hooks run first: one may refuse it, and then nothing is written)."""
+        """A new root thread whose inbox holds the person's prompt (UserPromptSubmit hooks
+        run first: one may refuse it, and then nothing is written; then SessionStart)."""
         self.scheduler.reopen()
         root_id, hooks = new_root_thread_id(), self.tools.hooks
         if hooks is not None:
-            context = await hooks.session_started(root_id, "startup")
-            prompt = "\n\n".join([await hooks.prompt_submitted(root_id, prompt), *context])
+            prompt = await hooks.prompt_submitted(root_id, prompt)
+            prompt = "\n\n".join([prompt, *await hooks.session_started(root_id, "startup")])
         return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place,
                                                            root_id))
 
