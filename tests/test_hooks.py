@@ -518,3 +518,27 @@ async def test_a_helper_in_its_own_worktree_has_its_hooks_run_there(
     assert (repo / "README.md").is_file()
     ran_in = {Path(path.read_text().strip()) for path in tmp_path.glob("tmp*")}
     assert ran_in == {folder}  # the hook's own folder, as its `cwd` says
+
+
+def test_a_detached_runs_prompt_passes_the_user_prompt_submit_hooks_too(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    gate = script(tmp_path, "gate.sh", 'case "$(cat)" in *forbidden*) '
+                                      'echo "not that prompt" >&2; exit 2 ;; esac\n'
+                                      'echo "context from the hook"\n')
+    odd = script(tmp_path, "odd.sh", "cat > /dev/null\nprintf 'odd\\033[31m' >&2\nexit 3\n")
+    user_config(home, f'[[hooks.UserPromptSubmit]]\nhooks = [{{ command = "{gate}" }}, '
+                      f'{{ command = "{odd}" }}]\n')
+    refused = lace_at(tmp_path, home, "run", "--detach", "the forbidden prompt")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "lace: error: A UserPromptSubmit hook refused the prompt: not that prompt")
+    assert not (home / "lace.db").exists() or query(
+        home / "lace.db", "SELECT COUNT(*) FROM threads") == [(0,)]
+    done = lace_at(tmp_path, home, "run", "--detach", "plan it")
+    assert done.returncode == 0, done.stderr
+    root_id = done.stdout.strip()
+    assert done.stderr.splitlines()[0] == (  # shown to the person, escaped; the prompt goes on
+        f"! UserPromptSubmit hook {str(odd)!r} failed (exit code 3): odd\\x1b[31m")
+    (prompt,), = query(home / "lace.db", "SELECT text FROM inbox WHERE thread_id = ?", root_id)
+    assert prompt == "plan it\n\ncontext from the hook"

@@ -6,12 +6,14 @@ a hook reaches helpers of helpers as it reaches the root."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from lace.config import Policy
+from lace.config import Policy, Settings
 from lace.config.hooks import HookEvent
 from lace.core.clock import now_iso
 from lace.core.errors import LaceError
@@ -156,10 +158,7 @@ class HookPoints:
         if not self.runner.has("UserPromptSubmit"):
             return prompt
         outcome = await self._run("UserPromptSubmit", thread_id, {"prompt": prompt})
-        refused = outcome.blocked or outcome.stop
-        if refused is not None:
-            raise LaceError(f"A UserPromptSubmit hook refused the prompt: {refused}")
-        return "\n\n".join([prompt, *outcome.context])
+        return submitted(prompt, outcome)
 
     async def session_started(self, root_id: str, source: str) -> tuple[str, ...]:
         """SessionStart (`startup` or `resume`): the context hooks add to the session."""
@@ -214,6 +213,26 @@ class HookPoints:
         shown = {name: value for name, value in dataclasses.asdict(task).items()
                  if name != "notes"}
         await self._run(event, agent, {"task": shown})
+
+
+def submitted(prompt: str, outcome: HookOutcome) -> str:
+    """The prompt with what UserPromptSubmit hooks added, or a LaceError when one refused
+    it."""
+    refused = outcome.blocked or outcome.stop
+    if refused is not None:
+        raise LaceError(f"A UserPromptSubmit hook refused the prompt: {refused}")
+    return "\n\n".join([prompt, *outcome.context])
+
+
+def submitted_alone(settings: Settings, workspace: Path, root_id: str, prompt: str,
+                    warn: Callable[[str], None]) -> str:
+    """`submitted` for a prompt written by a process that runs no runtime (`lace run
+    --detach`): the UserPromptSubmit hooks run here, in `workspace`."""
+    if not settings.hooks.get("UserPromptSubmit"):
+        return prompt
+    runner = HookRunner(settings.hooks, workspace, settings.tools.bash.pass_env, warn)
+    return submitted(prompt, asyncio.run(runner.run("UserPromptSubmit", root_id,
+                                                    {"prompt": prompt})))
 
 
 def _agent_type(agent: Agent) -> str:
