@@ -49,29 +49,15 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         yield fake
 
 
-async def run(runtime: Any, seconds: float = 30) -> list[str]:
+async def run(runtime: Any, server: FakeOpenAI) -> list[str]:
     """Run one session to its end; the tool results its agent read last."""
     try:
         root = await runtime.start_session("go", "openai/agent")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), seconds)
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
     finally:
         await runtime.stop()
         runtime.close()
-    return tool_results(runtime_requests[-1]) if (runtime_requests := _requests()) else []
-
-
-_server: list[FakeOpenAI] = []
-
-
-def _requests() -> list[list[dict[str, Any]]]:
-    return [request["messages"] for request in _server[0].requests] if _server else []
-
-
-@pytest.fixture(autouse=True)
-def remember(server: FakeOpenAI) -> Iterator[None]:
-    _server[:] = [server]
-    yield
-    _server.clear()
+    return tool_results(server.requests[-1]["messages"]) if server.requests else []
 
 
 def alive(pid: int) -> bool:
@@ -91,7 +77,7 @@ async def test_a_hanging_hook_and_its_child_are_killed_at_the_timeout_and_do_not
         "PreToolUse": [hook(hang, "bash", timeout=1)]}, policy={"bash": "allow"})
     PLAN.append(("bash", {"command": "echo ran"}))
     began = time.monotonic()
-    results = await run(runtime)
+    results = await run(runtime, server)
     assert time.monotonic() - began < 20
     assert results[0].startswith("ran")  # a timed-out hook does not block
     assert any("killed after 1 s (timeout)" in text for text in warnings(events))
@@ -115,7 +101,7 @@ async def test_a_flood_of_output_is_capped_and_broken_json_is_ignored_with_a_war
         "PostToolUse": [hook(shout, "file_read")]}, policy={"bash": "allow"})
     (tmp_path / "ws" / "notes.txt").write_text("hello\n")
     PLAN.extend([("bash", {"command": "echo ran"}), ("file_read", {"path": "notes.txt"})])
-    results = await run(runtime)
+    results = await run(runtime, server)
     assert results[0].startswith("ran")
     assert "hello" in results[1] and len(results[1]) < OUTPUT_CAP + 1000
     told = warnings(events)
@@ -148,7 +134,7 @@ async def test_updated_input_cannot_leave_the_workspace_or_change_the_tool(
         "PreToolUse": [hook(rewrite)]}, policy={"file_write": "allow"})
     (tmp_path / "ws" / "inside.txt").write_text("in\n")
     PLAN.append((tool, arguments))
-    result, = await run(runtime)
+    result, = await run(runtime, server)
     assert refusal in result
     assert not outside.exists() and not marker.exists()
 
@@ -163,7 +149,7 @@ async def test_a_hooks_allow_or_rewrite_never_lifts_a_deny(
     runtime, _events = hooked_runtime(store, tmp_path / "ws", {
         "PreToolUse": [hook(allow)]}, policy={"bash": "deny"})
     PLAN.append(("bash", {"command": "echo hi"}))
-    result, = await run(runtime)
+    result, = await run(runtime, server)
     assert result.startswith("Denied: the policy for bash is deny")
     assert not marker.exists()
 
@@ -179,11 +165,11 @@ async def test_a_project_hook_runs_only_once_the_person_trusts_the_repository(
     settings = load_settings(workspace=repo)
     assert settings.hooks == {}
     await run(open_runtime(store, settings, default_client(), check_model=check_model,
-                           workspace=repo))
+                           workspace=repo), server)
     assert not marker.exists()
     trust_folder(repo)  # the same repository, trusted: now they run
     await run(open_runtime(store, load_settings(workspace=repo), default_client(),
-                           check_model=check_model, workspace=repo))
+                           check_model=check_model, workspace=repo), server)
     assert marker.exists()
 
 
@@ -195,7 +181,7 @@ async def test_a_hook_never_sees_the_persons_keys_or_the_database(
     dump = tmp_path / "env.txt"
     runtime, _events = hooked_runtime(store, tmp_path / "ws", {
         "SessionStart": [hook(f'env > "{dump}"')]})
-    await run(runtime)
+    await run(runtime, server)
     seen = dump.read_text()
     for secret in (KEY, "sk-ant-another-key", "hunter2", "OPENAI_API_KEY", "LACE_DB"):
         assert secret not in seen
@@ -207,7 +193,7 @@ async def test_a_stop_hook_that_never_lets_go_is_bounded(
         store: Store, server: FakeOpenAI, tmp_path: Path) -> None:
     nag = script(tmp_path, "nag.sh", "cat > /dev/null\necho 'once more' >&2\nexit 2\n")
     runtime, _events = hooked_runtime(store, tmp_path / "ws", {"Stop": [hook(nag)]})
-    await run(runtime)
+    await run(runtime, server)
     assert len(server.requests) == 1 + MAX_STOP_BLOCKS
     assert [message["content"] for message in server.requests[-1]["messages"]
             if message["role"] == "user"][1:] == ["once more"] * MAX_STOP_BLOCKS
