@@ -101,7 +101,7 @@ def test_the_command_line_parser_imports_nothing_heavy() -> None:
 
 
 def test_commands_that_need_no_database_import_no_database_library() -> None:
-    for argv in (["keys", "list"], ["config"], ["completion", "bash"]):
+    for argv in (["keys", "list"], ["config"], ["hooks"], ["completion", "bash"]):
         loaded = modules_after(f"import contextlib, io, lace.cli\n"
                                f"with contextlib.redirect_stdout(io.StringIO()):\n"
                                f"    assert lace.cli.main({argv!r}) == 0")

@@ -323,8 +323,8 @@ def _add_trust_command(add: Add) -> None:
 
 
 def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
-    """config, completion and keys: the settings in force and where each came from, shell
-    completion, stored keys."""
+    """config, hooks, completion and keys: the settings in force and where each came from,
+    the hooks in effect, shell completion, stored keys."""
     config = add("config", "Print the settings in force, merged from your own config file, "
                            "$LACE_HOME/config.toml and the project's lace.toml, each value with "
                            "where it came from.", "lace.cli.configuration:config_command")
@@ -332,6 +332,14 @@ def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
                         help="the workspace whose project lace.toml counts (default: this "
                              "folder)")
     config.add_argument("--json", action="store_true", help="print JSON")
+
+    hooks = add("hooks", "List the hooks in effect ([[hooks.EVENT]] in your config file and "
+                         "a trusted lace.toml), each with the file it comes from.",
+                "lace.cli.hooks:hooks_command")
+    hooks.add_argument("--workspace", metavar="DIR", default=None,
+                       help="the workspace whose project lace.toml counts (default: this "
+                            "folder)")
+    hooks.add_argument("--json", action="store_true", help="print JSON")
 
     completion = add("completion", "Print the shell code that completes lace's commands and "
                                    "options: add eval \"$(lace completion bash)\" to ~/.bashrc "
@@ -459,6 +467,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace import": ("lace import launch.json --db ./team.db",),
     "lace trust": ("lace trust", "lace trust ~/src/project --yes"),
     "lace config": ("lace config", "lace config --workspace ~/src/project --json"),
+    "lace hooks": ("lace hooks", "lace hooks --workspace ~/src/project --json"),
     "lace completion": ("lace completion bash", "lace completion zsh", "lace completion fish"),
     "lace keys": ("lace keys set anthropic", "lace keys list"),
     "lace keys set": ("lace keys set openai",),

@@ -197,7 +197,8 @@ def _detach(board: Board, prompt: str, model: str, workspace: Path) -> int:
     """`lace run --detach`: write the session and its prompt, run no agent, and print the id
     alone on stdout. Its agents work in `workspace`: a worker on this host started there (or
     with --workspace) runs them."""
-    root_id = board.start_session(prompt, model, workspace).id
+    root_id = board.start_session(prompt, model, workspace, warn=lambda text: say(
+        f"! {text}", one_line=True, file=sys.stderr)).id
     board.close()
     print(root_id)
     print(f"Session {root_id} waits for a worker: lace worker (or lace worker --session "

@@ -27,6 +27,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from lace.config.hooks import Hooks
 from lace.config.sources import Key, Merged, settings_files
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
@@ -265,6 +266,8 @@ class Settings(BaseSettings):
     profiles: dict[str, Profile] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     web: WebSettings = Field(default_factory=WebSettings)
+    hooks: Hooks = Field(default_factory=dict, description="[[hooks.EVENT]]: commands run at "
+                         "points of every agent's work, in Claude Code's hooks contract")
     fallbacks: list[str] = Field(default_factory=list,
                                  description="provider/model to continue on, in order, for "
                                              "every agent whose profile has none")

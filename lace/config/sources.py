@@ -57,11 +57,17 @@ class Merged:
 
 def _merge(into: dict[str, Any], data: dict[str, Any], prefix: Key, path: Path,
            origin: dict[Key, Path]) -> None:
-    """`data` over `into`: tables merged key by key, any other value (a list too) replaced."""
+    """`data` over `into`: tables merged key by key, any other value (a list too) replaced,
+    but for the hooks of an event: every file's run (`[[hooks.EVENT]]`), as in Claude Code."""
     for name, value in data.items():
         key = (*prefix, name)
         if isinstance(value, dict) and isinstance(into.get(name), dict):
             _merge(into[name], value, key, path, origin)
+            continue
+        if prefix == ("hooks",) and isinstance(value, list) and \
+                isinstance(into.get(name), list):
+            into[name] = into[name] + _copy(value)
+            origin[key] = path
             continue
         for stale in [set_key for set_key in origin if set_key[:len(key)] == key]:
             del origin[stale]

@@ -17,6 +17,8 @@ from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, Warned
 from lace.runtime.facade import Runtime
+from lace.runtime.hook_points import HookPoints
+from lace.runtime.hooks import HookRunner
 from lace.runtime.scheduler import Scheduler
 from lace.runtime.sessions import place_of
 from lace.runtime.tool_runner import ToolRunner
@@ -81,6 +83,11 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     tools.approvals = Approvals(db=db, bus=bus, settings=settings.tools,
                                 timeout_s=settings.limits.approval_timeout_s,
                                 changed=tools.change_signal)
+    if settings.hooks:
+        tools.hooks = HookPoints(HookRunner(
+            settings.hooks, workspace, settings.tools.bash.pass_env,
+            lambda text: bus.publish(Warned(text))), db, tools.workspace)
+        bus.subscribe(tools.hooks.published)
     if servers or warnings:
         tools.mcp = McpServers(servers, settings.limits,
                                lambda text: bus.publish(Warned(text)), warnings)

@@ -12,10 +12,11 @@ from typing import Any
 from lace.config import Settings, load_settings
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
-from lace.core.ids import root_of
+from lace.core.ids import new_root_thread_id, root_of
 from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
 from lace.core.usage import CallGroup, priced_models
 from lace.llm.prices import known_price
+from lace.runtime.hook_points import submitted_alone
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.runtime.sessions import (
     follow,
@@ -235,11 +236,15 @@ class Board:
             session = pick_session(tx, session_id).id
         return call_tool(self.store, self.context(session), tool, arguments)
 
-    def start_session(self, prompt: str, model: str, workspace: Path) -> Thread:
+    def start_session(self, prompt: str, model: str, workspace: Path,
+                      warn: Callable[[str], None] = lambda _text: None) -> Thread:
         """A new session whose inbox holds the prompt, run by no agent here: a worker on this
-        host in `workspace` runs it (`lace run --detach`)."""
+        host in `workspace` runs it (`lace run --detach`); the UserPromptSubmit hooks run
+        first (a refusal writes nothing; `warn` shows a hook's error)."""
+        root_id = new_root_thread_id()
+        prompt = submitted_alone(self.settings, workspace, root_id, prompt, warn)
         with self.store.transaction() as tx:
-            return open_session(tx, prompt, model, place_of(workspace))
+            return open_session(tx, prompt, model, place_of(workspace), root_id)
 
     def start_session_for(self, arguments: Any) -> str:
         """A new session for the person's first `task_create`, titled after its first task

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from lace.config import Settings
 from lace.core.assignee import HUMAN
+from lace.core.ids import new_root_thread_id
 from lace.core.records import Lease, Place, Thread
 from lace.core.text import valid_text
 from lace.llm.types import ModelClient
@@ -84,16 +85,25 @@ class Runtime:
     # sessions and the person's acts
 
     async def start_session(self, prompt: str, model: str) -> Thread:
-        """A new root thread whose inbox holds the person's prompt."""
+        """A new root thread whose inbox holds the person's prompt (UserPromptSubmit hooks
+        run first: one may refuse it, and then nothing is written; then SessionStart)."""
         self.scheduler.reopen()
-        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place))
+        root_id, hooks = new_root_thread_id(), self.tools.hooks
+        if hooks is not None:
+            prompt = await hooks.prompt_submitted(root_id, prompt)
+            prompt = "\n\n".join([prompt, *await hooks.session_started(root_id, "startup")])
+        return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place,
+                                                           root_id))
 
     def serve_session(self, root_id: str) -> None:
         """Run this session's agents here from now on (a session the MCP server started)."""
         self.scheduler.sessions.add(root_id)
 
     async def send(self, thread_id: str, text: str) -> None:
-        """A person's message to any thread (through its inbox, so it works mid-turn)."""
+        """A person's message to any thread (through its inbox, so it works mid-turn), once
+        the UserPromptSubmit hooks let it through."""
+        if self.tools.hooks is not None:
+            text = await self.tools.hooks.prompt_submitted(thread_id, text)
         await self.db.write(lambda tx: tx.inbox.post(thread_id, sender=HUMAN, kind="message",
                                                      text=valid_text(text)))
 
@@ -112,6 +122,8 @@ class Runtime:
         may run from now on, here, and those whose turn was cut off are resumed; from now on
         this process also takes over the session's agents if their holder dies."""
         place = self.scheduler.claims_at
+        if self.tools.hooks is not None:
+            await self.tools.hooks.session_started(root_id, "resume")
         await self.db.write(lambda tx: tx.lifecycle.release_imported(root_id, place))
         return await self.scheduler.resume(root_id)
 

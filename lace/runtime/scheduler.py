@@ -362,7 +362,10 @@ class Scheduler:
         return cut
 
     async def stop_servers(self) -> None:
-        """Stop the process's MCP servers (every exit path of lace comes here)."""
+        """Stop the process's MCP servers, after the last hooks (SessionEnd) finished: every
+        exit path of lace comes here."""
+        if self.runner.tools.hooks is not None:
+            await self.runner.tools.hooks.finish()
         if self.runner.tools.mcp is not None:
             await self.runner.tools.mcp.stop()
 

@@ -37,14 +37,16 @@ def place_of(workspace: Path) -> Place:
     return Place(host=socket.gethostname(), workspace=str(workspace.resolve()))
 
 
-def open_session(tx: Tx, prompt: str, model: str, place: Place | None) -> Thread:
-    """A new root thread whose inbox holds the person's prompt (`lace run`, `--detach` too);
-    its agents work in the workspace at `place`. The root has every lace tool (and the Python
-    tools of whichever process runs it: `ToolRunner.own_tools`)."""
+def open_session(tx: Tx, prompt: str, model: str, place: Place | None,
+                 root_id: str | None = None) -> Thread:
+    """A new root thread (`root_id`, else a fresh id) whose inbox holds the person's prompt
+    (`lace run`, `--detach` too); its agents work in the workspace at `place`. The root has
+    every lace tool (and the Python tools of whichever process runs it:
+    `ToolRunner.own_tools`)."""
     provider, name = parse_model(model)
     prompt = valid_text(prompt)
     root = tx.threads.create_session(provider=provider, model=name, title=prompt[:80],
-                                     tools=list(EVERY_TOOL), place=place)
+                                     tools=list(EVERY_TOOL), place=place, thread_id=root_id)
     tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
     return root
 

@@ -25,6 +25,7 @@ from lace.runtime.approvals import Approvals, denied_by_policy
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus
+from lace.runtime.hook_points import HookPoints
 from lace.runtime.isolation import with_committed_work
 from lace.runtime.tool_calls import (
     BoardCall,
@@ -100,6 +101,9 @@ class ToolRunner:
     """Seconds each agent spent waiting on others this turn (not counted as turn time)."""
     progress_every_s: float = PROGRESS_S
     """How often a waiting call tells its `progress` (`ToolContext.progress`) it still waits."""
+    hooks: HookPoints | None = None
+    """The configured hooks (None when none is): PreToolUse and PostToolUse of every agent's
+    calls run here."""
     changes: BoardChanges = field(default_factory=lambda: BoardChanges())
     """Told of every change this process commits; shared by the runners of one runtime
     (`Runtime.offering`), so a call waiting in one hears the changes the others made."""
@@ -201,12 +205,15 @@ class ToolRunner:
             call = await self._resolve(context, name, arguments, call_id)
             call.check_arguments()
             policy = "allow" if call_id is None else self._policy(call)  # the person approves
-            # PreToolUse hooks go here: they see `call` and `policy`, and may change either.
+            if self.hooks is not None and call_id is not None:
+                again = functools.partial(self._again, context, call, call_id)
+                call, policy = await self.hooks.before_tool(context, call, policy, call_id, again)
             await self._approve(context, call, policy)
             executed = await call.execute(self, context, call_id)
         except LaceError as error:
             executed = Executed(ToolResult.failure(error))
-        # PostToolUse hooks go here: they see `call` and `executed.result`.
+        if self.hooks is not None and call_id is not None:
+            executed = await self.hooks.after_tool(context, call, executed, call_id)
         recorded = executed.recorded if executed.recorded_with_effect else \
             await self._record_alone(context, call_id, name, executed.result, call,
                                      files_changed=executed.files_changed)
@@ -247,6 +254,14 @@ class ToolRunner:
             raise ToolError("No MCP server is configured." if self.mcp is None
                             else self.mcp.unavailable(name))
         return ServerCall(self.mcp, tool, arguments)
+
+    async def _again(self, context: ToolContext, call: ToolCall, call_id: str,
+                     arguments: dict[str, Any]) -> tuple[ToolCall, Policy]:
+        """`call` with other arguments (a hook's `updatedInput`): the same tool, validated as
+        the model's arguments are, and its policy."""
+        again = await self._resolve(context, call.name, arguments, call_id)
+        again.check_arguments()
+        return again, self._policy(again)
 
     def _policy(self, call: ToolCall) -> Policy:
         """The policy for an agent's call: `[tools.policy]`, else the tool's default (allow,

@@ -147,6 +147,9 @@ class TurnRunner:
             messages.append(tool_message(wait.call_id, result))
         tools = await self.tools.definitions(
             agent, can_spawn=depth_of(thread_id) < self.limits.max_depth)
+        hooks = self.tools.hooks
+        if hooks is not None:
+            await hooks.turn_started(agent)
         while True:
             self._check_turn_time(thread_id, started)
             agent, reply, usage = await self._call_on_some_model(agent, lease, messages, tools)
@@ -156,6 +159,8 @@ class TurnRunner:
                 self._record_reply, thread_id=thread_id, message=message, usage=usage)))
             crash_point("after_model_reply")
             if not reply.tool_calls:
+                if await self._sent_back(agent, lease, messages, reply.content):
+                    continue
                 break
             outcomes = await asyncio.gather(*(  # every call ends before the turn may
                 self.tools.call(context, call.name, call.arguments, call_id=call.id)
@@ -167,7 +172,11 @@ class TurnRunner:
                 results.append(outcome)
             messages.extend(tool_message(call.id, result)
                             for call, result in zip(reply.tool_calls, results, strict=True))
+            if hooks is not None and hooks.take_stop(thread_id):
+                break  # a hook said `continue: false`
             if self._work_done(results):
+                if await self._sent_back(agent, lease, messages, reply.content):
+                    continue
                 break
         final = await self._final_answer(thread_id, reply.content)
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
@@ -175,6 +184,22 @@ class TurnRunner:
         self.tools.changed()
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
+
+    async def _sent_back(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
+                         answer: str | None) -> bool:
+        """Whether a Stop (or SubagentStop) hook sends the agent back to work as it would end
+        its turn: what the hook says is then recorded as its next input."""
+        hooks = self.tools.hooks
+        text = None if hooks is None else await hooks.turn_ending(agent, answer)
+        if text is None:
+            return False
+        message = {"role": "user", "content": text}
+        data = {"message": message, "sender": "hook", "kind": "stop_hook"}
+        event_id = await self.db.write(fenced(lease, lambda tx: tx.events.append(
+            agent.thread_id, "notification", data)))
+        self._published(agent.thread_id, event_id, "notification", data)
+        messages.append(message)
+        return True
 
     async def _final_answer(self, thread_id: str, text: str | None) -> str | None:
         """The answer that completes a spawned helper's task, with its committed worktree."""
@@ -293,6 +318,8 @@ class TurnRunner:
                     record_call, thread_id=agent.thread_id, model=agent.model_name,
                     reserved=reserved, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
                     latency_ms=(time.monotonic() - started) * 1000, error=str(error))))
+                if error.context_overflow and self.tools.hooks is not None:
+                    await self.tools.hooks.trimming(agent.thread_id)
                 if error.context_overflow and trim_tool_results(messages):
                     continue
                 if not error.transient or attempt >= self.limits.model_retries:

@@ -26,11 +26,12 @@ class ThreadRows(Rows):
     def create_session(
         self, *, provider: str, model: str, title: str | None = None, name: str = "root",
         tools: list[str] | None = None, place: Place | None = None,
+        thread_id: str | None = None,
     ) -> Thread:
-        """A new root thread with its agent row (created by `human`); its agents' workspace is
-        the one at `place`."""
+        """A new root thread (`thread_id`, else a fresh id) with its agent row (created by
+        `human`); its agents' workspace is the one at `place`."""
         now = now_iso()
-        thread_id = ids.new_root_thread_id()
+        thread_id = thread_id or ids.new_root_thread_id()
         thread = Thread(id=thread_id, parent_id=None, root_id=thread_id, title=title,
                         created_at=now, updated_at=now)
         sql.INSERT_THREAD.run(self.raw, vars(thread))

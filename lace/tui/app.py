@@ -315,12 +315,17 @@ class LaceApp(App[None]):
         event.input.clear()
         if not text:
             return
-        if self.session_id is None:
-            root = await self.runtime.start_session(text, self.model)
-            self.session_id = self.selected = root.id
-        else:
-            assert self.selected is not None
-            await self.runtime.send(self.selected, text)
+        try:
+            if self.session_id is None:
+                root = await self.runtime.start_session(text, self.model)
+                self.session_id = self.selected = root.id
+            else:
+                assert self.selected is not None
+                await self.runtime.send(self.selected, text)
+        except LaceError as error:  # a UserPromptSubmit hook refused it: nothing was sent
+            self.notify(str(error), title="Not sent", severity="error")
+            event.input.value = text
+            return
         await self.refresh_view()
 
     def human_tool(self, tool: str, arguments: dict[str, Any]) -> None:
