@@ -232,7 +232,9 @@ async def test_a_padded_command_is_never_cut_without_a_mark(
     root = await runtime.start_session("go", "scripted/root")
     run = asyncio.create_task(runtime.run_until_quiet(root.id))
     async with asyncio.timeout(20):
-        while not query(db_path, "SELECT id FROM approvals WHERE status = 'pending'"):
+        # the row is committed before the request is announced on stderr: wait for both
+        while not query(db_path, "SELECT id FROM approvals WHERE status = 'pending'") \
+                or "? approval" not in stderr.getvalue():
             await asyncio.sleep(0.02)
     (stored,), = query(db_path, "SELECT arguments FROM approvals")
     whole = json.dumps(json.loads(stored), ensure_ascii=False)

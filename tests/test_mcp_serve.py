@@ -211,11 +211,13 @@ def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Pat
             "clientInfo": {"name": "page", "version": "1"}}}
         headers = {"Accept": "application/json, text/event-stream",
                    "Authorization": f"Bearer {TOKEN}"}
-        foreign = httpx.post(url, json=initialize, headers={**headers,
-                                                            "Origin": "http://evil.example"})
-        rebound = httpx.post(url, json=initialize, headers={**headers, "Host": "evil.example"})
-        same = httpx.post(url, json=initialize, headers={**headers,
-                                                         "Origin": f"http://127.0.0.1:{port}"})
+        # httpx's 5 s default is short for a first request beside other tests (xdist)
+        foreign = httpx.post(url, json=initialize, timeout=60,
+                             headers={**headers, "Origin": "http://evil.example"})
+        rebound = httpx.post(url, json=initialize, timeout=60,
+                             headers={**headers, "Host": "evil.example"})
+        same = httpx.post(url, json=initialize, timeout=60,
+                          headers={**headers, "Origin": f"http://127.0.0.1:{port}"})
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=30)

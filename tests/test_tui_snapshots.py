@@ -61,7 +61,10 @@ def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
             await app.refresh_view()  # draws what it read after it began
             assert screen.tasks
             await screen.workers.wait_for_complete()
-            await pilot.pause()
+            for _ in range(200):  # the table widens its columns on later refreshes
+                if all(task.id in app.export_screenshot() for task in screen.tasks):
+                    break
+                await pilot.pause(0.05)
 
     return run_before
 
