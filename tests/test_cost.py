@@ -63,7 +63,7 @@ def sums(db_path: Path, where: str = "1", *params: Any) -> dict[str, Any]:
                  f"llm_calls JOIN threads ON threads.id = llm_calls.thread_id WHERE {where}",
         *params)
     return {"calls": calls, "failed": failed, "tokens_in": tokens_in, "tokens_out": tokens_out,
-            "tokens": tokens_in + tokens_out, "cost_usd": pytest.approx(cost)}
+            "tokens": tokens_in + tokens_out, "known_cost_usd": pytest.approx(cost)}
 
 
 async def test_cost_totals_are_sums_over_llm_calls(
@@ -79,10 +79,13 @@ async def test_cost_totals_are_sums_over_llm_calls(
 
     by_thread = cost_json(capsys, db_path, "--session", root.id)
     total = sums(db_path, in_session, root.id)
-    assert total["failed"] == 2 and total["cost_usd"] != 0
+    assert total["failed"] == 2 and total["known_cost_usd"] != 0
     assert {key: by_thread["total"][key] for key in total} == total
     unpriced_calls = sums(db_path, f"{in_session} AND model = ?", root.id, UNPRICED)["calls"]
     assert unpriced_calls > 0 and by_thread["total"]["unpriced_calls"] == unpriced_calls
+    assert query(db_path, "SELECT COUNT(*) FROM llm_calls WHERE cost_usd IS NULL") == [
+        (unpriced_calls,)]  # unknown, not $0; every other call has a price (local: $0)
+    assert by_thread["total"]["cost_usd"] is None  # the whole is not known
     assert by_thread["total"]["cost"].endswith(" + unpriced")
     assert by_thread["unpriced_models"] == [UNPRICED]
     threads = [thread for (thread,) in query(
@@ -95,7 +98,9 @@ async def test_cost_totals_are_sums_over_llm_calls(
         assert {key: row[key] for key in own} == own
         assert {key: row["subtree"][key] for key in below} == below
     unpriced_row = next(row for row in by_thread["rows"] if row["model"] == UNPRICED)
-    assert unpriced_row["cost"] == "unpriced" and unpriced_row["cost_usd"] == 0
+    assert unpriced_row["cost"] == "unpriced" and unpriced_row["cost_usd"] is None
+    priced_row = next(row for row in by_thread["rows"] if row["model"] == PRICED)
+    assert priced_row["cost_usd"] == priced_row["known_cost_usd"] > 0
 
     by_model = cost_json(capsys, db_path, "--session", root.id, "--by", "model")
     names = [name for (name,) in query(db_path, "SELECT DISTINCT model FROM llm_calls JOIN "
