@@ -1,8 +1,8 @@
 """`openai/...` models called directly, as litellm would call them (through the openai SDK),
-without litellm's import (seconds) and per-call cost (milliseconds of CPU), nor the SDK's import
-(a second). The request, the reply, the usage, the price and the sorting of errors are
-litellm's; `served_directly` leaves to litellm the models it would call differently (the
-Responses API)."""
+without litellm's per-call cost (milliseconds of CPU) nor the SDK's import (a second), and with
+litellm's import (seconds; litellm prices the answers) overlapping the first call. The request,
+the reply, the usage, the price and the sorting of errors are litellm's; `served_directly`
+leaves to litellm the models it would call differently (the Responses API)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_http import MISSING_KEY, Endpoint, RequestFailed, chunks
 from lace.llm.prices import model_entry, price_table
-from lace.llm.pricing import call_cost_off_loop
+from lace.llm.pricing import call_cost_off_loop, import_in_background
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -103,6 +103,8 @@ class OpenAIClient(ProviderClient):
         """One model call; raises ModelError."""
         self.check_allowed(model)
         name = model.split("/", 1)[1]
+        if not self.is_unpriced(model):
+            import_in_background()  # litellm prices the answer; its import overlaps the call
         arguments = request(name, messages, tools)
         sent = arguments["messages"]
         try:

@@ -28,11 +28,29 @@ def call_cost(model: str, tokens: CallTokens) -> float | None:
     return plausible_cost(_sum(prompt_cost, completion_cost))
 
 
+_importing: asyncio.Future[Any] | None = None
+
+
+def import_in_background() -> None:
+    """Start importing litellm on a thread (seconds of CPU), once: a client that does not call
+    through litellm starts it with its first request, so the import overlaps the model's
+    answer instead of delaying the request."""
+    global _importing
+    if _importing is None and not litellm_imported():
+        _importing = asyncio.get_running_loop().run_in_executor(None, litellm)
+
+
 async def call_cost_off_loop(model: str, tokens: CallTokens) -> float | None:
-    """`call_cost`, with litellm imported on a thread the first time (seconds of import that
-    must not stop the event loop)."""
+    """`call_cost`, waiting for the import `import_in_background` started (or starting it)."""
+    global _importing
     if not litellm_imported():
-        await asyncio.to_thread(litellm)
+        import_in_background()
+        assert _importing is not None
+        try:
+            await asyncio.shield(_importing)
+        finally:
+            if _importing.done():
+                _importing = None
     return call_cost(model, tokens)
 
 
