@@ -40,7 +40,12 @@ def classify(error: Exception, model: str = "") -> ModelError:
 
 
 class LiteLLMClient(ProviderClient):
-    """Calls models through `litellm.acompletion`."""
+    """Calls models through `litellm.acompletion`, with prompt-cache marks for the providers
+    that want them (`cache_marks=False` leaves them out: benchmarks compare the two)."""
+
+    def __init__(self, cache_marks: bool = True) -> None:
+        super().__init__()
+        self.cache_marks = cache_marks
 
     @staticmethod
     def warm_up() -> None:
@@ -56,7 +61,8 @@ class LiteLLMClient(ProviderClient):
         if not litellm_imported():  # seconds of import, off the loop: signals still work
             await asyncio.to_thread(self.warm_up)
         module = litellm()
-        sent, sent_tools = cache_marked(model, outgoing(messages), tools)
+        sent, sent_tools = cache_marked(model, outgoing(messages), tools) if self.cache_marks \
+            else (outgoing(messages), tools)
         # max_retries=0: lace's own backoff is the one retry policy, and every attempt is an
         # `llm_calls` row (the OpenAI SDK would otherwise retry 5xx and 429 out of sight).
         arguments: dict[str, Any] = {"model": model, "messages": sent, "max_retries": 0}
