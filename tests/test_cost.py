@@ -150,3 +150,29 @@ async def test_token_counts_past_two_to_the_31_are_recorded_on_both_engines(
     assert query(db_path, "SELECT status, tokens_in FROM agent_metadata") == [("idle", total)]
     assert query(db_path, "SELECT prompt_tokens FROM llm_calls") == [(MAX_CALL_TOKENS,)]
     assert query(db_path, "SELECT tokens_in FROM agents") == [(total,)]
+
+
+async def test_cached_and_reasoning_tokens_of_an_openai_call_are_recorded_and_priced(
+        runtime: Runtime, db_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """OpenAI reports them in `prompt_tokens_details` / `completion_tokens_details`; cached
+    input costs half on gpt-4o-mini, and lace's price is litellm's for those counts."""
+    from lace.core.usage import CallTokens
+    from lace.llm.pricing import call_cost
+
+    answer = ScriptedReply(text="done", prompt_tokens=1000, completion_tokens=50,
+                           cache_read_tokens=600, reasoning_tokens=20)
+    with FakeOpenAI(lambda model, messages: answer) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
+        root = await runtime.start_session("hi", PRICED)
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    (row,) = query(db_path, "SELECT prompt_tokens, completion_tokens, cache_read_tokens, "
+                            "cache_write_tokens, reasoning_tokens, cost_usd FROM llm_calls")
+    assert row[:5] == (1000, 50, 600, None, 20)
+    cached, uncached = (call_cost(PRICED, CallTokens(1000, 50, cache_read=600)),
+                        call_cost(PRICED, CallTokens(1000, 50)))
+    assert row[5] == pytest.approx(cached) and cached < uncached  # type: ignore[operator]
+    total = cost_json(capsys, db_path, "--session", root.id)["total"]
+    assert (total["cache_read_tokens"], total["reasoning_tokens"], total["uncached_in"],
+            total["cached_share"]) == (600, 20, 400, 0.6)

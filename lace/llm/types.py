@@ -69,8 +69,9 @@ class ModelClient(Protocol):
 
 @dataclass
 class ScriptedReply:
-    """What a scripted or demo model answers: text, tool calls (name, arguments), usage, and
-    what the call cost (local models are free; None: no known price)."""
+    """What a scripted or demo model answers: text, tool calls (name, arguments), usage (the
+    cached and reasoning parts too, which the HTTP fakes report), and what the call cost
+    (local models are free; None: no known price)."""
 
     text: str | None = None
     tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
@@ -78,3 +79,4 @@ class ScriptedReply:
     completion_tokens: int = 5
     cost_usd: float | None = 0.0
     cache_read_tokens: int | None = None
+    reasoning_tokens: int | None = None
