@@ -36,21 +36,18 @@ def import_in_background() -> None:
     through litellm starts it with its first request, so the import overlaps the model's
     answer instead of delaying the request."""
     global _importing
-    if _importing is None and not litellm_imported():
-        _importing = asyncio.get_running_loop().run_in_executor(None, litellm)
+    loop = asyncio.get_running_loop()
+    if not litellm_imported() and (_importing is None or _importing.get_loop() is not loop):
+        _importing = loop.run_in_executor(None, litellm)
 
 
 async def call_cost_off_loop(model: str, tokens: CallTokens) -> float | None:
     """`call_cost`, waiting for the import `import_in_background` started (or starting it)."""
-    global _importing
     if not litellm_imported():
         import_in_background()
-        assert _importing is not None
-        try:
-            await asyncio.shield(_importing)
-        finally:
-            if _importing.done():
-                _importing = None
+        importing = _importing
+        if importing is not None:
+            await asyncio.shield(importing)
     return call_cost(model, tokens)
 
 
