@@ -32,10 +32,13 @@ def tree_script(helpers: int = 2, model: str = MODEL) -> Any:
 
 @contextmanager
 def anthropic_server(monkeypatch: pytest.MonkeyPatch, helpers: int = 2,
-                     ) -> Iterator[FakeAnthropic]:
-    """The scripted server, with lace's environment pointing `anthropic/...` at it."""
+                     variable: str = "ANTHROPIC_API_BASE") -> Iterator[FakeAnthropic]:
+    """The scripted server, with lace's environment pointing `anthropic/...` at it (through
+    `variable`: ANTHROPIC_API_BASE or ANTHROPIC_BASE_URL)."""
     with FakeAnthropic(tree_script(helpers)) as server:
-        monkeypatch.setenv("ANTHROPIC_API_BASE", server.base_url)
+        for name in ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(variable, server.base_url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
         yield server
 

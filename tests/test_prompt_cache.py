@@ -92,8 +92,9 @@ async def test_every_call_marks_its_prefix_and_reads_what_an_earlier_call_wrote(
 async def test_agents_of_one_tree_send_the_same_prefix_byte_for_byte(
         runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two helpers on the same model, profile and tools: their tools and the shared part of
-    their system prompt are the same bytes; only the part after `IDENTITY_HEADING` differs."""
-    with anthropic_server(monkeypatch, helpers=3) as server:
+    their system prompt are the same bytes; only the part after `IDENTITY_HEADING` differs.
+    (The endpoint named by ANTHROPIC_BASE_URL, the other variable litellm reads.)"""
+    with anthropic_server(monkeypatch, helpers=3, variable="ANTHROPIC_BASE_URL") as server:
         await run_tree(runtime)
     firsts = first_requests_of_helpers(server.exchanges)
     assert len(firsts) == 3
