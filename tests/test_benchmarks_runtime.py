@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import fanout, memory, per_event, shared_board, spawn_latency
+from benchmarks import fanout, memory, per_event, prompt_cache, shared_board, spawn_latency
 from benchmarks.common import percentile, raised_limits, table
 from lace.store import Store, open_database
 from tests.postgres import PostgresServer
@@ -150,3 +150,15 @@ def test_peers_refuses_a_run_that_missed_a_helper() -> None:
     calls[3:3] = [call("worker", 2, 0, 0.7, ("note",)), call("worker", 2, 1, 1.3, ("complete",))]
     run = peers.measure("plain", 2, 1, 0.5, calls, finished)
     assert (run.root_calls, run.helper_calls) == (2, 4) and positive(run.ratio)
+
+
+def test_prompt_cache_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    runs = prompt_cache.main(["--tiny"])
+    assert [(run.shape, run.marks) for run in runs] == [
+        ("fan-out of 1", False), ("fan-out of 1", True),
+        ("3-level tree (2 x 2)", False), ("3-level tree (2 x 2)", True)]
+    for run in runs:
+        assert run.calls > 0 and run.tokens_in > 0 and positive(run.cost_usd)
+        assert (run.cache_read > 0) == run.marks  # the scripted cache reads only marked prefixes
+    out = capsys.readouterr().out
+    assert "cache marks" in out and out.strip().splitlines()[-1].split()[-1].endswith("%")

@@ -63,7 +63,7 @@ def sums(db_path: Path, where: str = "1", *params: Any) -> dict[str, Any]:
                  f"llm_calls JOIN threads ON threads.id = llm_calls.thread_id WHERE {where}",
         *params)
     return {"calls": calls, "failed": failed, "tokens_in": tokens_in, "tokens_out": tokens_out,
-            "tokens": tokens_in + tokens_out, "cost_usd": pytest.approx(cost)}
+            "tokens": tokens_in + tokens_out, "known_cost_usd": pytest.approx(cost)}
 
 
 async def test_cost_totals_are_sums_over_llm_calls(
@@ -79,10 +79,13 @@ async def test_cost_totals_are_sums_over_llm_calls(
 
     by_thread = cost_json(capsys, db_path, "--session", root.id)
     total = sums(db_path, in_session, root.id)
-    assert total["failed"] == 2 and total["cost_usd"] != 0
+    assert total["failed"] == 2 and total["known_cost_usd"] != 0
     assert {key: by_thread["total"][key] for key in total} == total
     unpriced_calls = sums(db_path, f"{in_session} AND model = ?", root.id, UNPRICED)["calls"]
     assert unpriced_calls > 0 and by_thread["total"]["unpriced_calls"] == unpriced_calls
+    assert query(db_path, "SELECT COUNT(*) FROM llm_calls WHERE cost_usd IS NULL") == [
+        (unpriced_calls,)]  # unknown, not $0; every other call has a price (local: $0)
+    assert by_thread["total"]["cost_usd"] is None  # the whole is not known
     assert by_thread["total"]["cost"].endswith(" + unpriced")
     assert by_thread["unpriced_models"] == [UNPRICED]
     threads = [thread for (thread,) in query(
@@ -95,7 +98,9 @@ async def test_cost_totals_are_sums_over_llm_calls(
         assert {key: row[key] for key in own} == own
         assert {key: row["subtree"][key] for key in below} == below
     unpriced_row = next(row for row in by_thread["rows"] if row["model"] == UNPRICED)
-    assert unpriced_row["cost"] == "unpriced" and unpriced_row["cost_usd"] == 0
+    assert unpriced_row["cost"] == "unpriced" and unpriced_row["cost_usd"] is None
+    priced_row = next(row for row in by_thread["rows"] if row["model"] == PRICED)
+    assert priced_row["cost_usd"] == priced_row["known_cost_usd"] > 0
 
     by_model = cost_json(capsys, db_path, "--session", root.id, "--by", "model")
     names = [name for (name,) in query(db_path, "SELECT DISTINCT model FROM llm_calls JOIN "
@@ -145,3 +150,29 @@ async def test_token_counts_past_two_to_the_31_are_recorded_on_both_engines(
     assert query(db_path, "SELECT status, tokens_in FROM agent_metadata") == [("idle", total)]
     assert query(db_path, "SELECT prompt_tokens FROM llm_calls") == [(MAX_CALL_TOKENS,)]
     assert query(db_path, "SELECT tokens_in FROM agents") == [(total,)]
+
+
+async def test_cached_and_reasoning_tokens_of_an_openai_call_are_recorded_and_priced(
+        runtime: Runtime, db_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """OpenAI reports them in `prompt_tokens_details` / `completion_tokens_details`; cached
+    input costs half on gpt-4o-mini, and lace's price is litellm's for those counts."""
+    from lace.core.usage import CallTokens
+    from lace.llm.pricing import call_cost
+
+    answer = ScriptedReply(text="done", prompt_tokens=1000, completion_tokens=50,
+                           cache_read_tokens=600, reasoning_tokens=20)
+    with FakeOpenAI(lambda model, messages: answer) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
+        root = await runtime.start_session("hi", PRICED)
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    (row,) = query(db_path, "SELECT prompt_tokens, completion_tokens, cache_read_tokens, "
+                            "cache_write_tokens, reasoning_tokens, cost_usd FROM llm_calls")
+    assert row[:5] == (1000, 50, 600, None, 20)
+    cached, uncached = (call_cost(PRICED, CallTokens(1000, 50, cache_read=600)),
+                        call_cost(PRICED, CallTokens(1000, 50)))
+    assert row[5] == pytest.approx(cached) and cached < uncached  # type: ignore[operator]
+    total = cost_json(capsys, db_path, "--session", root.id)["total"]
+    assert (total["cache_read_tokens"], total["reasoning_tokens"], total["uncached_in"],
+            total["cached_share"]) == (600, 20, 400, 0.6)

@@ -18,12 +18,13 @@ import pytest
 from aiohttp import web
 
 from lace.config import Limits, Settings
+from lace.core.usage import CallTokens
 from lace.llm.checks import check_model, known_provider
 from lace.llm.client import LiteLLMClient, RoutingClient, default_client
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.openai_fake import FakeOpenAI
-from lace.llm.prices import call_cost
+from lace.llm.pricing import call_cost
 from lace.llm.types import ModelClient, ModelError, ModelReply, ScriptedReply
 from lace.runtime import open_runtime
 from lace.store import Store, open_database
@@ -298,13 +299,14 @@ def test_a_price_is_litellms(name: str, prompt: int, completion: int, cached: in
         {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}])
     expected = module.completion_cost(completion_response=response, model=name,
                                       custom_llm_provider="openai")
-    assert call_cost(name, prompt, completion, cached) == pytest.approx(expected, rel=1e-12)
+    tokens = CallTokens(prompt, completion, cache_read=cached)
+    assert call_cost(f"openai/{name}", tokens) == pytest.approx(expected, rel=1e-12)
     assert expected > 0
 
 
 def test_an_unknown_model_has_no_price() -> None:
-    assert call_cost("my-local-model", 100, 10) is None
-    assert call_cost("claude-3-5-sonnet-20241022", 100, 10) is None  # not an openai entry
+    assert call_cost("openai/my-local-model", CallTokens(100, 10)) is None
+    assert call_cost("anthropic/claude-nobody-knows", CallTokens(100, 10)) is None
 
 
 # a whole turn
@@ -354,14 +356,15 @@ async def test_a_whole_turn_records_the_same_calls_through_either_client(
     by_litellm = await run_turn(LiteLLMClient(), tmp_path / "litellm.db", streamed=streamed)
     routed = await run_turn(default_client(), tmp_path / "routed.db", streamed=streamed)
     assert routed == by_litellm
-    price = call_cost("gpt-4o-mini", 900, 40)
+    price = call_cost("openai/gpt-4o-mini", CallTokens(900, 40))
     assert routed["calls"][:2] == [("openai/gpt-4o-mini", 0, 0, 0.0, "ServiceUnavailableError"),
                                    ("openai/gpt-4o-mini", 900, 40, price, None)]
     assert routed["answers"][-1] == ("The board is empty.",)
     assert {stream for stream, _ in routed["requests"]} == {streamed}
 
 
-# nothing here imports litellm or the openai SDK (a second of start-up)
+# the checks before a call import neither litellm nor the openai SDK (seconds of start-up);
+# litellm is imported while the first call is out, to price it
 
 CALL_WITHOUT_LITELLM = """
 import asyncio, os, sys
@@ -377,6 +380,7 @@ assert check_model("openai", "x") == ("Cannot call openai/x: set OPENAI_API_KEY 
                                       "environment (or pick another model)")
 os.environ["OPENAI_API_KEY"] = "not-a-real-key"
 assert check_model("openai", "x") is None
+assert not {"litellm", "openai", "httpx"} & set(sys.modules), "a check imported litellm"
 
 async def main():
     client = default_client()
@@ -388,13 +392,12 @@ async def main():
 with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello there")) as fake:
     os.environ["OPENAI_BASE_URL"] = fake.base_url
     asyncio.run(main())
-assert "litellm" not in sys.modules, "litellm was imported"
-assert not {"openai", "httpx"} & set(sys.modules), "the openai SDK was imported"
 print("ok")
 """
 
 
-def test_an_openai_call_and_its_checks_import_neither_litellm_nor_the_sdk(tmp_path: Path) -> None:
+def test_the_checks_before_an_openai_call_import_neither_litellm_nor_the_sdk(
+        tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", CALL_WITHOUT_LITELLM], capture_output=True,
                           text=True, env=lace_env(tmp_path), timeout=60, check=False)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr

@@ -356,11 +356,11 @@ async def test_costs_are_counted_and_unknown_prices_logged_once(
     costs = query(db_path, "SELECT model, prompt_tokens, completion_tokens, cost_usd FROM "
                            "llm_calls ORDER BY id")
     assert costs[0] == ("scripted/priced", 10, 5, pytest.approx(0.02))
-    assert costs[1:] == [("scripted/unpriced", 10, 5, 0.0)] * 2
+    assert costs[1:] == [("scripted/unpriced", 10, 5, None)] * 2  # unknown, not $0
     assert query(db_path, "SELECT SUM(cost_usd) FROM agent_metadata") == [
         (pytest.approx(0.02),)]
     logged = [r.getMessage() for r in caplog.records if "no known price" in r.getMessage()]
-    assert logged == ["no known price for scripted/unpriced; its calls count as $0 (tokens "
+    assert logged == ["no known price for scripted/unpriced; its cost stays unknown (tokens "
                       "still add up)"]
 
 

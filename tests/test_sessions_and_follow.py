@@ -48,7 +48,7 @@ def test_sessions_lists_the_newest_first_with_status_time_and_cost(
     lines = out.splitlines()
     assert [line.split()[:2] for line in lines] == [[faq, "queued"], [party, "failed"],
                                                      [announce, "done"]]
-    assert lines[2].endswith("$0.0000  Write the announcement and list the risks.")
+    assert lines[2].endswith("$0.00       Write the announcement and list the risks.")
     started = query(db_path, "SELECT created_at FROM threads WHERE id = ?", announce)[0][0]
     assert f"  {started[:10]} {started[11:16]}  " in lines[2]
 

@@ -1,5 +1,6 @@
 """`lace cost`: tokens, cost and calls of a session from `llm_calls`, per thread (with subtree
-totals), model or day; models with no known price are marked `unpriced`, never $0."""
+totals), model or day, with the share of input read from the providers' prompt caches; models
+with no known price are marked `unpriced`, never $0."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ from lace.cli.board import board_of
 from lace.cli.output import print_json, say
 from lace.core.usage import Totals, subtree_totals, totals_by
 
-HEADER = f"{'calls':>6} {'failed':>6} {'in':>9} {'out':>9} {'total':>9}  {'cost':<18}"
+HEADER = (f"{'calls':>6} {'failed':>6} {'in':>9} {'cached':>6} {'out':>9} {'total':>9}  "
+          f"{'cost':<20}")
 
 
 def _cells(totals: Totals) -> str:
-    return (f"{totals.calls:>6} {totals.failed:>6} {totals.tokens_in:>9} {totals.tokens_out:>9}"
-            f" {totals.tokens:>9}  {totals.cost_text():<18}")
+    return (f"{totals.calls:>6} {totals.failed:>6} {totals.tokens_in:>9} "
+            f"{_share(totals.cached_share):>6} {totals.tokens_out:>9} {totals.tokens:>9}  "
+            f"{totals.cost_text():<20}")
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def cost_command(args: argparse.Namespace) -> int:
@@ -23,10 +30,9 @@ def cost_command(args: argparse.Namespace) -> int:
     with board_of(args) as board:
         usage = board.usage(args.session)
     session, groups, threads, models = usage.session, usage.groups, usage.threads, usage.models
-    priced = usage.priced
-    rows = totals_by(groups, args.by, priced)
+    rows = totals_by(groups, args.by)
     total = sum(rows.values(), Totals())
-    unpriced = sorted({group.model for group in groups} - priced)
+    unpriced = sorted({group.model for group in groups if group.unpriced})
     if args.by == "thread":
         keys = threads
         subtree = subtree_totals(threads, rows)
@@ -48,6 +54,10 @@ def cost_command(args: argparse.Namespace) -> int:
         say(f"{labels[key]:<{width}}  {_cells(rows.get(key, Totals()))}{below}".rstrip(),
             one_line=True)
     say(f"{'total':<{width}}  {_cells(total)}".rstrip(), one_line=True)
+    if total.cache_read_tokens or total.cache_write_tokens:
+        say(f"input: {total.uncached_in} uncached, {total.cache_read_tokens} read from the "
+            f"prompt cache ({_share(total.cached_share)}), {total.cache_write_tokens} written to "
+            "it", one_line=True)
     if unpriced:
         say(f"unpriced: {', '.join(unpriced)} (no known price: their tokens are counted, "
             "their cost is not)", one_line=True)

@@ -14,6 +14,7 @@ from lace.core.lines import event_text
 from lace.core.records import Event, SessionSummary
 from lace.core.shown import shown
 from lace.core.text import printable_json
+from lace.core.usage import dollars
 
 EXIT_INTERRUPTED = 130
 FOLLOWED_CHARACTERS = 300
@@ -41,7 +42,7 @@ def session_line(session: SessionSummary) -> str:
     """id, status word, when it started (UTC), cost and the start of its prompt (or title)."""
     when = session.created_at[:16].replace("T", " ")
     title = shown(session.title or "(untitled)", 60)
-    return f"{session.id}  {session.status:<11}  {when}  ${session.cost_usd:.4f}  {title}"
+    return f"{session.id}  {session.status:<11}  {when}  {dollars(session.cost_usd):<10}  {title}"
 
 
 def follow_command(args: argparse.Namespace) -> int:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from lace.core.usage import dollars
+
 _BACKTICKS = re.compile(r"`+")
 
 
@@ -79,7 +81,7 @@ def transcript(document: dict[str, Any]) -> str:
              f"- exported {document['exported_at']}; {len(document['threads'])} threads, "
              f"{len(document['tasks'])} tasks, {usage.get('calls', 0)} model calls, "
              f"{usage.get('tokens_in', 0)}+{usage.get('tokens_out', 0)} tokens, "
-             f"${usage.get('cost_usd', 0):.4f} (models without a known price count $0)",
+             f"{dollars(usage.get('cost_usd') or 0.0)} (models without a known price left out)",
              "", "## Board", ""]
     edges = document.get("task_dependencies") or []
     parts += [_task(task, edges) + "\n" for task in document["tasks"]] or ["(no tasks)", ""]

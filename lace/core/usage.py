@@ -1,10 +1,11 @@
-"""Usage totals of model calls (tokens, cost, calls), grouped by thread, model or day, with the
-calls of models that have no known price counted apart: their cost is unknown, not $0."""
+"""Usage totals of model calls (tokens, cached tokens, cost, calls), grouped by thread, model or
+day, with the calls of models that have no known price counted apart: their cost is unknown,
+not $0."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -34,6 +35,24 @@ def plausible_cost(value: Any) -> float | None:
     return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
 
 
+@dataclass(frozen=True)
+class CallTokens:
+    """The tokens of one model call: `prompt` counts every input token, the part read from the
+    provider's prompt cache (`cache_read`) and written to it (`cache_write`) too; `reasoning` is
+    the part of `completion` spent thinking. None: the provider did not say."""
+
+    prompt: int
+    completion: int
+    cache_read: int | None = None
+    cache_write: int | None = None
+    reasoning: int | None = None
+
+    @property
+    def uncached_input(self) -> int:
+        """Input tokens neither read from nor written to the cache."""
+        return self.prompt - (self.cache_read or 0) - (self.cache_write or 0)
+
+
 def estimate_tokens(messages: Iterable[Mapping[str, Any]], schema_characters: int = 0) -> int:
     """A generous estimate of the tokens of some messages: one for every three characters of
     their texts and tool-call arguments and of the tools' schemas (`schema_characters`)."""
@@ -48,7 +67,8 @@ def estimate_tokens(messages: Iterable[Mapping[str, Any]], schema_characters: in
 
 @dataclass(frozen=True)
 class CallGroup:
-    """The `llm_calls` rows of one thread, model and day (UTC date), summed."""
+    """The `llm_calls` rows of one thread, model and day (UTC date), summed; `unpriced` of
+    them have no known cost (NULL)."""
 
     thread_id: str
     model: str
@@ -58,12 +78,17 @@ class CallGroup:
     tokens_in: int
     tokens_out: int
     cost_usd: float
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    unpriced: int = 0
 
 
 @dataclass(frozen=True)
 class Totals:
-    """Sums over model calls; `unpriced_calls` were made to models with no known price, so
-    `cost_usd` leaves them out."""
+    """Sums over model calls: `tokens_in` counts every input token, those read from
+    (`cache_read_tokens`) and written to (`cache_write_tokens`) the prompt cache too;
+    `unpriced_calls` had no known price, so `cost_usd` (the known part) leaves them out."""
 
     calls: int = 0
     failed: int = 0
@@ -71,11 +96,24 @@ class Totals:
     tokens_out: int = 0
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def tokens(self) -> int:
         """Tokens in and out."""
         return self.tokens_in + self.tokens_out
+
+    @property
+    def uncached_in(self) -> int:
+        """Input tokens neither read from nor written to the cache."""
+        return self.tokens_in - self.cache_read_tokens - self.cache_write_tokens
+
+    @property
+    def cached_share(self) -> float | None:
+        """The share of input tokens read from the cache (None without input)."""
+        return self.cache_read_tokens / self.tokens_in if self.tokens_in else None
 
     def __add__(self, other: Totals) -> Totals:
         return Totals(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -85,22 +123,29 @@ class Totals:
         unpriced` when some were: never a bare $0 for a cost that is not known."""
         if self.calls and self.unpriced_calls == self.calls:
             return UNPRICED
-        known = f"${self.cost_usd:.4f}"
+        known = dollars(self.cost_usd)
         return f"{known} + {UNPRICED}" if self.unpriced_calls else known
 
-    def as_dict(self) -> dict[str, int | float | str]:
-        """The totals for JSON, with `tokens` and the cost as text."""
+    def as_dict(self) -> dict[str, int | float | str | None]:
+        """The totals for JSON: `cost_usd` is null when any call's cost is unknown (the
+        known part is `known_cost_usd`), and the cost as text."""
         return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "tokens": self.tokens, "cost": self.cost_text()}
+                "cost_usd": None if self.unpriced_calls else self.cost_usd,
+                "known_cost_usd": self.cost_usd, "tokens": self.tokens,
+                "uncached_in": self.uncached_in, "cached_share": self.cached_share,
+                "cost": self.cost_text()}
 
 
-def priced_models(groups: Iterable[CallGroup], known_price: Callable[[str], bool]) -> set[str]:
-    """Models whose price is known: the price table lists them, or a call to them was costed
-    (a price registered at run time)."""
-    return {group.model for group in groups if group.cost_usd > 0 or known_price(group.model)}
+def dollars(amount: float) -> str:
+    """An amount in USD with at least three significant digits below a cent ($0.0000270,
+    $0.00123), two decimals from $1 ($12.50), four between ($0.0123)."""
+    if amount == 0:
+        return "$0.00"
+    decimals = 2 if abs(amount) >= 1 else max(4, 2 - math.floor(math.log10(abs(amount))))
+    return f"${amount:.{decimals}f}"
 
 
-def totals_by(groups: Iterable[CallGroup], by: str, priced: set[str]) -> dict[str, Totals]:
+def totals_by(groups: Iterable[CallGroup], by: str) -> dict[str, Totals]:
     """Totals per thread, model or day (`by`, one of GROUPINGS)."""
     totals: dict[str, Totals] = {}
     for group in groups:
@@ -108,7 +153,9 @@ def totals_by(groups: Iterable[CallGroup], by: str, priced: set[str]) -> dict[st
         totals[key] = totals.get(key, Totals()) + Totals(
             calls=group.calls, failed=group.failed, tokens_in=group.tokens_in,
             tokens_out=group.tokens_out, cost_usd=group.cost_usd,
-            unpriced_calls=0 if group.model in priced else group.calls)
+            unpriced_calls=group.unpriced, cache_read_tokens=group.cache_read_tokens,
+            cache_write_tokens=group.cache_write_tokens,
+            reasoning_tokens=group.reasoning_tokens)
     return totals
 
 

@@ -4,6 +4,7 @@ answer."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import inspect
 import json
@@ -21,7 +22,7 @@ from lace.core.text import (
     valid_strings,
     valid_text,
 )
-from lace.core.usage import estimate_tokens, plausible_cost, plausible_tokens
+from lace.core.usage import CallTokens, estimate_tokens, plausible_cost, plausible_tokens
 from lace.llm.checks import (
     TEST_PROVIDERS,
     are_test_providers_enabled,
@@ -150,13 +151,13 @@ class ProviderClient:
         """Whether this model already turned out to have no known price."""
         return model in self._unpriced
 
-    def reply(self, model: str, message: Any, tokens: tuple[int, int], cost: Any,
+    def reply(self, model: str, message: Any, tokens: CallTokens, cost: Any,
               lengths: dict[str | int, int] | None = None) -> ModelReply:
-        """The reply from an answer's message (`content`, `tool_calls`), its `tokens` (prompt,
-        completion: `counted_tokens`) and cost; model text is made valid UTF-8 and capped
+        """The reply from an answer's message (`content`, `tool_calls`), its checked `tokens`
+        (`counted_tokens`) and cost; model text is made valid UTF-8 and capped
         (`ReplyBudget`) here, where it enters lace; `lengths` are the whole sizes of a text
         (`"content"`) or arguments (by index) read only in part. A model without a price (or
-        with an absurd one) is logged once."""
+        with an absurd one) is logged once, and its cost stays unknown (None)."""
         lengths = lengths or {}
         budget = ReplyBudget()
         content = budget.text(message.content, lengths.get("content")) if message.content \
@@ -169,38 +170,70 @@ class ProviderClient:
         price = plausible_cost(cost)
         if price is None and model not in self._unpriced:
             self._unpriced.add(model)
-            log.info("no known price for %s; its calls count as $0 (tokens still add up)", model)
+            log.info("no known price for %s; its cost stays unknown (tokens still add up)", model)
         return ModelReply(
             content=valid_text(content) if content else None, tool_calls=calls,
-            prompt_tokens=tokens[0], completion_tokens=tokens[1],
-            cost_usd=price or 0.0, priced=price is not None)
+            prompt_tokens=tokens.prompt, completion_tokens=tokens.completion, cost_usd=price,
+            cache_read_tokens=tokens.cache_read, cache_write_tokens=tokens.cache_write,
+            reasoning_tokens=tokens.reasoning)
+
+
+def reported(usage: Any, *path: str) -> Any:
+    """A field of a provider's usage (an object or a dict), following `path`; None if absent."""
+    for key in path:
+        usage = usage.get(key) if isinstance(usage, dict) else getattr(usage, key, None)
+        if usage is None:
+            return None
+    return usage
 
 
 def counted_tokens(usage: Any, sent: list[dict[str, Any]], tools: list[dict[str, Any]],
-                   message: Any) -> tuple[tuple[int, int], bool]:
-    """The prompt and completion tokens of an answer: the provider's counts where plausible
-    (`plausible_tokens`), each estimated from the text where missing or absurd (no tokens for
-    a prompt, or for an answer that says something, is a missing count: litellm makes a
-    missing usage zeros); and whether any was estimated. A provider's usage is not believed
-    blindly: a negative count would defeat a budget, a huge one would not fit the database."""
-    def reported(key: str) -> Any:
-        return usage.get(key) if isinstance(usage, dict) else getattr(usage, key, None)
-
+                   message: Any) -> tuple[CallTokens, bool]:
+    """The tokens of an answer (`cached_parts` for the cache and reasoning counts): the
+    provider's prompt and completion counts where plausible (`plausible_tokens`), each
+    estimated from the text where missing or absurd (no tokens for a prompt, or for an answer
+    that says something, is a missing count: litellm makes a missing usage zeros); and whether
+    any was estimated. A provider's usage is not believed blindly: a negative count would
+    defeat a budget, a huge one would not fit the database."""
     answer = {"content": message.content, "tool_calls": [
         {"function": {"arguments": call.function.arguments}}
         for call in (message.tool_calls or [])]}
-    prompt, completion = plausible_tokens(reported("prompt_tokens")), plausible_tokens(
-        reported("completion_tokens"))
+    prompt, completion = plausible_tokens(reported(usage, "prompt_tokens")), plausible_tokens(
+        reported(usage, "completion_tokens"))
     prompt = prompt or None
     if completion == 0 and (answer["content"] or answer["tool_calls"]):
         completion = None
     estimated = prompt is None or completion is None
     if estimated:
         log.info("usage from the provider not believed (prompt %.40r, completion %.40r); "
-                 "estimated from the text", reported("prompt_tokens"),
-                 reported("completion_tokens"))
+                 "estimated from the text", reported(usage, "prompt_tokens"),
+                 reported(usage, "completion_tokens"))
     if prompt is None:
         prompt = estimate_tokens(sent, len(json.dumps(tools)) if tools else 0)
     if completion is None:
         completion = estimate_tokens([answer])
-    return (prompt, completion), estimated
+    return cached_parts(usage, CallTokens(prompt, completion)), estimated
+
+
+def cached_parts(usage: Any, tokens: CallTokens) -> CallTokens:
+    """`tokens` with the cache-read, cache-write and reasoning counts of a provider's usage
+    (OpenAI's `prompt_tokens_details` / `completion_tokens_details`, or Anthropic's
+    `cache_read_input_tokens` / `cache_creation_input_tokens` as litellm passes them on).
+    A count that is absurd, or larger than the whole it is part of, is dropped (None)."""
+    read = plausible_tokens(_first(reported(usage, "prompt_tokens_details", "cached_tokens"),
+                                   reported(usage, "cache_read_input_tokens")))
+    write = plausible_tokens(_first(
+        reported(usage, "cache_creation_input_tokens"),
+        reported(usage, "prompt_tokens_details", "cache_creation_tokens"),
+        reported(usage, "prompt_tokens_details", "cache_write_tokens")))
+    if (read or 0) + (write or 0) > tokens.prompt:
+        read = write = None
+    reasoning = plausible_tokens(reported(usage, "completion_tokens_details",
+                                          "reasoning_tokens"))
+    if reasoning is not None and reasoning > tokens.completion:
+        reasoning = None
+    return dataclasses.replace(tokens, cache_read=read, cache_write=write, reasoning=reasoning)
+
+
+def _first(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)

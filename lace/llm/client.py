@@ -10,6 +10,7 @@ from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
+from lace.llm.caching import cache_marked
 from lace.llm.calls import (
     ProviderClient,
     counted_tokens,
@@ -22,6 +23,7 @@ from lace.llm.checks import keyless
 from lace.llm.litellm_setup import litellm, litellm_imported
 from lace.llm.openai_client import OpenAIClient, served_directly
 from lace.llm.prices import price_table
+from lace.llm.pricing import call_cost
 from lace.llm.scripted import LocalClient
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
@@ -38,7 +40,12 @@ def classify(error: Exception, model: str = "") -> ModelError:
 
 
 class LiteLLMClient(ProviderClient):
-    """Calls models through `litellm.acompletion`."""
+    """Calls models through `litellm.acompletion`, with prompt-cache marks for the providers
+    that want them (`cache_marks=False` leaves them out: benchmarks compare the two)."""
+
+    def __init__(self, cache_marks: bool = True) -> None:
+        super().__init__()
+        self.cache_marks = cache_marks
 
     @staticmethod
     def warm_up() -> None:
@@ -54,12 +61,13 @@ class LiteLLMClient(ProviderClient):
         if not litellm_imported():  # seconds of import, off the loop: signals still work
             await asyncio.to_thread(self.warm_up)
         module = litellm()
+        sent, sent_tools = cache_marked(model, outgoing(messages), tools) if self.cache_marks \
+            else (outgoing(messages), tools)
         # max_retries=0: lace's own backoff is the one retry policy, and every attempt is an
         # `llm_calls` row (the OpenAI SDK would otherwise retry 5xx and 429 out of sight).
-        arguments: dict[str, Any] = {"model": model, "messages": outgoing(messages),
-                                     "max_retries": 0}
+        arguments: dict[str, Any] = {"model": model, "messages": sent, "max_retries": 0}
         if tools:
-            arguments["tools"] = tools
+            arguments["tools"] = sent_tools
         if keyless(model.split("/", 1)[0]):
             arguments["api_key"] = NO_KEY
         try:
@@ -72,16 +80,9 @@ class LiteLLMClient(ProviderClient):
         except Exception as error:
             raise classify(error, model) from error
         message = response.choices[0].message
-        tokens, estimated = counted_tokens(getattr(response, "usage", None), arguments["messages"],
-                                           tools, message)
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if (cost is None or estimated) and not self.is_unpriced(model):  # unknown stays unknown
-            try:
-                cost = sum(module.cost_per_token(model=model, prompt_tokens=tokens[0],
-                                                 completion_tokens=tokens[1])) if estimated \
-                    else module.completion_cost(completion_response=response)
-            except Exception:
-                cost = None
+        tokens, _ = counted_tokens(getattr(response, "usage", None), arguments["messages"],
+                                   tools, message)
+        cost = None if self.is_unpriced(model) else call_cost(model, tokens)
         return self.reply(model, message, tokens, cost)
 
     @staticmethod

@@ -1,8 +1,8 @@
 """`openai/...` models called directly, as litellm would call them (through the openai SDK),
-without litellm's import (seconds) and per-call cost (milliseconds of CPU), nor the SDK's import
-(a second). The request, the reply, the usage, the price and the sorting of errors are
-litellm's; `served_directly` leaves to litellm the models it would call differently (the
-Responses API)."""
+without litellm's per-call cost (milliseconds of CPU) nor the SDK's import (a second), and with
+litellm's import (seconds; litellm prices the answers) overlapping the first call. The request,
+the reply, the usage, the price and the sorting of errors are litellm's; `served_directly`
+leaves to litellm the models it would call differently (the Responses API)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
-from lace.core.usage import plausible_tokens
 from lace.llm.calls import (
     ProviderClient,
     counted_tokens,
@@ -28,7 +27,8 @@ from lace.llm.calls import (
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_http import MISSING_KEY, Endpoint, RequestFailed, chunks
-from lace.llm.prices import call_cost, model_entry, price_table
+from lace.llm.prices import model_entry, price_table
+from lace.llm.pricing import call_cost_off_loop, import_in_background
 from lace.llm.types import DeltaCallback, ModelError, ModelReply
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -103,6 +103,8 @@ class OpenAIClient(ProviderClient):
         """One model call; raises ModelError."""
         self.check_allowed(model)
         name = model.split("/", 1)[1]
+        if not self.is_unpriced(model):
+            import_in_background()  # litellm prices the answer; its import overlaps the call
         arguments = request(name, messages, tools)
         sent = arguments["messages"]
         try:
@@ -123,10 +125,7 @@ class OpenAIClient(ProviderClient):
             message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
         usage = usage if isinstance(usage, dict) else {}
         tokens, _ = counted_tokens(usage, sent, tools, message)
-        details = usage.get("prompt_tokens_details")
-        cached = plausible_tokens(details.get("cached_tokens")) if isinstance(details, dict) \
-            else None
-        cost = None if self.is_unpriced(model) else call_cost(name, *tokens, cached or 0)
+        cost = None if self.is_unpriced(model) else await call_cost_off_loop(model, tokens)
         return self.reply(model, message, tokens, cost, lengths)
 
     def _endpoint(self) -> Endpoint:

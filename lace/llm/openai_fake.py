@@ -97,7 +97,10 @@ class FakeOpenAI:
                                else json.dumps(arguments)}}
                  for name, arguments in reply.tool_calls]
         usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                 "total_tokens": _total(reply)}
+                 "total_tokens": _total(reply), **({} if reply.cache_read_tokens is None else {
+                     "prompt_tokens_details": {"cached_tokens": reply.cache_read_tokens}}),
+                 **({} if reply.reasoning_tokens is None else {
+                     "completion_tokens_details": {"reasoning_tokens": reply.reasoning_tokens}})}
         finish = "tool_calls" if calls else "stop"
         head = {"id": f"chatcmpl-{next(self._ids)}", "created": int(time.time()),
                 "model": body["model"]}

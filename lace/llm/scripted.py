@@ -72,6 +72,7 @@ class LocalClient(ProviderClient):
             for tool, value in reply.tool_calls]
         message = SimpleNamespace(content=reply.text, tool_calls=calls)
         usage = SimpleNamespace(prompt_tokens=reply.prompt_tokens,
-                                completion_tokens=reply.completion_tokens)
+                                completion_tokens=reply.completion_tokens,
+                                cache_read_input_tokens=reply.cache_read_tokens)
         tokens, _ = counted_tokens(usage, messages, tools, message)
         return self.reply(model, message, tokens, reply.cost_usd)

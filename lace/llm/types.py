@@ -18,14 +18,24 @@ class ToolCallRequest:
 
 @dataclass(frozen=True)
 class ModelReply:
-    """One model answer with its usage."""
+    """One model answer with its usage: `prompt_tokens` counts every input token, those read
+    from and written to the provider's prompt cache too; `reasoning_tokens` are part of
+    `completion_tokens`; a count the provider did not give is None, and so is the cost of a
+    model with no known price."""
 
     content: str | None
     tool_calls: tuple[ToolCallRequest, ...] = ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost_usd: float = 0.0
-    priced: bool = True
+    cost_usd: float | None = 0.0
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    @property
+    def priced(self) -> bool:
+        """Whether the call's cost is known."""
+        return self.cost_usd is not None
 
     def message(self) -> dict[str, Any]:
         """The assistant message as it goes back to the model in the next call."""
@@ -59,11 +69,14 @@ class ModelClient(Protocol):
 
 @dataclass
 class ScriptedReply:
-    """What a scripted or demo model answers: text, tool calls (name, arguments), usage, and
-    what the call cost (local models are free; None: no known price)."""
+    """What a scripted or demo model answers: text, tool calls (name, arguments), usage (the
+    cached and reasoning parts too, which the HTTP fakes report), and what the call cost
+    (local models are free; None: no known price)."""
 
     text: str | None = None
     tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     prompt_tokens: int = 10
     completion_tokens: int = 5
     cost_usd: float | None = 0.0
+    cache_read_tokens: int | None = None
+    reasoning_tokens: int | None = None

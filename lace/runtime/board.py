@@ -14,8 +14,7 @@ from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import new_root_thread_id, root_of
 from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
-from lace.core.usage import CallGroup, priced_models
-from lace.llm.prices import known_price
+from lace.core.usage import CallGroup
 from lace.runtime.hook_points import submitted_alone
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.runtime.sessions import (
@@ -64,8 +63,6 @@ class SessionUsage:
     groups: list[CallGroup]
     threads: list[str]
     models: dict[str, str]
-    priced: set[str]
-    """The models of `groups` with a known price (calls to the others cost nothing known)."""
 
 
 def person_context(settings: Settings, workspace: Path, session_id: str) -> ToolContext:
@@ -186,7 +183,7 @@ class Board:
             threads = [thread.id for thread in tx.threads.of_session(session.id)]
             models = {agent.thread_id: agent.model_name
                       for agent in tx.agents.of_session(session.id)}
-        return SessionUsage(session, groups, threads, models, priced_models(groups, known_price))
+        return SessionUsage(session, groups, threads, models)
 
     def export(self, session_id: str) -> dict[str, Any]:
         """A session as one JSON-ready document (`lace export`)."""

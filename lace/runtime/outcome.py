@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lace.core.records import Agent, Task
-from lace.core.usage import Totals, priced_models, totals_by
-from lace.llm.prices import known_price
+from lace.core.usage import Totals, totals_by
 from lace.store import Store
 
 EXIT_QUIET, EXIT_ROOT_FAILED = 0, 1
@@ -84,5 +83,5 @@ def session_totals(store: Store, root_id: str) -> Totals:
     known price are counted apart (`Totals.unpriced_calls`), never as $0."""
     with store.reading() as tx:
         groups = tx.usage.call_groups(root_id)
-    rows = totals_by(groups, "thread", priced_models(groups, known_price))
+    rows = totals_by(groups, "thread")
     return sum(rows.values(), Totals())

@@ -1,11 +1,12 @@
-"""The system prompt: who the agent is, who created it, its task, how the board works, and
-which helpers it can spawn."""
+"""The system prompt: how the board works and which helpers an agent can spawn (the part a
+session's agents share), then who the agent is, who created it and its task."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from lace.config import Profile
+from lace.core.prompt_parts import IDENTITY_HEADING
 from lace.core.records import Agent, Task
 
 BOARD_GUIDE = """\
@@ -46,26 +47,26 @@ def profiles_block(profiles: Mapping[str, Profile]) -> str:
 
 def system_prompt(agent: Agent, task: Task | None, tools: list[str],
                   profiles: Mapping[str, Profile]) -> str:
-    """The first message of every agent's conversation."""
+    """The first message of every agent's conversation: first the part every agent of a
+    session with the same model, tools and profiles shares (so a provider's prompt cache
+    serves it to all of them), then, after `IDENTITY_HEADING`, who this agent is."""
+    guide = BOARD_GUIDE.format(model=agent.model_name)
+    if "delegate" in tools or "spawn" in tools:
+        guide += "\n" + DELEGATION_GUIDE
+    lines = ["You are an agent in lace, a task board for teams of LLM agents.", "", guide]
+    if profiles and ("spawn" in tools or "task_create" in tools):
+        lines += ["", "Profiles for new helpers (new:<profile>, or spawn with profile):",
+                  profiles_block(profiles)]
     creator = agent.parent_thread_id or "human (the person using lace)"
-    lines = [
-        "You are an agent in lace, a task board for teams of LLM agents.",
-        f"Your thread id: {agent.thread_id}. Your model: {agent.model_name}.",
-        f"You were created by: {creator}.",
-    ]
+    lines += ["", IDENTITY_HEADING,
+              f"Your thread id: {agent.thread_id}. Your model: {agent.model_name}.",
+              f"You were created by: {creator}."]
     if task is not None:
         lines.append(f"You were created to work on task {task.id}: \"{task.title}\". Its details "
                      "arrive as your first message.")
     if agent.type == "ephemeral":
         lines.append("When you are done, answer with your result: your final answer is returned "
                      "to your creator.")
-    guide = BOARD_GUIDE.format(model=agent.model_name)
-    if "delegate" in tools or "spawn" in tools:
-        guide += "\n" + DELEGATION_GUIDE
-    lines += ["", guide]
-    if profiles and ("spawn" in tools or "task_create" in tools):
-        lines += ["", "Profiles for new helpers (new:<profile>, or spawn with profile):",
-                  profiles_block(profiles)]
     if agent.instructions:
         lines += ["", agent.instructions]
     return "\n".join(lines)

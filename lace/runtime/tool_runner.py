@@ -177,11 +177,14 @@ class ToolRunner:
     async def definitions(self, agent: Agent, *, can_spawn: bool) -> list[dict[str, Any]]:
         """The function definitions of an agent's tools: lace's, its Python tools, then those
         of the running MCP servers it may use (the servers are started first, the first
-        time)."""
+        time); each kind in a fixed order (lace's as registered, the others by name), so the
+        tools open every request of a session with the same bytes (a cacheable prefix)."""
         own = self.own_tools(agent)
-        python = [tool for name, tool in self.python_tools.items() if grants(own, name)]
-        servers = [] if self.mcp is None else [
-            tool for tool in await self.mcp.ready() if grants(own, tool.name)]
+        python = sorted((tool for name, tool in self.python_tools.items() if grants(own, name)),
+                        key=lambda tool: tool.name)
+        servers = [] if self.mcp is None else sorted(
+            (tool for tool in await self.mcp.ready() if grants(own, tool.name)),
+            key=lambda tool: tool.name)
         added = [tool.name for tool in python] + [tool.name for tool in servers]
         return self.registry.definitions(
             own, profiles=list(self.profiles), can_spawn=can_spawn, also_granted=added) + [

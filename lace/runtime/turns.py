@@ -332,6 +332,9 @@ class TurnRunner:
                 record_call, thread_id=agent.thread_id, model=agent.model_name,
                 reserved=reserved, prompt_tokens=reply.prompt_tokens,
                 completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
+                cache_read_tokens=reply.cache_read_tokens,
+                cache_write_tokens=reply.cache_write_tokens,
+                reasoning_tokens=reply.reasoning_tokens,
                 latency_ms=(time.monotonic() - started) * 1000,
                 error="empty answer" if empty else None)
             if empty and attempt < min(self.limits.model_retries, EMPTY_ANSWER_RETRIES):

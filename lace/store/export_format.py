@@ -197,10 +197,13 @@ class CallRow(Row):
     model: str
     prompt_tokens: CallCount
     completion_tokens: CallCount
-    cost_usd: CallCost
+    cost_usd: CallCost | None = Field(description="None: the model has no known price")
     latency_ms: Latency | None
     error: str | None
     created_at: Time
+    cache_read_tokens: CallCount | None = None
+    cache_write_tokens: CallCount | None = None
+    reasoning_tokens: CallCount | None = None
 
 
 class SubscriptionRow(Row):

@@ -172,10 +172,13 @@ llm_calls = sa.Table(
     sa.Column("model", sa.Text, nullable=False),
     sa.Column("prompt_tokens", TOKEN_COUNT, nullable=False, server_default="0"),
     sa.Column("completion_tokens", TOKEN_COUNT, nullable=False, server_default="0"),
-    sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
+    sa.Column("cost_usd", sa.Float, nullable=True, server_default="0"),
     sa.Column("latency_ms", sa.Float, nullable=True),
     sa.Column("error", sa.Text, nullable=True),
     _created(),
+    sa.Column("cache_read_tokens", TOKEN_COUNT, nullable=True),
+    sa.Column("cache_write_tokens", TOKEN_COUNT, nullable=True),
+    sa.Column("reasoning_tokens", TOKEN_COUNT, nullable=True),
     sa.Index(None, "thread_id"),
 )
 

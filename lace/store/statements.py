@@ -73,7 +73,7 @@ CHILDREN_SINCE = Prepared(sa.select(sa.func.count()).select_from(_agents).where(
     _agents.c.created_at >= sa.bindparam("since")))
 INSERT_LLM_CALL = insert_into("llm_calls", (
     "thread_id", "model", "prompt_tokens", "completion_tokens", "cost_usd", "latency_ms",
-    "error", "created_at"))
+    "error", "created_at", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"))
 ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column names
     _agents.c.thread_id == sa.bindparam("agent")).values(
         tokens_in=_agents.c.tokens_in + sa.bindparam("add_in"),

@@ -111,7 +111,7 @@ def export_session(tx: Tx, root_id: str) -> dict[str, Any]:
         "usage": {"calls": len(calls),
                   "tokens_in": sum(call["prompt_tokens"] for call in calls),
                   "tokens_out": sum(call["completion_tokens"] for call in calls),
-                  "cost_usd": sum(call["cost_usd"] for call in calls)},
+                  "cost_usd": sum(call["cost_usd"] or 0.0 for call in calls)},
     }
     return dict(mask_data(document, credential_values()))
 
@@ -164,7 +164,7 @@ def _call_totals(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         total = totals.setdefault(call["thread_id"], dict(_NO_CALLS))
         total["tokens_in"] += call["prompt_tokens"]
         total["tokens_out"] += call["completion_tokens"]
-        total["cost_usd"] += call["cost_usd"]
+        total["cost_usd"] += call["cost_usd"] or 0.0
     return totals
 
 

@@ -31,6 +31,13 @@ def _held(tokens: int) -> int:
     return MAX_CALL_TOKENS if tokens > 0 else 0  # past the bound (NaN and negatives: none)
 
 
+def _part(tokens: int | None, whole: int) -> int | None:
+    """A count that is part of `whole` (cached input, reasoning), or None when it is unknown
+    or cannot be a part of it."""
+    checked = plausible_tokens(tokens)
+    return checked if checked is not None and checked <= whole else None
+
+
 @dataclass(frozen=True)
 class Usage:
     """What a subtree (an agent and everything below it) has used."""
@@ -51,22 +58,28 @@ class UsageRows(Rows):
         self.cache = cache
 
     def record_call(self, thread_id: str, *, model: str, prompt_tokens: int,
-                    completion_tokens: int, cost_usd: float, latency_ms: float,
-                    error: str | None = None) -> None:
+                    completion_tokens: int, cost_usd: float | None, latency_ms: float,
+                    error: str | None = None, cache_read_tokens: int | None = None,
+                    cache_write_tokens: int | None = None,
+                    reasoning_tokens: int | None = None) -> None:
         """One `llm_calls` row (its error's credential values masked), added to the agent's
         totals. Counts and cost are held to what a call can be (`MAX_CALL_TOKENS`, ...), so a
-        figure no client checked is still recorded and cannot lower a total."""
+        figure no client checked is still recorded and cannot lower a total; a cost that is
+        unknown (None) or absurd is NULL, and adds nothing to the agent's known cost."""
         prompt_tokens, completion_tokens = _held(prompt_tokens), _held(completion_tokens)
-        cost_usd = plausible_cost(cost_usd) or 0.0
+        cost = plausible_cost(cost_usd)
         now = now_iso()
         error = None if error is None else mask(error, credential_values())
         sql.INSERT_LLM_CALL.run(self.raw, {
             "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens, "cost_usd": cost_usd,
-            "latency_ms": latency_ms, "error": error, "created_at": now})
+            "completion_tokens": completion_tokens, "cost_usd": cost,
+            "latency_ms": latency_ms, "error": error, "created_at": now,
+            "cache_read_tokens": _part(cache_read_tokens, prompt_tokens),
+            "cache_write_tokens": _part(cache_write_tokens, prompt_tokens),
+            "reasoning_tokens": _part(reasoning_tokens, completion_tokens)})
         self.cache.forget(thread_id)
         sql.ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
-                                  "add_out": completion_tokens, "add_cost": cost_usd,
+                                  "add_out": completion_tokens, "add_cost": cost or 0.0,
                                   "now": now})
 
     def reserve(self, thread_id: str, tokens: int) -> None:
@@ -90,8 +103,8 @@ class UsageRows(Rows):
                      turns=int(row["turns"]), reserved=int(row["reserved"]))
 
     def call_groups(self, root_id: str) -> list[CallGroup]:
-        """A session's `llm_calls` summed per thread, model and day (failed calls counted
-        apart), for `lace cost`."""
+        """A session's `llm_calls` summed per thread, model and day (failed calls, and calls
+        of unknown cost, counted apart), for `lace cost`."""
         calls, threads = schema.llm_calls.c, schema.threads.c
         day = sa.func.substr(calls.created_at, 1, 10)
         rows = self._execute(
@@ -100,7 +113,11 @@ class UsageRows(Rows):
                       sa.func.count(calls.error).label("failed"),
                       _whole_sum(calls.prompt_tokens).label("tokens_in"),
                       _whole_sum(calls.completion_tokens).label("tokens_out"),
-                      sa.func.sum(calls.cost_usd).label("cost_usd"))
+                      sa.func.coalesce(sa.func.sum(calls.cost_usd), 0.0).label("cost_usd"),
+                      *(sa.func.coalesce(_whole_sum(column), 0).label(column.name)
+                        for column in (calls.cache_read_tokens, calls.cache_write_tokens,
+                                       calls.reasoning_tokens)),
+                      (sa.func.count() - sa.func.count(calls.cost_usd)).label("unpriced"))
             .join(schema.threads, threads.id == calls.thread_id)
             .where(threads.root_id == root_id)
             .group_by(calls.thread_id, calls.model, day)

@@ -43,7 +43,7 @@ def test_every_call_is_recorded_with_counts_lace_believes(tmp_path: Path, count:
                                            "cost_usd FROM llm_calls")
     assert 0 < prompt <= MAX_CALL_TOKENS and 0 < completion <= MAX_CALL_TOKENS
     assert (prompt, completion) == rows(db, "SELECT tokens_in, tokens_out FROM agent_metadata")[0]
-    assert cost == 0.0  # an unpriced model
+    assert cost is None  # an unpriced model: its cost is unknown, not $0
     if count == 12.5:
         assert (prompt, completion) == (12, 12)  # plausible: the provider's, whole
 

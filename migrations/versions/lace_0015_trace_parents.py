@@ -4,16 +4,16 @@
   of the tool call that spawned it (a helper), or the session's first traced turn (a root), so
   a process that runs the agent later, on another host too, continues the session's one trace.
 
-Revision ID: lace_0014
-Revises: lace_0013
+Revision ID: lace_0015
+Revises: lace_0014
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "lace_0014"
-down_revision = "lace_0013"
+revision = "lace_0015"
+down_revision = "lace_0014"
 branch_labels = None
 depends_on = None
 
