@@ -16,6 +16,7 @@ from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.runtime.board import Board
+from lace.runtime.databases import when_reachable
 from lace.runtime.public import DaemonThreads
 
 GRACE_S = 10.0
@@ -29,7 +30,7 @@ def worker_command(args: argparse.Namespace) -> int:
     --until-eof, as started by `lace run --workers`)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    board = board_of(args, create=True)
+    board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
     roots = [board.session(root_id).id for root_id in args.sessions or []]
     return asyncio.run(_serve(args, board, settings, roots))
 

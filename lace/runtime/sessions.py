@@ -19,6 +19,7 @@ from lace.core.records import Event, Place, SessionSummary, Thread
 from lace.core.text import valid_text
 from lace.core.tool_sets import EVERY_TOOL
 from lace.store import Store, Tx
+from lace.store.retry import run_transaction
 from lace.tools.base import ToolContext, ToolError
 from lace.tools.registry import ToolRegistry
 from lace.tools.spawning import parse_assignment
@@ -114,16 +115,17 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
     """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
     seconds (None: however long it takes); `on_wait` is called once, when it has to wait.
     Looks again whenever the change feed hears a commit, and at least as often as a worker
-    looks for runnable threads."""
+    looks for runnable threads; on a server that drops the connection, once it is back."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     feed = store.database.change_feed()
     told = False
     try:
         while True:
-            with store.reading() as tx:
-                if quiet(tx, root_id):
-                    return True
+            if await asyncio.to_thread(run_transaction, store.database,
+                                       lambda connection: quiet(Tx(connection), root_id),
+                                       write=False):
+                return True
             if not told:
                 told = True
                 on_wait()
