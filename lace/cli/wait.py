@@ -10,6 +10,7 @@ import sys
 from lace.cli.board import board_of
 from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.cli.output import print_json, say
+from lace.runtime.databases import when_reachable
 from lace.runtime.outcome import Outcome
 
 EXIT_INTERRUPTED = 130
@@ -26,7 +27,7 @@ def wait_command(args: argparse.Namespace) -> int:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
             return EXIT_INTERRUPTED
-        outcome = board.outcome(root_id)
+        outcome = when_reachable(lambda: board.outcome(root_id), args.db)
     return _report(outcome, went_quiet, args)
 
 
