@@ -24,15 +24,20 @@ HELPERS = 30
 
 def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
     """The root creates HELPERS tasks for `new:openai/worker` agents and sums up once all are
-    done; each helper notes, then completes its task."""
+    done; each helper notes, then completes its task, each step again until it is done (as a
+    model does after a tool call that a takeover ended as `Interrupted`)."""
     said = [str(message.get("content") or "") for message in messages]
     if model == "worker":
         task_id = re.findall(r"assigned task '([^']+)'", "\n".join(said))[-1]
-        answered = sum(message["role"] == "assistant" for message in messages)
-        step: list[tuple[str, dict[str, Any] | str]] = [
-            ("task_add_note", {"task_id": task_id, "note": "on it"}),
-            ("task_complete", {"task_id": task_id, "message": "done"})]
-        return ScriptedReply("Done." if answered >= 2 else None, step[answered:answered + 1])
+        results = [str(message.get("content") or "") for message in messages
+                   if message["role"] == "tool"]
+        if not any(result.startswith("Added note") for result in results):
+            return ScriptedReply(tool_calls=[("task_add_note", {"task_id": task_id,
+                                                                "note": "on it"})])
+        if not any("completed" in result.lower() for result in results):
+            return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
+                                                                "message": "done"})])
+        return ScriptedReply("Done.")
     created = sum(text.count("Created task") for text in said)
     if created < HELPERS:  # task_create takes up to 20 tasks a call: two calls of 15
         return ScriptedReply(tool_calls=[("task_create", {"tasks": [

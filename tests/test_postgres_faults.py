@@ -29,8 +29,11 @@ from tests.faults import HELPERS, CommitCutter, fan_out, restart, terminating_ev
 from tests.processes import lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
-LIMITS = {"LACE_LIMITS__LEASE_TIMEOUT_S": "2", "LACE_LIMITS__MAX_CHILDREN": "40",
-          "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
+LIMITS = {"LACE_LIMITS__MAX_CHILDREN": "40", "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
+RIDDEN_OUT = "10"
+"""The lease timeout where a fault must be ridden out by reconnecting alone (no takeover)."""
+TAKEN_OVER = "2"
+"""The lease timeout where a killed worker's agents are taken over."""
 LATENCY_S = 0.3
 
 
@@ -42,16 +45,18 @@ def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.P
 
 
 @contextmanager
-def fan_out_run(tmp_path: Path, url: str, names: tuple[str, ...] = ("a", "b")) -> Iterator[
+def fan_out_run(tmp_path: Path, url: str, lease_timeout_s: str) -> Iterator[
         tuple[FakeOpenAI, dict[str, subprocess.Popen[bytes]], str]]:
-    """Workers `names` on `url`, ready, and a 30-task fan-out started by `lace run --detach`:
-    the model server, the workers by name and the session's root."""
+    """Two workers (`a`, `b`) on `url` with leases of `lease_timeout_s`, ready, and a 30-task
+    fan-out started by `lace run --detach`: the model server, the workers by name and the
+    session's root."""
     Store(open_database(url)).close()
     with FakeOpenAI(fan_out, latency_s=LATENCY_S, backlog=512) as server, ExitStack() as stack:
-        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS}
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS,
+               "LACE_LIMITS__LEASE_TIMEOUT_S": lease_timeout_s}
         workers = {name: stack.enter_context(worker(tmp_path, url, name=name, **env))
-                   for name in names}
-        ready(url, len(names))
+                   for name in ("a", "b")}
+        ready(url, len(workers))
         detached = lace_process(tmp_path, server, "run", "--detach", "--db", url,
                                 "--model", "openai/root", "Fan out.")
         out, err = detached.communicate(timeout=120)
@@ -78,7 +83,8 @@ def stop_cleanly(tmp_path: Path, workers: dict[str, subprocess.Popen[bytes]]) ->
 
 def assert_exactly_once(url: str, waited: subprocess.Popen[str]) -> None:
     """`lace wait` reported the root's answer; every task was noted, completed and announced
-    once; every inbox row consumed once; no agent failed or is left running."""
+    once; every inbox row consumed once; no agent failed or is left running; no turn ended
+    in an error."""
     out, err = waited.communicate(timeout=180)
     assert waited.returncode == 0, err
     assert f"All {HELPERS} tasks are done." in out
@@ -94,14 +100,20 @@ def assert_exactly_once(url: str, waited: subprocess.Popen[str]) -> None:
     assert value(url, "SELECT COUNT(*) FROM events WHERE type = 'error'") == 0
 
 
+def resumed(url: str) -> int:
+    """How many turns were resumed (taken over after their process lost its lease)."""
+    return int(value(url, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'"))
+
+
 @pytest.mark.slow
 def test_a_fan_out_survives_its_backends_terminated_every_two_seconds(
         tmp_path: Path, postgres_url: str) -> None:
-    with fan_out_run(tmp_path, postgres_url) as (server, workers, root), \
+    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root), \
             terminating_every(postgres_url, 2.0) as struck:
         waited = waiting(tmp_path, server, postgres_url, root)
         assert_exactly_once(postgres_url, waited)
         assert len(struck) >= 2 and min(struck) > 0  # it struck lace, more than once
+        assert resumed(postgres_url) == 0  # every cut transaction was retried, no turn lost
         struck_before = len(struck)
         wait_for(lambda: len(struck) > struck_before, "another strike")
         stop_cleanly(tmp_path, workers)  # right after a drop
@@ -110,25 +122,26 @@ def test_a_fan_out_survives_its_backends_terminated_every_two_seconds(
 @pytest.mark.slow
 def test_a_fan_out_survives_a_server_restart_mid_run(
         tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
-    with fan_out_run(tmp_path, postgres_url) as (server, workers, root):
+    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root):
         waited = waiting(tmp_path, server, postgres_url, root)
         wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
         restart(postgres_server, down_s=2.0)
         assert completed(postgres_url) < HELPERS  # the restart came mid-run
         assert_exactly_once(postgres_url, waited)
+        assert resumed(postgres_url) == 0
         stop_cleanly(tmp_path, workers)
 
 
 @pytest.mark.slow
 def test_a_worker_killed_while_the_others_connections_drop_is_taken_over(
         tmp_path: Path, postgres_url: str) -> None:
-    with fan_out_run(tmp_path, postgres_url) as (server, workers, root), \
+    with fan_out_run(tmp_path, postgres_url, TAKEN_OVER) as (server, workers, root), \
             terminating_every(postgres_url, 2.0):
         waited = waiting(tmp_path, server, postgres_url, root)
         wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
         workers["a"].send_signal(signal.SIGKILL)
         assert_exactly_once(postgres_url, waited)
-        assert value(postgres_url, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'") >= 1
+        assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the other
         stop_cleanly(tmp_path, {"b": workers["b"]})
 
 
