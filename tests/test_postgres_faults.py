@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -21,12 +21,11 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
 from lace.store.db import Database
-from lace.store.engines import engine_for
-from lace.store.engines import reconnect
+from lace.store.engines import engine_for, reconnect
 from lace.store.retry import GaveUpError, run_transaction
 from tests import postgres
 from tests.faults import HELPERS, CommitCutter, fan_out, restart, terminating_every
-from tests.processes import lace_env
+from tests.processes import free_port, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
 LIMITS = {"LACE_LIMITS__MAX_CHILDREN": "40", "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
@@ -198,22 +197,19 @@ def test_a_transaction_cut_before_commit_runs_again_on_a_new_connection(
 def test_an_unreachable_server_is_named_on_stderr_while_lace_keeps_trying(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(reconnect, "UNREACHABLE_WARN_S", 0.3)
-    refused = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{closed_port()}/lace"
+    refused = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{free_port()}/lace"
     database = database_at(refused)
     started = time.monotonic()
-    until: Callable[[], bool] = lambda: time.monotonic() - started > 1.5  # noqa: E731
+
+    def after_a_while() -> bool:
+        return time.monotonic() - started > 1.5
+
     try:
         with caplog.at_level(logging.WARNING, "lace.store"), pytest.raises(GaveUpError):
-            run_transaction(database, sessions, write=False, stopping=until)
+            run_transaction(database, sessions, write=False, stopping=after_a_while)
     finally:
         database.close()
     warnings = [record.getMessage() for record in caplog.records
                 if "cannot reach the PostgreSQL server" in record.getMessage()]
     assert len(warnings) >= 2 and "still trying" in warnings[0]  # said, and said again
     assert "s3cret" not in "\n".join(warnings)
-
-
-def closed_port() -> int:
-    from tests.processes import free_port
-
-    return free_port()

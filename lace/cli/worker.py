@@ -30,9 +30,19 @@ def worker_command(args: argparse.Namespace) -> int:
     --until-eof, as started by `lace run --workers`)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
+    previous = signal.signal(signal.SIGTERM, _stopped_while_waiting)
+    try:
+        board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     roots = [board.session(root_id).id for root_id in args.sessions or []]
     return asyncio.run(_serve(args, board, settings, roots))
+
+
+def _stopped_while_waiting(_signum: int, _frame: object) -> None:
+    """SIGTERM while the worker waits for its database server: stopped cleanly (it held
+    nothing yet)."""
+    raise SystemExit(0)
 
 
 async def _serve(args: argparse.Namespace, board: Board, settings: Settings,

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from lace.core.effects import NO_EFFECTS, EffectLog, Effects
 from lace.store import Store, Tx
 from lace.store.engines import LockBusyError, driver
-from lace.store.retry import run_transaction
+from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
@@ -115,6 +115,7 @@ class AsyncStore:
         self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
         self._waiting: set[asyncio.Future[None]] = set()  # batches on the thread
         self._on_server = store.database.path is None  # PostgreSQL: never on the loop
+        self._thread_connection = KeptConnection(store.database)  # used on the thread only
         self._closing = False
 
     async def call(self, work: Callable[[], T]) -> T:
@@ -186,7 +187,7 @@ class AsyncStore:
         """`work` in one transaction on the server, run again after each fault until it
         commits or this store closes."""
         return run_transaction(self.store.database, work, write=write,
-                               stopping=lambda: self._closing)
+                               stopping=lambda: self._closing, kept=self._thread_connection)
 
     def _writer_connection(self) -> sa.Connection:
         """The loop's connection for writes, which fails at once instead of waiting for the
@@ -202,6 +203,7 @@ class AsyncStore:
         thread and close the loop's connections."""
         self._closing = True
         self._executor.shutdown(wait=True)
+        self._thread_connection.close()
         for connection in (self._writer, self._reader):
             if connection is not None:
                 connection.close()

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from lace.store.db import READONLY_OPTION, Database
+from lace.store.db import READONLY_OPTION, Database, LockBusyError, driver
 from lace.store.engines.reconnect import Backoff, commit_outcome, is_retried
 
 T = TypeVar("T")
@@ -64,37 +64,100 @@ def _wait(backoff: Backoff, error: BaseException, stopping: Callable[[], bool]) 
     time.sleep(backoff.next_delay(error))
 
 
+def _begin(database: Database, connection: sa.Connection, *, write: bool) -> None:
+    """Begin on the driver connection (`Engine.begin`: SQLAlchemy's own begin costs more than
+    the work); a writer that finds the write lock taken waits for it here, off the loop."""
+    try:
+        database.kind.begin(connection, write=write)
+    except LockBusyError:
+        connection.begin()
+
+
 def _never() -> bool:
     return False
 
 
-def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, write: bool,
-                    stopping: Callable[[], bool] = _never) -> T:
-    """`work` in one transaction (a write, or a read of one snapshot), run again on a new
-    connection after every PostgreSQL fault until it commits; GaveUpError once `stopping`
-    says so between attempts. Blocks: call it off the event loop."""
-    backoff = Backoff(database.kind.shown())
-    while True:
-        connection = None
-        transaction_id = None
+class KeptConnection:
+    """The connection one thread runs its transactions on, kept between them (taking one from
+    the pool costs a round trip to check it); dropped when the server ends its session."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._connection: sa.Connection | None = None
+
+    def take(self, *, write: bool) -> sa.Connection:
+        if self._connection is None:
+            self._connection = self.database.engine.connect()
+        return self._connection.execution_options(**{READONLY_OPTION: not write})
+
+    def give_back(self) -> None:
+        """Keep it for the next transaction."""
+
+    def undo(self) -> None:
+        """Roll back the transaction a failed work left open, then give the connection back."""
         try:
-            connection = database.engine.connect()
-            if not write:
-                connection = connection.execution_options(**{READONLY_OPTION: True})
-            transaction = connection.begin()
-            result = work(connection)
-            if write:
-                transaction_id = connection.exec_driver_sql(TRANSACTION_ID).scalar()
-            transaction.commit()
-            connection.close()
-            return result
+            if self._connection is not None:
+                driver(self._connection).rollback()
+                if self._connection.in_transaction():
+                    self._connection.rollback()
+            self.give_back()
         except Exception as error:
             if not is_retried(error):
-                if connection is not None:
-                    connection.close()
                 raise
-            _discard(connection)
+            self.drop()
+
+    def drop(self) -> None:
+        _discard(self._connection)
+        self._connection = None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class PooledConnection(KeptConnection):
+    """A connection from the pool for one transaction, given back after it."""
+
+    def give_back(self) -> None:
+        self.close()
+
+
+def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, write: bool,
+                    stopping: Callable[[], bool] = _never,
+                    kept: KeptConnection | None = None) -> T:
+    """`work` in one transaction (a write, or a read of one snapshot) on the `kept` connection
+    (else one from the pool), run again on a new connection after every PostgreSQL fault
+    until it commits; GaveUpError once `stopping` says so between attempts. Blocks: call it
+    off the event loop."""
+    connections = kept or PooledConnection(database)
+    backoff = Backoff(database.kind.shown())
+    while True:
+        transaction_id = None
+        try:
+            connection = connections.take(write=write)
+            _begin(database, connection, write=write)
+            result = work(connection)
+            raw = driver(connection)
+            if write:
+                transaction_id = raw.execute(TRANSACTION_ID).fetchone()[0]
+            raw.commit()
+            if connection.in_transaction():  # a SQLAlchemy statement joined: end its part
+                connection.commit()
+        except Exception as error:
+            if not is_retried(error):
+                connections.undo()
+                raise
+            connections.drop()
             if transaction_id is not None and _committed(database, transaction_id, backoff,
                                                          stopping):
                 return result  # the COMMIT went through; only its answer was lost
             _wait(backoff, error, stopping)
+            continue
+        try:
+            connections.give_back()
+        except Exception as error:  # after COMMIT a fault changes nothing: never run it again
+            if not is_retried(error):
+                raise
+            connections.drop()
+        return result

@@ -13,6 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from lace.core.text import printable
+
 log = logging.getLogger("lace.store")
 
 RETRIED_SQLSTATES = frozenset({
@@ -100,11 +102,13 @@ class Backoff:
         if now - self._warned_at >= UNREACHABLE_WARN_S:
             self._warned_at = now
             log.warning("lace cannot reach the PostgreSQL server %s for %.0f s (%s); still "
-                        "trying", self.where, now - self._since, _first_line(error))
+                        "trying", self.where, now - self._since, _short(error))
         ceiling = min(MOST_DELAY_S, FIRST_DELAY_S * 2 ** min(self.attempts, 16))
         return float(random.uniform(ceiling / 2, ceiling))
 
 
-def _first_line(error: Any) -> str:
-    text = str(getattr(error, "orig", None) or error).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
+def _short(error: Any) -> str:
+    """The error on one short line with control characters escaped: a server's message must
+    not drive the terminal of the person reading lace's stderr."""
+    text = " ".join(str(getattr(error, "orig", None) or error).split())
+    return printable(text[:240], one_line=True) if text else type(error).__name__
