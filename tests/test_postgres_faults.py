@@ -24,13 +24,21 @@ from lace.store.db import Database
 from lace.store.engines import engine_for, reconnect
 from lace.store.retry import GaveUpError, run_transaction
 from tests import postgres
-from tests.faults import HELPERS, CommitCutter, fan_out, restart, terminating_every
+from tests.faults import (
+    HELPERS,
+    CommitCutter,
+    fan_out,
+    restart,
+    terminate_backends,
+    terminating_every,
+)
 from tests.processes import free_port, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
 LIMITS = {"LACE_LIMITS__MAX_CHILDREN": "40", "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
-RIDDEN_OUT = "10"
-"""The lease timeout where a fault must be ridden out by reconnecting alone (no takeover)."""
+RIDDEN_OUT = "30"
+"""The lease timeout where a fault must be ridden out by reconnecting alone (no takeover): long,
+as no worker dies there (on a swamped machine a transaction can take seconds to get through)."""
 TAKEN_OVER = "2"
 """The lease timeout where a killed worker's agents are taken over."""
 LATENCY_S = 0.3
@@ -80,13 +88,16 @@ def stop_cleanly(tmp_path: Path, workers: dict[str, subprocess.Popen[bytes]]) ->
             assert "Traceback" not in (tmp_path / f"{name}.log").read_text()
 
 
-def assert_exactly_once(url: str, waited: subprocess.Popen[str]) -> None:
-    """`lace wait` reported the root's answer; every task was noted, completed and announced
-    once; every inbox row consumed once; no agent failed or is left running; no turn ended
-    in an error."""
+def assert_answered(waited: subprocess.Popen[str]) -> None:
+    """`lace wait` ended with the root's answer, all tasks done."""
     out, err = waited.communicate(timeout=180)
     assert waited.returncode == 0, err
     assert f"All {HELPERS} tasks are done." in out
+
+
+def assert_exactly_once(url: str) -> None:
+    """Every task was noted, completed and announced once; every inbox row consumed once; no
+    agent failed or is left running; no turn ended in an error."""
     assert value(url, "SELECT COUNT(*) FROM tasks") == HELPERS
     assert_delivered_once(url)
     for kind_of_row in ("SELECT task_id, COUNT(*) FROM task_notes WHERE content = 'on it' "
@@ -107,15 +118,15 @@ def resumed(url: str) -> int:
 @pytest.mark.slow
 def test_a_fan_out_survives_its_backends_terminated_every_two_seconds(
         tmp_path: Path, postgres_url: str) -> None:
-    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root), \
-            terminating_every(postgres_url, 2.0) as struck:
+    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root):
         waited = waiting(tmp_path, server, postgres_url, root)
-        assert_exactly_once(postgres_url, waited)
-        assert len(struck) >= 2 and min(struck) > 0  # it struck lace, more than once
-        assert resumed(postgres_url) == 0  # every cut transaction was retried, no turn lost
-        struck_before = len(struck)
-        wait_for(lambda: len(struck) > struck_before, "another strike")
+        with terminating_every(postgres_url, 2.0) as struck:
+            assert_answered(waited)
+        terminate_backends(postgres_url)
         stop_cleanly(tmp_path, workers)  # right after a drop
+    assert len(struck) >= 2 and min(struck) > 0  # it struck lace, more than once
+    assert_exactly_once(postgres_url)
+    assert resumed(postgres_url) == 0  # every cut transaction was retried, no turn lost
 
 
 @pytest.mark.slow
@@ -126,22 +137,24 @@ def test_a_fan_out_survives_a_server_restart_mid_run(
         wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
         restart(postgres_server, down_s=2.0)
         assert completed(postgres_url) < HELPERS  # the restart came mid-run
-        assert_exactly_once(postgres_url, waited)
-        assert resumed(postgres_url) == 0
+        assert_answered(waited)
         stop_cleanly(tmp_path, workers)
+    assert_exactly_once(postgres_url)
+    assert resumed(postgres_url) == 0
 
 
 @pytest.mark.slow
 def test_a_worker_killed_while_the_others_connections_drop_is_taken_over(
         tmp_path: Path, postgres_url: str) -> None:
-    with fan_out_run(tmp_path, postgres_url, TAKEN_OVER) as (server, workers, root), \
-            terminating_every(postgres_url, 2.0):
+    with fan_out_run(tmp_path, postgres_url, TAKEN_OVER) as (server, workers, root):
         waited = waiting(tmp_path, server, postgres_url, root)
-        wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
-        workers["a"].send_signal(signal.SIGKILL)
-        assert_exactly_once(postgres_url, waited)
-        assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the other
+        with terminating_every(postgres_url, 2.0):
+            wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
+            workers["a"].send_signal(signal.SIGKILL)
+            assert_answered(waited)
         stop_cleanly(tmp_path, {"b": workers["b"]})
+    assert_exactly_once(postgres_url)
+    assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the other
 
 
 def database_at(url: str) -> Database:

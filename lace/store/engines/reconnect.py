@@ -92,13 +92,14 @@ class Backoff:
     def __init__(self, where: str) -> None:
         self.where = where
         self.attempts = 0
-        self._since = time.monotonic()
-        self._warned_at = self._since
+        self._since = self._warned_at = 0.0
 
     def next_delay(self, error: BaseException) -> float:
         """How long to wait after `error` before the next attempt."""
         self.attempts += 1
         now = time.monotonic()
+        if self.attempts == 1:  # counted from the first failure
+            self._since = self._warned_at = now
         if now - self._warned_at >= UNREACHABLE_WARN_S:
             self._warned_at = now
             log.warning("lace cannot reach the PostgreSQL server %s for %.0f s (%s); still "
