@@ -72,7 +72,10 @@ def fan_out_run(tmp_path: Path, url: str, lease_timeout_s: str) -> Iterator[
 
 
 def waiting(tmp_path: Path, server: FakeOpenAI, url: str, root: str) -> subprocess.Popen[str]:
-    return lace_process(tmp_path, server, "wait", root, "--db", url, "--timeout", "150")
+    """`lace wait` on the session, once it waits (it opened the database and looked once)."""
+    waiter = lace_process(tmp_path, server, "wait", root, "--db", url, "--timeout", "150")
+    assert waiter.stderr is not None and waiter.stderr.readline().startswith("Waiting")
+    return waiter
 
 
 def completed(url: str) -> int:

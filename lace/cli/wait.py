@@ -17,9 +17,10 @@ EXIT_INTERRUPTED = 130
 
 
 def wait_command(args: argparse.Namespace) -> int:
-    """Check the session exists (writing nothing), wait for it, and report it."""
-    with board_of(args) as board:
-        root_id = board.session(args.session).id
+    """Check the session exists (writing nothing), wait for it, and report it; once the
+    database opened, a dropped connection or a server restart is waited out."""
+    with board_of(args) as board:  # a server that is not there at all is an error at once
+        root_id = when_reachable(lambda: board.session(args.session).id, args.db)
         try:
             went_quiet = asyncio.run(board.until_quiet(root_id, args.timeout,
                                                        lambda: _waiting(root_id)))
