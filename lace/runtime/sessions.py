@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,12 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
         feed.close()
 
 
+def _quiet_and_events(connection: Any, *, root_id: str,
+                      since: str | None) -> tuple[bool, list[Event]]:
+    tx = Tx(connection)
+    return quiet(tx, root_id), tx.events.of_session(root_id, since)
+
+
 async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) -> None:
     """Hand every event of a session's threads (the root and its helpers) to `on_event` as it
     is written, from the first, and return once the session is quiet. A session that no
@@ -150,9 +157,9 @@ async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) 
             tx.threads.get_session(root_id)
         while True:
             looked_at = iso_ago(COMMIT_LAG_S)
-            with store.reading() as tx:  # quiet first: the events read after include its last
-                done = quiet(tx, root_id)
-                events = tx.events.of_session(root_id, since)
+            done, events = await asyncio.to_thread(  # quiet first: the events after hold its last
+                run_transaction, store.database, partial(_quiet_and_events, root_id=root_id,
+                                                         since=since), write=False)
             for event in events:
                 if event.id not in seen:
                     on_event(event)
