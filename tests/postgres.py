@@ -119,6 +119,14 @@ class PostgresServer:
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr.strip()}"
                                + (f"\n{log.read_text()}" if log.exists() else ""))
 
+    def stop_fast(self) -> None:
+        """Stop the server as a restart or failover does (`-m fast`: every session is ended),
+        keeping its data; `start_again` brings it back on the same port."""
+        self._run("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(self.data))
+
+    def start_again(self) -> None:
+        self._start()
+
     def stop(self) -> None:
         """Stop the server at once and delete its folder; safe to call twice."""
         atexit.unregister(self.stop)

@@ -189,10 +189,10 @@ def test_a_session_ended_while_waited_on_ends_the_wait_with_runs_code(
     assert waiting.stderr is not None and waiting.stderr.readline().startswith("Waiting")
     ended = run_cli(capsys, "session", "end", root, "--db", str(db_path))
     out, err = waiting.communicate(timeout=60)
-    assert code == 0 and ended[0] == 0 and waiting.returncode == 0, err
+    assert code == 0 and ended[0] == 0 and waiting.returncode == 1, err  # no root's answer
     summary = json.loads(out)
-    assert (summary["status"], summary["root_status"], summary["answer"]) == (
-        "quiet", "stopped", None)
+    assert (summary["status"], summary["root_status"], summary["answer"],
+            summary["exit_code"]) == ("quiet", "stopped", None, 1)
     assert query(db_path, "SELECT consumed_at FROM inbox") == [(None,)]  # no agent ran
 
 

@@ -3,7 +3,6 @@ workers racing for the same runnable agents never run one twice."""
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from lace.core.records import NewAgent
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
-from tests import postgres
+from tests import faults, postgres
 from tests.processes import final_board, lace, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
@@ -29,17 +28,12 @@ LIMITS = {"LACE_LIMITS__LEASE_TIMEOUT_S": "2", "LACE_LIMITS__MAX_CHILDREN": "40"
 
 def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
     """The root creates HELPERS tasks for `new:openai/worker` agents and sums up once all are
-    done; each helper notes, then completes its task."""
+    done; each helper notes, then completes its task (`faults.fan_out`)."""
     said = [str(message.get("content") or "") for message in messages]
     if model == "worker":
         if not any("assigned task" in text for text in said):
             return ScriptedReply("done")  # a raced agent: one answer, one call
-        task_id = re.findall(r"assigned task '([^']+)'", "\n".join(said))[-1]
-        answered = sum(message["role"] == "assistant" for message in messages)
-        step: list[tuple[str, dict[str, Any] | str]] = [
-            ("task_add_note", {"task_id": task_id, "note": "on it"}),
-            ("task_complete", {"task_id": task_id, "message": "done"})]
-        return ScriptedReply("Done." if answered >= 2 else None, step[answered:answered + 1])
+        return faults.fan_out(model, messages)  # notes, then completes: each until it is done
     created = sum(text.count("Created task") for text in said)
     if created < HELPERS:  # task_create takes up to 20 tasks a call: two calls of 15
         return ScriptedReply(tool_calls=[("task_create", {"tasks": [

@@ -19,6 +19,7 @@ from lace.core.agents import CUT_OFF_STATUSES
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
+from lace.runtime.databases import when_reachable
 from lace.runtime.outcome import EXIT_QUIET
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
 
 
 def _report(board: Board, root_id: str, as_json: bool) -> int:
-    outcome = board.outcome(root_id)
+    outcome = when_reachable(lambda: board.outcome(root_id), board.url)
     if as_json:
         print_json({
             "session": root_id, "answer": outcome.answer, "root_status": outcome.root.status,

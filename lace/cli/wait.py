@@ -10,15 +10,17 @@ import sys
 from lace.cli.board import board_of
 from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.cli.output import print_json, say
+from lace.runtime.databases import when_reachable
 from lace.runtime.outcome import Outcome
 
 EXIT_INTERRUPTED = 130
 
 
 def wait_command(args: argparse.Namespace) -> int:
-    """Check the session exists (writing nothing), wait for it, and report it."""
-    with board_of(args) as board:
-        root_id = board.session(args.session).id
+    """Check the session exists (writing nothing), wait for it, and report it; once the
+    database opened, a dropped connection or a server restart is waited out."""
+    with board_of(args) as board:  # a server that is not there at all is an error at once
+        root_id = when_reachable(lambda: board.session(args.session).id, args.db)
         try:
             went_quiet = asyncio.run(board.until_quiet(root_id, args.timeout,
                                                        lambda: _waiting(root_id)))
@@ -26,7 +28,7 @@ def wait_command(args: argparse.Namespace) -> int:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
             return EXIT_INTERRUPTED
-        outcome = board.outcome(root_id)
+        outcome = when_reachable(lambda: board.outcome(root_id), args.db)
     return _report(outcome, went_quiet, args)
 
 

@@ -16,6 +16,7 @@ from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.runtime.board import Board
+from lace.runtime.databases import when_reachable
 from lace.runtime.public import DaemonThreads
 
 GRACE_S = 10.0
@@ -29,9 +30,19 @@ def worker_command(args: argparse.Namespace) -> int:
     --until-eof, as started by `lace run --workers`)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    board = board_of(args, create=True)
+    previous = signal.signal(signal.SIGTERM, _stopped_while_waiting)
+    try:
+        board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     roots = [board.session(root_id).id for root_id in args.sessions or []]
     return asyncio.run(_serve(args, board, settings, roots))
+
+
+def _stopped_while_waiting(_signum: int, _frame: object) -> None:
+    """SIGTERM while the worker waits for its database server: stopped cleanly (it held
+    nothing yet)."""
+    raise SystemExit(0)
 
 
 async def _serve(args: argparse.Namespace, board: Board, settings: Settings,

@@ -14,7 +14,13 @@ thread.
 
 What each committed batch caused (the `Effects` its verbs recorded in the `EffectLog` each work
 is given here) goes to `on_commit` before the callers resume: the runtime wakes, announces and
-cancels there, so no caller has to."""
+cancels there, so no caller has to.
+
+On a PostgreSQL server every transaction runs on the store thread instead, never on the loop:
+its driver waits on the network, and while the server is slow, restarting or unreachable the
+loop must go on (the app answers keys, the worker's other turns run). There each transaction is
+run again until it commits (`lace.store.retry`), so a dropped connection costs a wait, not the
+work that was using it."""
 
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import sqlalchemy as sa
 from lace.core.effects import NO_EFFECTS, EffectLog, Effects
 from lace.store import Store, Tx
 from lace.store.engines import LockBusyError, driver
+from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
@@ -107,6 +114,9 @@ class AsyncStore:
         self._reader: sa.Connection | None = None
         self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
         self._waiting: set[asyncio.Future[None]] = set()  # batches on the thread
+        self._on_server = store.database.path is None  # PostgreSQL: never on the loop
+        self._thread_connection = KeptConnection(store.database)  # used on the thread only
+        self._closing = False
 
     async def call(self, work: Callable[[], T]) -> T:
         """Run `work` (which opens its own transactions) on the store thread."""
@@ -126,22 +136,31 @@ class AsyncStore:
         batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         if self._pending:  # the rest commit next, after these callers had their turn
             asyncio.get_running_loop().call_soon(self._flush)
+        if self._on_server:
+            self._flush_later(batch)
+            return
         try:
             writer = self._writer_connection()
             with self.store.database.raw_transaction(writer, write=True):
                 outcomes = _run_batch(writer, batch)
         except LockBusyError:  # another process holds the lock: wait for it on the thread
-            task = asyncio.ensure_future(self._flush_there(batch))
-            self._waiting.add(task)
-            task.add_done_callback(self._waiting.discard)
+            self._flush_later(batch)
             return
         except Exception as error:  # the batch is rolled back: every caller hears why
             _fail_all(batch, error)
             return
         _settle(outcomes, self.on_commit)
 
+    def _flush_later(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
+        task = asyncio.ensure_future(self._flush_there(batch))
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
         def run() -> list[Outcome]:
+            if self._on_server:
+                return self._retried(lambda connection: _run_batch(connection, batch),
+                                     write=True)
             with self.store.transaction() as tx:
                 return _run_batch(tx.connection, batch)
 
@@ -154,12 +173,21 @@ class AsyncStore:
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
-        for writers (WAL on SQLite, snapshots on PostgreSQL), so reads run here."""
+        for writers (WAL on SQLite, snapshots on PostgreSQL), so reads run here (on SQLite)."""
+        if self._on_server:
+            return await self.call(lambda: self._retried(
+                lambda connection: work(Tx(connection)), write=False))
         self._reader = _unless_lost(self._reader)
         if self._reader is None:
             self._reader = self.store.database.engine.connect()
         with self.store.database.raw_transaction(self._reader, write=False):
             return work(Tx(self._reader))
+
+    def _retried(self, work: Callable[[sa.Connection], T], *, write: bool) -> T:
+        """`work` in one transaction on the server, run again after each fault until it
+        commits or this store closes."""
+        return run_transaction(self.store.database, work, write=write,
+                               stopping=lambda: self._closing, kept=self._thread_connection)
 
     def _writer_connection(self) -> sa.Connection:
         """The loop's connection for writes, which fails at once instead of waiting for the
@@ -171,8 +199,11 @@ class AsyncStore:
         return self._writer
 
     def close(self) -> None:
-        """Finish queued work, stop the thread and close the loop's connections."""
+        """Finish queued work (a transaction the server keeps refusing is given up), stop the
+        thread and close the loop's connections."""
+        self._closing = True
         self._executor.shutdown(wait=True)
+        self._thread_connection.close()
         for connection in (self._writer, self._reader):
             if connection is not None:
                 connection.close()

@@ -4,16 +4,22 @@ none of them opens the store's engines or parses a URL itself."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from lace.store import Store, open_database, resolve_db_url
 from lace.store.db import upgrade
 from lace.store.engines import engine_for
 from lace.store.engines.postgresql import passwords
+from lace.store.engines.reconnect import Backoff, is_retried
 from lace.store.failures import damage_error, storage_error
 
 __all__ = ["damage_error", "database_file", "database_passwords", "database_url",
-           "missing_board", "open_store", "shown_database", "storage_error", "upgrade_database"]
+           "missing_board", "open_store", "shown_database", "storage_error", "upgrade_database",
+           "when_reachable"]
+T = TypeVar("T")
 
 
 def database_url(db: str | None = None) -> str:
@@ -60,3 +66,18 @@ def missing_board(db: str | None = None) -> str | None:
     if engine.existing_revision() is None:  # empty: migrating would write
         return f"no lace board in {engine.shown()} (the database is empty)"
     return None
+
+
+def when_reachable(open_: Callable[[], T], db: str | None = None) -> T:
+    """`open_()`, tried again after a growing wait while the database's server refuses, drops
+    or ends the connection (a worker started before its server, or during a restart); past a
+    bound it says so on stderr and keeps trying. Any other error is raised at once."""
+    backoff: Backoff | None = None
+    while True:
+        try:
+            return open_()
+        except Exception as error:
+            if not is_retried(error):
+                raise
+            backoff = backoff or Backoff(shown_database(resolve_db_url(db)))
+            time.sleep(backoff.next_delay(error))

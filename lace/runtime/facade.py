@@ -23,6 +23,7 @@ from lace.runtime.sessions import open_session
 from lace.runtime.tool_runner import Arguments, ToolRunner
 from lace.store import Store, Tx
 from lace.store.engines import ChangeFeed
+from lace.store.engines.reconnect import is_retried
 from lace.store.failures import storage_error
 from lace.tools.base import ToolResult
 from lace.tools.registry import ToolRegistry
@@ -175,6 +176,6 @@ class Runtime:
         try:
             with self.store.transaction() as tx:
                 tx.processes.forget(self.process_id)
-        except Exception as error:  # a full disk: the row expires with the lease
-            if storage_error(error, self.store.database.path) is None:
+        except Exception as error:  # a full disk, a server away: the row expires with the lease
+            if storage_error(error, self.store.database.path) is None and not is_retried(error):
                 raise

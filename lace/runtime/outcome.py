@@ -38,13 +38,18 @@ class Outcome:
         if self.silent:
             return (f"the model {self.root.model_name} gave no answer (an empty reply); see "
                     f"lace show {self.root_id}")
+        if self.answer is None:
+            return (f"the session ended without an answer from its root agent (status "
+                    f"{self.root.status}); see lace show {self.root_id}")
         return None
 
     @property
     def exit_code(self) -> int:
-        """`lace run`'s code for a quiet session: 1 when the root failed or its model gave no
-        answer, else 0."""
-        return EXIT_ROOT_FAILED if self.root.status == "error" or self.silent else EXIT_QUIET
+        """`lace run`'s and `lace wait`'s code for a quiet session: 1 when the session ended
+        without the root's answer (it failed, was stopped first, or its model gave none),
+        else 0."""
+        return EXIT_ROOT_FAILED if self.root.status == "error" or self.answer is None \
+            else EXIT_QUIET
 
     def usage(self) -> dict[str, Any]:
         """Tokens and cost of every agent of the session."""

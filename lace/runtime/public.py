@@ -7,9 +7,10 @@ from lace.runtime.tool_runner import Arguments
 from lace.store import Store, Tx
 from lace.store.engines import ChangeFeed
 from lace.store.export_format import SessionDocument, parse_document
+from lace.store.retry import run_transaction
 from lace.tools.base import ToolError, ToolResult
 from lace.tools.python_tools import python_tools
 from lace.tools.workspace import DaemonThreads
 
 __all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "SessionDocument", "Store", "ToolError",
-           "ToolResult", "Tx", "parse_document", "python_tools"]
+           "ToolResult", "Tx", "parse_document", "python_tools", "run_transaction"]

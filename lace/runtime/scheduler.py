@@ -28,10 +28,14 @@ from lace.runtime.turn_end import fail_turn
 from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
 from lace.store import Tx
 from lace.store.engines import ChangeFeed, Polling
+from lace.store.engines.reconnect import is_retried
 from lace.store.failures import storage_error
 from lace.store.leases import LeaseLostError, fenced
 
 log = logging.getLogger("lace.runtime")
+STOP_WRITE_S = 5.0
+"""How long a stopping process tries to mark its cut-off turns `interrupted` while the database
+is unreachable; past it they are left to expire with its lease (others resume them then)."""
 DEFER_S = 0.1
 """How long a process at its share of the turns leaves a woken thread for the others before it
 claims the thread itself (if it is still unclaimed: no thread waits on a process that never
@@ -253,6 +257,9 @@ class Scheduler:
                 except Exception as error:  # a bug must not take the session down
                     if self._storage_failed(error):
                         return
+                    if is_retried(error):  # the database, not the agent: resume the turn
+                        await self._cut_by_database(thread_id, error)
+                        return
                     log.exception("turn of %s failed", thread_id)
                     await self._fail(thread_id, f"internal error: {error!r}")
                     return
@@ -280,6 +287,21 @@ class Scheduler:
         self.storage_failure = self.storage_failure or storage
         self._changed.set()
         return True
+
+    async def _cut_by_database(self, thread_id: str, error: Exception) -> None:
+        """Leave a turn a database fault cut off `interrupted`, and resume it: the agent did
+        nothing wrong, so it is not marked `error`."""
+        log.warning("the turn of %s was cut off by the database (%s); it resumes",
+                    thread_id, error)
+
+        def interrupt(tx: Tx) -> None:
+            tx.agents.update(thread_id, status="interrupted", tokens_reserved=0)
+
+        try:
+            await self.db.write(fenced(self.runner.leases.get(thread_id), interrupt))
+        except LeaseLostError:
+            return
+        await self.resume(root_of(thread_id))
 
     async def _halt(self, thread_id: str, halt: HaltedError) -> None:
         """Stop the subtree a halted turn names (while this turn still holds its lease)."""
@@ -353,7 +375,10 @@ class Scheduler:
                     tx.agents.update(agent.thread_id, status="interrupted", tokens_reserved=0)
 
         try:
-            await self.db.write(mark)
+            await asyncio.wait_for(self.db.write(mark), STOP_WRITE_S)
+        except TimeoutError:
+            log.warning("lace could not reach the database to mark its cut-off turns; other "
+                        "processes resume them once this process's lease expires")
         except Exception as error:  # a full disk: the dead process's agents resume anyway
             if not self._storage_failed(error):
                 raise

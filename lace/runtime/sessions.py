@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from lace.core.records import Event, Place, SessionSummary, Thread
 from lace.core.text import valid_text
 from lace.core.tool_sets import EVERY_TOOL
 from lace.store import Store, Tx
+from lace.store.retry import run_transaction
 from lace.tools.base import ToolContext, ToolError
 from lace.tools.registry import ToolRegistry
 from lace.tools.spawning import parse_assignment
@@ -116,16 +118,17 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
     """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
     seconds (None: however long it takes); `on_wait` is called once, when it has to wait.
     Looks again whenever the change feed hears a commit, and at least as often as a worker
-    looks for runnable threads."""
+    looks for runnable threads; on a server that drops the connection, once it is back."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     feed = store.database.change_feed()
     told = False
     try:
         while True:
-            with store.reading() as tx:
-                if quiet(tx, root_id):
-                    return True
+            if await asyncio.to_thread(run_transaction, store.database,
+                                       lambda connection: quiet(Tx(connection), root_id),
+                                       write=False):
+                return True
             if not told:
                 told = True
                 on_wait()
@@ -136,6 +139,12 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
             await feed.wait(left)
     finally:
         feed.close()
+
+
+def _quiet_and_events(connection: Any, *, root_id: str,
+                      since: str | None) -> tuple[bool, list[Event]]:
+    tx = Tx(connection)
+    return quiet(tx, root_id), tx.events.of_session(root_id, since)
 
 
 async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) -> None:
@@ -150,9 +159,9 @@ async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) 
             tx.threads.get_session(root_id)
         while True:
             looked_at = iso_ago(COMMIT_LAG_S)
-            with store.reading() as tx:  # quiet first: the events read after include its last
-                done = quiet(tx, root_id)
-                events = tx.events.of_session(root_id, since)
+            done, events = await asyncio.to_thread(  # quiet first: the events after hold its last
+                run_transaction, store.database, partial(_quiet_and_events, root_id=root_id,
+                                                         since=since), write=False)
             for event in events:
                 if event.id not in seen:
                     on_event(event)

@@ -79,14 +79,24 @@ it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock
 every other process. lace's own transactions last milliseconds and never wait on a model."""
 
 
+UNREACHABLE_S = {"connect_timeout": 10, "keepalives_idle": 10, "keepalives_interval": 5,
+                 "keepalives_count": 3}
+"""libpq settings that turn a server gone silent (a failover to another host, a cut network)
+into an error within seconds, which lace retries (`lace.store.retry`), instead of a wait
+without end."""
+
+
 def connect_args(url: str) -> dict[str, Any]:
     """psycopg settings: every statement run more than once is prepared on the server, and a
     transaction left idle is ended (IDLE_IN_TRANSACTION_MS), after the URL's own `options`
-    (a `search_path`, say), which these would otherwise replace."""
-    given = sa.make_url(url).query.get("options")
+    (a `search_path`, say), which these would otherwise replace; a silent server is given up
+    on (UNREACHABLE_S) unless the URL says otherwise."""
+    query = sa.make_url(url).query
+    given = query.get("options")
     given = " ".join([given] if isinstance(given, str) else given or ())
     ours = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
-    return {"prepare_threshold": 1, "options": f"{given} {ours}".strip()}
+    silent = {name: value for name, value in UNREACHABLE_S.items() if name not in query}
+    return {"prepare_threshold": 1, "options": f"{given} {ours}".strip(), **silent}
 
 
 NUL_STAND_IN = "\ufffd"

@@ -1,0 +1,163 @@
+"""One transaction on a PostgreSQL server, run again until it commits when the server drops,
+ends or refuses lace's connection (`reconnect.is_retried`), waiting longer between attempts.
+
+A fault before COMMIT undoes everything, so the work simply runs again on a new connection.
+A fault during COMMIT leaves the outcome unknown: the transaction's id is read just before
+COMMIT, and after reconnecting the server says whether it committed (`pg_xact_status`): if so
+the work's result stands and it is not run again, so nothing is written twice."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from lace.store.db import READONLY_OPTION, Database, LockBusyError, driver
+from lace.store.engines.reconnect import Backoff, commit_outcome, is_retried
+
+T = TypeVar("T")
+TRANSACTION_ID = "SELECT CAST(pg_current_xact_id() AS text)"
+OUTCOME_POLL_S = 0.1
+
+
+class GaveUpError(Exception):
+    """The process is stopping: a transaction the server keeps refusing is not tried again."""
+
+
+def _discard(connection: sa.Connection | None) -> None:
+    """Drop a connection whose session the server ended, so the pool never hands it out."""
+    if connection is None:
+        return
+    try:
+        connection.invalidate()
+        connection.close()
+    except Exception:  # it is gone either way
+        pass
+
+
+def _committed(database: Database, transaction_id: str, backoff: Backoff,
+               stopping: Callable[[], bool]) -> bool:
+    """Whether the transaction whose COMMIT was cut off committed, asked again until the
+    server answers and no longer runs it."""
+    while True:
+        connection = None
+        try:
+            connection = database.engine.connect()
+            outcome = commit_outcome(connection, transaction_id)
+            connection.rollback()
+            connection.close()
+            if outcome is not None:
+                return outcome
+            time.sleep(OUTCOME_POLL_S)
+        except sa.exc.DBAPIError as error:
+            if not is_retried(error):
+                raise
+            _discard(connection)
+            _wait(backoff, error, stopping)
+
+
+def _wait(backoff: Backoff, error: BaseException, stopping: Callable[[], bool]) -> None:
+    if stopping():
+        raise GaveUpError(f"lace stopped trying to reach the database: {error}") from error
+    time.sleep(backoff.next_delay(error))
+
+
+def _begin(database: Database, connection: sa.Connection, *, write: bool) -> None:
+    """Begin on the driver connection (`Engine.begin`: SQLAlchemy's own begin costs more than
+    the work); a writer that finds the write lock taken waits for it here, off the loop."""
+    try:
+        database.kind.begin(connection, write=write)
+    except LockBusyError:
+        connection.begin()
+
+
+def _never() -> bool:
+    return False
+
+
+class KeptConnection:
+    """The connection one thread runs its transactions on, kept between them (taking one from
+    the pool costs a round trip to check it); dropped when the server ends its session."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._connection: sa.Connection | None = None
+
+    def take(self, *, write: bool) -> sa.Connection:
+        if self._connection is None:
+            self._connection = self.database.engine.connect()
+        return self._connection.execution_options(**{READONLY_OPTION: not write})
+
+    def give_back(self) -> None:
+        """Keep it for the next transaction."""
+
+    def undo(self) -> None:
+        """Roll back the transaction a failed work left open, then give the connection back."""
+        try:
+            if self._connection is not None:
+                driver(self._connection).rollback()
+                if self._connection.in_transaction():
+                    self._connection.rollback()
+            self.give_back()
+        except Exception as error:
+            if not is_retried(error):
+                raise
+            self.drop()
+
+    def drop(self) -> None:
+        _discard(self._connection)
+        self._connection = None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class PooledConnection(KeptConnection):
+    """A connection from the pool for one transaction, given back after it."""
+
+    def give_back(self) -> None:
+        self.close()
+
+
+def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, write: bool,
+                    stopping: Callable[[], bool] = _never,
+                    kept: KeptConnection | None = None) -> T:
+    """`work` in one transaction (a write, or a read of one snapshot) on the `kept` connection
+    (else one from the pool), run again on a new connection after every PostgreSQL fault
+    until it commits; GaveUpError once `stopping` says so between attempts. Blocks: call it
+    off the event loop."""
+    connections = kept or PooledConnection(database)
+    backoff = Backoff(database.kind.shown())
+    while True:
+        transaction_id = None
+        try:
+            connection = connections.take(write=write)
+            _begin(database, connection, write=write)
+            result = work(connection)
+            raw = driver(connection)
+            if write:
+                transaction_id = raw.execute(TRANSACTION_ID).fetchone()[0]
+            raw.commit()
+            if connection.in_transaction():  # a SQLAlchemy statement joined: end its part
+                connection.commit()
+        except Exception as error:
+            if not is_retried(error):
+                connections.undo()
+                raise
+            connections.drop()
+            if transaction_id is not None and _committed(database, transaction_id, backoff,
+                                                         stopping):
+                return result  # the COMMIT went through; only its answer was lost
+            _wait(backoff, error, stopping)
+            continue
+        try:
+            connections.give_back()
+        except Exception as error:  # after COMMIT a fault changes nothing: never run it again
+            if not is_retried(error):
+                raise
+            connections.drop()
+        return result

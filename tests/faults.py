@@ -1,0 +1,133 @@
+"""Faults a PostgreSQL server inflicts on lace, injected for real: every lace backend
+terminated (what a restart, a failover or a pooler does to a session), the server restarted,
+and a proxy that cuts the connection just after it forwards a COMMIT (its outcome unknown to
+lace); and the scripted fan-out they strike."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from lace.llm.types import ScriptedReply
+from tests.postgres import PostgresServer
+
+HELPERS = 30
+
+
+def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root creates HELPERS tasks for `new:openai/worker` agents and sums up once all are
+    done; each helper notes, then completes its task, each step again until it is done (as a
+    model does after a tool call that a takeover ended as `Interrupted`)."""
+    said = [str(message.get("content") or "") for message in messages]
+    if model == "worker":
+        task_id = re.findall(r"assigned task '([^']+)'", "\n".join(said))[-1]
+        results = [str(message.get("content") or "") for message in messages
+                   if message["role"] == "tool"]
+        if not any(result.startswith("Added note") for result in results):
+            return ScriptedReply(tool_calls=[("task_add_note", {"task_id": task_id,
+                                                                "note": "on it"})])
+        if not any("completed" in result.lower() for result in results):
+            return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
+                                                                "message": "done"})])
+        return ScriptedReply("Done.")
+    created = sum(text.count("Created task") for text in said)
+    if created < HELPERS:  # task_create takes up to 20 tasks a call: two calls of 15
+        return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+            {"title": f"Part {n}", "prompt": f"Do part {n}.", "assigned_to": "new:openai/worker"}
+            for n in range(created + 1, created + HELPERS // 2 + 1)]})])
+    completed = sum("has been completed by" in text for text in said)
+    return ScriptedReply(f"All {HELPERS} tasks are done." if completed >= HELPERS
+                         else f"{completed} of {HELPERS} done.")
+
+
+def terminate_backends(url: str) -> int:
+    """End every other session on the database of `url` (lace's), as a restart would; how
+    many there were."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        return len(admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND pid <> pg_backend_pid()").fetchall())
+
+
+@contextmanager
+def terminating_every(url: str, period_s: float) -> Iterator[list[int]]:
+    """Terminate lace's backends every `period_s` seconds while the block runs; yields the
+    counts terminated each time (filled as it goes)."""
+    counts: list[int] = []
+    done = threading.Event()
+
+    def strike() -> None:
+        while not done.wait(period_s):
+            counts.append(terminate_backends(url))
+
+    thread = threading.Thread(target=strike, daemon=True)
+    thread.start()
+    try:
+        yield counts
+    finally:
+        done.set()
+        thread.join()
+
+
+def restart(server: PostgresServer, down_s: float) -> None:
+    """Stop the server (fast: every session ended), keep it down `down_s` seconds (the outage
+    lace must ride out), then start it again."""
+    server.stop_fast()
+    time.sleep(down_s)
+    server.start_again()
+
+
+class CommitCutter:
+    """A TCP proxy to the server that, when `armed`, passes one COMMIT on and then closes both
+    sides instead of passing the server's answer back: the transaction committed, but lace
+    cannot know."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.cut = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            committing = threading.Event()
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(source, sink, committing, client),
+                                 daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, committing: threading.Event,
+              client: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                if source is not client and committing.is_set():
+                    self.cut += 1  # the answer to COMMIT: swallowed, and the line cut
+                    return
+                if source is client and self.armed.is_set() and b"COMMIT\x00" in data:
+                    self.armed.clear()
+                    committing.set()  # before the server can answer
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for side in (source, sink):
+                with contextlib.suppress(OSError):
+                    side.shutdown(socket.SHUT_RDWR)
+                side.close()
+
+    def close(self) -> None:
+        self.listener.close()

@@ -1,0 +1,231 @@
+"""PostgreSQL faults survived: lace's backends terminated every two seconds, the server
+restarted mid-run, a worker killed while the other's connections are dropped, and a COMMIT
+whose answer is lost. Each fan-out still ends with every task done exactly once and no agent
+left in `error` or `running`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from lace.llm.openai_fake import FakeOpenAI
+from lace.runtime.database import AsyncStore
+from lace.store import Store, Tx, open_database
+from lace.store.db import Database
+from lace.store.engines import engine_for, reconnect
+from lace.store.retry import GaveUpError, run_transaction
+from tests import postgres
+from tests.faults import (
+    HELPERS,
+    CommitCutter,
+    fan_out,
+    restart,
+    terminate_backends,
+    terminating_every,
+)
+from tests.processes import free_port, lace_env
+from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
+
+LIMITS = {"LACE_LIMITS__MAX_CHILDREN": "40", "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
+RIDDEN_OUT = "30"
+"""The lease timeout where a fault must be ridden out by reconnecting alone (no takeover): long,
+as no worker dies there (on a swamped machine a transaction can take seconds to get through)."""
+TAKEN_OVER = "2"
+"""The lease timeout where a killed worker's agents are taken over."""
+LATENCY_S = 0.3
+
+
+def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=lace_env(
+                                tmp_path / "home", OPENAI_BASE_URL=server.base_url,
+                                OPENAI_API_KEY="sk-fake-key", **LIMITS))
+
+
+@contextmanager
+def fan_out_run(tmp_path: Path, url: str, lease_timeout_s: str) -> Iterator[
+        tuple[FakeOpenAI, dict[str, subprocess.Popen[bytes]], str]]:
+    """Two workers (`a`, `b`) on `url` with leases of `lease_timeout_s`, ready, and a 30-task
+    fan-out started by `lace run --detach`: the model server, the workers by name and the
+    session's root."""
+    Store(open_database(url)).close()
+    with FakeOpenAI(fan_out, latency_s=LATENCY_S, backlog=512) as server, ExitStack() as stack:
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS,
+               "LACE_LIMITS__LEASE_TIMEOUT_S": lease_timeout_s}
+        workers = {name: stack.enter_context(worker(tmp_path, url, name=name, **env))
+                   for name in ("a", "b")}
+        ready(url, len(workers))
+        detached = lace_process(tmp_path, server, "run", "--detach", "--db", url,
+                                "--model", "openai/root", "Fan out.")
+        out, err = detached.communicate(timeout=120)
+        assert detached.returncode == 0, err
+        yield server, workers, out.strip()
+
+
+def waiting(tmp_path: Path, server: FakeOpenAI, url: str, root: str) -> subprocess.Popen[str]:
+    """`lace wait` on the session, once it waits (it opened the database and looked once)."""
+    waiter = lace_process(tmp_path, server, "wait", root, "--db", url, "--timeout", "150")
+    assert waiter.stderr is not None and waiter.stderr.readline().startswith("Waiting")
+    return waiter
+
+
+def completed(url: str) -> int:
+    return int(value(url, "SELECT COUNT(*) FROM tasks WHERE status = 'completed'"))
+
+
+def stop_cleanly(tmp_path: Path, workers: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each worker still running: it exits 0 without a traceback."""
+    for name, process in workers.items():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0, (tmp_path / f"{name}.log").read_text()
+            assert "Traceback" not in (tmp_path / f"{name}.log").read_text()
+
+
+def assert_answered(waited: subprocess.Popen[str]) -> None:
+    """`lace wait` ended with the root's answer, all tasks done."""
+    out, err = waited.communicate(timeout=180)
+    assert waited.returncode == 0, err
+    assert f"All {HELPERS} tasks are done." in out
+
+
+def assert_exactly_once(url: str) -> None:
+    """Every task was noted, completed and announced once; every inbox row consumed once; no
+    agent failed or is left running; no turn ended in an error."""
+    assert value(url, "SELECT COUNT(*) FROM tasks") == HELPERS
+    assert_delivered_once(url)
+    for kind_of_row in ("SELECT task_id, COUNT(*) FROM task_notes WHERE content = 'on it' "
+                        "GROUP BY task_id",
+                        "SELECT task_id, COUNT(*) FROM inbox WHERE kind = 'completion' "
+                        "GROUP BY task_id"):
+        counts = rows(url, kind_of_row)
+        assert len(counts) == HELPERS and {count for _, count in counts} == {1}
+    assert {status for (status,) in rows(url, "SELECT status FROM agent_metadata")} == {"idle"}
+    assert value(url, "SELECT COUNT(*) FROM events WHERE type = 'error'") == 0
+
+
+def resumed(url: str) -> int:
+    """How many turns were resumed (taken over after their process lost its lease)."""
+    return int(value(url, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'"))
+
+
+@pytest.mark.slow
+def test_a_fan_out_survives_its_backends_terminated_every_two_seconds(
+        tmp_path: Path, postgres_url: str) -> None:
+    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root):
+        waited = waiting(tmp_path, server, postgres_url, root)
+        with terminating_every(postgres_url, 2.0) as struck:
+            assert_answered(waited)
+        terminate_backends(postgres_url)
+        stop_cleanly(tmp_path, workers)  # right after a drop
+    assert len(struck) >= 2 and min(struck) > 0  # it struck lace, more than once
+    assert_exactly_once(postgres_url)
+    assert resumed(postgres_url) == 0  # every cut transaction was retried, no turn lost
+
+
+@pytest.mark.slow
+def test_a_fan_out_survives_a_server_restart_mid_run(
+        tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
+    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root):
+        waited = waiting(tmp_path, server, postgres_url, root)
+        wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
+        restart(postgres_server, down_s=2.0)
+        assert completed(postgres_url) < HELPERS  # the restart came mid-run
+        assert_answered(waited)
+        stop_cleanly(tmp_path, workers)
+    assert_exactly_once(postgres_url)
+    assert resumed(postgres_url) == 0
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_the_others_connections_drop_is_taken_over(
+        tmp_path: Path, postgres_url: str) -> None:
+    with fan_out_run(tmp_path, postgres_url, TAKEN_OVER) as (server, workers, root):
+        waited = waiting(tmp_path, server, postgres_url, root)
+        with terminating_every(postgres_url, 2.0):
+            wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
+            workers["a"].send_signal(signal.SIGKILL)
+            assert_answered(waited)
+        stop_cleanly(tmp_path, {"b": workers["b"]})
+    assert_exactly_once(postgres_url)
+    assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the other
+
+
+def database_at(url: str) -> Database:
+    kind = engine_for(url)
+    return Database(url=url, kind=kind, engine=kind.create_engine())
+
+
+def sessions(connection: sa.Connection) -> int:
+    return int(connection.exec_driver_sql("SELECT COUNT(*) FROM threads").scalar() or 0)
+
+
+async def test_a_commit_whose_answer_is_lost_is_not_written_twice(
+        migrated_postgres_url: str) -> None:
+    cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0))
+    through_cutter = sa.make_url(migrated_postgres_url).set(port=cutter.port)
+    database = database_at(through_cutter.render_as_string(hide_password=False))
+    store = AsyncStore(Store(database))
+    try:
+        cutter.armed.set()
+        made = await store.write(lambda tx: tx.threads.create_session(
+            provider="openai", model="root", title="once").id)
+        assert cutter.cut == 1  # the COMMIT's answer never reached lace
+        assert rows(migrated_postgres_url, "SELECT id, title FROM threads") == [(made, "once")]
+        cutter.armed.set()  # and a read after it, cut the same way, reads once
+        assert await store.read(lambda tx: tx.threads.get(made).title) == "once"
+    finally:
+        store.close()
+        database.close()
+        cutter.close()
+
+
+def test_a_transaction_cut_before_commit_runs_again_on_a_new_connection(
+        migrated_postgres_url: str) -> None:
+    database = database_at(migrated_postgres_url)
+    attempts: list[int] = []
+
+    def work(connection: sa.Connection) -> str:
+        attempts.append(1)
+        thread = Tx(connection).threads.create_session(provider="openai", model="root")
+        if len(attempts) == 1:  # the server ends this session before it commits
+            with pytest.raises(sa.exc.OperationalError):
+                connection.exec_driver_sql("SELECT pg_terminate_backend(pg_backend_pid())")
+        return thread.id
+
+    try:
+        made = run_transaction(database, work, write=True)
+    finally:
+        database.close()
+    assert len(attempts) == 2
+    assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(made,)]
+
+
+def test_an_unreachable_server_is_named_on_stderr_while_lace_keeps_trying(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(reconnect, "UNREACHABLE_WARN_S", 0.3)
+    refused = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{free_port()}/lace"
+    database = database_at(refused)
+    started = time.monotonic()
+
+    def after_a_while() -> bool:
+        return time.monotonic() - started > 1.5
+
+    try:
+        with caplog.at_level(logging.WARNING, "lace.store"), pytest.raises(GaveUpError):
+            run_transaction(database, sessions, write=False, stopping=after_a_while)
+    finally:
+        database.close()
+    warnings = [record.getMessage() for record in caplog.records
+                if "cannot reach the PostgreSQL server" in record.getMessage()]
+    assert len(warnings) >= 2 and "still trying" in warnings[0]  # said, and said again
+    assert "s3cret" not in "\n".join(warnings)
