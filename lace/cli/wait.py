@@ -19,8 +19,9 @@ EXIT_INTERRUPTED = 130
 def wait_command(args: argparse.Namespace) -> int:
     """Check the session exists (writing nothing), wait for it, and report it; once the
     database opened, a dropped connection or a server restart is waited out."""
+    db = getattr(args, "db", None)  # not given: the default board
     with board_of(args) as board:  # a server that is not there at all is an error at once
-        root_id = when_reachable(lambda: board.session(args.session).id, args.db)
+        root_id = when_reachable(lambda: board.session(args.session).id, db)
         try:
             went_quiet = asyncio.run(board.until_quiet(root_id, args.timeout,
                                                        lambda: _waiting(root_id)))
@@ -28,7 +29,7 @@ def wait_command(args: argparse.Namespace) -> int:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
             return EXIT_INTERRUPTED
-        outcome = when_reachable(lambda: board.outcome(root_id), args.db)
+        outcome = when_reachable(lambda: board.outcome(root_id), db)
     return _report(outcome, went_quiet, args)
 
 
