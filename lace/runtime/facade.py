@@ -88,6 +88,13 @@ class Runtime:
         self.scheduler.reopen()
         return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place))
 
+    async def open_empty_session(self, title: str, model: str) -> Thread:
+        """A new root thread with nothing in its inbox: it runs once someone writes to it
+        (`send`), as an editor's session does at its first prompt."""
+        self.scheduler.reopen()
+        return await self.db.write(
+            lambda tx: open_session(tx, None, model, self.place, title=title))
+
     def serve_session(self, root_id: str) -> None:
         """Run this session's agents here from now on (a session the MCP server started)."""
         self.scheduler.sessions.add(root_id)
