@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
+    FileSystemCapabilities,
+    ReadTextFileResponse,
     RequestPermissionResponse,
+    WriteTextFileResponse,
 )
 
 from tests.processes import lace_env
@@ -34,6 +37,11 @@ class Editor:
     updates: list[Any] = field(default_factory=list)
     asked: list[Any] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    fs: bool = False
+    """It announces fs/read_text_file and fs/write_text_file."""
+    buffers: dict[str, str] = field(default_factory=dict)
+    """Its open files by absolute path (unsaved text the disk does not have)."""
+    fs_calls: list[tuple[str, str]] = field(default_factory=list)
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         self.updates.append(update)
@@ -48,6 +56,18 @@ class Editor:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected",
                                                                 option_id=option))
+
+    async def read_text_file(self, session_id: str, path: str, **_: Any) -> Any:
+        self.fs_calls.append(("read", path))
+        if path not in self.buffers:
+            raise RequestError.resource_not_found(path)
+        return ReadTextFileResponse(content=self.buffers[path])
+
+    async def write_text_file(self, session_id: str, path: str, content: str,
+                              **_: Any) -> Any:
+        self.fs_calls.append(("write", path))
+        self.buffers[path] = content
+        return WriteTextFileResponse()
 
     def of_kind(self, kind: str) -> list[Any]:
         return [update for update in self.updates if update.session_update == kind]
@@ -78,7 +98,9 @@ async def lace_acp(editor: Editor, home: Path, *argv: str,
                 editor, sys.executable, "-m", "lace", "acp", *argv,
                 env=lace_env(home, **env), transport_kwargs={"stderr": log}) as (conn, process):
             answer = await asyncio.wait_for(conn.initialize(
-                protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()),
+                protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(
+                    fs=FileSystemCapabilities(read_text_file=editor.fs,
+                                              write_text_file=editor.fs))),
                 60)
             assert answer.protocol_version == 1
             yield conn, process

@@ -221,3 +221,43 @@ async def test_session_load_replays_the_conversation_and_continues_the_same_root
     assert answer.stop_reason == "end_turn"
     assert later.text().endswith("heard 2: second")
     assert rows(home / "lace.db", "SELECT count(*) FROM threads") == [(1,)]
+
+
+def files(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root reads notes.txt, writes out.txt, tries a file outside the workspace, then
+    repeats what the three calls returned."""
+    results = [str(m["content"]) for m in messages if m["role"] == "tool"]
+    steps = [("file_read", {"path": "notes.txt"}),
+             ("file_write", {"path": "out.txt", "content": "written\n"}),
+             ("file_read", {"path": "../outside.txt"})]
+    if len(results) < len(steps):
+        return ScriptedReply(tool_calls=[steps[len(results)]])
+    return ScriptedReply(" | ".join(results))
+
+
+@pytest.mark.parametrize("fs", [True, False])
+async def test_file_tools_use_the_editors_buffers_only_when_it_offers_them(
+        tmp_path: Path, fs: bool) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("saved on disk\n")
+    (tmp_path / "outside.txt").write_text("not for lace\n")
+    editor = Editor(fs=fs, buffers={str(work / "notes.txt"): "unsaved in the editor\n"})
+    with FakeOpenAI(files) as server:
+        async with lace_acp(editor, home, "--yes", "--model", "openai/root",
+                            **env(server)) as (conn, _):
+            session = await conn.new_session(cwd=str(work), mcp_servers=[])
+            await prompt(conn, session.session_id, "Files.")
+    said_back = editor.text()
+    assert "not for lace" not in said_back
+    assert "'../outside.txt' leaves the workspace" in said_back
+    if fs:
+        assert editor.fs_calls == [("read", str(work / "notes.txt")),
+                                   ("write", str(work / "out.txt"))]
+        assert "unsaved in the editor" in said_back
+        assert editor.buffers[str(work / "out.txt")] == "written\n"
+        assert not (work / "out.txt").exists()  # the editor saves it, not lace
+    else:
+        assert editor.fs_calls == []
+        assert "saved on disk" in said_back
+        assert (work / "out.txt").read_text() == "written\n"

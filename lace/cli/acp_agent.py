@@ -18,6 +18,7 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.version import __version__
 from lace.runtime.events import ApprovalRequested, RuntimeEvent, Warned
+from lace.runtime.public import ToolError
 
 if TYPE_CHECKING:
     from acp.interfaces import Client
@@ -42,6 +43,8 @@ PERMISSION_OPTIONS = {"allow_once": ("Allow once", "approved"),
                       "reject_once": ("Reject", "denied")}
 """Each option offered on an approval: its name, and the decision it records."""
 CANCELLED = "cancelled in the editor"
+EDITOR_FILE_TIMEOUT_S = 30.0
+"""How long a file tool waits for the editor to read or write a file."""
 MAX_PROMPT_CHARACTERS = 1_000_000
 """The longest prompt lace takes from an editor (a pasted file fits; more is refused)."""
 
@@ -91,6 +94,41 @@ def person_said(tx: Tx, root_id: str) -> tuple[list[Any], dict[int, str]]:
     events = tx.events.of_thread(root_id)
     return events, tx.inbox.texts([event.data["inbox_id"] for event in events
                                    if event.type == "user_message" and "inbox_id" in event.data])
+
+
+@dataclass
+class EditorBuffers:
+    """The editor's files as lace's file tools see them (`lace.runtime.public.EditorFiles`):
+    `fs/read_text_file` and `fs/write_text_file`, each used only when the editor offered it."""
+
+    conn: Client
+    reads: bool
+    writes: bool
+    session_id: str = ""
+    """The session the requests name (set once the session exists)."""
+
+    async def read(self, path: str) -> str:
+        """The editor's text of the file at `path` (unsaved changes included)."""
+        try:
+            answer = await asyncio.wait_for(self.conn.read_text_file(
+                session_id=self.session_id, path=path), EDITOR_FILE_TIMEOUT_S)
+        except Exception as error:
+            raise ToolError(f"The editor could not read {path}: {_why(error)}") from None
+        return str(answer.content)
+
+    async def write(self, path: str, content: str) -> None:
+        """Have the editor replace the file at `path` with `content`."""
+        try:
+            await asyncio.wait_for(self.conn.write_text_file(
+                session_id=self.session_id, path=path, content=content), EDITOR_FILE_TIMEOUT_S)
+        except Exception as error:
+            raise ToolError(f"The editor could not write {path}: {_why(error)}") from None
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, TimeoutError):
+        return f"no answer within {EDITOR_FILE_TIMEOUT_S:g} s"
+    return str(error) or type(error).__name__
 
 
 @dataclass
@@ -150,13 +188,15 @@ class LaceAgent:
         """A new lace session working in `cwd`."""
         from acp.schema import NewSessionResponse
 
-        runtime = self._runtime(cwd, mcp_servers)
+        buffers = self._buffers()
+        runtime = self._runtime(cwd, mcp_servers, buffers)
         try:
             root = await runtime.open_empty_session(f"editor session in {Path(cwd).name}",
                                                     self.model)
         except BaseException:
             await self._close_runtime(runtime)
             raise
+        buffers.session_id = root.id
         self._serve(runtime, root.id)
         return NewSessionResponse(session_id=root.id)
 
@@ -168,7 +208,7 @@ class LaceAgent:
 
         if session_id in self.sessions:
             raise RequestError.invalid_params({"sessionId": "this session is open already"})
-        runtime = self._runtime(cwd, mcp_servers)
+        runtime = self._runtime(cwd, mcp_servers, self._buffers(session_id))
         try:
             events, asked = await runtime.read(lambda tx: person_said(tx, session_id))
         except LaceError as error:
@@ -195,7 +235,16 @@ class LaceAgent:
                     str(message["content"])))
         await session.updates.settled()
 
-    def _runtime(self, cwd: str, mcp_servers: list[Any] | None) -> Runtime:
+    def _buffers(self, session_id: str = "") -> EditorBuffers:
+        """The editor's files, as far as it offered them at `initialize`."""
+        assert self.conn is not None
+        fs = getattr(self.capabilities, "fs", None)
+        return EditorBuffers(self.conn, reads=bool(getattr(fs, "read_text_file", False)),
+                             writes=bool(getattr(fs, "write_text_file", False)),
+                             session_id=session_id)
+
+    def _runtime(self, cwd: str, mcp_servers: list[Any] | None,
+                 buffers: EditorBuffers) -> Runtime:
         """A runtime whose agents work in `cwd`, with the workspace's settings (its trusted
         `lace.toml`) and the editor's MCP servers."""
         from acp import RequestError
@@ -212,8 +261,10 @@ class LaceAgent:
                                                      workspace=folder.resolve()), self.flags)
             servers = {**settings.mcp_servers, **client_servers(mcp_servers, settings)}
             settings = settings.model_copy(update={"mcp_servers": servers})
+            editor = buffers if buffers.reads or buffers.writes else None
             return open_runtime(self.board.store, settings, self.client,
-                                check_model=check_model, workspace=folder.resolve())
+                                check_model=check_model, workspace=folder.resolve(),
+                                editor=editor)
         except LaceError as error:
             raise RequestError.invalid_params({"cwd": str(error)}) from None
 

@@ -26,7 +26,7 @@ from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
 from lace.tools.python_tools import PythonTool
 from lace.tools.python_tools import python_tools as python_tools_of
-from lace.tools.workspace import Workspace
+from lace.tools.workspace import EditorFiles, Workspace
 
 PythonFunction = Callable[..., Any]
 
@@ -55,11 +55,12 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                  check_model: ModelCheck = no_model_check, workspace: Path | None = None,
                  sharing: Sharing = ALONE,
                  python_tools: Sequence[PythonFunction | PythonTool] = (),
-                 ) -> Runtime:
+                 editor: EditorFiles | None = None) -> Runtime:
     """A runtime over `store`: the process registered (its lease), the workspace's tools, the
     configured MCP servers and the person's `python_tools` (both checked first: a bad one is
     refused before anything is written), the approval policy, the turns and the scheduler.
-    Agents work in `workspace` (None: no file tools or bash)."""
+    Agents work in `workspace` (None: no file tools or bash); their file tools use `editor`'s
+    buffers when given (`lace acp`)."""
     functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
@@ -71,7 +72,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                        profiles=settings.profiles, budgets=settings.budgets,
                        workspace=None if workspace is None else Workspace.for_lace(
                            workspace, database_url=store.database.url,
-                           protected_paths=settings.tools.protected_paths),
+                           protected_paths=settings.tools.protected_paths, editor=editor),
                        workspace_settings=settings.workspace, python_tools=functions)
     tools.approvals = Approvals(db=db, bus=bus, settings=settings.tools,
                                 timeout_s=settings.limits.approval_timeout_s,

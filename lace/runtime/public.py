@@ -9,7 +9,7 @@ from lace.store.engines import ChangeFeed
 from lace.store.export_format import SessionDocument, parse_document
 from lace.tools.base import ToolError, ToolResult
 from lace.tools.python_tools import python_tools
-from lace.tools.workspace import DaemonThreads
+from lace.tools.workspace import DaemonThreads, EditorFiles
 
-__all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "SessionDocument", "Store", "ToolError",
-           "ToolResult", "Tx", "parse_document", "python_tools"]
+__all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "EditorFiles", "SessionDocument",
+           "Store", "ToolError", "ToolResult", "Tx", "parse_document", "python_tools"]
