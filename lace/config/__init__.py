@@ -245,6 +245,17 @@ class McpServer(BaseModel):
         return self
 
 
+class AcpAgent(BaseModel):
+    """`[acp_agents.NAME]`: an ACP agent lace starts (in the task's workspace) for a task
+    assigned to `acp:NAME`, speaking ACP on its stdin and stdout."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict,
+                                description="variables it gets besides a minimal environment")
+
+
 class WebSettings(BaseModel):
     """`[web]`: how `lace web` serves the app."""
 
@@ -264,6 +275,7 @@ class Settings(BaseSettings):
     workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    acp_agents: dict[str, AcpAgent] = Field(default_factory=dict)
     web: WebSettings = Field(default_factory=WebSettings)
     fallbacks: list[str] = Field(default_factory=list,
                                  description="provider/model to continue on, in order, for "

@@ -11,6 +11,7 @@ from typing import Any
 
 from lace.config import Settings
 from lace.llm.types import ModelClient
+from lace.runtime.acp_worker import acp_checked
 from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, Warned
@@ -61,6 +62,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     refused before anything is written), the approval policy, the turns and the scheduler.
     Agents work in `workspace` (None: no file tools or bash); their file tools use `editor`'s
     buffers when given (`lace acp`)."""
+    check_model = acp_checked(check_model, settings.acp_agents)
     functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
@@ -84,7 +86,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     turns = TurnRunner(db=db, client=client, limits=settings.limits, bus=bus, tools=tools,
                        budgets=settings.budgets, holder=process_id,
                        place=place if sharing.share_work else None,
-                       fallbacks_for=settings.fallbacks_for)
+                       fallbacks_for=settings.fallbacks_for, acp_agents=settings.acp_agents)
     scheduler = Scheduler(db=db, runner=turns, bus=bus, limits=settings.limits,
                           process_id=process_id, database_path=store.database.path,
                           feed=sharing.feed or Polling(), sessions=set(sharing.sessions),

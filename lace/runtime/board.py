@@ -16,6 +16,7 @@ from lace.core.ids import root_of
 from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
 from lace.core.usage import CallGroup, priced_models
 from lace.llm.prices import known_price
+from lace.runtime.acp_worker import acp_checked
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.runtime.sessions import (
     follow,
@@ -72,7 +73,8 @@ def person_context(settings: Settings, workspace: Path, session_id: str) -> Tool
     `[workspace]` settings, acting in `workspace`."""
     from lace.llm.checks import check_model
 
-    return ToolContext(thread_id=HUMAN, session_id=session_id, check_model=check_model,
+    return ToolContext(thread_id=HUMAN, session_id=session_id,
+                       check_model=acp_checked(check_model, settings.acp_agents),
                        profiles=settings.profiles, limits=settings.limits,
                        budgets=settings.budgets, workspace=workspace,
                        workspace_settings=settings.workspace)
