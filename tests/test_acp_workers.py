@@ -26,9 +26,10 @@ from tests.scripted import ScriptedModels, reply
 AGENT = str(Path(__file__).with_name("acp_worker_agent.py"))
 
 
-def worker_settings(*argv: str, policy: dict[str, Any] | None = None) -> Settings:
+def worker_settings(*argv: str, policy: dict[str, Any] | None = None,
+                    tools: list[str] | None = None) -> Settings:
     return Settings(acp_agents={"scripted": AcpAgent(command=sys.executable,
-                                                    args=[AGENT, *argv])},
+                                                    args=[AGENT, *argv], tools=tools)},
                     tools=ToolSettings(policy=policy or {}))
 
 
@@ -164,6 +165,31 @@ async def test_an_unconfigured_acp_agent_is_a_tool_error(
         assert "No ACP agent 'missing' in [acp_agents] (configured: none is configured" \
             in result.text
         assert query(db_path, "SELECT count(*) FROM tasks") == [(0,)]
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+async def test_a_permission_lace_asks_about_waits_for_the_person(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    delegating(models)
+    runtime = make(store, tmp_path, worker_settings("ask", "edit"))  # file_write: asks
+    try:
+        root = await runtime.start_session("Look around, please.", "scripted/root")
+        quiet = asyncio.create_task(runtime.run_until_quiet(root.id))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not query(
+                db_path, "SELECT id FROM approvals WHERE status = 'pending'"):
+            await asyncio.sleep(0.05)
+        ((approval_id, thread_id, tool, arguments),) = query(
+            db_path, "SELECT id, thread_id, tool, arguments FROM approvals")
+        assert (thread_id, tool) == (f"{root.id}.1", "file_write")
+        assert json.loads(arguments)["input"] == {"command": "rm -rf /"}
+        await runtime.decide(approval_id, "denied")
+        await asyncio.wait_for(quiet, 30)
+        assert query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
+                     "WHERE thread_id = ? AND type = 'agent_message'",
+                     f"{root.id}.1") == [("told no",)]
     finally:
         await runtime.stop()
         runtime.close()

@@ -254,6 +254,9 @@ class AcpAgent(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict,
                                 description="variables it gets besides a minimal environment")
+    tools: list[str] | None = Field(
+        default=None, description="the lace tools whose powers its permission and file "
+        "requests may use, within its creator's (default: all of its creator's)")
 
 
 class WebSettings(BaseModel):
@@ -346,6 +349,8 @@ def _check_tool_names(settings: Settings, source: Source,
     named = [("tools.policy", ("tools", "policy", tool), tool) for tool in settings.tools.policy]
     named += [(f"profiles.{name}.tools", ("profiles", name, "tools"), tool)
               for name, profile in settings.profiles.items() for tool in profile.tools]
+    named += [(f"acp_agents.{name}.tools", ("acp_agents", name, "tools"), tool)
+              for name, agent in settings.acp_agents.items() for tool in agent.tools or []]
     for where, key, tool in named:
         problem = unknown_tool_problem(tool, python_tools)
         if problem:

@@ -66,6 +66,13 @@ def acp_checked(check: ModelCheck, agents: Mapping[str, AcpAgent]) -> ModelCheck
     return checked
 
 
+def refused(why: str) -> Exception:
+    """The JSON-RPC error an ACP agent gets for a file request lace refuses, saying why."""
+    from acp import RequestError
+
+    return RequestError(-32602, f"Invalid params: {why}", {"reason": why})
+
+
 @dataclass
 class WorkerClient:
     """The ACP client lace is to the agent it started: every request goes to its turn."""
@@ -176,12 +183,12 @@ class AcpTurn:
                         await asyncio.wait_for(conn.cancel(session_id=session.session_id), 1)
                     raise
                 return str(answer.stop_reason)
+        except TimeoutError:  # before OSError, of which it is a kind
+            raise ModelError(f"ACP agent {self.name!r} did not answer in time",
+                             transient=False) from None
         except OSError as error:
             raise ModelError(f"could not start ACP agent {self.name!r} ({config.command}): "
                              f"{error.strerror or error}", transient=False) from None
-        except TimeoutError:
-            raise ModelError(f"ACP agent {self.name!r} did not answer in time",
-                             transient=False) from None
         except (RequestError, ConnectionError) as error:
             raise ModelError(f"ACP agent {self.name!r} failed: {error or 'it exited'}",
                              transient=False) from None
@@ -240,10 +247,15 @@ class AcpTurn:
                         outcome="selected", option_id=option.option_id))
         return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
 
+    def _may_use(self, tool: str) -> bool:
+        """Whether the agent's thread has `tool`, and its `[acp_agents]` entry grants it."""
+        granted = self.config.tools if self.config is not None else []
+        return grants(self.runner.tools.own_tools(self.start.agent), tool) and (
+            granted is None or grants(granted, tool))
+
     async def _allowed(self, tool: str, arguments: dict[str, Any]) -> bool:
-        own = self.runner.tools.own_tools(self.start.agent)
         approvals = self.runner.tools.approvals
-        if not grants(own, tool) or approvals is None:
+        if not self._may_use(tool) or approvals is None:
             return False
         shown = json.loads(mask(json.dumps(arguments, default=str), credential_values()))
         return await approvals.check(self.thread_id, tool, shown, self.start.lease) is None
@@ -272,14 +284,13 @@ class AcpTurn:
 
     async def write_file(self, path: str, content: str) -> Any:
         """Write a file of the workspace as `file_write` may, under its policy."""
-        from acp import RequestError
         from acp.schema import WriteTextFileResponse
 
         workspace = self._workspace("file_write")
         relative = self._relative(workspace, path)
         if not await self._allowed("file_write", {"path": relative,
                                                   "content": content[:2000]}):
-            raise RequestError.invalid_params({"path": f"writing {path} was not allowed"})
+            raise refused(f"writing {path} was not allowed")
 
         def write() -> None:
             with workspace.writing(relative) as place:
@@ -289,30 +300,25 @@ class AcpTurn:
         return WriteTextFileResponse()
 
     def _workspace(self, tool: str) -> Workspace:
-        from acp import RequestError
 
         workspace = self.runner.tools.workspace
-        if workspace is None or not grants(self.runner.tools.own_tools(self.start.agent),
-                                           tool):
-            raise RequestError.invalid_params({"path": f"this agent may not use {tool}"})
+        if workspace is None or not self._may_use(tool):
+            raise refused(f"this agent may not use {tool}")
         return workspace
 
     @staticmethod
     def _relative(workspace: Workspace, path: str) -> str:
-        from acp import RequestError
 
         try:
             relative = Path(path).relative_to(workspace.folder.resolve())
         except ValueError:
-            raise RequestError.invalid_params(
-                {"path": f"{path} is not an absolute path inside the workspace"}) from None
+            raise refused(f"{path} is not an absolute path inside the workspace") from None
         return str(relative)
 
     @staticmethod
     async def _file_work(work: Any) -> Any:
-        from acp import RequestError
 
         try:
             return await off_loop(work)
         except ToolError as error:
-            raise RequestError.invalid_params({"path": str(error)}) from None
+            raise refused(str(error)) from None
