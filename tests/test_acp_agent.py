@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -144,10 +145,25 @@ async def test_allow_always_holds_for_the_session_only(tmp_path: Path) -> None:
     assert (work / "made.txt").read_text() == "0\n1\n0\n1\n"
 
 
+SLEEP = "61.2345"
+"""How long the helper's bash sleeps: a number no other process on the machine uses."""
+
+
+def sleeping() -> bool:
+    """Whether a `sleep SLEEP` process is alive."""
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if status.read_bytes().split(b"\0")[:2] == [b"sleep", SLEEP.encode()]:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def slow_helper(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
     """The root hands a task to a helper that runs a long bash command."""
     if model == "sleeper":
-        return ScriptedReply(tool_calls=[("bash", {"command": "sleep 60"})])
+        return ScriptedReply(tool_calls=[("bash", {"command": f"sleep {SLEEP}"})])
     if "Just answer" in said(messages):
         return ScriptedReply("ok")
     if messages[-1]["role"] == "user":
@@ -176,6 +192,10 @@ async def test_cancel_mid_turn_answers_cancelled_within_seconds_and_stops_the_he
                     db, "SELECT 1 FROM events WHERE thread_id = ? AND type = 'tool_call'",
                     f"{root}.1"):
                 await asyncio.sleep(0.1)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not sleeping():
+                await asyncio.sleep(0.1)
+            assert sleeping()
             asked = time.monotonic()
             await conn.cancel(session_id=root)
             answer = await asyncio.wait_for(running, 10)
@@ -185,6 +205,10 @@ async def test_cancel_mid_turn_answers_cancelled_within_seconds_and_stops_the_he
             ended = [u.status for u in editor.of_kind("tool_call_update")
                      if u.tool_call_id == f"helper:{root}.1"]
             assert ended == ["failed"]
+            deadline = time.monotonic() + 10  # the helper's bash is killed with its turn
+            while time.monotonic() < deadline and sleeping():
+                await asyncio.sleep(0.1)
+            assert not sleeping()
             assert rows(db, "SELECT status FROM agent_metadata WHERE thread_id = ?",
                         f"{root}.1") == [("stopped",)]
             again = await prompt(conn, root, "Just answer.")  # the session goes on
@@ -261,3 +285,39 @@ async def test_file_tools_use_the_editors_buffers_only_when_it_offers_them(
         assert editor.fs_calls == []
         assert "saved on disk" in said_back
         assert (work / "out.txt").read_text() == "written\n"
+
+
+NOTES_SERVER = str(Path(__file__).parent / "mcp_servers" / "notes_server.py")
+
+
+def uses_notes(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root calls the editor's MCP server: a read-only tool, then one that writes."""
+    results = [str(m["content"]) for m in messages if m["role"] == "tool"]
+    steps = [("mcp__notes__echo", {"text": "hi from the editor's server"}),
+             ("mcp__notes__add_note", {"text": "kept"})]
+    if len(results) < len(steps):
+        return ScriptedReply(tool_calls=[steps[len(results)]])
+    return ScriptedReply("done")
+
+
+async def test_the_editors_mcp_servers_are_used_under_lace_policy(tmp_path: Path) -> None:
+    from acp.schema import McpServerStdio
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    editor = Editor(choose=lambda _call: "reject_once")
+    server = McpServerStdio(name="notes", command=sys.executable, args=[NOTES_SERVER], env=[])
+    with FakeOpenAI(uses_notes) as fake:
+        async with lace_acp(editor, home, "--model", "openai/root", **env(fake)) as (conn, _):
+            session = await conn.new_session(cwd=str(work), mcp_servers=[server])
+            answer = await prompt(conn, session.session_id, "Use the notes.")
+    assert answer.stop_reason == "end_turn"
+    started = {u.tool_call_id: u.title for u in editor.of_kind("tool_call")}
+    ended = {u.tool_call_id: u for u in editor.of_kind("tool_call_update")}
+    by_title = {title: ended[call_id] for call_id, title in started.items()}
+    echoed = by_title["mcp__notes__echo"]
+    assert echoed.status == "completed"  # read-only: allowed without asking
+    assert "hi from the editor's server" in echoed.content[0].content.text
+    ((asked, _options),) = editor.asked  # the writing tool asks, as lace's own would
+    assert asked.title == "mcp__notes__add_note"
+    assert by_title["mcp__notes__add_note"].status == "failed"

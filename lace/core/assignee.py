@@ -17,7 +17,8 @@ ACP_PROVIDER = "acp"
 """The provider of an agent that is an external ACP agent (`acp:NAME`): its model is NAME."""
 EXPECTED_FORMS = (
     "Expected new:provider/model (e.g. new:openai/gpt-4o), new:<profile>:<provider>/<model>, "
-    "new:<profile>, an existing thread id of this session, or 'human'"
+    "new:<profile>, acp:<name> (an ACP agent of [acp_agents]), an existing thread id of this "
+    "session, or 'human'"
 )
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """A provider or profile name, matched whole (`fullmatch`: `$` would let a final newline in)."""
