@@ -231,7 +231,7 @@ class LaceAgent:
                 session.updates.queue.put_nowait(
                     update_user_message_text(asked[event.data["inbox_id"]]))
             elif event.type == "agent_message" and message.get("content"):
-                session.updates.queue.put_nowait(session.updates._message(
+                session.updates.queue.put_nowait(session.updates.message(
                     str(message["content"])))
         await session.updates.settled()
 

@@ -110,12 +110,14 @@ class SessionUpdates:
             return
         if isinstance(event, TextStreamed) and thread_id == self.root_id and not event.restart:
             self.streamed = True
-            self._put(self._message(event.delta))
+            self._put(self.message(event.delta))
         elif isinstance(event, EventAppended):
             self._appended(event)
         elif isinstance(event, ThreadSpawned):
             self.helpers[thread_id] = Helper(thread_id, event.task_id)
             self.queue.put_nowait(lambda: self._helper_started(thread_id, event.model))
+        elif isinstance(event, TurnFailed) and thread_id == self.root_id:
+            self._put(self.message(f"\n[lace: the turn failed: {event.error}]"))
         elif isinstance(event, TurnFailed | TurnEnded) and thread_id in self.helpers:
             self.queue.put_nowait(self._refresh_plan)
 
@@ -131,7 +133,7 @@ class SessionUpdates:
         if event.type == "agent_message":
             content = (data.get("message") or {}).get("content")
             if content and not self.streamed:
-                self._put(self._message(str(content)))
+                self._put(self.message(str(content)))
             self.streamed = False
         elif event.type == "tool_call":
             tool = str(data.get("tool_name"))
@@ -153,7 +155,8 @@ class SessionUpdates:
         return calls[-1] if calls else None
 
     @staticmethod
-    def _message(text: str) -> Any:
+    def message(text: str) -> Any:
+        """The root's text as an `agent_message_chunk` (credential values masked)."""
         from acp import update_agent_message_text
 
         return update_agent_message_text(mask(text, credential_values()))
