@@ -249,7 +249,7 @@ class LaceAgent:
         `lace.toml`) and the editor's MCP servers."""
         from acp import RequestError
 
-        from lace.cli.run import with_tool_flags
+        from lace.cli.invocation import with_tool_flags
         from lace.llm.checks import check_model
         from lace.runtime import open_runtime
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from lace.cli.board import board_of
-from lace.cli.run import model_client, note_unlisted_model, runtime_settings
+from lace.cli.invocation import runtime_settings
+from lace.cli.run import model_client, note_unlisted_model
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.runtime.public import DaemonThreads
