@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -126,6 +127,8 @@ class AcpTurn:
             raise ModelError(f"ACP agent {self.name!r} cannot run here: " + (
                 "[acp_agents] does not name it" if self.config is None else
                 "this process has no workspace"), transient=False)
+        # the SDK's schema takes a second or more to import: never on the event loop
+        await asyncio.to_thread(importlib.import_module, "acp")
         stop_reason = await self._prompted(self.config, workspace.folder)
         if stop_reason != "end_turn":
             raise ModelError(f"ACP agent {self.name!r} ended its turn with {stop_reason!r}",
@@ -186,12 +189,13 @@ class AcpTurn:
         except TimeoutError:  # before OSError, of which it is a kind
             raise ModelError(f"ACP agent {self.name!r} did not answer in time",
                              transient=False) from None
-        except OSError as error:
-            raise ModelError(f"could not start ACP agent {self.name!r} ({config.command}): "
-                             f"{error.strerror or error}", transient=False) from None
-        except (RequestError, ConnectionError) as error:
+        except (RequestError, ConnectionError) as error:  # ConnectionError: an OSError too
             raise ModelError(f"ACP agent {self.name!r} failed: {error or 'it exited'}",
                              transient=False) from None
+        except OSError as error:
+            why = error.strerror or str(error) or type(error).__name__
+            raise ModelError(f"could not start ACP agent {self.name!r} ({config.command}): "
+                             f"{why}", transient=False) from None
 
     async def _write(self, work: Any) -> Any:
         return await self.runner.db.write(fenced(self.start.lease, work))
