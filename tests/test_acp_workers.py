@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from lace.config import AcpAgent, Settings, ToolSettings
+from lace.config import AcpAgent, Settings, ToolSettings, WorkspaceSettings
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query
+from tests.gitrepos import git, new_repository
 from tests.scripted import ScriptedModels, reply
 
 AGENT = str(Path(__file__).with_name("acp_worker_agent.py"))
@@ -190,6 +191,29 @@ async def test_a_permission_lace_asks_about_waits_for_the_person(
         assert query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
                      "WHERE thread_id = ? AND type = 'agent_message'",
                      f"{root.id}.1") == [("told no",)]
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+async def test_under_worktree_isolation_the_agent_works_in_its_own_worktree(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    repo = new_repository(tmp_path / "repo", {"notes.txt": "inside\n"})
+    settings = worker_settings("files", str(repo / "notes.txt"),
+                               policy={"file_write": "allow"})
+    settings = settings.model_copy(update={"workspace": WorkspaceSettings(isolation="worktree")})
+    runtime, root = await run(store, models, repo, settings)
+    try:
+        child = f"{root}.1"
+        assert not (repo / "out.txt").exists()  # the main tree is untouched
+        assert git(repo, "show", f"lace/{child}:out.txt") == "from the worker"
+        ((answer,),) = query(db_path, "SELECT json_extract(data, '$.message.content') FROM "
+                             "events WHERE thread_id = ? AND type = 'agent_message'", child)
+        assert "[read inside]" in answer  # notes.txt, as checked out in its worktree
+        assert "is not an absolute path inside the workspace" in answer  # the main tree's
+        (result,) = [n for (n,) in query(db_path, "SELECT content FROM task_notes")
+                     if "out.txt" in n or f"lace/{child}" in n]
+        assert f"lace/{child}" in result
     finally:
         await runtime.stop()
         runtime.close()

@@ -25,6 +25,7 @@ from lace.llm.types import ModelError
 from lace.paths import credential_values
 from lace.runtime.conversation import TurnStart, tool_result_data
 from lace.runtime.events import EventAppended, TurnEnded, TurnStarted
+from lace.runtime.isolation import with_committed_work, workspace_of
 from lace.runtime.turn_end import end_turn, open_task_of
 from lace.store import Tx
 from lace.store.leases import fenced
@@ -103,6 +104,8 @@ class AcpTurn:
     runner: TurnRunner
     start: TurnStart
     config: AcpAgent | None
+    workspace: Workspace | None = None
+    """Where it works: the session's workspace, or its own worktree (`isolation`)."""
     text: list[str] = field(default_factory=list)
     text_size: int = 0
     recorded: int = 0
@@ -122,14 +125,15 @@ class AcpTurn:
         runner.bus.publish(TurnStarted(thread_id))
         for event in self.start.appended:
             runner.bus.publish(EventAppended(thread_id, event.id, event.type, event.data))
-        workspace = runner.tools.workspace
-        if self.config is None or workspace is None:
+        base = runner.tools.workspace
+        if self.config is None or base is None:
             raise ModelError(f"ACP agent {self.name!r} cannot run here: " + (
                 "[acp_agents] does not name it" if self.config is None else
                 "this process has no workspace"), transient=False)
+        self.workspace = await workspace_of(runner.db, base, thread_id)  # its worktree, if any
         # the SDK's schema takes a second or more to import: never on the event loop
         await asyncio.to_thread(importlib.import_module, "acp")
-        stop_reason = await self._prompted(self.config, workspace.folder)
+        stop_reason = await self._prompted(self.config, self.workspace.folder)
         if stop_reason != "end_turn":
             raise ModelError(f"ACP agent {self.name!r} ended its turn with {stop_reason!r}",
                              transient=False)
@@ -137,6 +141,9 @@ class AcpTurn:
         if self.text_size > MAX_TEXT_CHARACTERS or self.dropped:
             final += (f"\n[lace: {self.text_size:,} characters of answer, "
                       f"{self.dropped:,} updates not recorded]")
+        task_id = self.start.agent.current_task
+        if task_id is not None:  # its worktree's work committed on its branch, and named
+            final = await with_committed_work(runner.db, thread_id, task_id, final)
         await self._write(lambda tx: self._finish(tx, final))
         runner.tools.changed()
         runner.bus.publish(TurnEnded(thread_id, final))
@@ -305,7 +312,7 @@ class AcpTurn:
 
     def _workspace(self, tool: str) -> Workspace:
 
-        workspace = self.runner.tools.workspace
+        workspace = self.workspace
         if workspace is None or not self._may_use(tool):
             raise refused(f"this agent may not use {tool}")
         return workspace
