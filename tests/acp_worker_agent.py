@@ -99,6 +99,7 @@ class Scripted:
 
 async def main() -> None:
     mode, argument = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
+    print(f"scripted ACP agent: {mode}", file=sys.stderr, flush=True)
     await run_agent(Scripted(mode, argument))  # type: ignore[arg-type]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,9 @@ async def test_a_task_for_an_acp_agent_completes_with_its_answer(
         assert events[-1][1]["message"]["content"] == f"worked {task_id}"
         notes = query(db_path, "SELECT content FROM task_notes WHERE task_id = ?", task_id)
         assert any(f"worked {task_id}" in note for (note,) in notes)
+        log = Path(os.environ["LACE_HOME"]) / "acp-logs" / "scripted.log"
+        assert "scripted ACP agent: answer" in log.read_text()  # its stderr, kept privately
+        assert log.stat().st_mode & 0o777 == 0o600
     finally:
         await runtime.stop()
         runtime.close()

@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import json
 import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from lace.runtime.turn_end import end_turn, open_task_of
 from lace.store import Tx
 from lace.store.leases import fenced
 from lace.tools.base import ModelCheck, ToolError, ToolResult
+from lace.tools.mcp.stderr_log import StderrLog
 from lace.tools.workspace import Workspace, off_loop
 from lace.tools.workspace_paths import open_regular, replace_file
 
@@ -172,13 +172,15 @@ class AcpTurn:
 
         capabilities = ClientCapabilities(fs=FileSystemCapabilities(
             read_text_file=True, write_text_file=True), terminal=False)
+        stderr = StderrLog(self.name, folder="acp-logs")  # rotated, at most 10 MB an agent
         try:
             # WorkerClient has the methods lace answers; the SDK answers the others "Method
             # not found" (its Client protocol lists every method, terminals included)
             async with spawn_agent_process(
                     cast("Client", WorkerClient(self)), config.command, *config.args,
-                    env=config.env, cwd=folder, transport_kwargs={"stderr": subprocess.DEVNULL},
+                    env=config.env, cwd=folder, transport_kwargs={"stderr": stderr.writer},
                     ) as (conn, _process):
+                stderr.started()
                 await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION,
                                                        client_capabilities=capabilities),
                                        START_TIMEOUT_S)
@@ -203,6 +205,8 @@ class AcpTurn:
             why = error.strerror or str(error) or type(error).__name__
             raise ModelError(f"could not start ACP agent {self.name!r} ({config.command}): "
                              f"{why}", transient=False) from None
+        finally:
+            stderr.started()
 
     async def _write(self, work: Any) -> Any:
         return await self.runner.db.write(fenced(self.start.lease, work))
