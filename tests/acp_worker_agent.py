@@ -2,14 +2,15 @@
 stdio transport: `python tests/acp_worker_agent.py MODE [ARG]`.
 
 MODE: `answer` (a tool call, then its prompt's task id in its answer), `refuse` (stop reason
-refusal), `hang` (never answers: writes ARG.prompted when prompted, ARG when it hears
-session/cancel), `ask` (asks
+refusal), `hang` (never answers: writes its pid to ARG.pid and its prompt to ARG.prompted
+when prompted, ARG when it hears session/cancel; only a signal ends it), `ask` (asks
 permission for a call of kind ARG and says what it was told), `flood` (ARG tool calls, then
 an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes out.txt)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 from pathlib import Path
@@ -62,6 +63,7 @@ class Scripted:
         if self.mode == "refuse":
             return PromptResponse(stop_reason="refusal")
         if self.mode == "hang":
+            Path(self.argument).with_suffix(".pid").write_text(str(os.getpid()))
             Path(self.argument).with_suffix(".prompted").write_text(asked)
             await asyncio.Event().wait()
         if self.mode == "ask":
@@ -101,6 +103,8 @@ async def main() -> None:
     mode, argument = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
     print(f"scripted ACP agent: {mode}", file=sys.stderr, flush=True)
     await run_agent(Scripted(mode, argument))  # type: ignore[arg-type]
+    if mode == "hang":  # stubborn: the end of its stdin does not end it, only a signal
+        await asyncio.sleep(3600)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import contextlib
 import importlib
 import json
 import os
+import shutil
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from lace.store import Tx
 from lace.store.leases import fenced
 from lace.tools.base import ModelCheck, ToolError, ToolResult
 from lace.tools.mcp.stderr_log import StderrLog
+from lace.tools.process_groups import kept, signal_group, track_group, untrack_group
 from lace.tools.workspace import Workspace, off_loop
 from lace.tools.workspace_paths import open_regular, replace_file
 
@@ -45,6 +48,8 @@ MAX_RECORDED_UPDATES = 500
 agent that floods updates cannot fill the database)."""
 MAX_TEXT_CHARACTERS = 200_000
 """The longest answer kept of one turn; the rest is counted."""
+GRACE_S = 2.0
+"""How long an agent has to end after its stdin closes, then after SIGTERM."""
 MAX_FILE_BYTES = 8 * 2**20
 """The largest file an ACP agent may read through lace."""
 LACE_TOOL_OF_KIND = {"read": "file_read", "search": "file_read", "think": "file_read",
@@ -66,6 +71,22 @@ def acp_checked(check: ModelCheck, agents: Mapping[str, AcpAgent]) -> ModelCheck
                 "lace.toml counts once the folder is trusted)")
 
     return checked
+
+
+async def ended(process: Any, group: int) -> None:
+    """End the agent: its stdin closed, then SIGTERM to its group after GRACE_S, SIGKILL after
+    GRACE_S more (the SDK's own end waits for its pipes, which an agent that ignores the end of
+    its stdin keeps open, below the keeper, for ever)."""
+    with contextlib.suppress(Exception):
+        process.stdin.close()
+    for signal_number in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            await asyncio.wait_for(asyncio.shield(process.wait()), GRACE_S)
+            return
+        except TimeoutError:
+            signal_group(group, signal_number)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(process.wait()), GRACE_S)
 
 
 def refused(why: str) -> Exception:
@@ -172,29 +193,44 @@ class AcpTurn:
 
         capabilities = ClientCapabilities(fs=FileSystemCapabilities(
             read_text_file=True, write_text_file=True), terminal=False)
+        path = (config.env.get("PATH") or os.environ.get("PATH")) if "/" not in \
+            config.command else None
+        if shutil.which(config.command, path=path) is None:
+            raise ModelError(f"could not start ACP agent {self.name!r} ({config.command}): "
+                             "no such command", transient=False)
         stderr = StderrLog(self.name, folder="acp-logs")  # rotated, at most 10 MB an agent
+        group: int | None = None
         try:
             # WorkerClient has the methods lace answers; the SDK answers the others "Method
-            # not found" (its Client protocol lists every method, terminals included)
+            # not found" (its Client protocol lists every method, terminals included). The
+            # agent runs under lace's keeper, in a process group of its own that ends with
+            # lace, even when lace is killed.
             async with spawn_agent_process(
-                    cast("Client", WorkerClient(self)), config.command, *config.args,
-                    env=config.env, cwd=folder, transport_kwargs={"stderr": stderr.writer},
-                    ) as (conn, _process):
+                    cast("Client", WorkerClient(self)),
+                    *kept([config.command, *config.args]), env=config.env, cwd=folder,
+                    transport_kwargs={"stderr": stderr.writer}) as (conn, process):
+                group = process.pid  # the keeper leads its own session: its pid names it
+                track_group(group)
                 stderr.started()
-                await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION,
-                                                       client_capabilities=capabilities),
-                                       START_TIMEOUT_S)
-                session = await asyncio.wait_for(
-                    conn.new_session(cwd=str(folder), mcp_servers=[]), START_TIMEOUT_S)
                 try:
-                    answer = await asyncio.wait_for(conn.prompt(
-                        session_id=session.session_id, prompt=[text_block(self._prompt())]),
-                        self.runner.limits.turn_timeout_s)
-                except asyncio.CancelledError:  # the task was stopped: tell the agent first
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(conn.cancel(session_id=session.session_id), 1)
-                    raise
-                return str(answer.stop_reason)
+                    await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION,
+                                                           client_capabilities=capabilities),
+                                           START_TIMEOUT_S)
+                    session = await asyncio.wait_for(
+                        conn.new_session(cwd=str(folder), mcp_servers=[]), START_TIMEOUT_S)
+                    try:
+                        answer = await asyncio.wait_for(conn.prompt(
+                            session_id=session.session_id,
+                            prompt=[text_block(self._prompt())]),
+                            self.runner.limits.turn_timeout_s)
+                    except asyncio.CancelledError:  # stopped: tell the agent first
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(conn.cancel(session_id=session.session_id),
+                                                   1)
+                        raise
+                    return str(answer.stop_reason)
+                finally:
+                    await ended(process, group)
         except TimeoutError:  # before OSError, of which it is a kind
             raise ModelError(f"ACP agent {self.name!r} did not answer in time",
                              transient=False) from None
@@ -207,6 +243,9 @@ class AcpTurn:
                              f"{why}", transient=False) from None
         finally:
             stderr.started()
+            if group is not None:  # the SDK ended the keeper; what is left of its group too
+                signal_group(group, signal.SIGKILL)
+                untrack_group(group)
 
     async def _write(self, work: Any) -> Any:
         return await self.runner.db.write(fenced(self.start.lease, work))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -193,3 +194,49 @@ def test_an_untrusted_repository_cannot_start_its_acp_agent(tmp_path: Path) -> N
         assert lace_in(repo, home, "trust", "--yes").returncode == 0
         done = lace_in(repo, home, "run", "go", "--model", "openai/fake", **env)
     assert marker.read_text() == "ran"  # trusted: its command is lace's to start
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def assigns_hang(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    if messages[-1]["role"] == "tool":
+        return ScriptedReply("waiting")
+    return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+        {"title": "Hang", "prompt": "x", "assigned_to": "acp:hang"}]})])
+
+
+@pytest.mark.slow
+def test_no_acp_agent_outlives_lace_even_killed(tmp_path: Path) -> None:
+    home, marker = tmp_path / "home", tmp_path / "hang"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text(
+        f'[acp_agents.hang]\ncommand = "{sys.executable}"\nargs = ["{AGENT}", "hang", '
+        f'"{marker}"]\n')
+    with FakeOpenAI(assigns_hang) as fake:
+        lace = subprocess.Popen(
+            [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake"], cwd=tmp_path,
+            env=lace_env(home, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-fake-0123456"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            pid_file = marker.with_suffix(".pid")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not pid_file.exists():
+                time.sleep(0.1)
+            agent = int(pid_file.read_text())
+            assert alive(agent)
+            lace.kill()  # SIGKILL: no code of lace runs
+            lace.wait(10)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and alive(agent):
+                time.sleep(0.1)
+            assert not alive(agent)
+        finally:
+            lace.kill()
+            lace.wait(10)
