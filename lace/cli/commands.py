@@ -107,6 +107,7 @@ def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     _add_trust_command(add)
     _add_setup_commands(add, common)
     _add_mcp_commands(add, common)
+    _add_acp_command(add)
     _add_worktree_commands(add, common)
     _add_database_commands(add, common)
 
@@ -398,6 +399,16 @@ def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
     add_workspace_flags(serve)
 
 
+def _add_acp_command(add: Add) -> None:
+    """acp: lace as an agent for editors."""
+    acp = add("acp", "Serve the Agent Client Protocol on stdin and stdout: lace as the agent "
+                     "of an editor (Zed, JetBrains, Neovim), each editor session a lace "
+                     "session working in the editor's folder.", "lace.cli.acp_serve:acp_command")
+    acp.add_argument("--model", metavar="PROVIDER/MODEL",
+                     help="the root's model (default: $LACE_MODEL, else the offline demo model)")
+    add_workspace_flags(acp)
+
+
 def _add_worktree_commands(add: Add, common: argparse.ArgumentParser) -> None:
     """merge, worktrees and worktrees prune: the helpers' git worktrees."""
     merge = add("merge", "Merge a helper's worktree branch (lace/THREAD_ID) into the branch it "
@@ -476,6 +487,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "lace mcp list": ("lace mcp list --json",),
     "lace mcp serve": ("lace mcp serve",
                        "lace mcp serve --http 127.0.0.1:8765 --session lace_20261122_ab12cd"),
+    "lace acp": ("lace acp", "lace acp --model openai/gpt-4o --db ~/.lace/editor.db"),
     "lace merge": ("lace merge lace_20261122_ab12cd.1",
                    "lace merge lace_20261122_ab12cd.2 --squash"),
     "lace worktrees": ("lace worktrees", "lace worktrees prune"),

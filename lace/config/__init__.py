@@ -246,6 +246,20 @@ class McpServer(BaseModel):
         return self
 
 
+class AcpAgent(BaseModel):
+    """`[acp_agents.NAME]`: an ACP agent lace starts (in the task's workspace) for a task
+    assigned to `acp:NAME`, speaking ACP on its stdin and stdout."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict,
+                                description="variables it gets besides a minimal environment")
+    tools: list[str] | None = Field(
+        default=None, description="the lace tools whose powers its permission and file "
+        "requests may use, within its creator's (default: all of its creator's)")
+
+
 class WebSettings(BaseModel):
     """`[web]`: how `lace web` serves the app."""
 
@@ -265,6 +279,7 @@ class Settings(BaseSettings):
     workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    acp_agents: dict[str, AcpAgent] = Field(default_factory=dict)
     web: WebSettings = Field(default_factory=WebSettings)
     hooks: Hooks = Field(default_factory=dict, description="[[hooks.EVENT]]: commands run at "
                          "points of every agent's work, in Claude Code's hooks contract")
@@ -337,6 +352,8 @@ def _check_tool_names(settings: Settings, source: Source,
     named = [("tools.policy", ("tools", "policy", tool), tool) for tool in settings.tools.policy]
     named += [(f"profiles.{name}.tools", ("profiles", name, "tools"), tool)
               for name, profile in settings.profiles.items() for tool in profile.tools]
+    named += [(f"acp_agents.{name}.tools", ("acp_agents", name, "tools"), tool)
+              for name, agent in settings.acp_agents.items() for tool in agent.tools or []]
     for where, key, tool in named:
         problem = unknown_tool_problem(tool, python_tools)
         if problem:

@@ -12,9 +12,13 @@ from lace.core.records import AgentPlan
 
 HUMAN = "human"
 NEW_PREFIX = "new:"
+ACP_PREFIX = "acp:"
+ACP_PROVIDER = "acp"
+"""The provider of an agent that is an external ACP agent (`acp:NAME`): its model is NAME."""
 EXPECTED_FORMS = (
     "Expected new:provider/model (e.g. new:openai/gpt-4o), new:<profile>:<provider>/<model>, "
-    "new:<profile>, an existing thread id of this session, or 'human'"
+    "new:<profile>, acp:<name> (an ACP agent of [acp_agents]), an existing thread id of this "
+    "session, or 'human'"
 )
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """A provider or profile name, matched whole (`fullmatch`: `$` would let a final newline in)."""
@@ -107,6 +111,12 @@ def parse_assignee(text: str) -> Assignee:
         return HumanAssignee()
     if text.startswith(NEW_PREFIX):
         return parse_new_spec(text)
+    if text.startswith(ACP_PREFIX):
+        name = text[len(ACP_PREFIX):]
+        if not _NAME_RE.fullmatch(name):
+            raise InvalidAssigneeError(f"Malformed assignee {text!r}: acp:NAME names an agent "
+                                       "of [acp_agents] (letters, digits, '.', '_', '-').")
+        return NewAgentSpec(text=text, profile=None, provider=ACP_PROVIDER, model=name)
     if is_thread_id(text):
         return ThreadAssignee(text)
     raise InvalidAssigneeError(f"Malformed assignee {text!r}. {EXPECTED_FORMS}.")

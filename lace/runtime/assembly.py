@@ -13,6 +13,7 @@ from typing import Any
 
 from lace.config import Settings
 from lace.llm.types import ModelClient
+from lace.runtime.acp_worker import acp_checked
 from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventBus, Warned
@@ -31,7 +32,7 @@ from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
 from lace.tools.python_tools import PythonTool
 from lace.tools.python_tools import python_tools as python_tools_of
-from lace.tools.workspace import Workspace
+from lace.tools.workspace import EditorFiles, Workspace
 
 PythonFunction = Callable[..., Any]
 log = logging.getLogger("lace.runtime")
@@ -61,11 +62,13 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                  check_model: ModelCheck = no_model_check, workspace: Path | None = None,
                  sharing: Sharing = ALONE,
                  python_tools: Sequence[PythonFunction | PythonTool] = (),
-                 ) -> Runtime:
+                 editor: EditorFiles | None = None) -> Runtime:
     """A runtime over `store`: the process registered (its lease), the workspace's tools, the
     configured MCP servers and the person's `python_tools` (both checked first: a bad one is
     refused before anything is written), the approval policy, the turns and the scheduler.
-    Agents work in `workspace` (None: no file tools or bash)."""
+    Agents work in `workspace` (None: no file tools or bash); their file tools use `editor`'s
+    buffers when given (`lace acp`)."""
+    check_model = acp_checked(check_model, settings.acp_agents)
     functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
@@ -78,7 +81,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                        profiles=settings.profiles, budgets=settings.budgets,
                        workspace=None if workspace is None else Workspace.for_lace(
                            workspace, database_url=store.database.url,
-                           protected_paths=settings.tools.protected_paths),
+                           protected_paths=settings.tools.protected_paths, editor=editor),
                        workspace_settings=settings.workspace, python_tools=functions)
     tools.approvals = Approvals(db=db, bus=bus, settings=settings.tools,
                                 timeout_s=settings.limits.approval_timeout_s,
@@ -95,7 +98,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     turns = TurnRunner(db=db, client=client, limits=settings.limits, bus=bus, tools=tools,
                        budgets=settings.budgets, holder=process_id,
                        place=place if sharing.share_work else None,
-                       fallbacks_for=settings.fallbacks_for)
+                       fallbacks_for=settings.fallbacks_for, acp_agents=settings.acp_agents)
     scheduler = Scheduler(db=db, runner=turns, bus=bus, limits=settings.limits,
                           process_id=process_id, database_path=store.database.path,
                           feed=sharing.feed or Polling(), sessions=set(sharing.sessions),

@@ -15,6 +15,7 @@ from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import new_root_thread_id, root_of
 from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
 from lace.core.usage import CallGroup
+from lace.runtime.acp_worker import acp_checked
 from lace.runtime.hook_points import submitted_alone
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.runtime.sessions import (
@@ -70,7 +71,8 @@ def person_context(settings: Settings, workspace: Path, session_id: str) -> Tool
     `[workspace]` settings, acting in `workspace`."""
     from lace.llm.checks import check_model
 
-    return ToolContext(thread_id=HUMAN, session_id=session_id, check_model=check_model,
+    return ToolContext(thread_id=HUMAN, session_id=session_id,
+                       check_model=acp_checked(check_model, settings.acp_agents),
                        profiles=settings.profiles, limits=settings.limits,
                        budgets=settings.budgets, workspace=workspace,
                        workspace_settings=settings.workspace)
@@ -241,7 +243,7 @@ class Board:
         root_id = new_root_thread_id()
         prompt = submitted_alone(self.settings, workspace, root_id, prompt, warn)
         with self.store.transaction() as tx:
-            return open_session(tx, prompt, model, place_of(workspace), root_id)
+            return open_session(tx, prompt, model, place_of(workspace), root_id=root_id)
 
     def start_session_for(self, arguments: Any) -> str:
         """A new session for the person's first `task_create`, titled after its first task

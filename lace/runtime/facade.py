@@ -94,7 +94,14 @@ class Runtime:
             prompt = await hooks.prompt_submitted(root_id, prompt)
             prompt = "\n\n".join([prompt, *await hooks.session_started(root_id, "startup")])
         return await self.db.write(lambda tx: open_session(tx, prompt, model, self.place,
-                                                           root_id))
+                                                           root_id=root_id))
+
+    async def open_empty_session(self, title: str, model: str) -> Thread:
+        """A new root thread with nothing in its inbox: it runs once someone writes to it
+        (`send`), as an editor's session does at its first prompt."""
+        self.scheduler.reopen()
+        return await self.db.write(
+            lambda tx: open_session(tx, None, model, self.place, title=title))
 
     def serve_session(self, root_id: str) -> None:
         """Run this session's agents here from now on (a session the MCP server started)."""

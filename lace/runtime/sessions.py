@@ -39,17 +39,19 @@ def place_of(workspace: Path) -> Place:
     return Place(host=socket.gethostname(), workspace=str(workspace.resolve()))
 
 
-def open_session(tx: Tx, prompt: str, model: str, place: Place | None,
-                 root_id: str | None = None) -> Thread:
+def open_session(tx: Tx, prompt: str | None, model: str, place: Place | None, *,
+                 title: str | None = None, root_id: str | None = None) -> Thread:
     """A new root thread (`root_id`, else a fresh id) whose inbox holds the person's prompt
-    (`lace run`, `--detach` too); its agents work in the workspace at `place`. The root has
-    every lace tool (and the Python tools of whichever process runs it:
-    `ToolRunner.own_tools`)."""
+    (`lace run`, `--detach` too), or nothing yet (an editor's session before its first prompt:
+    `title` names it); its agents work in the workspace at `place`. The root has every lace
+    tool (and the Python tools of whichever process runs it: `ToolRunner.own_tools`)."""
     provider, name = parse_model(model)
-    prompt = valid_text(prompt)
-    root = tx.threads.create_session(provider=provider, model=name, title=prompt[:80],
+    prompt = None if prompt is None else valid_text(prompt)
+    root = tx.threads.create_session(provider=provider, model=name,
+                                     title=valid_text(title or prompt or "")[:80],
                                      tools=list(EVERY_TOOL), place=place, thread_id=root_id)
-    tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
+    if prompt is not None:
+        tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
     return root
 
 

@@ -9,16 +9,18 @@ import functools
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lace.config import Budgets, Limits
+from lace.config import AcpAgent, Budgets, Limits
+from lace.core.assignee import ACP_PROVIDER
 from lace.core.ids import depth_of
 from lace.core.records import Agent, Lease, Place
 from lace.core.usage import estimate_tokens
 from lace.llm.types import ModelClient, ModelError, ModelReply
+from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
@@ -115,6 +117,8 @@ class TurnRunner:
     """The lease of each thread's latest turn, until its drive ends."""
     fallbacks_for: Callable[[str | None], tuple[str, ...]] = lambda _profile: ()
     """The fallback models of an agent with this profile (`Settings.fallbacks_for`)."""
+    acp_agents: Mapping[str, AcpAgent] = field(default_factory=dict)
+    """The `[acp_agents]` an `acp:NAME` agent's turn starts."""
     slots: Slots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -132,6 +136,8 @@ class TurnRunner:
             raise AlreadyRunningError(thread_id)
         self.leases[thread_id] = start.lease  # the scheduler drops it when the drive ends
         async with self.tools.tracing.agent_turn(start.agent):  # its `invoke_agent` span
+            if start.agent.provider == ACP_PROVIDER:  # an external ACP agent works this turn
+                return await AcpTurn(self, start, self.acp_agents.get(start.agent.model)).run()
             return await self._run(start, started)
 
     async def _run(self, start: TurnStart, started: float) -> str | None:

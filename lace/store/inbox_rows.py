@@ -64,6 +64,13 @@ class InboxRows(Rows):
             inbox.thread_id == thread_id, inbox.task_id == task_id, inbox.kind == kind)
         ).first() is not None
 
+    def texts(self, inbox_ids: list[int]) -> dict[int, str]:
+        """The text each of these rows was posted with (as written, before a budget note
+        joined it in the conversation)."""
+        inbox = schema.inbox.c
+        return {row.id: row.text for row in self._execute(
+            sa.select(inbox.id, inbox.text).where(inbox.id.in_(inbox_ids)))}
+
     def pending(self, thread_id: str) -> list[InboxItem]:
         """Unconsumed messages for a thread, high priority first, then oldest."""
         rows = sql.PENDING_INBOX.rows(self.raw, {"thread": thread_id})

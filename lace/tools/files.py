@@ -45,7 +45,23 @@ class FileRead(WorkspaceTool):
     limit: int = Field(default=READ_LIMIT, ge=1, le=2000)
 
     async def perform(self, workspace: Workspace) -> WorkspaceResult:
+        editor = workspace.editor
+        if editor is not None and editor.reads:
+            path = await off_loop(lambda: _checked_for_reading(workspace, self.path))
+            return WorkspaceResult(self._page_of(await editor.read(path)))
         return WorkspaceResult(await off_loop(lambda: self._page(workspace)))
+
+    def _page_of(self, text: str) -> str:
+        """A page of a file's text (as an editor holds it)."""
+        lines = text.splitlines()
+        shown = [f"{number:6}\t{line}" for number, line in enumerate(
+            lines[self.offset - 1:self.offset - 1 + self.limit], start=self.offset)]
+        if not shown:
+            return f"{self.path}: no lines from {self.offset} (it has {len(lines)})."
+        left = len(lines) - (self.offset - 1 + len(shown))
+        after = self.offset + len(shown)
+        return "\n".join(shown) + (f"\n… {left} more lines (read on with offset={after})"
+                                   if left else "")
 
     def _page(self, workspace: Workspace) -> str:
         with text_file(workspace, self.path) as (stream, info):
@@ -182,12 +198,18 @@ class FileWrite(WorkspaceTool):
     content: str = Field(max_length=2_000_000)
 
     async def perform(self, workspace: Workspace) -> WorkspaceResult:
-        def write() -> str:
-            with workspace.writing(self.path) as place:
-                replace_file(place, self.content.encode("utf-8", errors="replace"), self.path)
-                return place.relative
+        editor = workspace.editor
 
-        written = await off_loop(write)
+        def write() -> tuple[str, str]:
+            with workspace.writing(self.path) as place:
+                if editor is None or not editor.writes:
+                    replace_file(place, self.content.encode("utf-8", errors="replace"),
+                                 self.path)
+                return place.relative, workspace.absolute(place)
+
+        written, absolute = await off_loop(write)
+        if editor is not None and editor.writes:
+            await editor.write(absolute, self.content)
         lines = self.content.count("\n") + (not self.content.endswith("\n") and bool(self.content))
         return WorkspaceResult(f"Wrote {written} ({lines} lines, {len(self.content)} chars).",
                                files_changed=(written,))
@@ -204,9 +226,31 @@ class FileEdit(WorkspaceTool):
     replace_all: bool = False
 
     async def perform(self, workspace: Workspace) -> WorkspaceResult:
-        changed, count = await off_loop(lambda: self._edit(workspace))
+        editor = workspace.editor
+        if editor is not None and editor.reads and editor.writes:
+            def check() -> tuple[str, str]:
+                with workspace.writing(self.path, make_folders=False) as place:
+                    return place.relative, workspace.absolute(place)
+
+            changed, absolute = await off_loop(check)
+            text, count = self._replaced(await editor.read(absolute))
+            await editor.write(absolute, text)
+        else:
+            changed, count = await off_loop(lambda: self._edit(workspace))
         return WorkspaceResult(f"Edited {changed}: {count} replacement(s).",
                                files_changed=(changed,))
+
+    def _replaced(self, text: str) -> tuple[str, int]:
+        """The text with `old_text` replaced, and how often; ToolError when it is not there
+        exactly once (unless `replace_all`)."""
+        count = text.count(self.old_text)
+        if count == 0:
+            raise ToolError(f"old_text was not found in {self.path!r}; read the file and "
+                            "copy the exact text, whitespace included.")
+        if count > 1 and not self.replace_all:
+            raise ToolError(f"old_text appears {count} times in {self.path!r}; include more "
+                            "surrounding text to make it unique, or set replace_all.")
+        return text.replace(self.old_text, self.new_text), count
 
     def _edit(self, workspace: Workspace) -> tuple[str, int]:
         with workspace.writing(self.path, make_folders=False) as place:
@@ -219,21 +263,19 @@ class FileEdit(WorkspaceTool):
             if is_binary(data[:BINARY_PROBE]):
                 raise ToolError(f"{self.path!r} is a binary file of {len(data):,} bytes; it "
                                 "is not edited as text.")
-            text = data.decode("utf-8", errors="surrogateescape")
-            count = text.count(self.old_text)
-            if count == 0:
-                raise ToolError(f"old_text was not found in {self.path!r}; read the file and "
-                                "copy the exact text, whitespace included.")
-            if count > 1 and not self.replace_all:
-                raise ToolError(f"old_text appears {count} times in {self.path!r}; include more "
-                                "surrounding text to make it unique, or set replace_all.")
+            text, count = self._replaced(data.decode("utf-8", errors="surrogateescape"))
             try:
-                edited = text.replace(self.old_text, self.new_text).encode(
-                    "utf-8", errors="surrogateescape")
+                edited = text.encode("utf-8", errors="surrogateescape")
             except UnicodeEncodeError as error:
                 raise ToolError(f"new_text cannot be written as UTF-8 ({error.reason}).") from None
             replace_file(place, edited, self.path)
             return place.relative, count
+
+
+def _checked_for_reading(workspace: Workspace, path: str) -> str:
+    """The absolute path of `path` once it passed the workspace's checks for reading."""
+    with workspace.reading(path) as place:
+        return workspace.absolute(place)
 
 
 FILE_TOOLS: tuple[type[WorkspaceTool], ...] = (FileRead, FileList, FileSearch, FileWrite,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError
@@ -22,20 +22,51 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+class EditorFiles(Protocol):
+    """An editor that holds the workspace's files (ACP's `fs/*`): file tools read and write
+    its buffers, unsaved changes included, instead of the disk, once the path passed the
+    workspace's checks. Its methods raise ToolError with what went wrong."""
+
+    @property
+    def reads(self) -> bool:
+        """The editor reads files for lace (`fs.readTextFile`)."""
+        ...
+
+    @property
+    def writes(self) -> bool:
+        """The editor writes files for lace (`fs.writeTextFile`)."""
+        ...
+
+    async def read(self, path: str) -> str:
+        """The text of the file at the absolute `path`."""
+        ...
+
+    async def write(self, path: str, content: str) -> None:
+        """Replace the file at the absolute `path` with `content`."""
+        ...
+
+
 @dataclass(frozen=True)
 class Workspace:
-    """The folder the tools act in, and what in it the file tools must never write."""
+    """The folder the tools act in, what in it the file tools must never write, and the editor
+    whose buffers they use, if any."""
 
     folder: Path
     protection: Protection = field(default_factory=Protection)
+    editor: EditorFiles | None = None
 
     @classmethod
     def for_lace(cls, folder: Path, *, database_url: str | None,
-                 protected_paths: Sequence[str] = ()) -> Workspace:
+                 protected_paths: Sequence[str] = (),
+                 editor: EditorFiles | None = None) -> Workspace:
         """A workspace that also protects lace's database, home and configuration files, and
         the `[tools] protected_paths`."""
         return cls(folder, Protection.for_lace(folder, database_url=database_url,
-                                               protected_paths=protected_paths))
+                                               protected_paths=protected_paths), editor)
+
+    def absolute(self, place: Location) -> str:
+        """The absolute path of a place the checks led to (for the editor)."""
+        return str(self.folder.resolve().joinpath(*place.parts))
 
     def __fspath__(self) -> str:
         return str(self.folder)

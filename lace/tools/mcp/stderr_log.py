@@ -34,10 +34,10 @@ class _PrivateRotatingFile(RotatingFileHandler):
         """A full disk loses log lines, never prints a traceback over the app."""
 
 
-def _handler(name: str) -> logging.Handler | None:
+def _handler(name: str, folder: str) -> logging.Handler | None:
     """The log of the server named `name` (one per file, shared by the server's restarts), or
     None when it cannot be written."""
-    path = lace_home() / "mcp-logs" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log"
+    path = lace_home() / folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log"
     with _lock:
         if path not in _handlers:
             try:
@@ -57,10 +57,10 @@ class StderrLog:
     server's log; once the server is started, `started` drops lace's copy of the pipe's end,
     so the thread ends when the server does."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, folder: str = "mcp-logs") -> None:
         read_end, write_end = os.pipe()
         self.writer = os.fdopen(write_end, "w")
-        self._handler = _handler(name)
+        self._handler = _handler(name, folder)
         self._thread = threading.Thread(target=self._copy, args=(read_end,), daemon=True,
                                         name=f"lace-mcp-stderr-{name}")
         self._thread.start()

@@ -1,0 +1,139 @@
+"""`lace acp`: lace as an ACP agent on stdin and stdout, for editors (Zed, JetBrains, Neovim).
+stdout carries the protocol alone (anything else printed goes to stderr), and a message longer
+than MAX_MESSAGE_BYTES is dropped as it streams by, never held whole."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from lace.cli.board import board_of
+from lace.cli.invocation import runtime_settings
+from lace.cli.run import model_client, note_unlisted_model
+from lace.core.assignee import parse_model
+from lace.core.errors import LaceError
+from lace.runtime.public import DaemonThreads
+
+if TYPE_CHECKING:
+    from acp.interfaces import Agent
+
+log = logging.getLogger("lace.acp")
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The longest JSON-RPC message lace reads from an editor (as from an MCP server): a prompt
+with a few files embedded fits; a longer line is dropped, with a line on stderr."""
+
+
+def acp_command(args: argparse.Namespace) -> int:
+    """Check the settings and the model first (one line on stderr when bad), then serve ACP on
+    stdio until the editor closes stdin (or SIGINT, SIGTERM)."""
+    from lace.llm.checks import check_model
+
+    settings = runtime_settings(args)
+    model = args.model or settings.model
+    provider, name = parse_model(model)
+    note_unlisted_model(model)
+    problem = check_model(provider, name)
+    if problem:
+        raise LaceError(problem)
+    board = board_of(args, create=True)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="lace acp: %(levelname)s %(name)s: %(message)s")
+    protocol_out = _take_stdout()
+    return asyncio.run(_serve(args, board, model, protocol_out))
+
+
+def _take_stdout() -> int:
+    """A file descriptor of its own for the protocol; fd 1 and `sys.stdout` then lead to
+    stderr, so a stray print (a library's, a tool's) cannot corrupt the protocol."""
+    sys.stdout.flush()
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol_out
+
+
+async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out: int) -> int:
+    from acp import run_agent
+
+    from lace.cli.acp_agent import LaceAgent
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
+    main = asyncio.current_task()
+    assert main is not None
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, main.cancel)
+    agent = LaceAgent(board=board, client=model_client(), model=model, flags=args)
+    reader, writer = await protocol_streams(protocol_out)
+    print(f"lace acp (pid {os.getpid()}): serving ACP on stdio, database {board.url}",
+          file=sys.stderr)
+    try:
+        # LaceAgent has the methods lace supports; the SDK answers the others "Method not
+        # found" (its Agent protocol lists every method of the spec, unstable ones too)
+        await run_agent(cast("Agent", agent), writer, reader)
+    except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
+        pass
+    finally:
+        await agent.close()
+        board.close()
+    return 0
+
+
+@dataclass
+class BoundedLines(asyncio.Protocol):
+    """Reads stdin and hands `reader` each complete line of at most `limit` bytes; a longer
+    line is dropped as it streams by (a line on stderr says so)."""
+
+    reader: asyncio.StreamReader
+    limit: int = MAX_MESSAGE_BYTES
+    pending: bytearray = field(default_factory=bytearray)
+    dropping: int = 0
+    """Bytes of the line being dropped so far (0: none is)."""
+
+    def data_received(self, data: bytes) -> None:
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            self._keep(data[start:end + 1])
+            if self.dropping:
+                log.warning("dropped a message of %s bytes from the editor: lace reads at "
+                            "most %s bytes of one message", f"{self.dropping:,}",
+                            f"{self.limit:,}")
+            else:
+                self.reader.feed_data(bytes(self.pending))
+            self.pending, self.dropping = bytearray(), 0
+            start = end + 1
+        self._keep(data[start:])
+
+    def _keep(self, part: bytes) -> None:
+        if self.dropping:
+            self.dropping += len(part)
+        elif len(self.pending) + len(part) > self.limit:
+            self.dropping = len(self.pending) + len(part)
+            self.pending = bytearray()
+        else:
+            self.pending += part
+
+    def eof_received(self) -> bool:
+        self.reader.feed_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.reader.feed_eof()
+
+
+async def protocol_streams(protocol_out: int) -> tuple[asyncio.StreamReader,
+                                                       asyncio.StreamWriter]:
+    """stdin as a reader of bounded lines, and the protocol's own descriptor as a writer."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
+    await loop.connect_read_pipe(lambda: BoundedLines(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(protocol_out, "wb"))
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return reader, writer
