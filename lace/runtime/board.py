@@ -238,8 +238,8 @@ class Board:
     def start_session(self, prompt: str, model: str, workspace: Path) -> Thread:
         """A new session whose inbox holds the prompt, run by no agent here: a worker on this
         host in `workspace` runs it (`lace run --detach`)."""
-        with self.store.transaction() as tx:
-            return open_session(tx, prompt, model, place_of(workspace))
+        place = place_of(workspace)
+        return self.store.write(lambda tx: open_session(tx, prompt, model, place))
 
     def start_session_for(self, arguments: Any) -> str:
         """A new session for the person's first `task_create`, titled after its first task
@@ -249,8 +249,7 @@ class Board:
     def import_session(self, document: SessionDocument) -> Imported:
         """Write an exported session in one transaction: its id here (new ids when its own
         were taken), inert until a person resumes it, and the approvals left out."""
-        with self.store.transaction() as tx:
-            return import_session(tx, document)
+        return self.store.write(lambda tx: import_session(tx, document))
 
     def create_tasks(self, tasks: list[dict[str, Any]],
                      session_id: str | None = None) -> list[Task]:

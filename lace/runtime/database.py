@@ -8,9 +8,10 @@ resumes only after that COMMIT, so a write awaited is a write made durable.
 A transaction whose lock is free at once runs right on the event loop: lace's transactions are
 short (a few statements, well under a millisecond), and a trip to a thread and back costs more
 than the work (about 75 us, plus the two threads taking turns with the GIL). When another
-process holds the write lock, the batch goes to one store thread instead, which waits for the
-lock while the loop goes on. Work that opens its own transactions (`call`) always runs on that
-thread.
+process holds SQLite's write lock, or (PostgreSQL) a row the batch needs or a write that
+conflicts with it (`Engine.is_conflict`), the batch goes to one store thread instead, which
+waits for the lock or runs the batch again (`Store.write`) while the loop goes on. Work that
+opens its own transactions (`call`) always runs on that thread.
 
 What each committed batch caused (the `Effects` its verbs recorded in the `EffectLog` each work
 is given here) goes to `on_commit` before the callers resume: the runtime wakes, announces and
@@ -36,9 +37,10 @@ Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None, Effects]
 EffectHandler = Callable[[Effects], None]
 
 
-def _run_batch(connection: sa.Connection,
-               batch: list[tuple[Work, asyncio.Future[Any]]]) -> list[Outcome]:
-    """Run each work in its own SAVEPOINT inside the open transaction of `connection`."""
+def _run_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
+               undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
+    """Run each work in its own SAVEPOINT inside the open transaction of `connection`; an
+    error that `undoes_all` (a conflict with another writer) ends the whole batch."""
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
         log = EffectLog()
@@ -51,6 +53,8 @@ def _run_batch(connection: sa.Connection,
         try:
             result = work(Tx(connection, log))
         except Exception as error:  # only this work is undone; the others still commit
+            if undoes_all(error):
+                raise
             raw.execute("ROLLBACK TO lace_work")
             outcomes.append((future, None, error, NO_EFFECTS))
         else:
@@ -126,24 +130,28 @@ class AsyncStore:
         batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         if self._pending:  # the rest commit next, after these callers had their turn
             asyncio.get_running_loop().call_soon(self._flush)
+        conflict = self.store.database.kind.is_conflict
         try:
             writer = self._writer_connection()
             with self.store.database.raw_transaction(writer, write=True):
-                outcomes = _run_batch(writer, batch)
-        except LockBusyError:  # another process holds the lock: wait for it on the thread
-            task = asyncio.ensure_future(self._flush_there(batch))
-            self._waiting.add(task)
-            task.add_done_callback(self._waiting.discard)
-            return
-        except Exception as error:  # the batch is rolled back: every caller hears why
-            _fail_all(batch, error)
+                outcomes = _run_batch(writer, batch, conflict)
+        except Exception as error:
+            if isinstance(error, LockBusyError) or conflict(error):
+                # another writer holds the lock or a row, or committed first: the thread
+                # waits for it and runs the batch again
+                task = asyncio.ensure_future(self._flush_there(batch))
+                self._waiting.add(task)
+                task.add_done_callback(self._waiting.discard)
+                return
+            _fail_all(batch, error)  # the batch is rolled back: every caller hears why
             return
         _settle(outcomes, self.on_commit)
 
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
+        conflict = self.store.database.kind.is_conflict
+
         def run() -> list[Outcome]:
-            with self.store.transaction() as tx:
-                return _run_batch(tx.connection, batch)
+            return self.store.write(lambda tx: _run_batch(tx.connection, batch, conflict))
 
         try:
             outcomes = await self.call(run)

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from lace.store.db import READONLY_OPTION, Database
 from lace.store.tx import Tx
+
+T = TypeVar("T")
+MOST_ATTEMPTS = 50
+"""Attempts of one write before a conflict is given to its caller: each attempt that fails
+lost to a transaction that committed, so the board moves on, but a bug must not loop."""
+FIRST_PAUSE_S = 0.001
+
+
+def pause_before(attempt: int) -> None:
+    """A short random wait before attempt `attempt` (2, 3, ...) of a write undone by a
+    conflict, doubling up to about 0.1 s, so the writers that met do not meet again."""
+    time.sleep(random.uniform(0, FIRST_PAUSE_S * 2 ** min(attempt, 7)))
 
 
 class Store:
@@ -17,9 +32,24 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
-        """A write transaction (BEGIN IMMEDIATE): committed on success, rolled back on error."""
+        """A write transaction (BEGIN IMMEDIATE): committed on success, rolled back on error.
+        One attempt: on PostgreSQL a concurrent writer can undo it (`write` runs it again)."""
         with self.database.engine.connect() as connection, connection.begin():
             yield Tx(connection)
+
+    def write(self, work: Callable[[Tx], T]) -> T:
+        """`work` in a write transaction, run again (up to MOST_ATTEMPTS) whenever a
+        concurrent writer undid it (`Engine.is_conflict`); its result once committed."""
+        attempt = 1
+        while True:
+            try:
+                with self.transaction() as tx:
+                    return work(tx)
+            except Exception as error:
+                if attempt >= MOST_ATTEMPTS or not self.database.kind.is_conflict(error):
+                    raise
+            attempt += 1
+            pause_before(attempt)
 
     @contextmanager
     def reading(self) -> Iterator[Tx]:

@@ -1,13 +1,18 @@
 """PostgreSQL under lace: its URLs, the connection settings that give it SQLite's guarantees,
 and the change feed that LISTENs for every write's NOTIFY.
 
-SQLite lets one writer at a time commit (BEGIN IMMEDIATE); lace's verbs read, decide and write
-inside one transaction and rely on that. On PostgreSQL every write transaction takes one
-transaction-level advisory lock first, so writers take turns the same way while readers never
-wait; a read transaction sees one snapshot (REPEATABLE READ, READ ONLY). Every write
-transaction also sends a NOTIFY on CHANNEL, delivered at its commit: the change feed of the
-workers and the app (SQLite's `PRAGMA data_version` plays that part there); the feed also
-wakes at its caller's timeout, a poll that covers a notification lost with its connection."""
+lace's verbs read, decide and write inside one transaction; SQLite lets one writer at a time
+commit (BEGIN IMMEDIATE), so each verb sees the world it changes. On PostgreSQL writers run at
+once: every write transaction is SERIALIZABLE, so the server makes it commit as if the writers
+had taken turns, or ends it with a serialization failure (or a deadlock) that lace runs again
+(`is_conflict`); a claim skips the agent rows other transactions hold (FOR UPDATE SKIP LOCKED)
+and an inbox row takes its recipient's lock (`INBOX_LOCKS`), so each inbox's ids follow the
+order its rows commit in. Migrations alone take one advisory lock (MIGRATION_LOCK), so
+processes opening a database at once migrate it in turn. A read transaction sees one snapshot
+(REPEATABLE READ, READ ONLY) and never waits. Every write transaction also sends a NOTIFY on
+CHANNEL, delivered at its commit: the change feed of the workers and the app (SQLite's `PRAGMA
+data_version` plays that part there); the feed also wakes at its caller's timeout, a poll that
+covers a notification lost with its connection."""
 
 from __future__ import annotations
 
@@ -24,14 +29,20 @@ from sqlalchemy import event
 from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
-from lace.store.engines.base import READONLY_OPTION, ChangeFeed, LockBusyError, Polling, driver
+from lace.store.engines.base import READONLY_OPTION, ChangeFeed, Polling, driver
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
-WRITE_LOCK = 0x6C616365  # "lace": the advisory lock every write transaction holds
-TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK}); NOTIFY {CHANNEL}"
-TRY_WRITE_LOCK = f"SELECT pg_try_advisory_xact_lock({WRITE_LOCK})"
-ANNOUNCE = f"NOTIFY {CHANNEL}"
+MIGRATION_LOCK = 0x6C616365  # "lace": the advisory lock a migration holds
+TAKE_MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"
+WRITE = f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}"
+CONFLICTS = frozenset({"40001", "40P01", "55P03"})
+"""serialization_failure, deadlock_detected, and lock_not_available (on the event loop's
+connection, which never waits for a row lock: `fail_fast`): the server undid a write
+transaction that could not commit beside a concurrent one; run again, it sees what that one
+committed."""
+FAIL_FAST = "SET lock_timeout = 1"
+"""Milliseconds the event loop's connection waits for a row another transaction holds."""
 READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 SCHEMES = ("postgresql", "postgres")
 NEEDS_DRIVER = ("PostgreSQL support needs psycopg: pip install 'lace[postgres]'")
@@ -75,7 +86,7 @@ def shown(url: str) -> str:
 
 IDLE_IN_TRANSACTION_MS = 10_000
 """A session idle inside a transaction this long is ended by the server, and its locks with
-it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock cannot freeze
+it: a lace process paused (SIGSTOP, a laptop's lid) while holding row locks cannot freeze
 every other process. lace's own transactions last milliseconds and never wait on a model."""
 
 
@@ -137,6 +148,12 @@ def in_transaction(raw: Any) -> bool:
     return bool(raw.info.transaction_status != TransactionStatus.IDLE)
 
 
+def is_conflict(error: BaseException) -> bool:
+    """Whether `error` (or the driver error it wraps) is a CONFLICTS error."""
+    cause = getattr(error, "orig", None) or error
+    return getattr(cause, "sqlstate", None) in CONFLICTS
+
+
 class PostgreSQL:
     """A database on a PostgreSQL server, reached through psycopg 3."""
 
@@ -152,7 +169,7 @@ class PostgreSQL:
         """Nothing to make: the server holds the database (createdb makes it)."""
 
     def existing_revision(self) -> str | None:
-        """Read without taking the write lock."""
+        """Read without writing."""
         where = self.shown()
         engine = sa.create_engine(self.url, poolclass=NullPool)
         try:
@@ -171,8 +188,8 @@ class PostgreSQL:
         return known_revision(revision, where)
 
     def create_engine(self, *, for_migrations: bool = False) -> sa.Engine:
-        """Every write transaction takes the advisory lock (WRITE_LOCK) and announces itself;
-        a read transaction sees one snapshot."""
+        """Every write transaction is SERIALIZABLE and announces itself (a migration takes
+        MIGRATION_LOCK instead); a read transaction sees one snapshot."""
         engine = sa.create_engine(self.url, poolclass=NullPool if for_migrations else None,
                                   connect_args=connect_args(self.url), pool_pre_ping=True)
 
@@ -187,24 +204,24 @@ class PostgreSQL:
             if connection.get_execution_options().get(READONLY_OPTION, False):
                 connection.exec_driver_sql(READ_SNAPSHOT)
             else:
-                connection.exec_driver_sql(TAKE_WRITE_LOCK)
+                connection.exec_driver_sql(TAKE_MIGRATION_LOCK if for_migrations else WRITE)
 
         return engine
 
     def begin(self, connection: sa.Connection, *, write: bool) -> None:
-        """A writer takes the write lock only if it is free (LockBusyError otherwise: the
-        AsyncStore then waits for it on its thread)."""
-        raw = driver(connection)
-        if not write:
-            raw.execute(READ_SNAPSHOT)
-            return
-        if not raw.execute(TRY_WRITE_LOCK).fetchone()[0]:
-            raw.rollback()
-            raise LockBusyError("another process holds lace's write lock")
-        raw.execute(ANNOUNCE)
+        """Never busy: writers wait only for the rows they share, and a conflict shows as
+        an error of the transaction (`is_conflict`)."""
+        driver(connection).execute(WRITE if write else READ_SNAPSHOT)
 
     def fail_fast(self, connection: sa.Connection) -> None:
-        """Nothing to set: `begin` only tries the lock."""
+        """A statement that meets a row another transaction holds fails at once (55P03, a
+        conflict): the AsyncStore then runs the transaction again on its thread."""
+        raw = driver(connection)
+        raw.execute(FAIL_FAST)
+        raw.commit()
+
+    def is_conflict(self, error: BaseException) -> bool:
+        return is_conflict(error)
 
     def change_feed(self, engine: sa.Engine) -> ChangeFeed:
         return PostgresChanges(self.url)

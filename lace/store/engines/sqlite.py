@@ -142,6 +142,10 @@ class SQLite:
         write lock is not blocked again until it ends."""
         driver(connection).execute("PRAGMA busy_timeout=0")
 
+    def is_conflict(self, error: BaseException) -> bool:
+        """Never: writers take turns (BEGIN IMMEDIATE), so none undoes another."""
+        return False
+
     def change_feed(self, engine: sa.Engine) -> ChangeFeed:
         return SQLiteChanges(engine)
 
