@@ -5,21 +5,23 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
-from lace.store.db import READONLY_OPTION, Database
+from lace.store.db import READONLY_OPTION, Database, LockBusyError
 from lace.store.tx import Tx
 
 T = TypeVar("T")
 MOST_ATTEMPTS = 50
 """Attempts of one write before a conflict is given to its caller: each attempt that fails
 lost to a transaction that committed, so the board moves on, but a bug must not loop."""
+ALONE_AFTER = 2
+"""Conflicts after which a write runs alone (waiting for a busy database is no conflict)."""
 FIRST_PAUSE_S = 0.001
 
 
 def pause_before(attempt: int) -> None:
-    """A short random wait before attempt `attempt` (2, 3, ...) of a write undone by a
+    """A short random wait after attempt `attempt` (1, 2, ...) of a write undone by a
     conflict, doubling up to about 0.1 s, so the writers that met do not meet again."""
     time.sleep(random.uniform(0, FIRST_PAUSE_S * 2 ** min(attempt, 7)))
 
@@ -38,17 +40,24 @@ class Store:
             yield Tx(connection)
 
     def write(self, work: Callable[[Tx], T]) -> T:
-        """`work` in a write transaction, run again (up to MOST_ATTEMPTS) whenever a
-        concurrent writer undid it (`Engine.is_conflict`); its result once committed."""
-        attempt = 1
+        """`work` in a write transaction, run again whenever a concurrent writer undid it
+        (`Engine.is_conflict`) or held the database; after ALONE_AFTER conflicts it runs alone
+        (`Engine.alone`), so a long write cannot keep losing to short ones; its result once
+        committed."""
+        kind = self.database.kind
+        attempt = conflicts = 0
         while True:
-            try:
-                with self.transaction() as tx:
-                    return work(tx)
-            except Exception as error:
-                if attempt >= MOST_ATTEMPTS or not self.database.kind.is_conflict(error):
-                    raise
             attempt += 1
+            try:
+                with self.database.engine.connect() as connection, \
+                        kind.alone(connection) if conflicts >= ALONE_AFTER else nullcontext(), \
+                        connection.begin():
+                    return work(Tx(connection))
+            except Exception as error:
+                conflicts += kind.is_conflict(error)
+                busy = isinstance(error, LockBusyError)
+                if attempt >= MOST_ATTEMPTS or not (busy or kind.is_conflict(error)):
+                    raise
             pause_before(attempt)
 
     @contextmanager

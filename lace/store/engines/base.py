@@ -101,6 +101,10 @@ class Engine(Protocol):
         """Make a write on `connection` fail at once instead of waiting for another writer
         (the event loop's connection): LockBusyError at `begin`, or a conflict."""
 
+    def alone(self, connection: sa.Connection) -> contextlib.AbstractContextManager[None]:
+        """While the block runs, the write transactions begun on `connection` are the only
+        ones (for a write that kept losing to concurrent ones)."""
+
     def is_conflict(self, error: BaseException) -> bool:
         """Whether `error` undid a write transaction only because another one ran beside it
         (PostgreSQL's serialization failures and deadlocks): run again, it may commit."""

@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -29,13 +30,30 @@ from sqlalchemy import event
 from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
-from lace.store.engines.base import READONLY_OPTION, ChangeFeed, Polling, driver
+from lace.store.engines.base import (
+    READONLY_OPTION,
+    ChangeFeed,
+    LockBusyError,
+    Polling,
+    driver,
+)
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
-MIGRATION_LOCK = 0x6C616365  # "lace": the advisory lock a migration holds
-TAKE_MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"
-WRITE = f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}"
+WRITERS = 0x6C616365  # "lace"
+"""The advisory lock of writers: every write transaction holds it shared, so any number run at
+once; a migration, or a write that kept losing to others (`alone`), holds it exclusively."""
+WRITE = (f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}; "
+         f"SELECT pg_try_advisory_xact_lock_shared({WRITERS})")
+"""A write's first statement: shared WRITERS is only tried, never waited for, since the
+transaction's snapshot is taken at this statement (waiting would leave it stale)."""
+WRITE_ALONE = f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}"
+"""A write's first statement while its connection holds WRITERS exclusively (`alone`): trying
+the shared lock would fail there while another write waits to run alone."""
+ALONE_KEY = "lace_alone"
+"""Set in a connection's `info` while it holds WRITERS exclusively."""
+MIGRATE = f"SELECT pg_advisory_xact_lock({WRITERS})"
+ALONE, NOT_ALONE = f"SELECT pg_advisory_lock({WRITERS})", f"SELECT pg_advisory_unlock({WRITERS})"
 CONFLICTS = frozenset({"40001", "40P01", "55P03"})
 """serialization_failure, deadlock_detected, and lock_not_available (on the event loop's
 connection, which never waits for a row lock: `fail_fast`): the server undid a write
@@ -148,6 +166,17 @@ def in_transaction(raw: Any) -> bool:
     return bool(raw.info.transaction_status != TransactionStatus.IDLE)
 
 
+def begin_write(raw: Any) -> None:
+    """Begin a write transaction on the psycopg connection `raw`; LockBusyError (rolled back)
+    while a write that runs alone or a migration holds WRITERS."""
+    cursor = raw.execute(WRITE)
+    while cursor.nextset():
+        pass
+    if not cursor.fetchone()[0]:
+        raw.rollback()
+        raise LockBusyError("a lace write that runs alone holds the database")
+
+
 def is_conflict(error: BaseException) -> bool:
     """Whether `error` (or the driver error it wraps) is a CONFLICTS error."""
     cause = getattr(error, "orig", None) or error
@@ -203,15 +232,44 @@ class PostgreSQL:
                 return  # begun on the psycopg connection itself (`begin`): join it
             if connection.get_execution_options().get(READONLY_OPTION, False):
                 connection.exec_driver_sql(READ_SNAPSHOT)
+            elif for_migrations:
+                connection.exec_driver_sql(MIGRATE)
+            elif connection.info.get(ALONE_KEY):
+                connection.exec_driver_sql(WRITE_ALONE)
             else:
-                connection.exec_driver_sql(TAKE_MIGRATION_LOCK if for_migrations else WRITE)
+                begin_write(driver(connection))
 
         return engine
 
     def begin(self, connection: sa.Connection, *, write: bool) -> None:
-        """Never busy: writers wait only for the rows they share, and a conflict shows as
-        an error of the transaction (`is_conflict`)."""
-        driver(connection).execute(WRITE if write else READ_SNAPSHOT)
+        """Busy only while a write runs `alone`: writers wait for the rows they share, and a
+        conflict shows as an error of the transaction (`is_conflict`)."""
+        if write:
+            begin_write(driver(connection))
+        else:
+            driver(connection).execute(READ_SNAPSHOT)
+
+    @contextlib.contextmanager
+    def alone(self, connection: sa.Connection) -> Iterator[None]:
+        """Hold WRITERS exclusively on `connection` (outside its transactions, so the next
+        one's snapshot is taken once no other writer runs) until the block ends."""
+        raw = driver(connection)
+        if in_transaction(raw):
+            raw.rollback()
+        raw.autocommit = True
+        raw.execute(f"SET lock_timeout = 0; {ALONE}")  # the loop's connection waits for none
+        raw.autocommit = False
+        connection.info[ALONE_KEY] = True
+        try:
+            yield
+        finally:
+            connection.info.pop(ALONE_KEY, None)
+            if not raw.closed:
+                if in_transaction(raw):
+                    raw.rollback()
+                raw.autocommit = True
+                raw.execute(NOT_ALONE)
+                raw.autocommit = False
 
     def fail_fast(self, connection: sa.Connection) -> None:
         """A statement that meets a row another transaction holds fails at once (55P03, a
