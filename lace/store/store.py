@@ -13,17 +13,17 @@ from lace.store.tx import Tx
 
 T = TypeVar("T")
 MOST_ATTEMPTS = 50
-"""Attempts of one write before a conflict is given to its caller: each attempt that fails
-lost to a transaction that committed, so the board moves on, but a bug must not loop."""
+"""Attempts of one write undone by conflicts before the last conflict is given to its caller:
+each lost to a transaction that committed, so the board moves on, but a bug must not loop."""
 ALONE_AFTER = 2
 """Conflicts after which a write runs alone (waiting for a busy database is no conflict)."""
 FIRST_PAUSE_S = 0.001
 
 
-def pause_before(attempt: int) -> None:
-    """A short random wait after attempt `attempt` (1, 2, ...) of a write undone by a
-    conflict, doubling up to about 0.1 s, so the writers that met do not meet again."""
-    time.sleep(random.uniform(0, FIRST_PAUSE_S * 2 ** min(attempt, 7)))
+def pause_before(conflicts: int) -> None:
+    """A short random wait after a write's `conflicts`-th conflict, doubling up to about
+    0.1 s, so the writers that met do not meet again."""
+    time.sleep(random.uniform(0, FIRST_PAUSE_S * 2 ** min(conflicts, 7)))
 
 
 class Store:
@@ -41,24 +41,26 @@ class Store:
 
     def write(self, work: Callable[[Tx], T]) -> T:
         """`work` in a write transaction, run again whenever a concurrent writer undid it
-        (`Engine.is_conflict`) or held the database; after ALONE_AFTER conflicts it runs alone
-        (`Engine.alone`), so a long write cannot keep losing to short ones; its result once
-        committed."""
+        (`Engine.is_conflict`), or once a write that runs alone is done; after ALONE_AFTER
+        conflicts it runs alone (`Engine.alone`), so a long write cannot keep losing to short
+        ones. Its result once committed."""
         kind = self.database.kind
-        attempt = conflicts = 0
+        conflicts = 0
         while True:
-            attempt += 1
             try:
-                with self.database.engine.connect() as connection, \
-                        kind.alone(connection) if conflicts >= ALONE_AFTER else nullcontext(), \
-                        connection.begin():
-                    return work(Tx(connection))
+                with self.database.engine.connect() as connection:
+                    try:
+                        with kind.alone(connection) if conflicts >= ALONE_AFTER \
+                                else nullcontext(), connection.begin():
+                            return work(Tx(connection))
+                    except LockBusyError:  # a write runs alone: begin again after it
+                        kind.wait_for_alone(connection)
+                        continue
             except Exception as error:
-                conflicts += kind.is_conflict(error)
-                busy = isinstance(error, LockBusyError)
-                if attempt >= MOST_ATTEMPTS or not (busy or kind.is_conflict(error)):
+                if conflicts + 1 >= MOST_ATTEMPTS or not kind.is_conflict(error):
                     raise
-            pause_before(attempt)
+            conflicts += 1
+            pause_before(conflicts)
 
     @contextmanager
     def reading(self) -> Iterator[Tx]:

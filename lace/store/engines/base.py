@@ -101,6 +101,10 @@ class Engine(Protocol):
         """Make a write on `connection` fail at once instead of waiting for another writer
         (the event loop's connection): LockBusyError at `begin`, or a conflict."""
 
+    def wait_for_alone(self, connection: sa.Connection) -> None:
+        """Return once no write runs `alone` (after a write began on `connection` raised
+        LockBusyError); outside any transaction, so the next one sees what that write did."""
+
     def alone(self, connection: sa.Connection) -> contextlib.AbstractContextManager[None]:
         """While the block runs, the write transactions begun on `connection` are the only
         ones (for a write that kept losing to concurrent ones)."""

@@ -54,6 +54,8 @@ ALONE_KEY = "lace_alone"
 """Set in a connection's `info` while it holds WRITERS exclusively."""
 MIGRATE = f"SELECT pg_advisory_xact_lock({WRITERS})"
 ALONE, NOT_ALONE = f"SELECT pg_advisory_lock({WRITERS})", f"SELECT pg_advisory_unlock({WRITERS})"
+WAIT_FOR_ALONE = (f"SELECT pg_advisory_lock_shared({WRITERS}); "
+                  f"SELECT pg_advisory_unlock_shared({WRITERS})")
 CONFLICTS = frozenset({"40001", "40P01", "55P03"})
 """serialization_failure, deadlock_detected, and lock_not_available (on the event loop's
 connection, which never waits for a row lock: `fail_fast`): the server undid a write
@@ -248,6 +250,17 @@ class PostgreSQL:
             begin_write(driver(connection))
         else:
             driver(connection).execute(READ_SNAPSHOT)
+
+    def wait_for_alone(self, connection: sa.Connection) -> None:
+        """Wait, outside any transaction of `connection`, until no write runs alone."""
+        raw = driver(connection)
+        if in_transaction(raw):
+            raw.rollback()
+        raw.autocommit = True
+        try:
+            raw.execute(f"SET lock_timeout = 0; {WAIT_FOR_ALONE}")
+        finally:
+            raw.autocommit = False
 
     @contextlib.contextmanager
     def alone(self, connection: sa.Connection) -> Iterator[None]:

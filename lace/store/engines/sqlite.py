@@ -144,6 +144,9 @@ class SQLite:
         write lock is not blocked again until it ends."""
         driver(connection).execute("PRAGMA busy_timeout=0")
 
+    def wait_for_alone(self, connection: sa.Connection) -> None:
+        """Nothing to wait for: a writer waits at BEGIN IMMEDIATE."""
+
     @contextlib.contextmanager
     def alone(self, connection: sa.Connection) -> Iterator[None]:
         """Nothing to hold: every write here runs alone."""
