@@ -22,11 +22,14 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import postgres_server, table
 from lace.cli.board import tasks_command
 from lace.store import Store, open_database, schema
+
+if TYPE_CHECKING:
+    from tests.postgres import PostgresServer
 
 TARGET_MS = 100.0
 SESSIONS = 100
@@ -97,13 +100,18 @@ def timed(db: str, limit: int | None, as_json: bool, runs: int) -> tuple[float, 
 
 
 @contextlib.contextmanager
-def databases(folder: Path) -> Iterator[list[tuple[str, str]]]:
-    """A SQLite file and a fresh database on a throwaway PostgreSQL server."""
-    with postgres_server() as server, server.fresh_database() as url:
+def databases(folder: Path, server: PostgresServer | None) -> Iterator[list[tuple[str, str]]]:
+    """A SQLite file and a fresh database on `server`, else on a throwaway PostgreSQL server."""
+    with contextlib.ExitStack() as stack:
+        if server is None:
+            server = stack.enter_context(postgres_server())
+        url = stack.enter_context(server.fresh_database())
         yield [("SQLite", str(folder / "lace.db")), ("PostgreSQL", url)]
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None,
+         server: PostgresServer | None = None) -> list[list[str]]:
+    """Parse the flags, build both boards, time `lace tasks` on each; the table's rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--latest", type=int, default=20_000,
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"lace tasks on {tasks:,} tasks ({latest:,} in the latest session), "
           f"median and best of {runs} runs, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     found = []
-    with tempfile.TemporaryDirectory() as folder, databases(Path(folder)) as engines:
+    with tempfile.TemporaryDirectory() as folder, databases(Path(folder), server) as engines:
         for name, db in engines:
             built = build(db, tasks, latest)
             for limit, as_json in ((50, False), (50, True), (None, False)):
@@ -126,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
                               "yes" if limit is None or median < TARGET_MS else "no"])
     print(table(["engine", "lace tasks", "lines", "median ms", "best ms", "build s",
                  f"page < {TARGET_MS:.0f} ms"], found))
+    return found
 
 
 if __name__ == "__main__":
