@@ -14,6 +14,7 @@ import pytest
 
 from lace.core.assignee import HUMAN
 from lace.core.records import NewAgent
+from lace.llm.demo import completed_calls
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
@@ -35,11 +36,14 @@ def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
         if not any("assigned task" in text for text in said):
             return ScriptedReply("done")  # a raced agent: one answer, one call
         task_id = re.findall(r"assigned task '([^']+)'", "\n".join(said))[-1]
-        answered = sum(message["role"] == "assistant" for message in messages)
-        step: list[tuple[str, dict[str, Any] | str]] = [
-            ("task_add_note", {"task_id": task_id, "note": "on it"}),
-            ("task_complete", {"task_id": task_id, "message": "done"})]
-        return ScriptedReply("Done." if answered >= 2 else None, step[answered:answered + 1])
+        done = completed_calls(messages)  # a call cut off by a killed worker is made again
+        if "task_add_note" not in done:
+            return ScriptedReply(tool_calls=[("task_add_note", {"task_id": task_id,
+                                                                "note": "on it"})])
+        if "task_complete" not in done:
+            return ScriptedReply(tool_calls=[("task_complete", {"task_id": task_id,
+                                                                "message": "done"})])
+        return ScriptedReply("Done.")
     created = sum(text.count("Created task") for text in said)
     if created < HELPERS:  # task_create takes up to 20 tasks a call: two calls of 15
         return ScriptedReply(tool_calls=[("task_create", {"tasks": [
