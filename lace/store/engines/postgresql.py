@@ -7,8 +7,10 @@ once: every write transaction is SERIALIZABLE, so the server makes it commit as 
 had taken turns, or ends it with a serialization failure (or a deadlock) that lace runs again
 (`is_conflict`); a claim skips the agent rows other transactions hold (FOR UPDATE SKIP LOCKED)
 and an inbox row takes its recipient's lock (`INBOX_LOCKS`), so each inbox's ids follow the
-order its rows commit in. Migrations alone take one advisory lock (MIGRATION_LOCK), so
-processes opening a database at once migrate it in turn. A read transaction sees one snapshot
+order its rows commit in. Every write holds the advisory lock WRITERS shared; a migration holds
+it exclusively (processes opening a database at once migrate it in turn), and so does a write
+that lost to concurrent ones twice (`alone`: a long write would otherwise keep losing to
+short ones). A read transaction sees one snapshot
 (REPEATABLE READ, READ ONLY) and never waits. Every write transaction also sends a NOTIFY on
 CHANNEL, delivered at its commit: the change feed of the workers and the app (SQLite's `PRAGMA
 data_version` plays that part there); the feed also wakes at its caller's timeout, a poll that
@@ -219,8 +221,8 @@ class PostgreSQL:
         return known_revision(revision, where)
 
     def create_engine(self, *, for_migrations: bool = False) -> sa.Engine:
-        """Every write transaction is SERIALIZABLE and announces itself (a migration takes
-        MIGRATION_LOCK instead); a read transaction sees one snapshot."""
+        """Every write transaction is SERIALIZABLE, holds WRITERS shared and announces itself
+        (a migration holds WRITERS exclusively instead); a read transaction sees one snapshot."""
         engine = sa.create_engine(self.url, poolclass=NullPool if for_migrations else None,
                                   connect_args=connect_args(self.url), pool_pre_ping=True)
 
