@@ -5,7 +5,14 @@ from __future__ import annotations
 from alembic import context
 
 from lace.store import db
-from lace.store.schema import metadata
+from lace.store.schema import EXPRESSION_INDEXES, metadata
+
+
+def compared(_object: object, name: str | None, kind: str, _reflected: bool,
+             _compare_to: object) -> bool:
+    """Whether autogenerate compares an object: not an index on expressions, which each
+    database spells back in its own words (the migration that makes it is the reference)."""
+    return not (kind == "index" and name in EXPRESSION_INDEXES)
 
 
 def run(connection: object) -> None:
@@ -15,6 +22,7 @@ def run(connection: object) -> None:
         target_metadata=metadata,
         render_as_batch=True,
         compare_type=True,
+        include_object=compared,
     )
     with context.begin_transaction():
         context.run_migrations()

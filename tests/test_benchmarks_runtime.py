@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import fanout, memory, per_event, prompt_cache, shared_board, spawn_latency
+from benchmarks import (
+    fanout,
+    memory,
+    per_event,
+    prompt_cache,
+    shared_board,
+    spawn_latency,
+    tasks_scale,
+)
 from benchmarks.common import percentile, raised_limits, table
 from lace.store import Store, open_database
 from tests.postgres import PostgresServer
@@ -162,3 +170,18 @@ def test_prompt_cache_tiny(capsys: pytest.CaptureFixture[str]) -> None:
         assert (run.cache_read > 0) == run.marks  # the scripted cache reads only marked prefixes
     out = capsys.readouterr().out
     assert "cache marks" in out and out.strip().splitlines()[-1].split()[-1].endswith("%")
+
+
+def test_tasks_scale_tiny(postgres_server: PostgresServer,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    found = tasks_scale.main(["--tiny"], server=postgres_server)
+    assert [(row[0], row[1]) for row in found] == [
+        (engine, shown) for engine in ("SQLite", "PostgreSQL")
+        for shown in ("--limit 50", "--limit 50 --json", "no limit")]
+    by_engine = {engine: [row[2] for row in found if row[0] == engine]
+                 for engine in ("SQLite", "PostgreSQL")}
+    assert by_engine["SQLite"] == by_engine["PostgreSQL"]  # the same board, the same output
+    lines = [int(count.replace(",", "")) for count in by_engine["SQLite"]]
+    assert lines[0] == 52 and lines[2] > lines[0]  # a heading, a page of 50, "… N more"
+    assert all(positive(float(row[3])) and positive(float(row[4])) for row in found)
+    assert "lace tasks on 1,000 tasks (300 in the latest session)" in capsys.readouterr().out

@@ -72,8 +72,7 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
-    with store.transaction() as tx:
-        tx.processes.register(process_id, settings.limits.lease_timeout_s)
+    store.write(lambda tx: tx.processes.register(process_id, settings.limits.lease_timeout_s))
     bus = EventBus()
     db = AsyncStore(store)
     tools = ToolRunner(db=db, bus=bus, check_model=check_model, limits=settings.limits,

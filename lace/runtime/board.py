@@ -242,8 +242,9 @@ class Board:
         first (a refusal writes nothing; `warn` shows a hook's error)."""
         root_id = new_root_thread_id()
         prompt = submitted_alone(self.settings, workspace, root_id, prompt, warn)
-        with self.store.transaction() as tx:
-            return open_session(tx, prompt, model, place_of(workspace), root_id=root_id)
+        place = place_of(workspace)
+        return self.store.write(lambda tx: open_session(tx, prompt, model, place,
+                                                        root_id=root_id))
 
     def start_session_for(self, arguments: Any) -> str:
         """A new session for the person's first `task_create`, titled after its first task
@@ -253,8 +254,7 @@ class Board:
     def import_session(self, document: SessionDocument) -> Imported:
         """Write an exported session in one transaction: its id here (new ids when its own
         were taken), inert until a person resumes it, and the approvals left out."""
-        with self.store.transaction() as tx:
-            return import_session(tx, document)
+        return self.store.write(lambda tx: import_session(tx, document))
 
     def create_tasks(self, tasks: list[dict[str, Any]],
                      session_id: str | None = None) -> list[Task]:

@@ -8,9 +8,10 @@ resumes only after that COMMIT, so a write awaited is a write made durable.
 A transaction whose lock is free at once runs right on the event loop: lace's transactions are
 short (a few statements, well under a millisecond), and a trip to a thread and back costs more
 than the work (about 75 us, plus the two threads taking turns with the GIL). When another
-process holds the write lock, the batch goes to one store thread instead, which waits for the
-lock while the loop goes on. Work that opens its own transactions (`call`) always runs on that
-thread.
+process holds SQLite's write lock, or (PostgreSQL) a row the batch needs or a write that
+conflicts with it (`Engine.is_conflict`), the batch goes to one store thread instead, which
+waits for the lock or runs the batch again (`Store.write`) while the loop goes on. Work that
+opens its own transactions (`call`) always runs on that thread.
 
 What each committed batch caused (the `Effects` its verbs recorded in the `EffectLog` each work
 is given here) goes to `on_commit` before the callers resume: the runtime wakes, announces and
@@ -43,9 +44,10 @@ Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None, Effects]
 EffectHandler = Callable[[Effects], None]
 
 
-def _run_batch(connection: sa.Connection,
-               batch: list[tuple[Work, asyncio.Future[Any]]]) -> list[Outcome]:
-    """Run each work in its own SAVEPOINT inside the open transaction of `connection`."""
+def _run_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
+               undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
+    """Run each work in its own SAVEPOINT inside the open transaction of `connection`; an
+    error that `undoes_all` (a conflict with another writer) ends the whole batch."""
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
         log = EffectLog()
@@ -58,6 +60,8 @@ def _run_batch(connection: sa.Connection,
         try:
             result = work(Tx(connection, log))
         except Exception as error:  # only this work is undone; the others still commit
+            if undoes_all(error):
+                raise
             raw.execute("ROLLBACK TO lace_work")
             outcomes.append((future, None, error, NO_EFFECTS))
         else:
@@ -139,15 +143,18 @@ class AsyncStore:
         if self._on_server:
             self._flush_later(batch)
             return
+        conflict = self.store.database.kind.is_conflict
         try:
             writer = self._writer_connection()
             with self.store.database.raw_transaction(writer, write=True):
-                outcomes = _run_batch(writer, batch)
-        except LockBusyError:  # another process holds the lock: wait for it on the thread
-            self._flush_later(batch)
-            return
-        except Exception as error:  # the batch is rolled back: every caller hears why
-            _fail_all(batch, error)
+                outcomes = _run_batch(writer, batch, conflict)
+        except Exception as error:
+            if isinstance(error, LockBusyError) or conflict(error):
+                # another process holds the lock, or committed first: the thread waits for it
+                # and runs the batch again
+                self._flush_later(batch)
+                return
+            _fail_all(batch, error)  # the batch is rolled back: every caller hears why
             return
         _settle(outcomes, self.on_commit)
 
@@ -157,12 +164,13 @@ class AsyncStore:
         task.add_done_callback(self._waiting.discard)
 
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
+        conflict = self.store.database.kind.is_conflict
+
         def run() -> list[Outcome]:
             if self._on_server:
-                return self._retried(lambda connection: _run_batch(connection, batch),
+                return self._retried(lambda connection: _run_batch(connection, batch, conflict),
                                      write=True)
-            with self.store.transaction() as tx:
-                return _run_batch(tx.connection, batch)
+            return self.store.write(lambda tx: _run_batch(tx.connection, batch, conflict))
 
         try:
             outcomes = await self.call(run)

@@ -181,8 +181,7 @@ class Runtime:
         self.scheduler.close()
         self.db.close()
         try:
-            with self.store.transaction() as tx:
-                tx.processes.forget(self.process_id)
+            self.store.write(lambda tx: tx.processes.forget(self.process_id))
         except Exception as error:  # a full disk, a server away: the row expires with the lease
             if storage_error(error, self.store.database.path) is None and not is_retried(error):
                 raise

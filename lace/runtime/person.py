@@ -40,7 +40,7 @@ def pending_approvals(board: Board) -> list[PendingApproval]:
 def decide_approval(board: Board, approval_id: int, status: str) -> PendingApproval:
     """The person's answer to an approval request; approving one that is orphaned (the
     process that asked is gone) is refused, since it would run nothing."""
-    with board.store.transaction() as tx:
+    def decide(tx: Tx) -> PendingApproval:
         asked = tx.approvals.get(approval_id)
         orphan = asked.status == "pending" and orphaned(tx, asked, tx.processes.live())
         if orphan and status != "denied":
@@ -50,25 +50,33 @@ def decide_approval(board: Board, approval_id: int, status: str) -> PendingAppro
                 f"{root_of(asked.thread_id)}; it asks again.")
         return PendingApproval(tx.approvals.decide(approval_id, status, HUMAN), orphan)
 
+    return board.store.write(decide)
+
 
 def stop_subtree(board: Board, thread_id: str, reason: str) -> list[str]:
     """Stop an agent and its subtree as the person (until a person resumes it); returns the
     agents stopped now."""
-    with board.store.transaction() as tx:
+    def stop(tx: Tx) -> list[str]:
         tx.agents.get(thread_id)
         return tx.lifecycle.stop_subtree(thread_id, reason=reason, by_person=True)
+
+    return board.store.write(stop)
 
 
 def end_session(board: Board, root_id: str, reason: str) -> tuple[Thread, list[str]]:
     """Stop every agent of a session as the person (nothing is deleted)."""
-    with board.store.transaction() as tx:
+    def end(tx: Tx) -> tuple[Thread, list[str]]:
         root = tx.threads.get_session(root_id)
         return root, tx.lifecycle.stop_subtree(root.id, reason=reason, by_person=True)
+
+    return board.store.write(end)
 
 
 def resume_stopped(board: Board, thread_id: str) -> None:
     """Let a stopped agent continue its conversation; LaceError when it is not stopped."""
-    with board.store.transaction() as tx:
+    def resume(tx: Tx) -> None:
         if not tx.lifecycle.resume(thread_id):
             status = tx.agents.get(thread_id).status
             raise LaceError(f"{thread_id} is {status}, not stopped: nothing to resume.")
+
+    board.store.write(resume)

@@ -110,9 +110,8 @@ def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
         parse_assignment(item.assigned_to, context)
     provider, name = parse_model(model)
-    with store.transaction() as tx:
-        return tx.threads.create_session(provider=provider, model=name,
-                                         title=valid_text(items[0].title)).id
+    return store.write(lambda tx: tx.threads.create_session(
+        provider=provider, model=name, title=valid_text(items[0].title)).id)
 
 
 async def until_quiet(store: Store, root_id: str, timeout: float | None,

@@ -3,6 +3,7 @@ prune`, `lace merge`): each with its git state and whether its helper may still 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -51,6 +52,10 @@ def list_worktrees(board: Board, *, include_pruned: bool = False) -> list[Worktr
             for worktree, working in rows]
 
 
+def _mark_pruned(tx: Tx, *, thread_id: str) -> None:
+    tx.worktrees.set_status(thread_id, "pruned")
+
+
 def prune_worktrees(board: Board, *, force: bool = False) -> Iterator[Pruned]:
     """Remove merged and abandoned worktrees and their branches (unmerged work only with
     `force`), one at a time, saying what became of each as it goes."""
@@ -61,7 +66,6 @@ def prune_worktrees(board: Board, *, force: bool = False) -> Iterator[Pruned]:
                                 force=force)
         if refusal is None:
             remove_worktree(worktree)
-            with board.store.transaction() as tx:
-                tx.worktrees.set_status(worktree.thread_id, "pruned")
+            board.store.write(functools.partial(_mark_pruned, thread_id=worktree.thread_id))
         yield Pruned(worktree, refusal)
 

@@ -34,10 +34,10 @@ def _quoted(name: str) -> str:
 def _edges(connection: sqlite3.Connection) -> dict[str, int]:
     """Read the first and the last entry of every table and index (their root, the pages down
     to both ends, and the leaves there); return each table's rough size in rows."""
-    schema = connection.execute("SELECT type, name, tbl_name FROM sqlite_master WHERE type IN "
-                                "('table', 'index') AND rootpage > 0").fetchall()
+    schema = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE type "
+                                "IN ('table', 'index') AND rootpage > 0").fetchall()
     sizes: dict[str, int] = {}
-    for kind, name, table in schema:
+    for kind, name, table, sql in schema:
         if kind == "table":
             ends = [connection.execute(f"SELECT rowid FROM {_quoted(name)} ORDER BY rowid "
                                        f"{order} LIMIT 1").fetchone() for order in ("", "DESC")]
@@ -46,10 +46,11 @@ def _edges(connection: sqlite3.Connection) -> dict[str, int]:
         columns = [row[2] for row in connection.execute(f"PRAGMA index_info({_quoted(name)})")]
         if not columns or columns[0] is None:  # an expression index: its table's check has it
             continue
+        _, partial, where = (sql or "").partition(" WHERE ")  # a partial index: its rows
         for order in ("", "DESC"):
             connection.execute(f"SELECT {_quoted(columns[0])} FROM {_quoted(table)} INDEXED BY "
-                               f"{_quoted(name)} ORDER BY {_quoted(columns[0])} {order} "
-                               "LIMIT 1").fetchone()
+                               f"{_quoted(name)} {partial.strip()} {where} ORDER BY "
+                               f"{_quoted(columns[0])} {order} LIMIT 1").fetchone()
     return sizes
 
 

@@ -111,12 +111,12 @@ class Database:
         raw = driver(connection)
         try:
             yield
+            raw.commit()  # may fail too (PostgreSQL: a conflict found at COMMIT)
         except BaseException:
             raw.rollback()
             if connection.in_transaction():
                 connection.rollback()
             raise
-        raw.commit()
         if connection.in_transaction():  # a SQLAlchemy statement joined: end its bookkeeping
             connection.commit()
 

@@ -135,11 +135,13 @@ class Prepared:
 class Insert(Prepared):
     """An INSERT that tells the id of its row: SQLite's `lastrowid`, PostgreSQL's RETURNING."""
 
-    def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
+    def __init__(self, table: sa.Table, columns: Sequence[str], *,
+                 postgresql: sa.ClauseElement | None = None) -> None:
         primary = list(table.primary_key.columns)
         returning = table.insert().returning(*primary) if len(primary) == 1 \
             and isinstance(primary[0].type, sa.Integer) else None
-        super().__init__(table.insert(), columns=columns, postgresql=returning)
+        super().__init__(table.insert(), columns=columns,
+                         postgresql=returning if postgresql is None else postgresql)
 
     def inserted_id(self, connection: Any, params: Mapping[str, Any]) -> int:
         """Insert the row; its id."""

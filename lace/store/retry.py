@@ -1,5 +1,7 @@
 """One transaction on a PostgreSQL server, run again until it commits when the server drops,
-ends or refuses lace's connection (`reconnect.is_retried`), waiting longer between attempts.
+ends or refuses lace's connection (`reconnect.is_retried`), waiting longer between attempts,
+and when a concurrent writer committed first (`Engine.is_conflict`), running alone after
+ALONE_AFTER such conflicts, as `Store.write` does.
 
 A fault before COMMIT undoes everything, so the work simply runs again on a new connection.
 A fault during COMMIT leaves the outcome unknown: the transaction's id is read just before
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TypeVar
 
 import sqlalchemy as sa
 
 from lace.store.db import READONLY_OPTION, Database, LockBusyError, driver
 from lace.store.engines.reconnect import Backoff, commit_outcome, is_retried
+from lace.store.store import ALONE_AFTER, MOST_ATTEMPTS, pause_before
 
 T = TypeVar("T")
 TRANSACTION_ID = "SELECT CAST(pg_current_xact_id() AS text)"
@@ -62,15 +66,6 @@ def _wait(backoff: Backoff, error: BaseException, stopping: Callable[[], bool]) 
     if stopping():
         raise GaveUpError(f"lace stopped trying to reach the database: {error}") from error
     time.sleep(backoff.next_delay(error))
-
-
-def _begin(database: Database, connection: sa.Connection, *, write: bool) -> None:
-    """Begin on the driver connection (`Engine.begin`: SQLAlchemy's own begin costs more than
-    the work); a writer that finds the write lock taken waits for it here, off the loop."""
-    try:
-        database.kind.begin(connection, write=write)
-    except LockBusyError:
-        connection.begin()
 
 
 def _never() -> bool:
@@ -131,20 +126,38 @@ def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, w
     until it commits; GaveUpError once `stopping` says so between attempts. Blocks: call it
     off the event loop."""
     connections = kept or PooledConnection(database)
-    backoff = Backoff(database.kind.shown())
+    kind = database.kind
+    backoff = Backoff(kind.shown())
+    conflicts = 0
     while True:
         transaction_id = None
         try:
             connection = connections.take(write=write)
-            _begin(database, connection, write=write)
-            result = work(connection)
-            raw = driver(connection)
-            if write:
-                transaction_id = raw.execute(TRANSACTION_ID).fetchone()[0]
-            raw.commit()
-            if connection.in_transaction():  # a SQLAlchemy statement joined: end its part
-                connection.commit()
+            alone = write and conflicts >= ALONE_AFTER  # a write that kept losing to others
+            with kind.alone(connection) if alone else nullcontext():
+                kind.begin(connection, write=write)  # on the driver: SQLAlchemy's costs more
+                result = work(connection)
+                raw = driver(connection)
+                if write:
+                    transaction_id = raw.execute(TRANSACTION_ID).fetchone()[0]
+                raw.commit()
+                if connection.in_transaction():  # a SQLAlchemy statement joined: end its part
+                    connection.commit()
+        except LockBusyError:  # a write runs alone: wait for it outside any transaction
+            try:
+                kind.wait_for_alone(connection)
+            except Exception as error:
+                if not is_retried(error):
+                    raise
+                connections.drop()
+                _wait(backoff, error, stopping)
+            continue
         except Exception as error:
+            if kind.is_conflict(error) and conflicts + 1 < MOST_ATTEMPTS:
+                connections.undo()  # another writer committed first: undone, run it again
+                conflicts += 1
+                pause_before(conflicts)
+                continue
             if not is_retried(error):
                 connections.undo()
                 raise

@@ -84,6 +84,14 @@ tasks = sa.Table(
     sa.Index(None, "assigned_to"),
     sa.Index(None, "created_by"),
 )
+TASK_RANK: sa.ColumnClause[int] = sa.literal_column(
+    "(CASE priority WHEN 'high' THEN 0 WHEN 'medium' THEN 1 WHEN 'low' THEN 2 END)")
+"""A task's place on the board by priority, as text: `ix_tasks_open_page` indexes this very
+expression, which bound parameters would keep the query planner from matching."""
+_OPEN = sa.text("status IN ('pending', 'in_progress', 'blocked')")
+EXPRESSION_INDEXES = frozenset({"ix_tasks_open_page"})
+sa.Index("ix_tasks_open_page", tasks.c.thread_id, TASK_RANK, tasks.c.created_at.desc(),
+         tasks.c.id.desc(), sqlite_where=_OPEN, postgresql_where=_OPEN)
 
 task_notes = sa.Table(
     "task_notes",

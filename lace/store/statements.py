@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from lace.core.agents import NOT_RUNNABLE
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import schema
-from lace.store.prepared import Prepared, binary, insert_into, json_list
+from lace.store.prepared import Insert, Prepared, binary, insert_into, json_list
 
 _agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
 _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
@@ -51,8 +51,18 @@ SET_STATUS = Prepared(_agents.update().where(
 EVENTS_AFTER = Prepared(sa.select(_events).where(
     _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
     .order_by(_events.c.id))
-INSERT_INBOX = insert_into("inbox", ("thread_id", "sender", "task_id", "kind", "text",
-                                     "priority", "wakes", "created_at"))
+_INBOX_COLUMNS = ("thread_id", "sender", "task_id", "kind", "text", "priority", "wakes",
+                  "created_at")
+INBOX_LOCKS = 0x6C616365
+"""PostgreSQL: the first key of the advisory lock each inbox row takes for its recipient
+(the second is the hash of the thread id) until its transaction ends, so that one inbox's rows
+get their ids in the order they commit, whichever processes write them at once."""
+_INBOX_VALUES = ", ".join(f"CAST(:{name} AS {_inbox.c[name].type.compile()})"
+                         for name in _INBOX_COLUMNS)
+INSERT_INBOX = Insert(schema.inbox, _INBOX_COLUMNS, postgresql=sa.text(
+    f"INSERT INTO inbox ({', '.join(_INBOX_COLUMNS)}) SELECT {_INBOX_VALUES} "
+    f"FROM (SELECT pg_advisory_xact_lock({INBOX_LOCKS}, hashtext(:thread_id))) AS in_order "
+    "RETURNING id"))
 PENDING_INBOX = Prepared(sa.select(_inbox).where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
     .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TypeVar
 
-from lace.store.db import READONLY_OPTION, Database
+from lace.store.db import READONLY_OPTION, Database, LockBusyError
 from lace.store.tx import Tx
+
+T = TypeVar("T")
+MOST_ATTEMPTS = 50
+"""Attempts of one write undone by conflicts before the last conflict is given to its caller:
+each lost to a transaction that committed, so the board moves on, but a bug must not loop."""
+ALONE_AFTER = 2
+"""Conflicts after which a write runs alone (waiting for a busy database is no conflict)."""
+FIRST_PAUSE_S = 0.001
+
+
+def pause_before(conflicts: int) -> None:
+    """A short random wait after a write's `conflicts`-th conflict, doubling up to about
+    0.1 s, so the writers that met do not meet again."""
+    time.sleep(random.uniform(0, FIRST_PAUSE_S * 2 ** min(conflicts, 7)))
 
 
 class Store:
@@ -17,9 +34,33 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
-        """A write transaction (BEGIN IMMEDIATE): committed on success, rolled back on error."""
+        """A write transaction (BEGIN IMMEDIATE): committed on success, rolled back on error.
+        One attempt: on PostgreSQL a concurrent writer can undo it (`write` runs it again)."""
         with self.database.engine.connect() as connection, connection.begin():
             yield Tx(connection)
+
+    def write(self, work: Callable[[Tx], T]) -> T:
+        """`work` in a write transaction, run again whenever a concurrent writer undid it
+        (`Engine.is_conflict`), or once a write that runs alone is done; after ALONE_AFTER
+        conflicts it runs alone (`Engine.alone`), so a long write cannot keep losing to short
+        ones. Its result once committed."""
+        kind = self.database.kind
+        conflicts = 0
+        while True:
+            try:
+                with self.database.engine.connect() as connection:
+                    try:
+                        with kind.alone(connection) if conflicts >= ALONE_AFTER \
+                                else nullcontext(), connection.begin():
+                            return work(Tx(connection))
+                    except LockBusyError:  # a write runs alone: begin again after it
+                        kind.wait_for_alone(connection)
+                        continue
+            except Exception as error:
+                if conflicts + 1 >= MOST_ATTEMPTS or not kind.is_conflict(error):
+                    raise
+            conflicts += 1
+            pause_before(conflicts)
 
     @contextmanager
     def reading(self) -> Iterator[Tx]:

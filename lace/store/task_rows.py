@@ -116,14 +116,15 @@ class TaskRows(Rows):
         if where is not None:
             conditions.append(where)
         if not include_closed:
-            conditions.append(tasks.c.status.in_(OPEN_STATUSES))
+            conditions.append(tasks.c.status.in_(sa.bindparam(  # as ix_tasks_open_page's
+                "open", OPEN_STATUSES, expanding=True, literal_execute=True)))
         total = self._execute(sa.select(sa.func.count()).select_from(tasks)
                               .where(*conditions)).scalar_one()
         note_count = (sa.select(sa.func.count()).where(notes.c.task_id == tasks.c.id)
                       .scalar_subquery().label("note_count"))
-        rank = sa.case({"high": 0, "medium": 1, "low": 2}, value=tasks.c.priority)
         statement = (sa.select(tasks, note_count).where(*conditions)
-                     .order_by(rank, tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit))
+                     .order_by(schema.TASK_RANK, tasks.c.created_at.desc(), tasks.c.id.desc())
+                     .limit(limit))
         return [record(Task, row) for row in self._execute(statement)], int(total)
 
     def by_ids(self, task_ids: list[str]) -> list[Task]:

@@ -67,7 +67,8 @@ class Polling:
 
 class Engine(Protocol):
     """One kind of database under lace: how it is opened and checked, how a transaction begins
-    (write transactions take turns on both), and how other processes' commits are heard."""
+    (write transactions take turns on SQLite, and commit as if they had on PostgreSQL), and
+    how other processes' commits are heard."""
 
     url: str
 
@@ -97,8 +98,20 @@ class Engine(Protocol):
         write lock past this connection's wait."""
 
     def fail_fast(self, connection: sa.Connection) -> None:
-        """Make a write `begin` on `connection` raise LockBusyError at once when the lock is
-        taken, instead of waiting for it (the event loop's connection)."""
+        """Make a write on `connection` fail at once instead of waiting for another writer
+        (the event loop's connection): LockBusyError at `begin`, or a conflict."""
+
+    def wait_for_alone(self, connection: sa.Connection) -> None:
+        """Return once no write runs `alone` (after a write began on `connection` raised
+        LockBusyError); outside any transaction, so the next one sees what that write did."""
+
+    def alone(self, connection: sa.Connection) -> contextlib.AbstractContextManager[None]:
+        """While the block runs, the write transactions begun on `connection` are the only
+        ones (for a write that kept losing to concurrent ones)."""
+
+    def is_conflict(self, error: BaseException) -> bool:
+        """Whether `error` undid a write transaction only because another one ran beside it
+        (PostgreSQL's serialization failures and deadlocks): run again, it may commit."""
 
     def change_feed(self, engine: sa.Engine) -> ChangeFeed:
         """The quickest way this database tells a process that others committed."""

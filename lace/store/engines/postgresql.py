@@ -1,13 +1,20 @@
 """PostgreSQL under lace: its URLs, the connection settings that give it SQLite's guarantees,
 and the change feed that LISTENs for every write's NOTIFY.
 
-SQLite lets one writer at a time commit (BEGIN IMMEDIATE); lace's verbs read, decide and write
-inside one transaction and rely on that. On PostgreSQL every write transaction takes one
-transaction-level advisory lock first, so writers take turns the same way while readers never
-wait; a read transaction sees one snapshot (REPEATABLE READ, READ ONLY). Every write
-transaction also sends a NOTIFY on CHANNEL, delivered at its commit: the change feed of the
-workers and the app (SQLite's `PRAGMA data_version` plays that part there); the feed also
-wakes at its caller's timeout, a poll that covers a notification lost with its connection."""
+lace's verbs read, decide and write inside one transaction; SQLite lets one writer at a time
+commit (BEGIN IMMEDIATE), so each verb sees the world it changes. On PostgreSQL writers run at
+once: every write transaction is SERIALIZABLE, so the server makes it commit as if the writers
+had taken turns, or ends it with a serialization failure (or a deadlock) that lace runs again
+(`is_conflict`); a claim skips the agent rows other transactions hold (FOR UPDATE SKIP LOCKED)
+and an inbox row takes its recipient's lock (`INBOX_LOCKS`), so each inbox's ids follow the
+order its rows commit in. Every write holds the advisory lock WRITERS shared; a migration holds
+it exclusively (processes opening a database at once migrate it in turn), and so does a write
+that lost to concurrent ones twice (`alone`: a long write would otherwise keep losing to
+short ones). A read transaction sees one snapshot
+(REPEATABLE READ, READ ONLY) and never waits. Every write transaction also sends a NOTIFY on
+CHANNEL, delivered at its commit: the change feed of the workers and the app (SQLite's `PRAGMA
+data_version` plays that part there); the feed also wakes at its caller's timeout, a poll that
+covers a notification lost with its connection."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -24,14 +32,39 @@ from sqlalchemy import event
 from sqlalchemy.pool import NullPool
 
 from lace.core.errors import DatabaseRefusedError
-from lace.store.engines.base import READONLY_OPTION, ChangeFeed, LockBusyError, Polling, driver
+from lace.store.engines.base import (
+    READONLY_OPTION,
+    ChangeFeed,
+    LockBusyError,
+    Polling,
+    driver,
+)
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
-WRITE_LOCK = 0x6C616365  # "lace": the advisory lock every write transaction holds
-TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK}); NOTIFY {CHANNEL}"
-TRY_WRITE_LOCK = f"SELECT pg_try_advisory_xact_lock({WRITE_LOCK})"
-ANNOUNCE = f"NOTIFY {CHANNEL}"
+WRITERS = 0x6C616365  # "lace"
+"""The advisory lock of writers: every write transaction holds it shared, so any number run at
+once; a migration, or a write that kept losing to others (`alone`), holds it exclusively."""
+WRITE = (f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}; "
+         f"SELECT pg_try_advisory_xact_lock_shared({WRITERS})")
+"""A write's first statement: shared WRITERS is only tried, never waited for, since the
+transaction's snapshot is taken at this statement (waiting would leave it stale)."""
+WRITE_ALONE = f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}"
+"""A write's first statement while its connection holds WRITERS exclusively (`alone`): trying
+the shared lock would fail there while another write waits to run alone."""
+ALONE_KEY = "lace_alone"
+"""Set in a connection's `info` while it holds WRITERS exclusively."""
+MIGRATE = f"SELECT pg_advisory_xact_lock({WRITERS})"
+ALONE, NOT_ALONE = f"SELECT pg_advisory_lock({WRITERS})", f"SELECT pg_advisory_unlock({WRITERS})"
+WAIT_FOR_ALONE = (f"SELECT pg_advisory_lock_shared({WRITERS}); "
+                  f"SELECT pg_advisory_unlock_shared({WRITERS})")
+CONFLICTS = frozenset({"40001", "40P01", "55P03"})
+"""serialization_failure, deadlock_detected, and lock_not_available (on the event loop's
+connection, which never waits for a row lock: `fail_fast`): the server undid a write
+transaction that could not commit beside a concurrent one; run again, it sees what that one
+committed."""
+FAIL_FAST = "SET lock_timeout = 1"
+"""Milliseconds the event loop's connection waits for a row another transaction holds."""
 READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 SCHEMES = ("postgresql", "postgres")
 NEEDS_DRIVER = ("PostgreSQL support needs psycopg: pip install 'lace[postgres]'")
@@ -75,7 +108,7 @@ def shown(url: str) -> str:
 
 IDLE_IN_TRANSACTION_MS = 10_000
 """A session idle inside a transaction this long is ended by the server, and its locks with
-it: a lace process paused (SIGSTOP, a laptop's lid) while holding the write lock cannot freeze
+it: a lace process paused (SIGSTOP, a laptop's lid) while holding row locks cannot freeze
 every other process. lace's own transactions last milliseconds and never wait on a model."""
 
 
@@ -147,6 +180,23 @@ def in_transaction(raw: Any) -> bool:
     return bool(raw.info.transaction_status != TransactionStatus.IDLE)
 
 
+def begin_write(raw: Any) -> None:
+    """Begin a write transaction on the psycopg connection `raw`; LockBusyError (rolled back)
+    while a write that runs alone or a migration holds WRITERS."""
+    cursor = raw.execute(WRITE)
+    while cursor.nextset():
+        pass
+    if not cursor.fetchone()[0]:
+        raw.rollback()
+        raise LockBusyError("a lace write that runs alone holds the database")
+
+
+def is_conflict(error: BaseException) -> bool:
+    """Whether `error` (or the driver error it wraps) is a CONFLICTS error."""
+    cause = getattr(error, "orig", None) or error
+    return getattr(cause, "sqlstate", None) in CONFLICTS
+
+
 class PostgreSQL:
     """A database on a PostgreSQL server, reached through psycopg 3."""
 
@@ -162,7 +212,7 @@ class PostgreSQL:
         """Nothing to make: the server holds the database (createdb makes it)."""
 
     def existing_revision(self) -> str | None:
-        """Read without taking the write lock."""
+        """Read without writing."""
         where = self.shown()
         engine = sa.create_engine(self.url, poolclass=NullPool)
         try:
@@ -181,8 +231,8 @@ class PostgreSQL:
         return known_revision(revision, where)
 
     def create_engine(self, *, for_migrations: bool = False) -> sa.Engine:
-        """Every write transaction takes the advisory lock (WRITE_LOCK) and announces itself;
-        a read transaction sees one snapshot."""
+        """Every write transaction is SERIALIZABLE, holds WRITERS shared and announces itself
+        (a migration holds WRITERS exclusively instead); a read transaction sees one snapshot."""
         engine = sa.create_engine(self.url, poolclass=NullPool if for_migrations else None,
                                   connect_args=connect_args(self.url), pool_pre_ping=True)
 
@@ -196,25 +246,65 @@ class PostgreSQL:
                 return  # begun on the psycopg connection itself (`begin`): join it
             if connection.get_execution_options().get(READONLY_OPTION, False):
                 connection.exec_driver_sql(READ_SNAPSHOT)
+            elif for_migrations:
+                connection.exec_driver_sql(MIGRATE)
+            elif connection.info.get(ALONE_KEY):
+                connection.exec_driver_sql(WRITE_ALONE)
             else:
-                connection.exec_driver_sql(TAKE_WRITE_LOCK)
+                begin_write(driver(connection))
 
         return engine
 
     def begin(self, connection: sa.Connection, *, write: bool) -> None:
-        """A writer takes the write lock only if it is free (LockBusyError otherwise: the
-        AsyncStore then waits for it on its thread)."""
+        """Busy only while a write runs `alone`: writers wait for the rows they share, and a
+        conflict shows as an error of the transaction (`is_conflict`)."""
+        if write:
+            begin_write(driver(connection))
+        else:
+            driver(connection).execute(READ_SNAPSHOT)
+
+    def wait_for_alone(self, connection: sa.Connection) -> None:
+        """Wait, outside any transaction of `connection`, until no write runs alone."""
         raw = driver(connection)
-        if not write:
-            raw.execute(READ_SNAPSHOT)
-            return
-        if not raw.execute(TRY_WRITE_LOCK).fetchone()[0]:
+        if in_transaction(raw):
             raw.rollback()
-            raise LockBusyError("another process holds lace's write lock")
-        raw.execute(ANNOUNCE)
+        raw.autocommit = True
+        try:
+            raw.execute(f"SET lock_timeout = 0; {WAIT_FOR_ALONE}")
+        finally:
+            raw.autocommit = False
+
+    @contextlib.contextmanager
+    def alone(self, connection: sa.Connection) -> Iterator[None]:
+        """Hold WRITERS exclusively on `connection` (outside its transactions, so the next
+        one's snapshot is taken once no other writer runs) until the block ends."""
+        raw = driver(connection)
+        if in_transaction(raw):
+            raw.rollback()
+        raw.autocommit = True
+        raw.execute(f"SET lock_timeout = 0; {ALONE}")  # the loop's connection waits for none
+        raw.autocommit = False
+        connection.info[ALONE_KEY] = True
+        try:
+            yield
+        finally:
+            connection.info.pop(ALONE_KEY, None)
+            if not raw.closed:
+                if in_transaction(raw):
+                    raw.rollback()
+                raw.autocommit = True
+                raw.execute(NOT_ALONE)
+                raw.autocommit = False
 
     def fail_fast(self, connection: sa.Connection) -> None:
-        """Nothing to set: `begin` only tries the lock."""
+        """A statement that meets a row another transaction holds fails at once (55P03, a
+        conflict): the AsyncStore then runs the transaction again on its thread."""
+        raw = driver(connection)
+        raw.execute(FAIL_FAST)
+        raw.commit()
+
+    def is_conflict(self, error: BaseException) -> bool:
+        return is_conflict(error)
 
     def change_feed(self, engine: sa.Engine) -> ChangeFeed:
         return PostgresChanges(self.url)

@@ -9,8 +9,10 @@ its (costlier) query for runnable threads only when something changed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,18 @@ class SQLite:
         """Only BEGIN IMMEDIATE can meet the lock: in WAL mode, a transaction holding the
         write lock is not blocked again until it ends."""
         driver(connection).execute("PRAGMA busy_timeout=0")
+
+    def wait_for_alone(self, connection: sa.Connection) -> None:
+        """Nothing to wait for: a writer waits at BEGIN IMMEDIATE."""
+
+    @contextlib.contextmanager
+    def alone(self, connection: sa.Connection) -> Iterator[None]:
+        """Nothing to hold: every write here runs alone."""
+        yield
+
+    def is_conflict(self, error: BaseException) -> bool:
+        """Never: writers take turns (BEGIN IMMEDIATE), so none undoes another."""
+        return False
 
     def change_feed(self, engine: sa.Engine) -> ChangeFeed:
         return SQLiteChanges(engine)
