@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,10 @@ class ModelReply:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     priced: bool = True
+    cache_read_tokens: int = 0
+    """Of `prompt_tokens`, those read from the provider's prompt cache (as it reports them)."""
+    reasoning_tokens: int = 0
+    """Of `completion_tokens`, those spent reasoning (as the provider reports them)."""
 
     def message(self) -> dict[str, Any]:
         """The assistant message as it goes back to the model in the next call."""
@@ -45,6 +50,11 @@ class ModelError(Exception):
         super().__init__(message)
         self.transient, self.context_overflow = transient, context_overflow
 
+
+session_tree: ContextVar[str | None] = ContextVar("session_tree", default=None)
+"""The session (root thread id) a model call is made for, set by the runtime around each call:
+a client that can use it (a provider's prompt cache key) reads it, the others need not take
+it."""
 
 DeltaCallback = Callable[[str], Awaitable[None] | None]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lace.config import Budgets, Limits
-from lace.core.ids import depth_of
+from lace.core.ids import depth_of, root_of
 from lace.core.records import Agent, Lease, Place
 from lace.core.usage import estimate_tokens
-from lace.llm.types import ModelClient, ModelError, ModelReply
+from lace.llm.types import ModelClient, ModelError, ModelReply, session_tree
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
@@ -270,6 +270,7 @@ class TurnRunner:
             try:
                 async with AsyncExitStack() as stack:
                     await self.slots.hold(stack, agent.provider)
+                    tree = session_tree.set(root_of(agent.thread_id))  # one prompt cache
                     try:  # not wait_for: on Python 3.11 it can swallow a cancellation
                         async with asyncio.timeout(stall):
                             reply = await self.client.complete(
@@ -283,6 +284,8 @@ class TurnRunner:
                         raise HaltedError(agent.thread_id, f"watchdog: a model call made no "
                                           f"progress for stall_timeout_s = {stall:g} ([limits] "
                                           "stall_timeout_s)") from None
+                    finally:
+                        session_tree.reset(tree)
             except ModelError as error:
                 if agent.thread_id in self.watched:  # the half answer shown is void
                     self.bus.publish(TextStreamed(agent.thread_id, "", restart=True))
