@@ -9,6 +9,7 @@ import functools
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -156,8 +157,9 @@ class TurnRunner:
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 break
+            of_reply = dataclasses.replace(context, batch=uuid.uuid4().hex)  # one wake back
             outcomes = await asyncio.gather(*(  # every call ends before the turn may
-                self.tools.call(context, call.name, call.arguments, call_id=call.id)
+                self.tools.call(of_reply, call.name, call.arguments, call_id=call.id)
                 for call in reply.tool_calls), return_exceptions=True)
             results = []
             for outcome in outcomes:

@@ -77,11 +77,13 @@ tasks = sa.Table(
     _created(),
     _updated(),
     sa.Column("held_assignment", sa.JSON(none_as_null=True), nullable=True),
+    sa.Column("batch", sa.Text, nullable=True),
     sa.CheckConstraint(_one_of("status", STATUSES), name="status"),
     sa.CheckConstraint(_one_of("priority", PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "status"),
     sa.Index(None, "assigned_to"),
     sa.Index(None, "created_by"),
+    sa.Index(None, "batch"),
 )
 
 task_notes = sa.Table(
@@ -158,6 +160,7 @@ inbox = sa.Table(
     _created(),
     sa.Column("consumed_at", sa.Text, nullable=True),
     sa.Column("wakes", sa.Boolean, nullable=False, server_default="1"),
+    sa.Column("held_for", sa.Text, nullable=True),
     sa.CheckConstraint(_one_of("kind", INBOX_KINDS), name="kind"),
     sa.CheckConstraint(_one_of("priority", INBOX_PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "consumed_at"),

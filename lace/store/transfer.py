@@ -5,6 +5,7 @@ its own clash, every reference rewritten (in text too: conversations name tasks 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -162,6 +163,21 @@ def _call_totals(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return totals
 
 
+def _new_batches(tx: Tx, data: dict[str, Any]) -> None:
+    """Fresh ids for the document's batches of tasks that this database already has, so none
+    can join a batch of another session (and hold or release its notices)."""
+    rows = [*((task, "batch") for task in data["tasks"]),
+            *((item, "held_for") for item in data["inbox"])]
+    named = {row[key] for row, key in rows if row.get(key) is not None}
+    tasks, inbox = schema.tasks.c, schema.inbox.c
+    taken = set(tx.connection.execute(sa.select(tasks.batch).where(tasks.batch.in_(named))
+                                      .union(sa.select(inbox.held_for)
+                                             .where(inbox.held_for.in_(named)))).scalars())
+    fresh = {batch: uuid.uuid4().hex for batch in taken}
+    for row, key in rows:
+        row[key] = fresh.get(row.get(key), row.get(key))
+
+
 def import_session(tx: Tx, document: SessionDocument) -> Imported:
     """Write a checked document into this database (one transaction). Every agent is inert: no
     process runs it until a person resumes the session (`lace run --continue`, the app), and
@@ -184,6 +200,7 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
             event["data"]["inbox_id"] = inbox_ids[event["data"]["inbox_id"]]
         if isinstance(event["data"].get("inbox_ids"), list):
             event["data"]["inbox_ids"] = [inbox_ids[old] for old in event["data"]["inbox_ids"]]
+    _new_batches(tx, data)
     totals = _call_totals(data["llm_calls"])
     for agent in data["agents"]:
         agent.update(inert=True, **totals.get(agent["thread_id"], _NO_CALLS))

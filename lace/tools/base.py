@@ -66,6 +66,10 @@ class ToolContext:
     """Waits for a condition on the board (None with no runtime: the call answers at once)."""
     progress: Progress | None = None
     """Told how long a waiting call has waited (the MCP server's clients)."""
+    batch: str | None = None
+    """The model reply the call belongs to: the tasks it creates for agents tell their
+    creator once, when the last of them settles (`TaskBoard.create_tasks`); None outside a
+    turn (the person)."""
 
 
 @dataclass(frozen=True)
