@@ -92,8 +92,9 @@ async def test_root_delegates_to_two_concurrent_children(
     root_notices = query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
                                   "WHERE thread_id = ? AND type = 'notification' AND "
                                   "json_extract(data, '$.kind') = 'completion'", root.id)
-    assert len(root_notices) == 2
-    assert all(n[0].startswith("[LACE TASK SYSTEM] Task 'task_") for n in root_notices)
+    (notice,), = root_notices  # one wake for the fan-out, each task's block inside it
+    blocks = notice.split("\n\n[LACE TASK SYSTEM] ")[1:]
+    assert len(blocks) == 2 and all(block.startswith("Task 'task_") for block in blocks)
     (last_answer,), = query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
                                      "WHERE thread_id = ? AND type = 'agent_message' "
                                      "ORDER BY id DESC LIMIT 1", root.id)
