@@ -22,7 +22,7 @@ from lace.llm.checks import check_model, known_provider
 from lace.llm.client import LiteLLMClient, RoutingClient, default_client
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, request, served_directly, session_key
-from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.openai_fake import Exchange, FakeOpenAI
 from lace.llm.prices import call_cost
 from lace.llm.types import (
     ModelClient,
@@ -182,10 +182,23 @@ async def test_remote_calls_stay_disabled_in_tests(monkeypatch: pytest.MonkeyPat
             await client.complete("openai/gpt-4o-mini", MESSAGES, [])
 
 
+def most_at_once(exchanges: list[Exchange]) -> int:
+    """The most requests the server held at once (from arrival to the end of the reply)."""
+    edges = sorted([(exchange.arrived, 1) for exchange in exchanges]
+                   + [(exchange.sent or exchange.arrived, -1) for exchange in exchanges])
+    most = now = 0
+    for _, change in edges:
+        now += change
+        most = max(most, now)
+    return most
+
+
 async def test_hundreds_of_calls_at_once_share_one_endpoint(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """No pool holds them back: aiohttp's default (100 connections) would, and httpx's own
+    pool spends CPU with the square of the calls in flight."""
     client = OpenAIClient()
-    with FakeOpenAI(script, latency_s=0.2) as fake:
+    with FakeOpenAI(script, latency_s=2.0, backlog=1024) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         replies = await asyncio.gather(*(client.complete("openai/gpt-4o-mini", MESSAGES, [])
@@ -195,6 +208,7 @@ async def test_hundreds_of_calls_at_once_share_one_endpoint(
         assert OpenAIClient._shared is shared  # another instance, the same connections
     assert {reply.content for reply in replies} == {"two words \ufffd then more"}
     assert len(fake.requests) == 301
+    assert most_at_once(fake.exchanges[:300]) > 100
 
 
 async def odd_reply(request: web.Request) -> web.StreamResponse:
@@ -452,7 +466,7 @@ import lace.llm.client, lace.llm.openai_client
 assert not {"litellm", "openai", "httpx"} & set(sys.modules)
 from lace.llm.checks import check_model, known_provider
 from lace.llm.client import default_client
-from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.openai_fake import Exchange, FakeOpenAI
 from lace.llm.types import ScriptedReply
 
 assert known_provider("openai")

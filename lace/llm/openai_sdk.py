@@ -26,8 +26,9 @@ whole, took 544 MB of lace's memory."""
 NO_KEY = "no-key"
 """The key sent to a local server when the environment has none: the SDK refuses to call
 without one, and such a server ignores it."""
-KEPT_ALIVE = 4096
-"""Idle connections an endpoint keeps: every helper of a big fan-out reuses its own."""
+MAX_CONNECTIONS = 10_000
+"""Connections one endpoint may open and keep: more than any fan-out lace runs (its own
+`max_running` is the cap on calls in flight), so the pool never holds a call back."""
 
 _importing: list[threading.Thread] = []
 _import_lock = threading.Lock()
@@ -89,14 +90,14 @@ class Settings:
 
 def new_client(settings: Settings) -> AsyncOpenAI:
     """An `AsyncOpenAI` for one endpoint: no retries of its own (lace's backoff is the one
-    retry policy, and every attempt is an `llm_calls` row), no cap on connections, answers
-    read with a limit."""
+    retry policy, and every attempt is an `llm_calls` row), a pool of `MAX_CONNECTIONS`,
+    answers read with a limit."""
     sdk()  # the import started first thing, waited for
     from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
     from lace.llm.openai_transport import limited_transport
 
-    http = DefaultAsyncHttpxClient(transport=limited_transport(KEPT_ALIVE))
+    http = DefaultAsyncHttpxClient(transport=limited_transport(MAX_CONNECTIONS))
     return AsyncOpenAI(base_url=settings.base_url, api_key=settings.api_key or NO_KEY,
                               organization=settings.organization, timeout=settings.timeout_s,
                               max_retries=0, http_client=http)
