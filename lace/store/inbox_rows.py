@@ -62,15 +62,14 @@ class InboxRows(Rows):
 
     def release_held(self, thread_id: str, batch: str) -> list[str]:
         """The texts of a thread's notices held for `batch` and not delivered otherwise
-        (a wait's tool result), oldest first, marked consumed: they go out inside the
-        batch's one notice."""
+        (a wait's tool result), oldest first. They go out inside the batch's one notice, so
+        their rows are removed: every consumed row is one a turn delivered."""
         inbox = schema.inbox.c
         held = self._execute(sa.select(inbox.id, inbox.text).where(
             inbox.thread_id == thread_id, inbox.held_for == batch,
             inbox.consumed_at.is_(None)).order_by(inbox.id)).all()
         if held:
-            self._execute(schema.inbox.update().where(
-                inbox.id.in_([row.id for row in held])).values(consumed_at=now_iso()))
+            self._execute(schema.inbox.delete().where(inbox.id.in_([row.id for row in held])))
         return [row.text for row in held]
 
     def was_told(self, thread_id: str, task_id: str, kind: str) -> bool:
