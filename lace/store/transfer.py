@@ -143,6 +143,16 @@ def _rewriter(renamed: dict[str, str]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda match: renamed[match.group()], text)
 
 
+def _inbox_ids(base: int, old: list[int]) -> dict[int, int]:
+    """New ids for a document's inbox rows from `base` on, in their order: their gaps (the rows
+    folded into a batch's notice) kept, unless the ids span far more than their number (a
+    file's odd ids), which are numbered one after another."""
+    ordered = sorted(old)
+    if ordered and ordered[-1] - ordered[0] <= 2 * len(ordered) + 1000:
+        return {row_id: base + row_id - ordered[0] for row_id in ordered}
+    return {row_id: base + number for number, row_id in enumerate(ordered)}
+
+
 def _next_id(tx: Tx, table: sa.Table) -> int:
     return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
 
@@ -191,7 +201,7 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
         data = map_strings(data, _rewriter(renamed))
     data = mask_data(data, credential_values())
     inbox_base, event_base = _next_id(tx, schema.inbox), _next_id(tx, schema.events)
-    inbox_ids = {item["id"]: inbox_base + number for number, item in enumerate(data["inbox"])}
+    inbox_ids = _inbox_ids(inbox_base, [item["id"] for item in data["inbox"]])
     for item in data["inbox"]:
         item["id"] = inbox_ids[item["id"]]
     for number, event in enumerate(data["events"]):
