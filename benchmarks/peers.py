@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -274,6 +275,7 @@ class Finished:
     began: float  # time.monotonic() just before Popen
     ended: float  # just after the process was reaped
     stdout: str
+    peak_rss_mb: float  # the process's own peak resident memory (its children's not counted)
 
 
 def run_process(launch: Launch) -> Finished:
@@ -282,17 +284,26 @@ def run_process(launch: Launch) -> Finished:
         began = time.monotonic()
         process = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env,
                                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
-        try:
-            code = process.wait(PROCESS_TIMEOUT_S + 60)
-        except subprocess.TimeoutExpired:
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
             process.kill()
-            process.wait()
-            raise BenchmarkError(f"{launch.argv[:3]} did not finish in time") from None
+
+        late = threading.Timer(PROCESS_TIMEOUT_S + 60, kill)
+        late.start()
+        try:  # wait4, not wait: the process's own resource usage comes with it
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            late.cancel()
         ended = time.monotonic()
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+    if timed_out.is_set():
+        raise BenchmarkError(f"{launch.argv[:3]} did not finish in time")
     if code != 0:
         tail = err.read_text(errors="replace")[-2000:]
         raise BenchmarkError(f"{launch.argv[:3]} exited {code}:\n{tail}")
-    return Finished(began, ended, out.read_text(errors="replace"))
+    return Finished(began, ended, out.read_text(errors="replace"), usage.ru_maxrss / 1024)
 
 
 # --- measuring and checking one run -----------------------------------------------------------
@@ -322,6 +333,18 @@ class Run:
     last_result_at: float
     final_request_at: float
     last_reply_at: float
+    helpers_in_flight_max: int
+    peak_rss_mb: float
+
+
+def in_flight_max(calls: Sequence[Call]) -> int:
+    """The most calls the server held at once (from arrival to the end of the reply)."""
+    edges = sorted([(call.arrived, 1) for call in calls] + [(call.sent, -1) for call in calls])
+    most = now = 0
+    for _, change in edges:
+        now += change
+        most = max(most, now)
+    return most
 
 
 def check_output(system: str, tasks: int, launch: Launch, finished: Finished) -> None:
@@ -394,7 +417,8 @@ def measure(system: str, tasks: int, number: int, latency_s: float, calls: list[
         root_gap_s=final.arrived - max(results),
         first_request_at=mine[0].arrived - began, root_reply_at=first.sent - began,
         last_helper_start_at=max(starts) - began, last_result_at=max(results) - began,
-        final_request_at=final.arrived - began, last_reply_at=last_reply - began)
+        final_request_at=final.arrived - began, last_reply_at=last_reply - began,
+        helpers_in_flight_max=in_flight_max(helpers), peak_rss_mb=finished.peak_rss_mb)
 
 
 def run_system(system: str, tasks: int, number: int, latency_s: float, base_url: str,
@@ -432,11 +456,12 @@ def ms(seconds: float) -> str:
 def report(runs: Sequence[Run]) -> str:
     rows = medians(runs)
     calls = table(
-        ["K", "system", "ratio", "root calls", "helper calls", "wall s", "start->1st req s",
-         "last reply->exit s"],
+        ["K", "system", "ratio", "root calls", "helper calls", "in flight max", "wall s",
+         "start->1st req s", "last reply->exit s", "peak RSS MB"],
         [[tasks, system, f"{m['ratio']:.2f}", f"{m['root_calls']:g}",
-          f"{m['helper_calls']:g}", f"{m['wall_s']:.2f}", f"{m['to_first_request_s']:.2f}",
-          f"{m['last_reply_to_exit_s']:.2f}"] for tasks, system, m in rows])
+          f"{m['helper_calls']:g}", f"{m['helpers_in_flight_max']:g}", f"{m['wall_s']:.2f}",
+          f"{m['to_first_request_s']:.2f}", f"{m['last_reply_to_exit_s']:.2f}",
+          f"{m['peak_rss_mb']:.0f}"] for tasks, system, m in rows])
     gaps = table(
         ["K", "system", "spawn med ms", "spawn max ms", "step med ms", "step max ms",
          "root gap ms"],
@@ -488,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
                         help="K=3, L=20 ms, one run, lace and plain only, no peer venv")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="skip the unrecorded K=2 run of each system before measuring")
+    parser.add_argument("--plain-here", action="store_true",
+                        help="run plain with this Python (lace's venv: the openai SDK lace "
+                             "itself uses), so no peer venv is built")
     parser.add_argument("--json", metavar="FILE", help="save the settings and every run")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -503,7 +531,8 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
     pythons: dict[str, Path] = {"plain": Path(sys.executable)}
     print(f"machine: {about['cores']} cores, load average {about['load_average']} at start, "
           f"{about['date']}, {about['platform']}")
-    if any(system in FRAMEWORKS for system in systems) or ("plain" in systems and not args.tiny):
+    if any(system in FRAMEWORKS for system in systems) or (
+            "plain" in systems and not (args.tiny or args.plain_here)):
         python, where = peer_venv()
         print(where)
         pythons = {system: python for system in ("pydantic-ai", "openai-agents", "plain")}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lace.core.notifications import read_completions
 from lace.llm.types import ScriptedReply
 from tests.scripted import reply, text
 
@@ -11,7 +12,10 @@ NOTICE = "[LACE TASK SYSTEM]"
 
 
 def completions(messages: list[dict[str, Any]]) -> list[str]:
-    return [text(m) for m in messages if m["role"] == "user" and "has been completed by" in text(m)]
+    """The results of the completion notices received, one per task (a batch's notice holds
+    several)."""
+    return [done.result for m in messages if m["role"] == "user"
+            for done in read_completions(text(m))]
 
 
 def coordinator(*assignees: str, titles: tuple[str, ...] = ("Alpha", "Beta")) -> Any:

@@ -88,10 +88,11 @@ def diamond_run(home: Path, *argv: str, crash_at: str | None = None,
 
 DIAMOND_CRASHES = [*(f"after_tool_effect@{n}" for n in (2, 3, 4, 6, 7, 8)),
                    *(f"{point}@{n}" for point in POINTS if point != "after_tool_effect"
-                     for n in (3, 7))]
+                     for n in (3, 7 if point == "after_model_reply" else 6))]
 """The tool effects around the two releases (the third and the seventh complete the blockers
 that release B and C, then D): just before, the release itself, just after; and each other
-point at both releases. Each case is two `lace` processes (about 13 s): the whole matrix of
+point early and late (six turns in all: the root's first, one per task, and the root's one
+wake for the whole plan). Each case is two `lace` processes (about 13 s): the whole matrix of
 every pass would add minutes to CI for passes that release nothing."""
 
 

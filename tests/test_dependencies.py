@@ -102,7 +102,8 @@ async def test_a_diamond_starts_each_task_after_its_blockers_with_their_results(
                                   "n.task_id WHERE t.title = 'D' ORDER BY n.id DESC LIMIT 1")
     assert d_result == ("result of D (after: result of B (after: result of A); result of C "
                         "(after: result of A))")
-    assert models.calls_of("root")[-1][-1]["content"].count("has been completed") == 1
+    # the plan is one batch: one notice when D is done, with all four results
+    assert models.calls_of("root")[-1][-1]["content"].count("has been completed") == 4
     assert query(db_path, "SELECT COUNT(*) FROM inbox WHERE consumed_at IS NULL") == [(0,)]
 
 

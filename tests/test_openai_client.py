@@ -22,10 +22,17 @@ from lace.core.usage import CallTokens
 from lace.llm.checks import check_model, known_provider
 from lace.llm.client import LiteLLMClient, RoutingClient, default_client
 from lace.llm.litellm_setup import litellm
-from lace.llm.openai_client import OpenAIClient, served_directly
-from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.openai_client import OpenAIClient, request, served_directly, session_key
+from lace.llm.openai_fake import Exchange, FakeOpenAI
 from lace.llm.pricing import call_cost
-from lace.llm.types import ModelClient, ModelError, ModelReply, ScriptedReply
+from lace.llm.types import (
+    ModelClient,
+    ModelError,
+    ModelReply,
+    ScriptedReply,
+    ToolCallRequest,
+    session_tree,
+)
 from lace.runtime import open_runtime
 from lace.store import Store, open_database
 from lace.tools.registry import ToolRegistry
@@ -176,10 +183,23 @@ async def test_remote_calls_stay_disabled_in_tests(monkeypatch: pytest.MonkeyPat
             await client.complete("openai/gpt-4o-mini", MESSAGES, [])
 
 
+def most_at_once(exchanges: list[Exchange]) -> int:
+    """The most requests the server held at once (from arrival to the end of the reply)."""
+    edges = sorted([(exchange.arrived, 1) for exchange in exchanges]
+                   + [(exchange.sent or exchange.arrived, -1) for exchange in exchanges])
+    most = now = 0
+    for _, change in edges:
+        now += change
+        most = max(most, now)
+    return most
+
+
 async def test_hundreds_of_calls_at_once_share_one_endpoint(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """No pool holds them back: aiohttp's default (100 connections) would, and httpx's own
+    pool spends CPU with the square of the calls in flight."""
     client = OpenAIClient()
-    with FakeOpenAI(script, latency_s=0.2) as fake:
+    with FakeOpenAI(script, latency_s=2.0, backlog=1024) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         replies = await asyncio.gather(*(client.complete("openai/gpt-4o-mini", MESSAGES, [])
@@ -189,6 +209,7 @@ async def test_hundreds_of_calls_at_once_share_one_endpoint(
         assert OpenAIClient._shared is shared  # another instance, the same connections
     assert {reply.content for reply in replies} == {"two words \ufffd then more"}
     assert len(fake.requests) == 301
+    assert most_at_once(fake.exchanges[:300]) > 100
 
 
 async def odd_reply(request: web.Request) -> web.StreamResponse:
@@ -200,6 +221,23 @@ async def odd_reply(request: web.Request) -> web.StreamResponse:
                        "messages resulted in 9000 tokens.", "type": "invalid_request_error",
             "param": "messages", "code": "context_length_exceeded"}}, status=400)
     head = {"id": "chatcmpl-1", "created": 1, "model": body["model"]}
+    if body["model"] == "gpt-4o":  # usage with its details, as OpenAI reports them
+        usage = {"prompt_tokens": 2000, "completion_tokens": 50, "total_tokens": 2050,
+                 "prompt_tokens_details": {"cached_tokens": 1536},
+                 "completion_tokens_details": {"reasoning_tokens": 32}}
+        if not body.get("stream"):
+            return web.json_response({**head, "object": "chat.completion", "usage": usage,
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant",
+                                                               "content": "cached"}}]})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in ({"choices": [{"index": 0, "delta": {"content": "cached"},
+                                    "finish_reason": "stop"}]}, {"choices": [], "usage": usage}):
+            chunk = {**head, "object": "chat.completion.chunk", **chunk}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
     if body["model"] == "not-json":
         return web.Response(text="<html>Bad gateway, try later</html>", status=200)
     if body["model"] == "error-event":  # a provider that fails inside the stream
@@ -255,6 +293,19 @@ async def test_a_context_overflow_and_missing_usage_are_handled_alike(streamed: 
 
 
 @pytest.mark.usefixtures("odd_server")
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+async def test_cached_and_reasoning_tokens_come_from_the_sdks_usage(streamed: bool) -> None:
+    reply = await OpenAIClient().complete("openai/gpt-4o", MESSAGES, [],
+                                          on_delta=(lambda _: None) if streamed else None)
+    assert (reply.content, reply.prompt_tokens, reply.completion_tokens) == ("cached", 2000, 50)
+    assert (reply.cache_read_tokens, reply.reasoning_tokens) == (1536, 32)
+    full = call_cost("openai/gpt-4o", CallTokens(2000, 50))
+    cached = call_cost("openai/gpt-4o", CallTokens(2000, 50, cache_read=1536, reasoning=32))
+    assert full is not None and cached is not None and cached < full  # cached input is cheaper
+    assert reply.cost_usd == pytest.approx(cached)
+
+
+@pytest.mark.usefixtures("odd_server")
 @pytest.mark.parametrize("model", ["not-json", "error-event"])
 async def test_an_answer_that_is_not_json_or_an_error_event_is_sorted_alike(model: str) -> None:
     outcomes = []
@@ -281,6 +332,53 @@ async def test_a_streamed_tool_call_of_megabytes_arrives_whole(
                                               on_delta=lambda _: None)
     assert [(call.name, call.arguments) for call in reply.tool_calls] == [
         ("task_create", arguments)]
+
+
+# the prompt cache key
+
+def test_a_prompt_cache_key_is_one_per_session_tree_on_openais_endpoint() -> None:
+    openai_url, local_url = "https://api.openai.com/v1", "http://127.0.0.1:8000/v1"
+    assert session_key(openai_url) is None  # outside a session
+    keys = {}
+    for tree in ("t_root_one", "t_root_two"):
+        token = session_tree.set(tree)
+        try:
+            keys[tree] = session_key(openai_url)
+            assert session_key(local_url) is None  # another server may refuse the field
+            assert request("gpt-4o-mini", MESSAGES, [], session_key(openai_url))[
+                "prompt_cache_key"] == keys[tree]
+        finally:
+            session_tree.reset(token)
+    assert len(set(keys.values())) == 2 and all(
+        key and key.startswith("lace-") and "t_root" not in key for key in keys.values())
+    assert "prompt_cache_key" not in request("gpt-4o-mini", MESSAGES, [])
+
+
+async def test_every_agent_of_a_session_calls_under_its_trees_cache_key(tmp_path: Path) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    class Recording:
+        async def complete(self, model: str, messages: list[dict[str, Any]],
+                           tools: list[dict[str, Any]], **_: Any) -> ModelReply:
+            seen.append((model, session_tree.get()))
+            if model == "scripted/root" and not any(m["role"] == "tool" for m in messages):
+                return ModelReply(content=None, tool_calls=(ToolCallRequest(
+                    "c1", "task_create", json.dumps({"tasks": [
+                        {"title": "Part", "prompt": "Do it.",
+                         "assigned_to": "new:scripted/helper"}]})),))
+            return ModelReply(content="done")
+
+    store = Store(open_database(str(tmp_path / "lace.db")))
+    runtime = open_runtime(store, Settings(), Recording(), check_model=check_model)
+    try:
+        root = await runtime.start_session("Fan out.", "scripted/root")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 30)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    assert {model for model, _ in seen} == {"scripted/root", "scripted/helper"}
+    assert {tree for _, tree in seen} == {root.id}
+    assert session_tree.get() is None  # set around each call only
 
 
 # prices
@@ -369,10 +467,10 @@ async def test_a_whole_turn_records_the_same_calls_through_either_client(
 CALL_WITHOUT_LITELLM = """
 import asyncio, os, sys
 import lace.llm.client, lace.llm.openai_client
-assert "litellm" not in sys.modules and "openai" not in sys.modules
+assert not {"litellm", "openai", "httpx"} & set(sys.modules)
 from lace.llm.checks import check_model, known_provider
 from lace.llm.client import default_client
-from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.openai_fake import Exchange, FakeOpenAI
 from lace.llm.types import ScriptedReply
 
 assert known_provider("openai")
@@ -392,6 +490,7 @@ async def main():
 with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello there")) as fake:
     os.environ["OPENAI_BASE_URL"] = fake.base_url
     asyncio.run(main())
+assert "openai" in sys.modules  # the call went through the SDK
 print("ok")
 """
 

@@ -119,7 +119,11 @@ def test_a_session_imported_twice_gets_new_ids_rewritten_everywhere(
     new_ids = {(task["title"], task["created_at"]): task["id"] for task in copy["tasks"]}
     mapping = {task["id"]: new_ids[task["title"], task["created_at"]]
                for task in original["tasks"]}
-    for old, new in [(root, new_root), *mapping.items()]:
+    batches = {task["batch"]: copied["batch"] for task in original["tasks"]
+               for copied in copy["tasks"] if copied["id"] == mapping[task["id"]]
+               and task["batch"] is not None}
+    assert batches and all(old != new for old, new in batches.items())  # none joins the first
+    for old, new in [(root, new_root), *mapping.items(), *batches.items()]:
         renamed = renamed.replace(old, new)
     assert _without_row_ids(json.loads(renamed)) == _without_row_ids(copy)
     # the copy is a session lace runs: the pending message is delivered, the root answers

@@ -256,7 +256,7 @@ def fan_out_script(db: Path) -> Callable[[str, list[dict[str, Any]]], ScriptedRe
             return ScriptedReply(tool_calls=[("task_create", {"tasks": [
                 {"title": f"Part {n}", "prompt": f"Do part {n}.",
                  "assigned_to": "new:openai/worker"} for n in range(1, FANOUT + 1)]})])
-        completed = sum("has been completed by" in text for text in said)
+        completed = sum(text.count("has been completed by") for text in said)
         return ScriptedReply(f"All {FANOUT} tasks are done." if completed >= FANOUT
                              else f"{completed} of {FANOUT} done.")
 

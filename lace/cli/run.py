@@ -45,6 +45,9 @@ not: each refused with why."""
 
 def run_command(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written for a bad command), then run."""
+    from lace.llm.openai_sdk import start_import
+
+    start_import()  # half a second, meanwhile: every model call goes through the SDK
     if args.continue_thread is None and not args.prompt:
         raise LaceError("give a prompt: lace run \"PROMPT\" (or lace run --continue THREAD_ID)")
     detach = getattr(args, "detach", False)  # `lace resume` calls this too, without it

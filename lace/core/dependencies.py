@@ -7,6 +7,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 from lace.core.errors import DependencyError, InvalidTransitionError
+from lace.core.records import Task
+from lace.core.tasks import ACTIVE_STATUSES
 
 CALL_REF_PREFIX: Final = "#"
 RESULT_CAP: Final = 2000
@@ -105,3 +107,23 @@ def check_not_waiting(task_id: str, wanted: str, waits_for: Sequence[str]) -> No
             "before they are completed. Its assignee is told when the last one is (an agent "
             "planned with new: is spawned then); to start it now, remove the dependency with "
             "task_update remove_blocked_by.")
+
+
+def batch_running(tasks: Sequence[Task]) -> bool:
+    """Whether a batch (the tasks one agent created in one model reply) still has a task to
+    wait for: one pending or in progress that can still finish, because every task it waits
+    for is completed or can itself still finish. A task that waits for one outside the batch,
+    or for one that ended blocked or archived, holds nothing back."""
+    by_id = {task.id: task for task in tasks}
+    known: dict[str, bool] = {}
+
+    def can_finish(task: Task) -> bool:
+        if task.id not in known:
+            known[task.id] = False  # no cycles (refused on creation); this ends any
+            known[task.id] = task.status in ACTIVE_STATUSES and all(
+                blocker in by_id and (by_id[blocker].status == "completed"
+                                      or can_finish(by_id[blocker]))
+                for blocker in task.waits_for)
+        return known[task.id]
+
+    return any(can_finish(task) for task in tasks)

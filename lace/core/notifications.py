@@ -80,6 +80,16 @@ def completion(task: Task, completed_by: str, message: str) -> str:
     )
 
 
+def batch_settled(count: int, blocks: Sequence[str]) -> str:
+    """The one notice a creator gets when the last of the `count` tasks it created together
+    (in one model reply) has settled: each task's own notice (`completion`, `status_changed`)
+    not delivered otherwise, in the order they settled. One block alone is sent as it is."""
+    if len(blocks) == 1:
+        return blocks[0]
+    return "\n\n".join([f"{PREFIX} All {count} tasks you created together have finished; "
+                         f"the {len(blocks)} notices follow.", *blocks])
+
+
 def cannot_start(blocker: Task, reason: str | None, dependents: Sequence[Task]) -> str:
     """Tells a creator that tasks it made wait for a task that ended blocked or archived."""
     why = f" ({reason})" if reason else ""
@@ -195,7 +205,8 @@ _WAITED = re.compile(r"^Result of task '(?P<id>[^']+)' \(\"(?P<title>.*?)\"\):\n
                      re.DOTALL | re.MULTILINE)
 _COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that you created has been "
                         r"completed by (?P<by>\S+):\nTitle: \"(?P<title>.*?)\"\nStatus: completed"
-                        r"\n\nResult:\n(?P<result>.*)", re.DOTALL)
+                        r"\n\nResult:\n(?P<result>.*?)(?=\n\n\[LACE [A-Z ]+\] |\Z)",
+                        re.DOTALL)
 
 
 def read_assignment(text: str) -> Assigned | None:
@@ -209,8 +220,14 @@ def read_assignment(text: str) -> Assigned | None:
 
 
 def read_completion(text: str) -> Completed | None:
-    """The fields of a completion notice (`completion`'s text), or None for other text."""
-    found = _COMPLETED.search(text)
-    if found is None:
-        return None
-    return Completed(found["id"], found["title"], found["by"], found["result"])
+    """The fields of a completion notice (`completion`'s text), or None for other text; the
+    first, in a batch's notice (`read_completions` reads them all)."""
+    found = read_completions(text)
+    return found[0] if found else None
+
+
+def read_completions(text: str) -> list[Completed]:
+    """The fields of every completion notice in a text: one, or each of a batch's notice (a
+    result ends where the next notice of lace begins, or lace's budget line)."""
+    return [Completed(found["id"], found["title"], found["by"], found["result"])
+            for found in _COMPLETED.finditer(text)]

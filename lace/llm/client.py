@@ -22,6 +22,7 @@ from lace.llm.calls import (
 from lace.llm.checks import keyless
 from lace.llm.litellm_setup import litellm, litellm_imported
 from lace.llm.openai_client import OpenAIClient, served_directly
+from lace.llm.openai_sdk import sdk
 from lace.llm.prices import price_table
 from lace.llm.pricing import call_cost
 from lace.llm.scripted import LocalClient
@@ -109,10 +110,11 @@ class RoutingClient:
 
     @staticmethod
     def warm_up(litellm_too: bool = True) -> None:
-        """Load the price table and, unless told not to, import litellm (seconds, once; call it
-        from a thread to keep a UI responsive). A worker leaves litellm until a model needs it:
-        its import is seconds of a core another process could use."""
+        """Load the price table and the openai SDK and, unless told not to, import litellm
+        (seconds, once; call it from a thread to keep a UI responsive). A worker leaves litellm
+        until a model needs it: its import is seconds of a core another process could use."""
         price_table()
+        sdk()
         if litellm_too:
             LiteLLMClient.warm_up()
 

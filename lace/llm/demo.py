@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lace.core.notifications import PREFIX, RESULTS_HEADER, read_assignment, read_completion
+from lace.core.notifications import PREFIX, RESULTS_HEADER, read_assignment, read_completions
 from lace.llm.types import ScriptedReply
 
 WORKER_MODEL = "new:demo/worker"
@@ -55,7 +55,7 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
         return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
     results = {done.task_id: (done.title, done.result.strip())
                for message in messages if message.get("role") == "user"
-               if (done := read_completion(_text(message)))}
+               for done in read_completions(_text(message))}
     if created and all(task in results for task in created):
         lines = [f"- {results[task][0]}: {results[task][1]}" for task in created]
         return ScriptedReply(text=f"All {len(created)} tasks are done.\n" + "\n".join(lines))

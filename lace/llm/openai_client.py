@@ -1,19 +1,18 @@
-"""`openai/...` models called directly, as litellm would call them (through the openai SDK),
-without litellm's per-call cost (milliseconds of CPU) nor the SDK's import (a second), and with
-litellm's import (seconds; litellm prices the answers) overlapping the first call. The request,
+"""`openai/...` models called with the openai SDK directly, as litellm would call them, without
+litellm's per-call cost (milliseconds of CPU), and with litellm's import (seconds; litellm
+prices the answers of the models it has a price for) overlapping the first call. The request,
 the reply, the usage, the price and the sorting of errors are litellm's; `served_directly`
 leaves to litellm the models it would call differently (the Responses API)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
 from lace.llm.calls import (
@@ -26,13 +25,20 @@ from lace.llm.calls import (
 )
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
-from lace.llm.openai_http import MISSING_KEY, Endpoint, RequestFailed, chunks
+from lace.llm.openai_sdk import Settings, new_client, sdk_ready, too_large
 from lace.llm.prices import model_entry, price_table
 from lace.llm.pricing import call_cost_off_loop, import_in_background
-from lace.llm.types import DeltaCallback, ModelError, ModelReply
+from lace.llm.types import DeltaCallback, ModelError, ModelReply, session_tree
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI, RequestOptions
 
 OPENAI_URL = "https://api.openai.com/v1"
 COMPLETIONS = "/chat/completions"
+AS_CREATE_DOES: RequestOptions = {"security": {"bearer_auth": True}}
+"""The request options `chat.completions.create` sends (the API key as a bearer token)."""
+MISSING_KEY = ("Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY` "
+               "environment variable.")
 _GPT_VERSION = re.compile(r"^gpt-(\d+)(?:\.(\d+))?(?=[.-]|$)")
 
 
@@ -70,25 +76,35 @@ def system_as_user(name: str) -> bool:
             and not (model_entry(name) or {}).get("supports_system_messages"))
 
 
-def request(name: str, messages: list[dict[str, Any]],
-            tools: list[dict[str, Any]]) -> dict[str, Any]:
+def session_key(url: str) -> str | None:
+    """The `prompt_cache_key` of this call on `url`: one per session tree (every agent of a
+    session shares its prompt prefix), on OpenAI's own endpoint, which takes one (another
+    server may refuse a field it does not know); None elsewhere or outside a session."""
+    tree = session_tree.get()
+    if tree is None or not on_openai(url):
+        return None
+    return "lace-" + hashlib.sha256(tree.encode()).hexdigest()[:24]
+
+
+def request(name: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+            cache_key: str | None = None) -> dict[str, Any]:
     """The body litellm sends for `openai/<name>`: the `outgoing` conversation without keys set
     to None (`"content": None` beside tool calls), system messages as user ones where
-    `system_as_user`, and the tools as they are."""
+    `system_as_user`, and the tools as they are; with the `prompt_cache_key`, when given."""
     demoted = system_as_user(name)
     sent = [{"content": message["content"], "role": "user"}
             if demoted and message.get("role") == "system"
             else {key: value for key, value in message.items() if value is not None}
             for message in outgoing(messages)]
-    return {"model": name, "messages": sent, **({"tools": tools} if tools else {})}
+    return {"model": name, "messages": sent, **({"tools": tools} if tools else {}),
+            **({"prompt_cache_key": cache_key} if cache_key else {})}
 
 
 class OpenAIClient(ProviderClient):
-    """Calls `openai/<name>` through one shared `Endpoint` (per event loop and settings),
-    streamed when `on_delta` is given; no retries of its own (lace's backoff is the one retry
-    policy, and every attempt is an `llm_calls` row)."""
+    """Calls `openai/<name>` through the SDK's `AsyncOpenAI`, one per event loop and endpoint
+    (`_client`), streamed when `on_delta` is given."""
 
-    _shared: ClassVar[tuple[tuple[Any, ...], Endpoint, asyncio.Task[None]] | None] = None
+    _shared: ClassVar[tuple[tuple[Any, ...], AsyncOpenAI, asyncio.Task[None]] | None] = None
 
     def check_allowed(self, model: str) -> None:
         """The shared guards, and with remote calls disabled the endpoint this client calls
@@ -105,49 +121,60 @@ class OpenAIClient(ProviderClient):
         name = model.split("/", 1)[1]
         if not self.is_unpriced(model):
             import_in_background()  # litellm prices the answer; its import overlaps the call
-        arguments = request(name, messages, tools)
+        arguments = request(name, messages, tools, cache_key=session_key(base_url()))
         sent = arguments["messages"]
         try:
-            endpoint = self._endpoint()
+            client = await self._client()
+            from openai import AsyncStream
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+            # `post` with the body as it is: what `chat.completions.create` sends, without its
+            # walk of every message and tool schema against the SDK's types (half its CPU)
             if on_delta is None:
-                answer = await endpoint.post(COMPLETIONS, arguments)
-                message, usage = _message(answer["choices"][0]["message"]), answer.get("usage")
+                answer = await client.post(COMPLETIONS, body=arguments, cast_to=ChatCompletion,
+                                           options=AS_CREATE_DOES)
+                message, usage = _message(answer.choices[0].message), answer.usage
             else:
-                stream = await endpoint.stream(COMPLETIONS, {
-                    **arguments, "stream": True, "stream_options": {"include_usage": True}})
+                stream = await client.post(
+                    COMPLETIONS, body={**arguments, "stream": True,
+                                       "stream_options": {"include_usage": True}},
+                    cast_to=ChatCompletion, options=AS_CREATE_DOES, stream=True,
+                    stream_cls=AsyncStream[ChatCompletionChunk])
         except ModelError:
             raise
         except Exception as error:
-            raise refused(error, "openai", base_url()) or openai_error(
+            raise too_large(error) or refused(error, "openai", base_url()) or openai_error(
                 error, status=getattr(error, "status_code", None) or 500) from error
         lengths: dict[str | int, int] = {}
         if on_delta is not None:
             message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
-        usage = usage if isinstance(usage, dict) else {}
         tokens, _ = counted_tokens(usage, sent, tools, message)
         cost = None if self.is_unpriced(model) else await call_cost_off_loop(model, tokens)
         return self.reply(model, message, tokens, cost, lengths)
 
-    def _endpoint(self) -> Endpoint:
-        """The shared endpoint, made on first use inside the running loop (its connections
+    async def _client(self) -> AsyncOpenAI:
+        """The shared client, made on first use inside the running loop (its connections
         belong to that loop), and again when the loop or the endpoint settings change."""
         loop = asyncio.get_running_loop()
-        settings = (loop, base_url(), os.environ.get("OPENAI_API_KEY"),
-                    os.environ.get("OPENAI_ORGANIZATION") or None,
-                    float(os.environ.get("REQUEST_TIMEOUT") or 600))
+        settings = Settings(base_url(), os.environ.get("OPENAI_API_KEY") or None,
+                            os.environ.get("OPENAI_ORGANIZATION") or None,
+                            float(os.environ.get("REQUEST_TIMEOUT") or 600))
         shared = OpenAIClient._shared
-        if shared is None or shared[0] != settings:
-            if not settings[2] and on_openai(settings[1]):  # elsewhere: a local server
-                raise RequestFailed(MISSING_KEY)
-            endpoint = Endpoint(*settings[1:])
-            if shared is not None and not shared[2].get_loop().is_closed():
-                shared[2].get_loop().call_soon_threadsafe(shared[2].cancel)  # closes it
-            OpenAIClient._shared = shared = (settings, endpoint,
-                                             loop.create_task(_closed_at_the_end(endpoint)))
+        if shared is None or shared[0] != (loop, settings):
+            if not settings.api_key and on_openai(settings.base_url):  # elsewhere: a local server
+                raise model_error("InternalServerError", MISSING_KEY)  # as litellm says it
+            await sdk_ready()
+            shared = OpenAIClient._shared
+            if shared is None or shared[0] != (loop, settings):
+                client = new_client(settings)
+                if shared is not None and not shared[2].get_loop().is_closed():
+                    shared[2].get_loop().call_soon_threadsafe(shared[2].cancel)  # closes it
+                OpenAIClient._shared = shared = ((loop, settings), client,
+                                                 loop.create_task(_closed_at_the_end(client)))
         return shared[1]
 
     @staticmethod
-    async def _streamed(stream: aiohttp.ClientResponse, name: str, sent: list[dict[str, Any]],
+    async def _streamed(stream: Any, name: str, sent: list[dict[str, Any]],
                         on_delta: DeltaCallback) -> tuple[Any, Any, dict[str | int, int]]:
         """The streamed answer put together as litellm's `stream_chunk_builder` does: text
         deltas passed on as they come, tool-call fragments joined by index, the usage chunk.
@@ -158,32 +185,32 @@ class OpenAIClient(ProviderClient):
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
-            async for chunk in chunks(stream):
-                usage, answered_as = chunk.get("usage") or usage, chunk.get("model") or answered_as
-                if not chunk.get("choices"):
+            async for chunk in stream:
+                usage, answered_as = chunk.usage or usage, chunk.model or answered_as
+                if not chunk.choices:
                     continue
-                delta = chunk["choices"][0].get("delta") or {}
-                if delta.get("content"):
-                    piece = kept.take(delta["content"], "content")
+                delta = chunk.choices[0].delta
+                if delta.content:
+                    piece = kept.take(delta.content, "content")
                     if piece:
                         text.append(piece)
                         await passed_on(on_delta, valid_text(piece))
-                for call in delta.get("tool_calls") or []:
-                    joined = calls.setdefault(call["index"],
+                for call in delta.tool_calls or []:
+                    joined = calls.setdefault(call.index,
                                               {"id": "", "name": "", "arguments": ""})
-                    joined["id"] = call.get("id") or joined["id"]
-                    function = call.get("function") or {}
-                    joined["name"] = function.get("name") or joined["name"]
-                    joined["arguments"] += kept.take(function.get("arguments") or "",
-                                                     call["index"])
+                    joined["id"] = call.id or joined["id"]
+                    function = call.function
+                    if function is not None:
+                        joined["name"] = function.name or joined["name"]
+                        joined["arguments"] += kept.take(function.arguments or "", call.index)
         except ModelError:
             raise
         except Exception as error:
-            raise openai_error(error, status=getattr(error, "status_code", None),
-                               mid_stream=True) from error
-        message = _message({"content": "".join(text) or None, "tool_calls": [
-            {"id": call["id"], "function": {"name": call["name"], "arguments": call["arguments"]}}
-            for call in calls.values()]})
+            raise too_large(error) or openai_error(
+                error, status=getattr(error, "status_code", None), mid_stream=True) from error
+        message = SimpleNamespace(content="".join(text) or None, tool_calls=[
+            SimpleNamespace(id=call["id"], function=SimpleNamespace(
+                name=call["name"], arguments=call["arguments"])) for call in calls.values()])
         if usage is None:  # the server ignored include_usage: litellm estimates the tokens
             counter = litellm().token_counter
             output = "".join(text) + "".join(call["arguments"] for call in calls.values())
@@ -211,23 +238,32 @@ class _Kept:
         return kept
 
 
-def _message(answer: dict[str, Any]) -> SimpleNamespace:
-    """An answer's message (`content`, `tool_calls` with their `function`) as `reply` reads it."""
-    return SimpleNamespace(content=answer.get("content"), tool_calls=[
-        SimpleNamespace(id=call.get("id"), function=SimpleNamespace(**{
-            "name": None, "arguments": None, **(call.get("function") or {})}))
-        for call in answer.get("tool_calls") or []])
+def _message(message: Any) -> SimpleNamespace:
+    """An answer's message (`content`, `tool_calls` with their `function`) as `reply` reads
+    it: the SDK builds it without checking, so a call may lack its function."""
+    calls = []
+    for call in getattr(message, "tool_calls", None) or []:
+        function = getattr(call, "function", None)
+        calls.append(SimpleNamespace(id=getattr(call, "id", None), function=SimpleNamespace(
+            name=getattr(function, "name", None), arguments=getattr(function, "arguments", None))))
+    return SimpleNamespace(content=getattr(message, "content", None), tool_calls=calls)
 
 
-async def _closed_at_the_end(endpoint: Endpoint) -> None:
-    """Wait until cancelled, then close `endpoint`: `asyncio.run` cancels the tasks left when
+def _detail(usage: Any, part: str, key: str) -> Any:
+    """A count inside the usage's details (`prompt_tokens_details.cached_tokens`, ...), from
+    the SDK's usage object or a dict."""
+    details = usage.get(part) if isinstance(usage, dict) else getattr(usage, part, None)
+    return details.get(key) if isinstance(details, dict) else getattr(details, key, None)
+
+
+async def _closed_at_the_end(client: AsyncOpenAI) -> None:
+    """Wait until cancelled, then close `client`: `asyncio.run` cancels the tasks left when
     its main coroutine ends and waits for them, so the connections close with the loop still
-    running (aiohttp complains of a session left open)."""
+    running."""
     try:
         await asyncio.get_running_loop().create_future()
     finally:
-        await endpoint.close()
-
+        await client.close()
 
 
 _CONTEXT_WINDOW_TEXTS = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +56,11 @@ class ModelError(Exception):
         super().__init__(message)
         self.transient, self.context_overflow = transient, context_overflow
 
+
+session_tree: ContextVar[str | None] = ContextVar("session_tree", default=None)
+"""The session (root thread id) a model call is made for, set by the runtime around each call:
+a client that can use it (a provider's prompt cache key) reads it, the others need not take
+it."""
 
 DeltaCallback = Callable[[str], Awaitable[None] | None]
 

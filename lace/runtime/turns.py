@@ -9,6 +9,7 @@ import functools
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -16,10 +17,10 @@ from typing import Any, TypeVar
 
 from lace.config import AcpAgent, Budgets, Limits
 from lace.core.assignee import ACP_PROVIDER
-from lace.core.ids import depth_of
+from lace.core.ids import depth_of, root_of
 from lace.core.records import Agent, Lease, Place
 from lace.core.usage import estimate_tokens
-from lace.llm.types import ModelClient, ModelError, ModelReply
+from lace.llm.types import ModelClient, ModelError, ModelReply, session_tree
 from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
@@ -168,8 +169,9 @@ class TurnRunner:
                 if await self._sent_back(agent, lease, messages, reply.content):
                     continue
                 break
+            of_reply = dataclasses.replace(context, batch=uuid.uuid4().hex)  # one wake back
             outcomes = await asyncio.gather(*(  # every call ends before the turn may
-                self.tools.call(context, call.name, call.arguments, call_id=call.id)
+                self.tools.call(of_reply, call.name, call.arguments, call_id=call.id)
                 for call in reply.tool_calls), return_exceptions=True)
             results = []
             for outcome in outcomes:
@@ -302,6 +304,7 @@ class TurnRunner:
             try:
                 async with AsyncExitStack() as stack:
                     await self.slots.hold(stack, agent.provider)
+                    tree = session_tree.set(root_of(agent.thread_id))  # one prompt cache
                     try:  # not wait_for: on Python 3.11 it can swallow a cancellation
                         async with asyncio.timeout(stall):
                             with self.tools.tracing.model_call(agent, messages) as span:
@@ -317,6 +320,8 @@ class TurnRunner:
                         raise HaltedError(agent.thread_id, f"watchdog: a model call made no "
                                           f"progress for stall_timeout_s = {stall:g} ([limits] "
                                           "stall_timeout_s)") from None
+                    finally:
+                        session_tree.reset(tree)
             except ModelError as error:
                 if agent.thread_id in self.watched:  # the half answer shown is void
                     self.bus.publish(TextStreamed(agent.thread_id, "", restart=True))

@@ -11,6 +11,7 @@ from typing import Any
 from lace.core import notifications
 from lace.core.assignee import HUMAN, Assignment, ThreadAssignee
 from lace.core.clock import iso_ago
+from lace.core.dependencies import batch_running
 from lace.core.effects import EffectLog, Spawned
 from lace.core.errors import NotFoundError, PermissionDeniedError, SpawnRefusedError
 from lace.core.ids import depth_of, is_thread_id
@@ -152,17 +153,39 @@ class AssignmentRules:
             return
         text = notifications.status_changed(after, actor, reason)
         if after.status == "completed":
-            self.inbox.notify(after.created_by, sender=actor, kind="completion", task_id=after.id,
+            self.tell_creator(after, sender=actor, kind="completion",
                               text=notifications.completion(after, actor, "(no message)"))
         elif is_progress(actor, after) and after.status in ACTIVE_STATUSES:
             self.inbox.notify(after.created_by, sender=actor, kind="status", task_id=after.id,
                               text=notifications.progress_status(after, actor), wakes=False)
-        else:
+        elif after.status in ACTIVE_STATUSES:
             self.inbox.notify(after.created_by, sender=actor, kind="status", text=text,
                               task_id=after.id)
+        else:
+            self.tell_creator(after, sender=actor, kind="status", text=text)
         if not reassigned and not held and after.assigned_to != after.created_by:
             self.inbox.notify(after.assigned_to, sender=actor, kind="status", text=text,
                               task_id=after.id)
+
+    def tell_creator(self, task: Task, *, sender: str, kind: str, text: str) -> None:
+        """Tell a task's creator that the task settled (completed, blocked or archived): at
+        once, or for a task of a batch (`TaskBoard.create_tasks`) inside the batch's one
+        notice, which wakes the creator when the last of its tasks settles; until then the
+        notice is held."""
+        batch = self.tasks.batch_of(task.id)
+        if batch is None:
+            self.inbox.notify(task.created_by, sender=sender, kind=kind, text=text,
+                              task_id=task.id)
+            return
+        members = self.edges.attach(self.tasks.in_batch(batch))
+        if batch_running(members):
+            self.inbox.notify(task.created_by, sender=sender, kind=kind, text=text,
+                              task_id=task.id, held_for=batch)
+            return
+        blocks = [*self.inbox.release_held(task.created_by, batch), text]
+        self.inbox.notify(task.created_by, sender=sender, task_id=task.id,
+                          kind="completion" if len(blocks) > 1 else kind,
+                          text=notifications.batch_settled(len(members), blocks))
 
     # held assignments
 

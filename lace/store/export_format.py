@@ -125,6 +125,9 @@ class TaskRow(Row):
     held_assignment: dict[str, Any] | None = Field(
         default=None, description="what the task's assignment does when its last blocker is "
         "completed: {\"agent\": plan} spawns, {\"thread\": id} tells")
+    batch: str | None = Field(
+        default=None, max_length=100, description="the batch of tasks its creator made in one "
+        "model reply: they tell it once, when the last of them settles")
     notes: list[NoteRow]
 
 
@@ -190,6 +193,9 @@ class InboxRow(Row):
     created_at: Time
     consumed_at: Time | None
     wakes: bool
+    held_for: str | None = Field(
+        default=None, max_length=100, description="the batch this notice is held for: it is "
+        "delivered inside the batch's one notice when the last of its tasks settles")
 
 
 class CallRow(Row):

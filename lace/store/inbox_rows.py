@@ -38,24 +38,39 @@ class InboxRows(Rows):
     def post(
         self, thread_id: str, *, sender: str, kind: str, text: str,
         task_id: str | None = None, priority: str = "normal", wakes: bool = True,
+        held_for: str | None = None,
     ) -> int:
         """Put a message in a thread's inbox (credential values masked); a row that does not
-        `wake` the thread waits for its next turn."""
+        `wake` the thread waits for its next turn, one `held_for` a batch waits for the
+        batch's notice (`release_held`)."""
+        wakes = wakes and held_for is None
         inbox_id = sql.INSERT_INBOX.inserted_id(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
             "text": mask(text, credential_values()), "priority": priority, "wakes": wakes,
-            "created_at": now_iso()})
+            "held_for": held_for, "created_at": now_iso()})
         self.effects.notice(Notice(thread_id, kind, task_id, wakes))
         return inbox_id
 
     def notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
-               task_id: str, wakes: bool = True) -> None:
+               task_id: str, wakes: bool = True, held_for: str | None = None) -> None:
         """Put a notice in an agent's inbox; people and the sender themselves get none."""
         if not recipient or recipient in (sender, HUMAN) or not is_thread_id(recipient):
             return
         if self.agents.find(recipient) is not None:
             self.post(recipient, sender=sender, kind=kind, text=text, task_id=task_id,
-                      wakes=wakes)
+                      wakes=wakes, held_for=held_for)
+
+    def release_held(self, thread_id: str, batch: str) -> list[str]:
+        """The texts of a thread's notices held for `batch` and not delivered otherwise
+        (a wait's tool result), oldest first. They go out inside the batch's one notice, so
+        their rows are removed: every consumed row is one a turn delivered."""
+        inbox = schema.inbox.c
+        held = self._execute(sa.select(inbox.id, inbox.text).where(
+            inbox.thread_id == thread_id, inbox.held_for == batch,
+            inbox.consumed_at.is_(None)).order_by(inbox.id)).all()
+        if held:
+            self._execute(schema.inbox.delete().where(inbox.id.in_([row.id for row in held])))
+        return [row.text for row in held]
 
     def was_told(self, thread_id: str, task_id: str, kind: str) -> bool:
         """Whether a thread ever got a notice of this kind about this task."""

@@ -78,11 +78,13 @@ tasks = sa.Table(
     _created(),
     _updated(),
     sa.Column("held_assignment", sa.JSON(none_as_null=True), nullable=True),
+    sa.Column("batch", sa.Text, nullable=True),
     sa.CheckConstraint(_one_of("status", STATUSES), name="status"),
     sa.CheckConstraint(_one_of("priority", PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "status"),
     sa.Index(None, "assigned_to"),
     sa.Index(None, "created_by"),
+    sa.Index(None, "batch"),
 )
 TASK_RANK: sa.ColumnClause[int] = sa.literal_column(
     "(CASE priority WHEN 'high' THEN 0 WHEN 'medium' THEN 1 WHEN 'low' THEN 2 END)")
@@ -167,6 +169,7 @@ inbox = sa.Table(
     _created(),
     sa.Column("consumed_at", sa.Text, nullable=True),
     sa.Column("wakes", sa.Boolean, nullable=False, server_default="1"),
+    sa.Column("held_for", sa.Text, nullable=True),
     sa.CheckConstraint(_one_of("kind", INBOX_KINDS), name="kind"),
     sa.CheckConstraint(_one_of("priority", INBOX_PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "consumed_at"),

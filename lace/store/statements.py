@@ -52,7 +52,7 @@ EVENTS_AFTER = Prepared(sa.select(_events).where(
     _events.c.thread_id == sa.bindparam("thread"), _events.c.id > sa.bindparam("after"))
     .order_by(_events.c.id))
 _INBOX_COLUMNS = ("thread_id", "sender", "task_id", "kind", "text", "priority", "wakes",
-                  "created_at")
+                  "held_for", "created_at")
 INBOX_LOCKS = 0x6C616365
 """PostgreSQL: the first key of the advisory lock each inbox row takes for its recipient
 (the second is the hash of the thread id) until its transaction ends, so that one inbox's rows
@@ -64,13 +64,15 @@ INSERT_INBOX = Insert(schema.inbox, _INBOX_COLUMNS, postgresql=sa.text(
     f"FROM (SELECT pg_advisory_xact_lock({INBOX_LOCKS}, hashtext(:thread_id))) AS in_order "
     "RETURNING id"))
 PENDING_INBOX = Prepared(sa.select(_inbox).where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None))
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
+    _inbox.c.held_for.is_(None))
     .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
 HAS_WAKING_INBOX = Prepared(sa.select(_inbox.c.id).where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
     _inbox.c.wakes).limit(1))
 CONSUME_INBOX = Prepared(_inbox.update().where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None)).values(
+    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
+    _inbox.c.held_for.is_(None)).values(
         consumed_at=sa.bindparam("now")))
 LIVE_CHILDREN = Prepared(
     sa.select(sa.func.count()).select_from(_agents)
@@ -127,7 +129,7 @@ TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task"
 TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
 INSERT_TASK = insert_into("tasks", (
     "id", "title", "description", "prompt", "status", "priority", "assigned_to", "created_by",
-    "thread_id", "created_at", "updated_at"))
+    "thread_id", "created_at", "updated_at", "batch"))
 INSERT_NOTE = insert_into("task_notes", ("task_id", "author", "content", "created_at"))
 COUNT_NOTES = Prepared(sa.select(sa.func.count()).select_from(_notes).where(
     _notes.c.task_id == sa.bindparam("task")))

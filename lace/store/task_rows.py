@@ -67,7 +67,7 @@ class TaskRows(Rows):
     def insert(
         self, *, session_id: str, created_by: str, title: str, prompt: str,
         description: str | None = None, priority: str = "medium",
-        assigned_to: str | None = None, status: str = "pending",
+        assigned_to: str | None = None, status: str = "pending", batch: str | None = None,
     ) -> Task:
         """Insert one task row as given (rules live in `TaskBoard.create_tasks`)."""
         now, task_id = now_iso(), self._new_id()
@@ -75,7 +75,8 @@ class TaskRows(Rows):
         values = {"id": task_id, "title": title, "description": description,
                   "prompt": prompt, "status": status, "priority": priority,
                   "assigned_to": assigned_to, "created_by": created_by,
-                  "thread_id": session_id, "created_at": now, "updated_at": now}
+                  "thread_id": session_id, "created_at": now, "updated_at": now,
+                  "batch": batch}
         sql.INSERT_TASK.run(self.raw, values)
         self.effects.task(task_id)
         return record(Task, {**values, "note_count": 0, "notes": ()})
@@ -105,6 +106,17 @@ class TaskRows(Rows):
         held = self._execute(sa.select(tasks.c.held_assignment)
                              .where(tasks.c.id == task_id)).scalar()
         return held if isinstance(held, dict) else None
+
+    def batch_of(self, task_id: str) -> str | None:
+        """The batch a task belongs to (None: it notifies its creator on its own)."""
+        tasks = schema.tasks
+        batch = self._execute(sa.select(tasks.c.batch).where(tasks.c.id == task_id)).scalar()
+        return batch if isinstance(batch, str) else None
+
+    def in_batch(self, batch: str) -> list[Task]:
+        """The tasks of a batch."""
+        rows = self._execute(sa.select(schema.tasks).where(schema.tasks.c.batch == batch))
+        return [record(Task, row) for row in rows]
 
     def query(
         self, session_id: str, *, where: sa.ColumnElement[bool] | None = None,

@@ -53,6 +53,13 @@ class TaskDraft:
     blocked_by: tuple[str, ...] = ()
 
 
+def joins_batch(draft: TaskDraft, blockers: dict[str | int, bool | None]) -> bool:
+    """Whether a new task joins its creator's batch: it is for an agent (not a person, not
+    unassigned) and waits for no task outside its `task_create` call (`#N` only)."""
+    return isinstance(draft.assignee, AgentPlan | ThreadAssignee) and all(
+        isinstance(ref, int) for ref in blockers)
+
+
 class TaskBoard:
     """The task board's rules: who may change a task, which moves are allowed, what it waits
     for, and who is told."""
@@ -84,12 +91,14 @@ class TaskBoard:
                           priority=priority, assignee=assignee, blocked_by=tuple(blocked_by))
         return self.create_tasks(session_id=session_id, actor=actor, drafts=[draft])[0]
 
-    def create_tasks(self, *, session_id: str, actor: str,
-                     drafts: Sequence[TaskDraft]) -> list[Task]:
+    def create_tasks(self, *, session_id: str, actor: str, drafts: Sequence[TaskDraft],
+                     batch: str | None = None) -> list[Task]:
         """Create tasks with the edges between them: a task whose blockers are all completed
         gets its assignment now (an agent assignee is told, a planned agent spawned); one that
         waits holds it until the last of them is completed. Bad blockers and cycles raise, and
-        the caller's transaction writes nothing."""
+        the caller's transaction writes nothing. With a `batch` (the model reply that creates
+        them), the tasks assigned to agents that wait for nothing outside this call join it:
+        their creator hears of them once, when the last of them settles."""
         self.threads.get_session(session_id)
         for draft in drafts:
             if draft.assignee is not None:
@@ -100,8 +109,9 @@ class TaskBoard:
         tasks = [self.tasks.insert(
             session_id=session_id, created_by=actor, title=draft.title, prompt=draft.prompt,
             description=draft.description, priority=draft.priority,
-            assigned_to=self._assigned_text(draft.assignee, held=waiting))
-            for draft, waiting in zip(drafts, waits, strict=True)]
+            assigned_to=self._assigned_text(draft.assignee, held=waiting),
+            batch=batch if joins_batch(draft, blockers) else None)
+            for draft, waiting, blockers in zip(drafts, waits, refs, strict=True)]
         for task, blockers in zip(tasks, refs, strict=True):
             if blockers:
                 self.edges.insert(task.id, {(tasks[ref].id if isinstance(ref, int) else ref):
@@ -313,8 +323,8 @@ class TaskBoard:
         self.notes.insert(task_id, actor, message)
         self.tasks.set_fields(task_id, status="completed")
         done = self.tasks.get(task_id, with_notes=True)
-        self.inbox.notify(task.created_by, sender=actor, kind="completion", task_id=task_id,
-                          text=notifications.completion(done, actor, message))
+        self.assignments.tell_creator(done, sender=actor, kind="completion",
+                                      text=notifications.completion(done, actor, message))
         self.assignments.settle_dependents(done, actor)
         return done
 

@@ -5,6 +5,7 @@ its own clash, every reference rewritten (in text too: conversations name tasks 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +149,16 @@ def _rewriter(renamed: dict[str, str]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda match: renamed[match.group()], text)
 
 
+def _inbox_ids(base: int, old: list[int]) -> dict[int, int]:
+    """New ids for a document's inbox rows from `base` on, in their order: their gaps (the rows
+    folded into a batch's notice) kept, unless the ids span far more than their number (a
+    file's odd ids), which are numbered one after another."""
+    ordered = sorted(old)
+    if ordered and ordered[-1] - ordered[0] <= 2 * len(ordered) + 1000:
+        return {row_id: base + row_id - ordered[0] for row_id in ordered}
+    return {row_id: base + number for number, row_id in enumerate(ordered)}
+
+
 def _next_id(tx: Tx, table: sa.Table) -> int:
     return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
 
@@ -168,6 +179,21 @@ def _call_totals(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return totals
 
 
+def _new_batches(tx: Tx, data: dict[str, Any]) -> None:
+    """Fresh ids for the document's batches of tasks that this database already has, so none
+    can join a batch of another session (and hold or release its notices)."""
+    rows = [*((task, "batch") for task in data["tasks"]),
+            *((item, "held_for") for item in data["inbox"])]
+    named = {row[key] for row, key in rows if row.get(key) is not None}
+    tasks, inbox = schema.tasks.c, schema.inbox.c
+    taken = set(tx.connection.execute(sa.select(tasks.batch).where(tasks.batch.in_(named))
+                                      .union(sa.select(inbox.held_for)
+                                             .where(inbox.held_for.in_(named)))).scalars())
+    fresh = {batch: uuid.uuid4().hex for batch in taken}
+    for row, key in rows:
+        row[key] = fresh.get(row.get(key), row.get(key))
+
+
 def import_session(tx: Tx, document: SessionDocument) -> Imported:
     """Write a checked document into this database (one transaction). Every agent is inert: no
     process runs it until a person resumes the session (`lace run --continue`, the app), and
@@ -181,7 +207,7 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
         data = map_strings(data, _rewriter(renamed))
     data = mask_data(data, credential_values())
     inbox_base, event_base = _next_id(tx, schema.inbox), _next_id(tx, schema.events)
-    inbox_ids = {item["id"]: inbox_base + number for number, item in enumerate(data["inbox"])}
+    inbox_ids = _inbox_ids(inbox_base, [item["id"] for item in data["inbox"]])
     for item in data["inbox"]:
         item["id"] = inbox_ids[item["id"]]
     for number, event in enumerate(data["events"]):
@@ -190,6 +216,7 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
             event["data"]["inbox_id"] = inbox_ids[event["data"]["inbox_id"]]
         if isinstance(event["data"].get("inbox_ids"), list):
             event["data"]["inbox_ids"] = [inbox_ids[old] for old in event["data"]["inbox_ids"]]
+    _new_batches(tx, data)
     totals = _call_totals(data["llm_calls"])
     for agent in data["agents"]:
         agent.update(inert=True, **totals.get(agent["thread_id"], _NO_CALLS))

@@ -69,6 +69,10 @@ class ToolContext:
     trace_parent: str | None = None
     """The `traceparent` of this call's span (None untraced): a helper it plans is traced
     under it."""
+    batch: str | None = None
+    """The model reply the call belongs to: the tasks it creates for agents tell their
+    creator once, when the last of them settles (`TaskBoard.create_tasks`); None outside a
+    turn (the person)."""
 
 
 @dataclass(frozen=True)

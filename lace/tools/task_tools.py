@@ -78,10 +78,14 @@ class NewTask(BaseModel):
 class TaskCreate(Tool):
     """Create 1 to 20 tasks on the board (all or nothing). Assign one to new:provider/model to
     spawn a new agent that works on it and reports back to you when it completes it. A task
-    with blocked_by waits for those tasks: a whole plan is one call."""
+    with blocked_by waits for those tasks: a whole plan is one call. The tasks you give to
+    agents in one reply report back together, once the last of them is done."""
 
     name: ClassVar[str] = "task_create"
     tasks: list[NewTask] = Field(min_length=1, max_length=20)
+    notify_each: bool = Field(default=False, description=(
+        "true: hear of each task of this call as soon as it is done, instead of once with "
+        "the other tasks of your reply."))
 
     def run(self, tx: Tx, context: ToolContext) -> Answer:
         assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
@@ -91,7 +95,8 @@ class TaskCreate(Tool):
                   for item, assignee in zip(self.tasks, assignees, strict=True)]
         lines = []
         created = tx.board.create_tasks(session_id=context.session_id, actor=context.thread_id,
-                                        drafts=drafts)
+                                        drafts=drafts,
+                                        batch=None if self.notify_each else context.batch)
         for task in created:
             suffix = f" (assigned to {task.assigned_to})" if task.assigned_to else ""
             lines.append(f"Created task {task.id}: {task.title}{suffix}")
