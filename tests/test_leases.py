@@ -136,8 +136,10 @@ async def test_the_app_and_lace_run_see_each_others_rows_within_a_second(
         shown: dict[str, float] = {}
         async with app.run_test(size=(160, 45)) as pilot:
             await pilot.press(*"Also thank the team.", "enter")
+            longest_gap, last = 0.0, time.monotonic()
             while True:  # until the run ended and the app shows every thread
                 now = time.monotonic()
+                longest_gap, last = max(longest_gap, now - last), now
                 for (thread,) in query(home, "SELECT id FROM threads"):
                     first_seen.setdefault(str(thread), now)
                 for thread in app.query_one(ThreadTree).ordered_threads():
@@ -153,9 +155,9 @@ async def test_the_app_and_lace_run_see_each_others_rows_within_a_second(
     assert other.returncode == 0
     assert len(first_seen) >= 5  # the root, its four workers (and any the message made)
     late = {thread: shown[thread] - first_seen[thread] for thread in first_seen}
-    # within a second on a quiet machine (both look every 0.5 s); twice that leaves room for
-    # the test run's other workers starving these processes
-    assert max(late.values()) < 2.0, late
+    # within a second (both look every 0.5 s), give or take how late this process, the app's
+    # and the test's, was starved of a turn by the test run's other workers
+    assert max(late.values()) < 1.0 + longest_gap, (late, longest_gap)
     delivered = query(home, "SELECT COUNT(*) FROM events WHERE type = 'user_message' AND "
                             "json_extract(data, '$.message.content') LIKE 'Also thank the team.%'")
     assert delivered == [(1,)]
