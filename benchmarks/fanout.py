@@ -104,8 +104,8 @@ def root_step(messages: list[dict[str, Any]], tasks: int, worker: str) -> Step:
                   "assigned_to": worker} for number in range(1, tasks + 1)]
         return None, [("task_create", {"tasks": specs[start:start + TASKS_PER_CALL]})
                       for start in range(0, len(specs), TASKS_PER_CALL)]
-    done = sum(message["role"] == "user" and "has been completed by" in
-               (message["content"] or "") for message in messages)
+    done = sum((message["content"] or "").count("has been completed by")  # a batch: each
+               for message in messages if message["role"] == "user")
     if messages[-1]["role"] == "tool":
         return f"Delegated {tasks} tasks; waiting.", []
     if done >= tasks:

@@ -59,7 +59,7 @@ def tree_script(helpers: int, levels: int) -> Any:
         task = next((_text(m).split(ASSIGNED, 1)[1].split("'", 1)[0] for m in messages
                      if m["role"] == "user" and ASSIGNED in _text(m)), None)
         called = [call["function"]["name"] for m in messages for call in m.get("tool_calls") or []]
-        done = sum("has been completed by" in _text(m) for m in messages if m["role"] == "user")
+        done = sum(_text(m).count("has been completed by") for m in messages if m["role"] == "user")
         if task is not None and level >= levels:  # a leaf
             if "task_add_note" not in called:
                 return ScriptedReply(tool_calls=[("task_add_note", {"task_id": task,

@@ -43,7 +43,7 @@ def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
         return ScriptedReply(tool_calls=[("task_create", {"tasks": [
             {"title": f"Part {n}", "prompt": f"Do part {n}.", "assigned_to": "new:openai/worker"}
             for n in range(created + 1, created + HELPERS // 2 + 1)]})])
-    completed = sum("has been completed by" in text for text in said)
+    completed = sum(text.count("has been completed by") for text in said)  # a batch: all
     return ScriptedReply(f"All {HELPERS} tasks are done." if completed >= HELPERS
                          else f"{completed} of {HELPERS} done.")
 

@@ -149,7 +149,7 @@ def test_peers_refuses_a_run_that_missed_a_helper() -> None:
                               results, step == 1)
         return peers.Call(caller, at, at + 0.5, tools)
 
-    finished = peers.Finished(0.0, 3.0, "")
+    finished = peers.Finished(0.0, 3.0, "", 0.0)
     calls = [call("root", None, 0, 0.1, ("run_job", "run_job")),
              call("worker", 1, 0, 0.7, ("note",)), call("worker", 1, 1, 1.3, ("complete",)),
              call("root", None, 1, 2.0, results=2)]

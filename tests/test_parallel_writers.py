@@ -104,7 +104,9 @@ def parts_then_sum(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
                   "assigned_to": "new:openai/worker"} for n in range(1, PARTS + 1)]
         total = {"title": "Sum", "prompt": "Add the parts up.", "assigned_to":
                  "new:openai/worker", "blocked_by": [f"#{n}" for n in range(1, PARTS + 1)]}
-        return ScriptedReply(tool_calls=[("task_create", {"tasks": [*parts, total]})])
+        # a notice per task (no batch): the nineteen completions each tell the root
+        return ScriptedReply(tool_calls=[("task_create", {"tasks": [*parts, total],
+                                                          "notify_each": True})])
     said = [str(message.get("content") or "") for message in messages]
     completed = sum("has been completed by" in line for line in said)
     return ScriptedReply(f"All {PARTS + 1} tasks are done." if completed >= PARTS + 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from lace.tui.board import BoardScreen
 from lace.tui.factory import create_app
 from tests.piloted_app import SIZE, make_app, settle
 from tests.processes import trust_folder
-from tests.scripted import Handler, ScriptedModels, assigned_task, reply, text, tools_called
+from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 
 
 @pytest.fixture
@@ -27,22 +26,14 @@ def fixed_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ids, "new_task_id", lambda: f"task_20261122_00000{next(numbers)}")
 
 
-def beta_after_alpha(models: ScriptedModels) -> Handler:
-    """Workers that complete their task at once (no notes, which would wake the root at times
-    that depend on timing), "Beta" only once the root has heard that "Alpha" is done: the
-    root's turns, and the tokens on screen, are the same on every run."""
-
-    async def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
-        if "task_complete" in tools_called(messages):
-            return reply("finished")
-        if any('Title: "Beta"' in text(message) for message in messages):
-            while not any('has been completed' in text(message) and '"Alpha"' in text(message)
-                          for called in models.calls_of("root") for message in called):
-                await asyncio.sleep(0.01)
-        return reply(None, ("task_complete", {"task_id": assigned_task(messages),
-                                              "message": f"result of {assigned_task(messages)}"}))
-
-    return handle
+def at_once(messages: list[dict[str, Any]]) -> ScriptedReply:
+    """Workers that complete their task at once (no notes, which would reach the root at times
+    that depend on timing): the two tasks of the root's one task_create wake it once, with both
+    results, so the root's turns, and the tokens on screen, are the same on every run."""
+    if "task_complete" in tools_called(messages):
+        return reply("finished")
+    return reply(None, ("task_complete", {"task_id": assigned_task(messages),
+                                          "message": f"result of {assigned_task(messages)}"}))
 
 
 def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
@@ -72,14 +63,14 @@ def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
 def test_main_screen(snap_compare: Any, db_path: Path, models: ScriptedModels,
                      fixed_ids: None) -> None:
     app = make_app(db_path, models)
-    models.on("worker", beta_after_alpha(models))
+    models.on("worker", at_once)
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "n"))
 
 
 def test_board(snap_compare: Any, db_path: Path, models: ScriptedModels,
                fixed_ids: None) -> None:
     app = make_app(db_path, models)
-    models.on("worker", beta_after_alpha(models))
+    models.on("worker", at_once)
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, "b"))
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from lace.config import Settings, load_settings
+from lace.core import ids
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
-from lace.core.ids import new_root_thread_id, root_of
+from lace.core.ids import root_of
 from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
 from lace.core.usage import CallGroup
 from lace.runtime.acp_worker import acp_checked
@@ -240,7 +241,7 @@ class Board:
         """A new session whose inbox holds the prompt, run by no agent here: a worker on this
         host in `workspace` runs it (`lace run --detach`); the UserPromptSubmit hooks run
         first (a refusal writes nothing; `warn` shows a hook's error)."""
-        root_id = new_root_thread_id()
+        root_id = ids.new_root_thread_id()
         prompt = submitted_alone(self.settings, workspace, root_id, prompt, warn)
         place = place_of(workspace)
         return self.store.write(lambda tx: open_session(tx, prompt, model, place,

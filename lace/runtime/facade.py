@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from lace.config import Settings
+from lace.core import ids
 from lace.core.assignee import HUMAN
-from lace.core.ids import new_root_thread_id
 from lace.core.records import Lease, Place, Thread
 from lace.core.text import valid_text
 from lace.llm.types import ModelClient
@@ -89,7 +89,7 @@ class Runtime:
         """A new root thread whose inbox holds the person's prompt (UserPromptSubmit hooks
         run first: one may refuse it, and then nothing is written; then SessionStart)."""
         self.scheduler.reopen()
-        root_id, hooks = new_root_thread_id(), self.tools.hooks
+        root_id, hooks = ids.new_root_thread_id(), self.tools.hooks
         if hooks is not None:
             prompt = await hooks.prompt_submitted(root_id, prompt)
             prompt = "\n\n".join([prompt, *await hooks.session_started(root_id, "startup")])
