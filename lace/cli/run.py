@@ -7,12 +7,11 @@ import asyncio
 import signal
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
-from lace.cli.output import print_json, say
+from lace.cli.output import print_json, report, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings
 from lace.core.agents import CUT_OFF_STATUSES
@@ -35,7 +34,6 @@ NOT_WITH_DETACH = {
     "continue_thread": ("--continue", "it starts a new session"),
     "workers": ("--workers", "`lace worker` processes run the agents"),
     "timeout": ("--timeout", "use lace wait SESSION --timeout S"),
-    "json": ("--json", "it prints the session id only; lace wait SESSION --json"),
     "yes": ("--yes", "give it to the `lace worker` that runs the agents"),
     "read_only": ("--read-only", "give it to the `lace worker` that runs the agents"),
 }
@@ -61,7 +59,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise LaceError(problem)
     board = board_of(args, create=args.continue_thread is None)
     if detach:
-        return _detach(board, args.prompt, model, workspace_of(args))
+        return _detach(board, args, model)
     if args.continue_thread:
         board.get_thread(args.continue_thread)
     started: list[str] = []  # the session's id, once there is one
@@ -194,14 +192,15 @@ def _refuse_with_detach(args: argparse.Namespace) -> None:
             raise LaceError(f"{flag} does not go with --detach: {instead}")
 
 
-def _detach(board: Board, prompt: str, model: str, workspace: Path) -> int:
+def _detach(board: Board, args: argparse.Namespace, model: str) -> int:
     """`lace run --detach`: write the session and its prompt, run no agent, and print the id
-    alone on stdout. Its agents work in `workspace`: a worker on this host started there (or
-    with --workspace) runs them."""
-    root_id = board.start_session(prompt, model, workspace, warn=lambda text: say(
+    alone on stdout (`{"session": ID}` with --json). Its agents work in the workspace: a worker
+    on this host started there (or with --workspace) runs them."""
+    workspace = workspace_of(args)
+    root_id = board.start_session(args.prompt, model, workspace, warn=lambda text: say(
         f"! {text}", one_line=True, file=sys.stderr)).id
     board.close()
-    print(root_id)
+    report(args, {"session": root_id}, root_id)
     print(f"Session {root_id} waits for a worker: lace worker (or lace worker --session "
           f"{root_id}) on this database, on this host, with --workspace {workspace} (or run "
           f"there) runs its agents; lace wait {root_id} prints its answer.", file=sys.stderr)
