@@ -533,6 +533,38 @@ def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
             for choice in action.choices.values()]
 
 
+SESSION_ARGUMENTS = frozenset({"session", "sessions", "root_id"})
+"""The destinations of arguments that name a session: a TAB offers the database's sessions."""
+THREAD_ARGUMENTS = frozenset({"thread_id", "continue_thread"})
+"""The destinations of arguments that name a thread: a TAB offers sessions, then threads."""
+
+
+def _completer(name: str) -> Callable[..., list[str]]:
+    """argcomplete's completer `lace.cli.completion.<name>`, imported at the first TAB."""
+
+    def complete(prefix: str, parsed_args: argparse.Namespace, **_kwargs: Any) -> list[str]:
+        from lace.cli import completion
+
+        found: list[str] = getattr(completion, name)(prefix, parsed_args)
+        return found
+
+    return complete
+
+
+def add_id_completers(parser: argparse.ArgumentParser) -> None:
+    """Make a TAB complete session and thread ids wherever one is expected, all the way down
+    the tree."""
+    for action in parser._actions:
+        if action.nargs == 0:  # a flag such as `lace approve --session`
+            continue
+        if action.dest in SESSION_ARGUMENTS:
+            action.completer = _completer("session_ids")  # type: ignore[attr-defined]
+        elif action.dest in THREAD_ARGUMENTS:
+            action.completer = _completer("thread_ids")  # type: ignore[attr-defined]
+    for child in subcommands(parser):
+        add_id_completers(child)
+
+
 def add_examples(parser: argparse.ArgumentParser) -> None:
     """Put each command's examples at the end of its help, all the way down the tree."""
     parser.formatter_class = HelpWithExamples
