@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import signal
 import sys
 from dataclasses import asdict
@@ -109,7 +110,12 @@ def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
 
     runtime = open_runtime(board.store, settings, client, check_model=check_model,
                            workspace=workspace_of(args), sharing=sharing or ALONE)
-    runtime.subscribe(progress_printer(root_reported=root_reported))
+    from lace.runtime.databases import database_url, shown_database
+
+    db = getattr(args, "db", None)  # named again in the commands that answer (no password)
+    runtime.subscribe(progress_printer(
+        root_reported=root_reported, approval_timeout_s=settings.limits.approval_timeout_s,
+        db_flag=f" --db {shlex.quote(shown_database(database_url(db)))}" if db else ""))
     return runtime
 
 
@@ -130,6 +136,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
     sharing = Sharing(feed=board.change_feed(), share_work=True) if workers_wanted else None
     runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True)
     workers = Workers()
+    asking = _ask_on_the_terminal(runtime)
     try:
         if args.continue_thread:
             root_id = root_of(args.continue_thread)
@@ -164,9 +171,22 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
         await workers.stop()
         return _report(board, root_id, args.json)
     finally:
+        if asking is not None:
+            asking.cancel()
         await workers.stop()
         await runtime.stop_servers()
         runtime.close()
+
+
+def _ask_on_the_terminal(runtime: Runtime) -> asyncio.Task[None] | None:
+    """When a person started the run at a terminal, approval requests are asked there too."""
+    if not sys.stdin.isatty():
+        return None
+    from lace.cli.asking import TerminalAnswers
+
+    answers = TerminalAnswers(runtime)
+    runtime.subscribe(answers)
+    return asyncio.create_task(answers.serve(), name="lace-terminal-answers")
 
 
 def _report(board: Board, root_id: str, as_json: bool) -> int:
