@@ -6,30 +6,17 @@ from __future__ import annotations
 
 import os
 import pty
-import select
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query
-from tests.processes import lace_env
+from tests.processes import lace_env, next_line
 
 LACE = [sys.executable, "-m", "lace"]
-
-
-def next_line(stream: IO[str], process: subprocess.Popen[str], deadline: float) -> str:
-    """The next line of `stream`, or a failure once `deadline` passes or the process ends."""
-    while True:
-        ready, _, _ = select.select([stream], [], [], 0.2)
-        if ready:
-            line = stream.readline()
-            assert line, f"the output ended (exit {process.poll()})"
-            return line
-        assert time.monotonic() < deadline, "no line in time"
 
 
 def test_a_headless_run_names_what_it_waits_for_and_the_exact_command(tmp_path: Path) -> None:
