@@ -144,3 +144,13 @@ def next_line(stream: IO[str], process: subprocess.Popen[str], deadline: float) 
             assert line, f"the output ended (exit {process.poll()})"
             return line
         assert time.monotonic() < deadline, "no line in time"
+
+
+def on_its_terminal() -> None:
+    """A `preexec_fn`: the child leads a new session whose controlling terminal is its stdin
+    (a pty), as a command typed at a shell prompt owns its terminal."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query
-from tests.processes import lace_env, next_line
+from tests.processes import lace_env, next_line, on_its_terminal
 
 LACE = [sys.executable, "-m", "lace"]
 
@@ -61,7 +61,8 @@ def test_a_run_started_at_a_terminal_asks_there(tmp_path: Path) -> None:
     workspace.mkdir()
     terminal, tty = pty.openpty()
     run = subprocess.Popen([*LACE, "run", "--workspace", str(workspace),
-                            "Write a file with the plan and a file with the risks"], stdin=tty,
+                            "Write a file with the plan and a file with the risks"],
+                           stdin=tty, preexec_fn=on_its_terminal,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=lace_env(tmp_path / "home"))
     os.close(tty)
@@ -69,12 +70,12 @@ def test_a_run_started_at_a_terminal_asks_there(tmp_path: Path) -> None:
     asked = 0
     try:
         deadline = time.monotonic() + 90
-        while len(list(workspace.iterdir())) < 2:
+        while asked < 2:
             line = next_line(run.stderr, run, deadline)
             if line.rstrip("\n") == QUESTION:
                 asked += 1
                 os.write(terminal, b"y\n")
-        out, err = run.communicate(timeout=60)
+        out, err = run.communicate(timeout=90)
     finally:
         os.close(terminal)
         if run.poll() is None:
@@ -86,3 +87,34 @@ def test_a_run_started_at_a_terminal_asks_there(tmp_path: Path) -> None:
         "a-file-with-the-risks.md", "write-a-file-with-the-plan.md"]
     assert query(tmp_path / "home" / "lace.db",
                  "SELECT status, decided_by FROM approvals") == [("approved", "human")] * 2
+
+
+def test_a_run_that_does_not_own_its_terminal_never_reads_it(tmp_path: Path) -> None:
+    """Sent to the background (`lace run ... &`), reading the terminal would stop the run: it
+    leaves the answer to `lace approve` instead."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = lace_env(tmp_path / "home")
+    terminal, tty = pty.openpty()
+    run = subprocess.Popen([*LACE, "run", "--workspace", str(workspace),
+                            "Plan the launch and write a file with the risks"], stdin=tty,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    os.close(tty)
+    assert run.stderr is not None
+    try:
+        deadline = time.monotonic() + 60
+        line = next_line(run.stderr, run, deadline)
+        while not line.startswith("? approval #"):
+            line = next_line(run.stderr, run, deadline)
+        number = line.split("#", 1)[1].split(":", 1)[0]
+        answered = subprocess.run([*LACE, "approve", number], env=env, capture_output=True,
+                                  text=True, timeout=60)
+        assert answered.returncode == 0, answered.stderr
+        _out, err = run.communicate(timeout=60)
+    finally:
+        os.close(terminal)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err
+    assert QUESTION not in err

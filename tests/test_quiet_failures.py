@@ -89,7 +89,8 @@ def test_mcp_serve_http_ends_cleanly_on_ctrl_c(tmp_path: Path, signum: int) -> N
             "Accept": "application/json, text/event-stream", "Authorization": f"Bearer {TOKEN}"},
             json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                 "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"}}})
+                "clientInfo": {"name": "test", "version": "1"}}},
+            timeout=60)  # a loaded machine: the server imports its model SDKs meanwhile
         process.send_signal(signum)
         out, err = process.communicate(timeout=60)
     finally:

@@ -5,6 +5,7 @@ approve` from elsewhere still works, and whichever answer comes first counts."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,14 @@ ANSWERS = {"y": "approved", "yes": "approved", "s": "approved_session",
 """What the person types, and the decision it makes (a bare Enter denies)."""
 QUESTION = ("  answer here: y (allow once), s (allow for this session) or n (deny), then "
             "Enter")
+
+
+def in_the_foreground() -> bool:
+    """Whether this process owns its terminal (reading it from the background stops it)."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except OSError:
+        return False
 
 
 class TerminalAnswers:
@@ -38,8 +47,8 @@ class TerminalAnswers:
         answered elsewhere."""
         while True:
             event = await self.asked.get()
-            if not await self._waiting(event.approval_id):
-                continue
+            if not in_the_foreground() or not await self._waiting(event.approval_id):
+                continue  # a run sent to the background (`&`) would be stopped by reading
             print(QUESTION, file=sys.stderr, flush=True)
             line = await self.loop.run_in_executor(None, sys.stdin.readline)
             if not line:  # stdin closed: the commands of the approval line remain

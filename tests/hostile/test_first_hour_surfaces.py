@@ -16,7 +16,7 @@ import pytest
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query, run_cli
-from tests.processes import lace, lace_env, next_line
+from tests.processes import lace, lace_env, next_line, on_its_terminal
 
 CaptureFixture = pytest.CaptureFixture[str]
 
@@ -68,7 +68,8 @@ def test_junk_typed_at_the_terminal_allows_nothing(tmp_path: Path) -> None:
     workspace.mkdir()
     terminal, tty = pty.openpty()
     run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workspace", str(workspace),
-                            "Plan the launch and write a file with the risks"], stdin=tty,
+                            "Plan the launch and write a file with the risks"],
+                           stdin=tty, preexec_fn=on_its_terminal,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=lace_env(tmp_path / "home"))
     os.close(tty)
