@@ -143,7 +143,7 @@ def next_line(stream: IO[str], process: subprocess.Popen[str], deadline: float) 
             line = stream.readline()
             assert line, f"the output ended (exit {process.poll()})"
             return line
-        assert time.monotonic() < deadline, "no line in time"
+        assert time.monotonic() < deadline, f"no line in time (exit {process.poll()})"
 
 
 def on_its_terminal() -> None:

@@ -88,33 +88,3 @@ def test_a_run_started_at_a_terminal_asks_there(tmp_path: Path) -> None:
     assert query(tmp_path / "home" / "lace.db",
                  "SELECT status, decided_by FROM approvals") == [("approved", "human")] * 2
 
-
-def test_a_run_that_does_not_own_its_terminal_never_reads_it(tmp_path: Path) -> None:
-    """Sent to the background (`lace run ... &`), reading the terminal would stop the run: it
-    leaves the answer to `lace approve` instead."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    env = lace_env(tmp_path / "home")
-    terminal, tty = pty.openpty()
-    run = subprocess.Popen([*LACE, "run", "--workspace", str(workspace),
-                            "Plan the launch and write a file with the risks"], stdin=tty,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    os.close(tty)
-    assert run.stderr is not None
-    try:
-        deadline = time.monotonic() + 60
-        line = next_line(run.stderr, run, deadline)
-        while not line.startswith("? approval #"):
-            line = next_line(run.stderr, run, deadline)
-        number = line.split("#", 1)[1].split(":", 1)[0]
-        answered = subprocess.run([*LACE, "approve", number], env=env, capture_output=True,
-                                  text=True, timeout=60)
-        assert answered.returncode == 0, answered.stderr
-        _out, err = run.communicate(timeout=60)
-    finally:
-        os.close(terminal)
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 0, err
-    assert QUESTION not in err

@@ -1,11 +1,12 @@
 """Approval requests asked on the terminal `lace run` was started in: a person who ran it by
 hand answers there (y, s or n, then Enter) instead of waiting for a second terminal; `lace
-approve` from elsewhere still works, and whichever answer comes first counts."""
+approve` from elsewhere still works, and whichever answer comes first counts. A run sent to the
+background (`lace run ... &`) is stopped by the shell when it asks, as any program that reads
+its terminal is; `fg` brings the question back."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -20,14 +21,6 @@ ANSWERS = {"y": "approved", "yes": "approved", "s": "approved_session",
 """What the person types, and the decision it makes (a bare Enter denies)."""
 QUESTION = ("  answer here: y (allow once), s (allow for this session) or n (deny), then "
             "Enter")
-
-
-def in_the_foreground() -> bool:
-    """Whether this process owns its terminal (reading it from the background stops it)."""
-    try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except OSError:
-        return False
 
 
 class TerminalAnswers:
@@ -47,8 +40,14 @@ class TerminalAnswers:
         answered elsewhere."""
         while True:
             event = await self.asked.get()
-            if not in_the_foreground() or not await self._waiting(event.approval_id):
-                continue  # a run sent to the background (`&`) would be stopped by reading
+            try:
+                waiting = await self._waiting(event.approval_id)
+            except Exception as error:  # the commands of the approval line remain
+                print(f"lace: cannot ask here ({error}); answer with the commands above",
+                      file=sys.stderr, flush=True)
+                continue
+            if not waiting:
+                continue
             print(QUESTION, file=sys.stderr, flush=True)
             line = await self.loop.run_in_executor(None, sys.stdin.readline)
             if not line:  # stdin closed: the commands of the approval line remain

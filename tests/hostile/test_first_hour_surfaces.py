@@ -78,7 +78,10 @@ def test_junk_typed_at_the_terminal_allows_nothing(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 90
         while not seen or seen[-1].rstrip("\n") != QUESTION:
-            seen.append(next_line(run.stderr, run, deadline))
+            try:
+                seen.append(next_line(run.stderr, run, deadline))
+            except AssertionError as error:
+                raise AssertionError(f"{error}: {seen}") from None
         os.write(terminal, b"\x1b[2Jyes please " + b"y" * 2000 + b"\n")
         seen.append(next_line(run.stderr, run, deadline))
         assert "is not an answer; y, s or n" in seen[-1] and "\x1b" not in seen[-1]
