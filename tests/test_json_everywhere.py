@@ -80,7 +80,7 @@ def test_each_result_is_json_alone_on_stdout(capsys: CaptureFixture, db_path: Pa
                             "new:demo/worker", *db)["tasks"][0]
     helper = helper_task["assigned_to"]
     assert lace_json(capsys, "stop", helper, *db) == {"thread_id": helper, "stopped": [helper]}
-    resumed = lace_json(capsys, "resume", helper, *db)
+    resumed = lace_json(capsys, "resume", helper, *db, code=1)  # the root never answered
     assert resumed["session"] == session and {"answer", "tasks", "usage"} <= set(resumed)
 
     store = Store(open_database(str(db_path)))
