@@ -23,6 +23,7 @@ PRINTS_NO_RESULT = {
     ("worker",): "runs agents until stopped, narrating on stderr",
     ("web",): "serves the app until stopped",
     ("mcp", "serve"): "serves the board until stopped; stdout carries the MCP protocol",
+    ("acp",): "serves an editor until it leaves; stdout carries the ACP protocol",
     ("completion",): "prints shell code for the shell to read",
     ("export",): "prints the session document itself: JSON by default (--format)",
     ("task",): "with no action it only says to choose one",
