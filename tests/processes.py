@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
 """A demo request the coordinator splits into three tasks, and a fourth that sums them up."""
@@ -131,3 +133,24 @@ def user_config(home: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def next_line(stream: IO[str], process: subprocess.Popen[str], deadline: float) -> str:
+    """The next line of `stream`, or a failure once `deadline` passes or the process ends."""
+    while True:
+        ready, _, _ = select.select([stream], [], [], 0.2)
+        if ready:
+            line = stream.readline()
+            assert line, f"the output ended (exit {process.poll()})"
+            return line
+        assert time.monotonic() < deadline, f"no line in time (exit {process.poll()})"
+
+
+def on_its_terminal() -> None:
+    """A `preexec_fn`: the child leads a new session whose controlling terminal is its stdin
+    (a pty), as a command typed at a shell prompt owns its terminal."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)

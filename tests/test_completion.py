@@ -7,6 +7,7 @@ command comes back."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -18,7 +19,7 @@ import pytest
 
 from lace.cli import build_parser
 from tests.conftest import on_ci
-from tests.processes import lace_env
+from tests.processes import lace, lace_env
 
 BIN = Path(sys.executable).parent
 
@@ -120,3 +121,27 @@ def test_fish_completes_commands_and_options(tmp_path: Path) -> None:
     assert {line.split("\t")[0] for line in commands_part.splitlines()} == {"task", "tasks"}
     assert {"--json", "--all", "--limit", "--session", "--db"} <= {
         line.split("\t")[0] for line in options_part.splitlines()}
+
+
+def test_bash_completes_session_and_thread_ids_where_one_is_expected(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    added = lace(home, "task", "add", "Count the words", "--assign", "new:demo/worker",
+                 "--json")
+    assert added.returncode == 0, added.stderr
+    first = json.loads(added.stdout)["session"]
+    detached = lace(home, "run", "--detach", "Say hi.")
+    assert detached.returncode == 0, detached.stderr
+    second = detached.stdout.strip()
+    missing = tmp_path / "missing.db"
+    offered = completions(home, [
+        "lace follow ", "lace wait lace_", "lace export ", "lace tasks --session ",
+        "lace worker --session ", f"lace session end {first[:-2]}", f"lace show {first}",
+        f"lace run --continue {first}.", f"lace stop {second}", "lace approve --session ",
+        f"lace follow --db {missing} "])
+    both = sorted([first, second])
+    assert [sorted(words) for words in offered[:9]] == [
+        both, both, both, both, both, [first], sorted([first, f"{first}.1"]), [f"{first}.1"],
+        [second]]
+    for words in offered[9:]:  # a flag, and a board that is not there: no id (bash's files)
+        assert not {first, second} & set(words), words
+    assert not missing.exists()

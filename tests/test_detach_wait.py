@@ -216,7 +216,6 @@ BAD_INPUT = [
     (["run", "--detach", "--continue", "ROOT", "hi"], "--continue does not go with --detach"),
     (["run", "--detach", "hi", "--workers", "2"], "--workers does not go with --detach"),
     (["run", "--detach", "hi", "--timeout", "5"], "--timeout does not go with --detach"),
-    (["run", "--detach", "hi", "--json"], "--json does not go with --detach"),
     (["run", "--detach", "hi", "--yes"], "--yes does not go with --detach"),
     (["run", "--detach", "hi", "--read-only"], "--read-only does not go with --detach"),
 ]

@@ -6,6 +6,7 @@ without --force."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,7 @@ def test_a_person_assigning_new_agents_gets_worktrees_from_the_folder_they_are_i
     session = new_session(store)
     code, _, err = lace(capsys, db_path, "task", "add", "Edit the README",
                         "--assign", "new:scripted/helper", "--session", session.id)
-    assert (code, err) == (0, "")
+    assert code == 0 and err.startswith("lace: no lace process runs this board"), err
     assert query(db_path, "SELECT thread_id, repository, base_branch, status FROM worktrees") \
         == [(f"{session.id}.1", str(repo), "main", "active")]
     (repo / "README.md").write_text("dirty\n")
@@ -267,3 +268,29 @@ def test_prune_keeps_a_branch_whose_merge_was_undone(
     code, out, _ = lace(capsys, db_path, "worktrees", "prune")
     assert code == 0 and f"kept {first}: 1 unmerged commit(s) on lace/{first}" in out
     assert f"lace/{first}" in branches(repo) and Path(folder, "a.txt").exists()
+
+
+def test_merge_and_prune_print_json_alone(
+        helpers: tuple[Path, str, str], db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo, first, second = helpers
+    folders = dict(query(db_path, "SELECT thread_id, folder FROM worktrees"))
+    code, out, err = lace(capsys, db_path, "merge", first, "--json")
+    merged = git(repo, "rev-parse", "main")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"thread_id": first, "strategy": "merge",
+                               "message": f"lace/{first} merged into main: commit "
+                                          f"{merged[:12]}."}
+    code, out, err = lace(capsys, db_path, "worktrees", "prune", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == [
+        {"thread_id": first, "folder": folders[first], "branch": f"lace/{first}",
+         "pruned": True, "kept_because": None},
+        {"thread_id": second, "folder": folders[second], "branch": f"lace/{second}",
+         "pruned": False, "kept_because": f"1 unmerged commit(s) on lace/{second} (lace merge "
+                                          f"{second}, or --force to delete them)"}]
+    code, out, _ = lace(capsys, db_path, "worktrees", "prune", "--json")
+    assert (code, json.loads(out)) == (0, [
+        {"thread_id": second, "folder": folders[second], "branch": f"lace/{second}",
+         "pruned": False, "kept_because": f"1 unmerged commit(s) on lace/{second} (lace merge "
+                                          f"{second}, or --force to delete them)"}])

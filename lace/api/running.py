@@ -32,7 +32,8 @@ PythonFunction = Callable[..., Any]
 
 
 class RunError(LaceError):
-    """The session ended without an answer from its root (the root's turn failed)."""
+    """The session ended without an answer from its root: the root's turn failed, or its model
+    gave no answer (an empty reply), where `lace run` exits 1."""
 
 
 @overload
@@ -127,11 +128,13 @@ async def run_async(prompt: str, *, model: str, tools: Sequence[PythonFunction] 
 
 
 def _answer(store: Store, root_id: str) -> str:
-    """The root's last answer; RunError when its turn failed."""
+    """The root's last answer; RunError when its turn failed or its model gave no answer."""
     outcome = read_outcome(store, root_id)
     if outcome.root.status == "error":
         raise RunError(f"the root of session {root_id} failed: {outcome.root.stop_reason or ''}"
                        f" (see lace show {root_id})")
+    if outcome.silent:
+        raise RunError(f"session {root_id}: {outcome.problem}")
     return outcome.answer or ""
 
 

@@ -36,7 +36,12 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree; imports nothing heavy so `lace --help` is instant."""
-    from lace.cli.commands import add_examples, add_workspace_flags, register_commands
+    from lace.cli.commands import (
+        add_examples,
+        add_id_completers,
+        add_workspace_flags,
+        register_commands,
+    )
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH|URL",
@@ -58,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_commands(parser.add_subparsers(dest="command", metavar="COMMAND",
                                             parser_class=OneLineParser), common)
     add_examples(parser)
+    add_id_completers(parser)
     return parser
 
 

@@ -8,10 +8,11 @@ import json
 from dataclasses import asdict
 
 from lace.cli.board import board_of
-from lace.cli.output import print_json, say
+from lace.cli.output import print_json, report, say
 from lace.core.ids import root_of
 from lace.core.records import Approval
 from lace.core.shown import shown
+from lace.core.text import printable
 from lace.runtime.person import decide_approval, pending_approvals
 
 SHOWN_CHARACTERS = 200
@@ -49,8 +50,9 @@ def _decide(args: argparse.Namespace, status: str) -> int:
         decided = decide_approval(board, args.approval_id, status)
     approval, orphan = decided.approval, decided.orphaned
     note = f" {_orphan_note(approval)}" if orphan else ""
-    say(f"#{approval.id} {approval.tool} for {approval.thread_id}: {approval.status}{note}",
-        one_line=True)
+    report(args, {**asdict(approval), "orphaned": orphan}, printable(
+        f"#{approval.id} {approval.tool} for {approval.thread_id}: {approval.status}{note}",
+        one_line=True))
     return 0
 
 

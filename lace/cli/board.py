@@ -7,11 +7,12 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from lace.cli.output import print_json, say
+from lace.cli.output import print_json, report, say
 from lace.config import Settings, load_settings
 from lace.core.assignee import NewAgentSpec, parse_assignee
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
+from lace.core.text import printable
 from lace.runtime.board import NO_SESSION, Board
 from lace.runtime.databases import (
     database_url,
@@ -103,12 +104,29 @@ def show_command(args: argparse.Namespace) -> int:
 
 def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any],
                   session_id: str | None = None, settings: Settings | None = None) -> int:
+    """Call `tool` as the person; its text is the result (with `--json`: the session and the
+    tasks the call made or changed, as `lace tasks --json` shows them)."""
     with board_of(args, settings) as board:
         result = board.call(tool, arguments, session_id)
-    if result.is_error:
-        raise LaceError(result.text)
-    say(result.text)
+        if result.is_error:
+            raise LaceError(result.text)
+        task_ids = (result.values or {}).get("task_ids") or [arguments["task_id"]]
+        tasks = [board.task(task_id) for task_id in task_ids]
+        note_unserved(board, tasks[0].thread_id)
+    report(args, {"session": tasks[0].thread_id, "message": result.text,
+                  "tasks": [asdict(task) for task in tasks]}, result.text)
     return 0
+
+
+def note_unserved(board: Board, session_id: str) -> None:
+    """One line on stderr when the person's call left agents of the session with work and no
+    lace process runs this board: they wait until one does, and the line says how."""
+    waiting = board.unserved(session_id)
+    if waiting:
+        say(f"lace: no lace process runs this board, so {', '.join(waiting)} "
+            f"wait{'s' if len(waiting) == 1 else ''} for one; start one with: lace run "
+            f"--continue {session_id} (or lace worker --session {session_id}, which stays)",
+            one_line=True, file=sys.stderr)
 
 
 def task_add_command(args: argparse.Namespace) -> int:
@@ -171,11 +189,14 @@ def db_help_command(_args: argparse.Namespace) -> int:
 
 def db_upgrade(args: argparse.Namespace) -> int:
     """`lace db upgrade`: checks the file, then migrates it to head."""
-    say(f"{upgrade_database(getattr(args, 'db', None))}: schema up to date", one_line=True)
+    database = upgrade_database(getattr(args, "db", None))
+    report(args, {"database": database, "schema": "up to date"},
+           printable(f"{database}: schema up to date", one_line=True))
     return 0
 
 
 def db_path(args: argparse.Namespace) -> int:
     """`lace db path`."""
-    say(shown_database(database_url(getattr(args, "db", None))), one_line=True)
+    database = shown_database(database_url(getattr(args, "db", None)))
+    report(args, {"database": database}, printable(database, one_line=True))
     return 0

@@ -188,8 +188,10 @@ def _add_approval_commands(add: Add) -> None:
     approve.add_argument("approval_id", type=_row_id, metavar="ID")
     approve.add_argument("--session", action="store_true",
                          help="allow this tool for the rest of the session")
+    approve.add_argument("--json", action="store_true", help="print JSON")
     deny = add("deny", "Refuse a tool call an agent waits on.", "lace.cli.approvals:deny_command")
     deny.add_argument("approval_id", type=_row_id, metavar="ID")
+    deny.add_argument("--json", action="store_true", help="print JSON")
     approvals = add("approvals", "List the approval requests that wait for an answer.",
                     "lace.cli.approvals:approvals_command")
     approvals.add_argument("--json", action="store_true", help="print JSON")
@@ -203,11 +205,14 @@ def _add_lifetime_commands(add: Add, common: argparse.ArgumentParser) -> None:
                "lace.cli.lifetime:stop_command")
     stop.add_argument("thread_id", metavar="THREAD_ID")
     stop.add_argument("--reason", default="stopped by the person", help="recorded and told")
+    stop.add_argument("--json", action="store_true", help="print JSON")
 
     resume = add("resume", "Resume a stopped agent, then run its session until quiet.",
                  "lace.cli.lifetime:resume_command")
     resume.add_argument("thread_id", metavar="THREAD_ID")
     resume.add_argument("--timeout", type=_positive_float, default=None, metavar="S")
+    resume.add_argument("--json", action="store_true", help="print a JSON summary, as lace run "
+                                                          "--json does")
 
     session = add("session", "Session actions.", "lace.cli.board:session_help_command")
     session_actions = session.add_subparsers(dest="session_command", metavar="ACTION",
@@ -218,6 +223,7 @@ def _add_lifetime_commands(add: Add, common: argparse.ArgumentParser) -> None:
     end.set_defaults(handler=lazy("lace.cli.lifetime:session_end_command"))
     end.add_argument("root_id", metavar="ROOT_ID")
     end.add_argument("--reason", default="ended by the person")
+    end.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_reading_commands(add: Add) -> None:
@@ -273,6 +279,7 @@ def _add_reading_commands(add: Add) -> None:
     import_ = add("import", "Restore a session from a JSON export into the database (under new "
                             "ids where its own are taken).", "lace.cli.transfer:import_command")
     import_.add_argument("file", metavar="FILE", help="a file written by lace export")
+    import_.add_argument("--json", action="store_true", help="print JSON")
 
     show = add("show", "Print one thread's conversation.", "lace.cli.board:show_command")
     show.add_argument("thread_id", metavar="THREAD_ID")
@@ -301,15 +308,18 @@ def _add_task_commands(add: Add, common: argparse.ArgumentParser) -> None:
     task_add.add_argument("--session", metavar="ID",
                           help="root thread id (default: the --blocked-by task's, else the "
                                "latest)")
+    task_add.add_argument("--json", action="store_true", help="print JSON")
 
     task_note = add_task_action("note", "Add a note to a task.", "lace.cli.board:task_note_command")
     task_note.add_argument("task_id")
     task_note.add_argument("note")
+    task_note.add_argument("--json", action="store_true", help="print JSON")
 
     task_complete = add_task_action("complete", "Complete a task with a result message.",
                                     "lace.cli.board:task_complete_command")
     task_complete.add_argument("task_id")
     task_complete.add_argument("message")
+    task_complete.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_trust_command(add: Add) -> None:
@@ -321,6 +331,8 @@ def _add_trust_command(add: Add) -> None:
                        help="the workspace folder (default: the current one)")
     trust.add_argument("--yes", action="store_true",
                        help="trust it without asking (after showing it)")
+    trust.add_argument("--json", action="store_true",
+                       help="print JSON (the configuration shown goes to stderr)")
 
 
 def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
@@ -358,6 +370,7 @@ def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
                                     "line from stdin when it is not a terminal.",
                              "lace.cli.keys:keys_set_command")
     key_set.add_argument("provider", metavar="PROVIDER", help="openai, anthropic, gemini, ...")
+    key_set.add_argument("--json", action="store_true", help="print JSON")
     key_list = add_key_action("list", "List the providers with a stored key (never the keys).",
                               "lace.cli.keys:keys_list_command")
     key_list.add_argument("--json", action="store_true", help="print JSON")
@@ -416,6 +429,7 @@ def _add_worktree_commands(add: Add, common: argparse.ArgumentParser) -> None:
                 "lace.cli.worktrees:merge_command")
     merge.add_argument("thread_id", metavar="THREAD_ID")
     merge.add_argument("--squash", action="store_true", help="one plain commit, no merge commit")
+    merge.add_argument("--json", action="store_true", help="print JSON")
 
     worktrees = add("worktrees", "List the helpers' git worktrees with their status.",
                     "lace.cli.worktrees:worktrees_command")
@@ -431,6 +445,7 @@ def _add_worktree_commands(add: Add, common: argparse.ArgumentParser) -> None:
     prune.set_defaults(handler=lazy("lace.cli.worktrees:prune_command"))
     prune.add_argument("--force", action="store_true",
                        help="remove them all, unmerged work too (it is deleted)")
+    prune.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_database_commands(add: Add, common: argparse.ArgumentParser) -> None:
@@ -439,9 +454,11 @@ def _add_database_commands(add: Add, common: argparse.ArgumentParser) -> None:
     db_actions = database.add_subparsers(dest="db_command", metavar="ACTION",
                                          parser_class=type(database))
     add_db_action = _adder(db_actions, common)
-    add_db_action("upgrade", "Migrate the database to the newest schema.",
-                  "lace.cli.board:db_upgrade")
-    add_db_action("path", "Print which database lace uses.", "lace.cli.board:db_path")
+    upgrade = add_db_action("upgrade", "Migrate the database to the newest schema.",
+                            "lace.cli.board:db_upgrade")
+    upgrade.add_argument("--json", action="store_true", help="print JSON")
+    path = add_db_action("path", "Print which database lace uses.", "lace.cli.board:db_path")
+    path.add_argument("--json", action="store_true", help="print JSON")
 
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -514,6 +531,38 @@ def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     return [choice for action in parser._actions
             if isinstance(action, argparse._SubParsersAction)
             for choice in action.choices.values()]
+
+
+SESSION_ARGUMENTS = frozenset({"session", "sessions", "root_id"})
+"""The destinations of arguments that name a session: a TAB offers the database's sessions."""
+THREAD_ARGUMENTS = frozenset({"thread_id", "continue_thread"})
+"""The destinations of arguments that name a thread: a TAB offers sessions, then threads."""
+
+
+def _completer(name: str) -> Callable[..., list[str]]:
+    """argcomplete's completer `lace.cli.completion.<name>`, imported at the first TAB."""
+
+    def complete(prefix: str, parsed_args: argparse.Namespace, **_kwargs: Any) -> list[str]:
+        from lace.cli import completion
+
+        found: list[str] = getattr(completion, name)(prefix, parsed_args)
+        return found
+
+    return complete
+
+
+def add_id_completers(parser: argparse.ArgumentParser) -> None:
+    """Make a TAB complete session and thread ids wherever one is expected, all the way down
+    the tree."""
+    for action in parser._actions:
+        if action.nargs == 0:  # a flag such as `lace approve --session`
+            continue
+        if action.dest in SESSION_ARGUMENTS:
+            action.completer = _completer("session_ids")  # type: ignore[attr-defined]
+        elif action.dest in THREAD_ARGUMENTS:
+            action.completer = _completer("thread_ids")  # type: ignore[attr-defined]
+    for child in subcommands(parser):
+        add_id_completers(child)
 
 
 def add_examples(parser: argparse.ArgumentParser) -> None:

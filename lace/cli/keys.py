@@ -27,6 +27,8 @@ def keys_set_command(args: argparse.Namespace) -> int:
     else:
         key = sys.stdin.readline(MAX_KEY + 2)
     path = store_key(provider, variable, check_key(key))
+    if args.json:
+        print_json({"provider": provider, "variable": variable, "path": str(path)})
     say(f"Stored the key for {provider} in {path}; lace uses it when {variable} is not set.",
         one_line=True, file=sys.stderr)
     return 0

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from lace.cli.board import board_of
-from lace.cli.output import say
+from lace.cli.output import report, say
+from lace.core.text import printable
 from lace.runtime.person import end_session, resume_stopped, stop_subtree
 
 
@@ -15,8 +16,9 @@ def stop_command(args: argparse.Namespace) -> int:
     its next model call)."""
     with board_of(args) as board:
         stopped = stop_subtree(board, args.thread_id, f"{args.reason} (by human)")
-    say(f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}" if stopped
-        else f"{args.thread_id} and its subtree were already stopped.", one_line=True)
+    report(args, {"thread_id": args.thread_id, "stopped": stopped}, printable(
+        f"Stopped {len(stopped)} agent(s): {', '.join(stopped)}" if stopped
+        else f"{args.thread_id} and its subtree were already stopped.", one_line=True))
     return 0
 
 
@@ -25,7 +27,8 @@ def session_end_command(args: argparse.Namespace) -> int:
     with board_of(args) as board:
         root, stopped = end_session(board, args.root_id,
                                     f"session ended: {args.reason} (by human)")
-    say(f"Session {root.id} ended; {len(stopped)} agent(s) stopped.", one_line=True)
+    report(args, {"session": root.id, "stopped": stopped}, printable(
+        f"Session {root.id} ended; {len(stopped)} agent(s) stopped.", one_line=True))
     return 0
 
 
@@ -39,5 +42,5 @@ def resume_command(args: argparse.Namespace) -> int:
 
     run_args = argparse.Namespace(**{**vars(args), "continue_thread": args.thread_id,
                                      "prompt": None, "model": None, "timeout": args.timeout,
-                                     "json": False})
+                                     "json": args.json})
     return run_command(run_args)

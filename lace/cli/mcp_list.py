@@ -34,11 +34,13 @@ def mcp_list_command(args: argparse.Namespace) -> int:
               ".mcp.json to the workspace.")
     for server in [] if args.json else listed:
         status = (f"{len(server['tools'])} tool(s)" if server["started"]
-                  else f"failed to start: {server['error']}")
+                  else f"pending: not started until you trust it ({server['trust_with']})"
+                  if server["status"] == "pending" else f"failed to start: {server['error']}")
         say(f"{server['name']}  ({server['transport']})  {status}", one_line=True)
         for tool in server["tools"]:
             summary = tool["description"].split("] ", 1)[-1]
             say(f"  {tool['name']}  [{tool['policy']}]  {summary[:100]}", one_line=True)
         for reason in server["left_out"]:
             say(f"  left out: {reason}", one_line=True)
-    return 0 if all(server["started"] for server in listed) else EXIT_SERVER_FAILED
+    failed = any(server["status"] == "failed" for server in listed)
+    return EXIT_SERVER_FAILED if failed else 0

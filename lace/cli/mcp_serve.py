@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lace.cli.access import AccessToken, access_token
 from lace.cli.board import board_of
@@ -122,10 +124,9 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
 
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
-    main = asyncio.current_task()
-    assert main is not None
+    stopping = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, main.cancel)
+        loop.add_signal_handler(signum, stopping.set)
     client = model_client()
     runtime = new_runtime(args, board, settings, client, Sharing(
         feed=board.change_feed(), share_work=True,
@@ -147,14 +148,25 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
           f"{listening.announced() if listening else 'stdio'}",
           file=sys.stderr)
     try:
-        await (_stdio(server) if listening is None else _http(server, listening))
-    except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
-        pass
+        if listening is None:
+            await _until(stopping, _stdio(server))
+        else:
+            await _http(server, listening, stopping)
     finally:
         agents.cancel()
         await asyncio.gather(agents, return_exceptions=True)
         runtime.close()
     return 0
+
+
+async def _until(stopping: asyncio.Event, serving: Coroutine[Any, Any, None]) -> None:
+    """Serve until done or until `stopping` is set (SIGINT or SIGTERM), then stop serving."""
+    served = asyncio.ensure_future(serving)
+    stopped = asyncio.ensure_future(stopping.wait())
+    await asyncio.wait({served, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (served, stopped):
+        task.cancel()
+    await asyncio.gather(served, stopped, return_exceptions=True)
 
 
 async def _stdio(board: BoardServer) -> None:
@@ -183,10 +195,11 @@ class BearerToken:
         return SdkAccessToken(token=token, client_id="lace", scopes=[])
 
 
-async def _http(board: BoardServer, listening: Listening) -> None:
+async def _http(board: BoardServer, listening: Listening, stopping: asyncio.Event) -> None:
     """Serve streamable HTTP at /mcp to clients with the bearer token (the SDK's own check),
     refusing requests whose Host or Origin header is not this server's (DNS rebinding: a web
-    page the person visits must not reach the board)."""
+    page the person visits must not reach the board), until `stopping` is set: uvicorn then
+    shuts down as on its own Ctrl+C (open requests end, the app's lifespan closes)."""
     import uvicorn
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.transport_security import TransportSecuritySettings
@@ -203,4 +216,27 @@ async def _http(board: BoardServer, listening: Listening) -> None:
                                            auth=auth, token_verifier=BearerToken(listening.token))
     config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning",
                             lifespan="on")
-    await uvicorn.Server(config).serve(sockets=[listening.socket])
+    server = quiet_server_class()(config)
+
+    async def exit_when_stopping() -> None:
+        await stopping.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(exit_when_stopping())
+    try:
+        await server.serve(sockets=[listening.socket])
+    finally:
+        watcher.cancel()
+
+
+def quiet_server_class() -> type[Any]:
+    """uvicorn's server, leaving SIGINT and SIGTERM to lace: uvicorn's own handlers would run
+    beside lace's, and one cancelling the other mid-shutdown printed a traceback."""
+    import uvicorn
+
+    class LaceServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            yield
+
+    return LaceServer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any, TextIO
 
@@ -18,3 +19,12 @@ def say(text: str, *, one_line: bool = False, file: TextIO | None = None,
 def print_json(value: Any) -> None:
     """Print a value as indented JSON (what a terminal would act on escaped as `\\uXXXX`)."""
     print(printable_json(json.dumps(value, indent=2, default=str, ensure_ascii=False)))
+
+
+def report(args: argparse.Namespace, value: Any, text: str) -> None:
+    """A command's result: `value` as JSON alone on stdout with `--json`, else `text` for a
+    person."""
+    if getattr(args, "json", False):
+        print_json(value)
+    else:
+        say(text)

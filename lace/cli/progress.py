@@ -25,18 +25,29 @@ from lace.runtime.events import (
 )
 
 
-def progress_printer(stream: TextIO | None = None, *, root_reported: bool = False) -> Subscriber:
+def approval_line(event: ApprovalRequested, timeout_s: float | None = None,
+                  db_flag: str = "") -> str:
+    """The one line that says which agent waits for the person's answer to run what, how long
+    this process waits, and the exact commands that answer (with the command's `--db`)."""
+    arguments = shown(mask(json.dumps(event.arguments, ensure_ascii=False),
+                           credential_values()), 200, SEE_ALL)  # masked whole, then cut
+    number = event.approval_id
+    until = f" (denied after {timeout_s:g} s)" if timeout_s is not None else ""
+    return (f"? approval #{number}: {event.thread_id} wants {event.tool}({arguments}); it waits "
+            f"for your answer{until}: lace approve {number}{db_flag} (once), lace approve "
+            f"{number} --session{db_flag} (for the session) or lace deny {number}{db_flag}")
+
+
+def progress_printer(stream: TextIO | None = None, *, root_reported: bool = False,
+                     approval_timeout_s: float | None = None, db_flag: str = "") -> Subscriber:
     """A bus subscriber that narrates the run; `root_reported` leaves a root's failure to the
-    last line the command prints (`lace run`)."""
+    last line the command prints (`lace run`); an approval request names how long this process
+    waits for it and the commands that answer it (`db_flag`: the database they name)."""
 
     def show(event: RuntimeEvent) -> None:
         line = None
         if isinstance(event, ApprovalRequested):
-            arguments = shown(mask(json.dumps(event.arguments, ensure_ascii=False),
-                                   credential_values()), 200, SEE_ALL)  # masked whole, then cut
-            line = (f"? approval #{event.approval_id}: {event.thread_id} wants {event.tool}"
-                    f"({arguments}); answer with lace approve {event.approval_id} "
-                    f"(--session) or lace deny {event.approval_id}")
+            line = approval_line(event, approval_timeout_s, db_flag)
         elif isinstance(event, ThreadSpawned):
             line = f"+ {event.thread_id} spawned ({event.model}) for {event.task_id}"
         elif isinstance(event, Warned):

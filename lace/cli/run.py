@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import signal
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
-from lace.cli.output import print_json, say
+from lace.cli.output import print_json, report, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings
 from lace.core.agents import CUT_OFF_STATUSES
@@ -35,7 +35,6 @@ NOT_WITH_DETACH = {
     "continue_thread": ("--continue", "it starts a new session"),
     "workers": ("--workers", "`lace worker` processes run the agents"),
     "timeout": ("--timeout", "use lace wait SESSION --timeout S"),
-    "json": ("--json", "it prints the session id only; lace wait SESSION --json"),
     "yes": ("--yes", "give it to the `lace worker` that runs the agents"),
     "read_only": ("--read-only", "give it to the `lace worker` that runs the agents"),
 }
@@ -64,7 +63,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise LaceError(problem)
     board = board_of(args, create=args.continue_thread is None)
     if detach:
-        return _detach(board, args.prompt, model, workspace_of(args))
+        return _detach(board, args, model)
     if args.continue_thread:
         board.get_thread(args.continue_thread)
     started: list[str] = []  # the session's id, once there is one
@@ -114,7 +113,12 @@ def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
 
     runtime = open_runtime(board.store, settings, client, check_model=check_model,
                            workspace=workspace_of(args), sharing=sharing or ALONE)
-    runtime.subscribe(progress_printer(root_reported=root_reported))
+    from lace.runtime.databases import database_url, shown_database
+
+    db = getattr(args, "db", None)  # named again in the commands that answer (no password)
+    runtime.subscribe(progress_printer(
+        root_reported=root_reported, approval_timeout_s=settings.limits.approval_timeout_s,
+        db_flag=f" --db {shlex.quote(shown_database(database_url(db)))}" if db else ""))
     return runtime
 
 
@@ -135,6 +139,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
     sharing = Sharing(feed=board.change_feed(), share_work=True) if workers_wanted else None
     runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True)
     workers = Workers()
+    asking = _ask_on_the_terminal(runtime)
     try:
         if args.continue_thread:
             root_id = root_of(args.continue_thread)
@@ -169,9 +174,22 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
         await workers.stop()
         return _report(board, root_id, args.json)
     finally:
+        if asking is not None:
+            asking.cancel()
         await workers.stop()
         await runtime.stop_servers()
         runtime.close()
+
+
+def _ask_on_the_terminal(runtime: Runtime) -> asyncio.Task[None] | None:
+    """When a person started the run at a terminal, approval requests are asked there too."""
+    if not sys.stdin.isatty():
+        return None
+    from lace.cli.asking import TerminalAnswers
+
+    answers = TerminalAnswers(runtime)
+    runtime.subscribe(answers)
+    return asyncio.create_task(answers.serve(), name="lace-terminal-answers")
 
 
 def _report(board: Board, root_id: str, as_json: bool) -> int:
@@ -197,14 +215,15 @@ def _refuse_with_detach(args: argparse.Namespace) -> None:
             raise LaceError(f"{flag} does not go with --detach: {instead}")
 
 
-def _detach(board: Board, prompt: str, model: str, workspace: Path) -> int:
+def _detach(board: Board, args: argparse.Namespace, model: str) -> int:
     """`lace run --detach`: write the session and its prompt, run no agent, and print the id
-    alone on stdout. Its agents work in `workspace`: a worker on this host started there (or
-    with --workspace) runs them."""
-    root_id = board.start_session(prompt, model, workspace, warn=lambda text: say(
+    alone on stdout (`{"session": ID}` with --json). Its agents work in the workspace: a worker
+    on this host started there (or with --workspace) runs them."""
+    workspace = workspace_of(args)
+    root_id = board.start_session(args.prompt, model, workspace, warn=lambda text: say(
         f"! {text}", one_line=True, file=sys.stderr)).id
     board.close()
-    print(root_id)
+    report(args, {"session": root_id}, root_id)
     print(f"Session {root_id} waits for a worker: lace worker (or lace worker --session "
           f"{root_id}) on this database, on this host, with --workspace {workspace} (or run "
           f"there) runs its agents; lace wait {root_id} prints its answer.", file=sys.stderr)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lace.cli.board import board_of
-from lace.cli.output import say
+from lace.cli.output import report, say
 from lace.cli.transcript import transcript
 from lace.core.errors import LaceError
 from lace.core.text import MAX_NESTING, printable, printable_json, value_nesting
@@ -104,9 +104,14 @@ def import_command(args: argparse.Namespace) -> int:
     session_id = imported.session
     renamed = f" as {session_id} (its ids were taken here)" if (
         session_id != document.session) else ""
-    say(f"Imported session {document.session}{renamed}: {len(document.threads)} threads, "
-        f"{len(document.tasks)} tasks, {len(document.events)} events", one_line=True)
     dropped, reset = imported.approvals_dropped, imported.plans_reset
+    report(args, {"session": session_id, "exported_as": document.session,
+                  "threads": len(document.threads), "tasks": len(document.tasks),
+                  "events": len(document.events), "approvals_dropped": dropped,
+                  "plans_reset": reset},
+           printable(f"Imported session {document.session}{renamed}: "
+                     f"{len(document.threads)} threads, {len(document.tasks)} tasks, "
+                     f"{len(document.events)} events", one_line=True))
     left_out = (f"; left out its {dropped} approval{'s' if dropped != 1 else ''} (permissions "
                 "never travel in an import)") if dropped else ""
     if reset:

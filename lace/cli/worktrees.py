@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 
 from lace.cli.board import board_of
-from lace.cli.output import print_json, say
+from lace.cli.output import print_json, report, say
 from lace.core.errors import LaceError
 from lace.core.ids import is_thread_id
 from lace.runtime.worktrees import (
@@ -47,17 +47,23 @@ def worktrees_command(args: argparse.Namespace) -> int:
 
 def prune_command(args: argparse.Namespace) -> int:
     """`lace worktrees prune [--force]`: remove merged and abandoned worktrees and branches."""
-    pruned = False
+    pruned = []
     with board_of(args) as board:
         for done in prune_worktrees(board, force=args.force):
-            pruned = True
             worktree = done.worktree
+            pruned.append({"thread_id": worktree.thread_id, "folder": worktree.folder,
+                           "branch": worktree.branch, "pruned": done.refusal is None,
+                           "kept_because": done.refusal})
+            if args.json:
+                continue
             if done.refusal is not None:
                 say(f"kept {worktree.thread_id}: {done.refusal}", one_line=True)
                 continue
             say(f"pruned {worktree.thread_id}: {worktree.folder} and {worktree.branch} are "
                 "gone", one_line=True)
-    if not pruned:
+    if args.json:
+        print_json(pruned)
+    elif not pruned:
         print("No worktrees to prune.")
     return 0
 
@@ -66,10 +72,12 @@ def merge_command(args: argparse.Namespace) -> int:
     """`lace merge THREAD_ID [--squash]`, through the one tool path as the person."""
     if not is_thread_id(args.thread_id):
         raise LaceError(f"{args.thread_id!r} is not a thread id; `lace worktrees` lists them.")
+    strategy = "squash" if args.squash else "merge"
     with board_of(args) as board:
-        result = board.merge_worktree(args.thread_id, "squash" if args.squash else "merge")
+        result = board.merge_worktree(args.thread_id, strategy)
     if result.is_error:
         say(f"lace: {result.text}", one_line=True, file=sys.stderr)
         return 1
-    say(result.text)
+    report(args, {"thread_id": args.thread_id, "strategy": strategy, "message": result.text},
+           result.text)
     return 0

@@ -214,6 +214,14 @@ class Board:
         with self.store.reading() as tx:
             return session_summaries(tx, text)
 
+    def unserved(self, session_id: str) -> list[str]:
+        """The session's agents that have work to start while no lace process runs this board
+        (none when one runs: it picks them up)."""
+        with self.store.reading() as tx:
+            if tx.processes.live():
+                return []
+            return tx.inbox.runnable(session_id)
+
     def thread(self, thread_id: str) -> tuple[Thread, Agent | None, list[Event]]:
         """A thread, its agent and its whole conversation."""
         with self.store.reading() as tx:

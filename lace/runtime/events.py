@@ -38,6 +38,21 @@ class TextStreamed:
 
 
 @dataclass(frozen=True)
+class ModelCalled:
+    """A model call started for the thread (its answer is awaited)."""
+
+    thread_id: str
+    model: str
+
+
+@dataclass(frozen=True)
+class ModelAnswered:
+    """The thread's model call ended, answered or not."""
+
+    thread_id: str
+
+
+@dataclass(frozen=True)
 class TurnStarted:
     thread_id: str
 
@@ -74,8 +89,9 @@ class Warned:
     text: str
 
 
-RuntimeEvent = (ThreadSpawned | EventAppended | TextStreamed | TurnStarted | TurnEnded
-                | TurnFailed | TasksChanged | ApprovalRequested | Warned)
+RuntimeEvent = (ThreadSpawned | EventAppended | TextStreamed | ModelCalled | ModelAnswered
+                | TurnStarted | TurnEnded | TurnFailed | TasksChanged | ApprovalRequested
+                | Warned)
 Subscriber = Callable[[RuntimeEvent], None]
 
 

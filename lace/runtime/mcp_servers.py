@@ -4,13 +4,14 @@ started as a run starts it and described with its tools and their policy (`lace 
 from __future__ import annotations
 
 import asyncio
+import shlex
 from pathlib import Path
 from typing import Any
 
 from lace.config import McpServer, Settings, ToolSettings
 from lace.core.secrets import mask
 from lace.paths import credential_values
-from lace.tools.mcp.configured import configured_servers
+from lace.tools.mcp.configured import configured_servers, untrusted_servers
 from lace.tools.mcp.servers import McpServers
 
 __all__ = ["list_servers", "transport_of"]
@@ -34,6 +35,7 @@ async def _listed(servers: McpServers, tools: ToolSettings) -> list[dict[str, An
             offered = [tool for tool in servers.tools.values() if tool.server == name]
             listed.append({
                 "name": name, "transport": transport_of(connection.config),
+                "status": "started" if connection.state == "ready" else "failed",
                 "started": connection.state == "ready", "error": connection.error,
                 "tools": [{"name": tool.name, "tool": tool.tool, "read_only": tool.read_only,
                            "policy": tools.policy_for(tool.name, read_only_hint=tool.read_only),
@@ -50,4 +52,16 @@ def list_servers(settings: Settings, workspace: Path) -> tuple[list[dict[str, An
     servers, skipped = configured_servers(settings, workspace)
     warnings += skipped
     running = McpServers(servers, settings.limits, warnings.append)
-    return asyncio.run(_listed(running, settings.tools)), warnings
+    return asyncio.run(_listed(running, settings.tools)) + _pending(settings, workspace), \
+        warnings
+
+
+def _pending(settings: Settings, workspace: Path) -> list[dict[str, Any]]:
+    """The servers of an `.mcp.json` that waits for the person's trust, described as written
+    and never started."""
+    trust = f"lace trust {shlex.quote(str(workspace))}"
+    return [{"name": name, "transport": transport_of(server) if server else "(unusable entry)",
+             "status": "pending", "started": False, "error": None, "trust_with": trust,
+             "tools": [], "left_out": []}
+            for name, server in untrusted_servers(workspace).items()
+            if name not in settings.mcp_servers]

@@ -27,6 +27,9 @@ class Outcome:
     """Why the root failed (its last error), when it did."""
     silent: bool = False
     """The root's last reply held neither text nor a tool call: its model gave no answer."""
+    asked: bool = True
+    """The root is an agent that was asked something: False for a board a person (the CLI's
+    task commands) or an MCP client fills, whose root never calls a model."""
 
     @property
     def problem(self) -> str | None:
@@ -38,7 +41,7 @@ class Outcome:
         if self.silent:
             return (f"the model {self.root.model_name} gave no answer (an empty reply); see "
                     f"lace show {self.root_id}")
-        if self.answer is None:
+        if self.answer is None and self.asked:
             return (f"the session ended without an answer from its root agent (status "
                     f"{self.root.status}); see lace show {self.root_id}")
         return None
@@ -47,9 +50,9 @@ class Outcome:
     def exit_code(self) -> int:
         """`lace run`'s and `lace wait`'s code for a quiet session: 1 when the session ended
         without the root's answer (it failed, was stopped first, or its model gave none),
-        else 0."""
-        return EXIT_ROOT_FAILED if self.root.status == "error" or self.answer is None \
-            else EXIT_QUIET
+        else 0 (a root that was never asked anything owes no answer)."""
+        return EXIT_ROOT_FAILED if self.root.status == "error" or (
+            self.answer is None and self.asked) else EXIT_QUIET
 
     def usage(self) -> dict[str, Any]:
         """Tokens and cost of every agent of the session."""
@@ -79,8 +82,9 @@ def read_outcome(store: Store, root_id: str) -> Outcome:
         and not replies[-1].get("tool_calls")
     silent = silent and root.status == "idle"
     failure = errors[-1] if errors and root.status == "error" else None
+    asked = bool(replies) or root.status != "idle"  # an idle root that never replied: a board
     return Outcome(root_id=root_id, root=root, answer=None if silent else answer,
-                   agents=agents, tasks=tasks, failure=failure, silent=silent)
+                   agents=agents, tasks=tasks, failure=failure, silent=silent, asked=asked)
 
 
 def session_totals(store: Store, root_id: str) -> Totals:

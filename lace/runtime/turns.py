@@ -25,7 +25,15 @@ from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import EventAppended, EventBus, TextStreamed, TurnEnded, TurnStarted
+from lace.runtime.events import (
+    EventAppended,
+    EventBus,
+    ModelAnswered,
+    ModelCalled,
+    TextStreamed,
+    TurnEnded,
+    TurnStarted,
+)
 from lace.runtime.fallbacks import next_fallback, switch_model, worth_a_fallback
 from lace.runtime.isolation import with_committed_work
 from lace.runtime.tool_runner import ToolRunner
@@ -305,6 +313,8 @@ class TurnRunner:
                 async with AsyncExitStack() as stack:
                     await self.slots.hold(stack, agent.provider)
                     tree = session_tree.set(root_of(agent.thread_id))  # one prompt cache
+                    self.bus.publish(ModelCalled(agent.thread_id, agent.model_name))
+                    stack.callback(self.bus.publish, ModelAnswered(agent.thread_id))
                     try:  # not wait_for: on Python 3.11 it can swallow a cancellation
                         async with asyncio.timeout(stall):
                             with self.tools.tracing.model_call(agent, messages) as span:

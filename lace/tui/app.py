@@ -23,7 +23,14 @@ from lace.core.errors import LaceError
 from lace.core.records import Approval
 from lace.core.text import printable
 from lace.runtime import Runtime
-from lace.runtime.events import EventAppended, RuntimeEvent, TextStreamed, Warned
+from lace.runtime.events import (
+    EventAppended,
+    ModelAnswered,
+    ModelCalled,
+    RuntimeEvent,
+    TextStreamed,
+    Warned,
+)
 from lace.runtime.public import Tx
 from lace.tui.board import BoardScreen
 from lace.tui.literal import literal
@@ -95,6 +102,8 @@ class LaceApp(App[None]):
         self.pending_approvals: list[Approval] = []
         self.selected: str | None = session_id
         self.streamed: dict[str, str] = {}
+        self.calling: dict[str, str] = {}  # thread id -> the model whose answer it awaits
+        self.calls_changed = False
         self.pending_refresh = True
         self.shown_thread: str | None = None
         self.following: asyncio.Task[None] | None = None  # `_follow_changes`, once mounted
@@ -173,6 +182,13 @@ class LaceApp(App[None]):
         if isinstance(event, Warned):
             self.notify(event.text, title="MCP", severity="warning")
             return
+        if isinstance(event, ModelCalled | ModelAnswered):
+            if isinstance(event, ModelCalled):
+                self.calling[event.thread_id] = event.model
+            else:
+                self.calling.pop(event.thread_id, None)
+            self.calls_changed = True  # shown at the next flush
+            return
         if isinstance(event, TextStreamed):
             before = "" if event.restart else self.streamed.get(event.thread_id, "")
             self.streamed[event.thread_id] = before + event.delta
@@ -200,6 +216,9 @@ class LaceApp(App[None]):
             return
         if self.selected in self.streamed:
             self.query_one(Conversation).stream(self.streamed[self.selected])
+        if self.calls_changed:
+            self.calls_changed = False
+            self._update_status()
         if self.pending_refresh:
             await self.refresh_view()
 
@@ -228,6 +247,7 @@ class LaceApp(App[None]):
         if not self.is_running or self.session_id != session_id:  # quit or left meanwhile
             return
         self.session_view, self.pending_approvals = view, approvals
+        self._drop_answered_prompt(approvals)
         self.sub_title = printable(f"session {view.root.id} · {view.root.title or ''}",
                                    one_line=True)
         self.query_one(ThreadTree).sync(view)
@@ -263,6 +283,23 @@ class LaceApp(App[None]):
                 self.streamed.pop(thread_id, None)
             conversation.append(events)
 
+    def _drop_answered_prompt(self, pending: list[Approval]) -> None:
+        """Close the approval prompt on screen once its request waits no more (answered from
+        another terminal or process, or timed out), and say so."""
+        screen = self.screen
+        if not isinstance(screen, ApprovalModal) or \
+                screen.approval.id in {approval.id for approval in pending}:
+            return
+        screen.dismiss(None)
+        approval_id = screen.approval.id
+
+        async def tell() -> None:
+            decided = await self.reader.read(lambda tx: tx.approvals.get(approval_id))
+            self.notify(f"Approval #{approval_id} was answered elsewhere: {decided.status} "
+                        f"by {decided.decided_by}.", title="Approval")
+
+        self.run_worker(tell(), group="approvals")
+
     def _ask_next_approval(self) -> None:
         """Show the oldest waiting request, one at a time, in order."""
         if not self.pending_approvals or isinstance(self.screen, ApprovalModal):
@@ -291,6 +328,9 @@ class LaceApp(App[None]):
                     f"{view.tokens:,} tokens · ${view.cost_usd:.4f}")
             if self.pending_approvals:
                 text += f" · {len(self.pending_approvals)} approval(s) waiting"
+        if self.calling:
+            calls = ", ".join(f"{thread} ({model})" for thread, model in self.calling.items())
+            text += f" · ⋯ waiting for a model: {calls}"
         self.query_one("#status", Static).update(literal(text))
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",

@@ -70,7 +70,7 @@ def test_a_100_mb_result_is_read_with_a_limit_and_stored_capped(tmp_path: Path) 
         "\n… [cut: the server's answer was 104,857,700 bytes, past the 8 MB lace reads of one "
         "message from an MCP server; the first 15,000 characters of its text are above] …")
     assert ran.out == f"shown {len(stored)} characters, then small\n"
-    assert ran.peak_mb < 250
+    assert ran.peak_mb < 300  # lace itself (the openai SDK included) and far less than a copy
 
 
 def test_a_huge_notification_is_dropped_and_the_next_answer_arrives(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_a_100_mb_result_over_http_is_read_with_a_limit(tmp_path: Path) -> None:
         "MCP server notes, tool flood: protocol error -32700: Failed to parse JSON response: the "
         "server's answer was more than 8 MB, the most lace reads of one message from an MCP "
         "server\n"), ran.out[:500]
-    assert ran.peak_mb < 250
+    assert ran.peak_mb < 300  # lace itself (the openai SDK included) and far less than a copy
 
 
 @pytest.mark.parametrize(("head", "preview"), [

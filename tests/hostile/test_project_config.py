@@ -165,7 +165,8 @@ def test_mcp_list_and_the_python_api_ignore_an_untrusted_folder(
     listed = lace_in(repo, person_home(tmp_path), "mcp", "list")
     every = "lace.toml, .mcp.json, prompts/critic.md"
     assert (listed.returncode, listed.stderr) == (0, notice(repo, every) + "\n")
-    assert listed.stdout.startswith("No MCP servers configured")
+    assert listed.stdout.startswith("other  (") and listed.stdout.endswith(
+        f"pending: not started until you trust it (lace trust {repo})\n")  # listed, not run
 
     monkeypatch.chdir(repo)
     monkeypatch.setenv("LACE_LIMITS__APPROVAL_TIMEOUT_S", "1")  # the person's own setting

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from lace.config import McpServer, Settings
 from lace.core.errors import LaceError
 from lace.paths import add_credential_values, is_credential
-from lace.trust import MCP_JSON, trusted_bytes
+from lace.trust import MCP_JSON, project_of, trusted_bytes
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 """A server name that no other shares tool names with: no `__` (server `a__b`'s tool `c`
@@ -80,6 +80,8 @@ def _entries(path: Path, data: bytes) -> dict[str, object]:
         entries = json.loads(data).get("mcpServers") or {}
     except (ValueError, AttributeError) as error:
         raise LaceError(f"Cannot read {path}: {error}") from None
+    except RecursionError:
+        raise LaceError(f"Cannot read {path}: nested too deep") from None
     if not isinstance(entries, dict):
         raise LaceError(f"Cannot read {path}: mcpServers is not an object")
     return entries
@@ -105,6 +107,26 @@ def read_mcp_json(workspace: Path) -> tuple[dict[str, McpServer], list[str]]:
         except LaceError as error:
             warnings.append(f"MCP server {name!r} in {path} left out: {error}")
     return servers, warnings
+
+
+def untrusted_servers(workspace: Path) -> dict[str, McpServer | None]:
+    """The servers of the workspace's `.mcp.json` while the person has not trusted it: each
+    as written (never started, its variables unread), None for an entry lace could not use;
+    none once it is trusted (then they are configured) or when it cannot be read."""
+    project = project_of(workspace)
+    if MCP_JSON not in project.files or project.trusted():
+        return {}
+    try:
+        entries = _entries(workspace / MCP_JSON, project.files[MCP_JSON])
+    except LaceError:
+        return {}
+    servers: dict[str, McpServer | None] = {}
+    for name, entry in entries.items():
+        try:
+            servers[name] = McpServer.model_validate(entry)
+        except ValidationError:
+            servers[name] = None
+    return servers
 
 
 def configured_servers(settings: Settings, workspace: Path | None,

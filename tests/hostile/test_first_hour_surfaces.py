@@ -1,0 +1,128 @@
+"""The surfaces the rest of issue 33 opened, attacked: an untrusted `.mcp.json` that `lace mcp
+list` now describes (odd names, markup, nesting, a huge file), the answers typed at `lace run`'s
+terminal, the `--db` an approval line repeats, and a TAB that reads session ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lace.cli.asking import QUESTION
+from tests.conftest import query, run_cli
+from tests.processes import lace, lace_env, next_line, on_its_terminal
+
+CaptureFixture = pytest.CaptureFixture[str]
+
+
+def mcp_list(folder: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lace", "mcp", "list", "--json"], cwd=folder,
+                          env=lace_env(home), capture_output=True, text=True, timeout=60)
+
+
+def test_an_untrusted_mcp_json_is_described_escaped_and_never_started(tmp_path: Path) -> None:
+    folder, marker = tmp_path / "project", tmp_path / "started"
+    folder.mkdir()
+    (folder / ".mcp.json").write_text(json.dumps({"mcpServers": {
+        "\x1b[2Jevil[/]": {"command": "touch", "args": [str(marker), "\x07[b]bell[/b]"]},
+        "a" * 5000: {"url": "http://user:pa55word@127.0.0.1:1/mcp?api_key=k3y"},
+        "nested": {"command": [[[["deep"]]]]}}}))
+    done = mcp_list(folder, tmp_path / "home")
+    shown = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=folder,
+                           env=lace_env(tmp_path / "home"), capture_output=True, text=True,
+                           timeout=60)
+    assert (done.returncode, shown.returncode) == (0, 0), done.stderr + shown.stderr
+    listed = json.loads(done.stdout)
+    assert [server["status"] for server in listed] == ["pending"] * 3
+    assert "\x1b" not in done.stdout + shown.stdout and "\x07" not in done.stdout + shown.stdout
+    assert "\\u001b[2Jevil[/]" in done.stdout and "\\x1b[2Jevil[/]" in shown.stdout
+    assert "Traceback" not in done.stderr + shown.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000,
+                                     '{"mcpServers": ' + "x" * (2 * 1024 * 1024) + "}",
+                                     '{"mcpServers": [1, 2]}', "not json"],
+                         ids=["nested", "huge", "a-list", "not-json"])
+def test_an_unreadable_untrusted_mcp_json_lists_nothing_and_fails_nothing(
+        tmp_path: Path, content: str) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / ".mcp.json").write_text(content)
+    done = mcp_list(folder, tmp_path / "home")
+    assert "Traceback" not in done.stderr, done.stderr
+    if done.returncode == 0:
+        assert json.loads(done.stdout) == []
+    else:  # a file past 1 MiB is refused in one line, as every project file is
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+
+
+def test_junk_typed_at_the_terminal_allows_nothing(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    terminal, tty = pty.openpty()
+    run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workspace", str(workspace),
+                            "Plan the launch and write a file with the risks"],
+                           stdin=tty, preexec_fn=on_its_terminal,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=lace_env(tmp_path / "home"))
+    os.close(tty)
+    assert run.stderr is not None
+    seen = []
+    try:
+        deadline = time.monotonic() + 90
+        while not seen or seen[-1].rstrip("\n") != QUESTION:
+            try:
+                seen.append(next_line(run.stderr, run, deadline))
+            except AssertionError as error:
+                raise AssertionError(f"{error}: {seen}") from None
+        os.write(terminal, b"\x1b[2Jyes please " + b"y" * 2000 + b"\n")
+        seen.append(next_line(run.stderr, run, deadline))
+        assert "is not an answer; y, s or n" in seen[-1] and "\x1b" not in seen[-1]
+        os.write(terminal, b"n\n")
+        _out, err = run.communicate(timeout=60)
+    finally:
+        os.close(terminal)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err
+    assert not any(workspace.iterdir())
+    assert query(tmp_path / "home" / "lace.db", "SELECT status FROM approvals") == [("denied",)]
+
+
+def test_an_approval_line_never_repeats_the_database_password(
+        capsys: CaptureFixture, migrated_postgres_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url = migrated_postgres_url.replace("postgres@", "postgres:sekrit-pa55@", 1)
+    monkeypatch.setenv("LACE_LIMITS__APPROVAL_TIMEOUT_S", "0.5")
+    code, _out, err = run_cli(capsys, "run", "--workspace", str(tmp_path), "--db", url,
+                              "Plan the launch and write a file with the risks")
+    assert code == 0, err
+    (line,) = [line for line in err.splitlines() if line.startswith("? approval #")]
+    assert [line for line in err.splitlines() if "sekrit" in line] == []
+    assert "--db 'postgresql://postgres:***@" in line
+    assert "(denied after 0.5 s)" in line
+
+
+def test_a_tab_on_a_database_that_is_not_a_board_offers_no_id(tmp_path: Path) -> None:
+    from tests.test_completion import completions
+
+    other = tmp_path / "other.db"
+    other.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database")
+    home = tmp_path / "home"
+    assert lace(home, "run", "--detach", "Say hi.").returncode == 0
+    before = (home / "lace.db").read_bytes()
+    offered = completions(home, [f"lace follow --db {other} lace", f"lace show --db {text} l",
+                                 "lace follow lace_\x1b[2J", "lace show lace_2026.\x07"])
+    assert offered == [[], [], [], []]
+    assert other.read_bytes() == b"SQLite format 3\x00" + b"\x00" * 100
+    assert (home / "lace.db").read_bytes() == before
