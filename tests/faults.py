@@ -40,7 +40,8 @@ def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
         return ScriptedReply("Done.")
     created = sum(text.count("Created task") for text in said)
     if created < HELPERS:  # task_create takes up to 20 tasks a call: two calls of 15
-        return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+        # a notice per task (no batch), so that each task's one completion row can be counted
+        return ScriptedReply(tool_calls=[("task_create", {"notify_each": True, "tasks": [
             {"title": f"Part {n}", "prompt": f"Do part {n}.", "assigned_to": "new:openai/worker"}
             for n in range(created + 1, created + HELPERS // 2 + 1)]})])
     completed = sum(text.count("has been completed by") for text in said)  # a batch: all

@@ -135,15 +135,25 @@ def user_config(home: Path, text: str) -> Path:
     return path
 
 
+_UNREAD: dict[IO[str], bytes] = {}
+"""What `next_line` read of a stream past the line it returned."""
+
+
 def next_line(stream: IO[str], process: subprocess.Popen[str], deadline: float) -> str:
-    """The next line of `stream`, or a failure once `deadline` passes or the process ends."""
-    while True:
-        ready, _, _ = select.select([stream], [], [], 0.2)
+    """The next line of `stream`, or a failure once `deadline` passes or the process ends.
+    Read from its file descriptor: `select` cannot see lines a text stream's own buffer took
+    in one read (what follows is not in a later `communicate`'s output)."""
+    descriptor = stream.fileno()
+    while b"\n" not in _UNREAD.get(stream, b""):
+        ready, _, _ = select.select([descriptor], [], [], 0.2)
         if ready:
-            line = stream.readline()
-            assert line, f"the output ended (exit {process.poll()})"
-            return line
-        assert time.monotonic() < deadline, f"no line in time (exit {process.poll()})"
+            chunk = os.read(descriptor, 65536)
+            assert chunk, f"the output ended (exit {process.poll()})"
+            _UNREAD[stream] = _UNREAD.get(stream, b"") + chunk
+        else:
+            assert time.monotonic() < deadline, f"no line in time (exit {process.poll()})"
+    line, _, _UNREAD[stream] = _UNREAD[stream].partition(b"\n")
+    return line.decode() + "\n"
 
 
 def on_its_terminal() -> None:
