@@ -5,6 +5,7 @@ processes included; metrics arrive beside it; with no endpoint nothing of OpenTe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import subprocess
@@ -128,7 +129,15 @@ async def test_a_fan_out_and_a_helpers_helper_arrive_as_one_tree(
     models.on("root", coordinator("new:scripted/mid", "new:scripted/leaf",
                                   titles=("Hand on", "Leaf")))
     models.on("mid", middle_manager)
-    models.on("leaf", dutiful_worker())
+    worker = dutiful_worker()
+
+    def cached(messages: list[dict[str, Any]]) -> ScriptedReply:
+        """The leaf's provider says 4 of its 10 input tokens were read from its prompt cache."""
+        reply = worker(messages)
+        assert isinstance(reply, ScriptedReply)
+        return dataclasses.replace(reply, cache_read_tokens=4)
+
+    models.on("leaf", cached)
     root = await traced.start_session("Plan it", "scripted/root")
     await asyncio.wait_for(traced.run_until_quiet(root.id), 60)
     threads = dict(query(db_path, "SELECT id, parent_id FROM threads"))
@@ -151,6 +160,8 @@ async def test_a_fan_out_and_a_helpers_helper_arrive_as_one_tree(
     assert chat.attributes["gen_ai.provider.name"] == "scripted"
     assert chat.attributes["gen_ai.usage.input_tokens"] == 10  # the scripted usage
     assert chat.attributes["gen_ai.usage.output_tokens"] == 5
+    assert chat.attributes["gen_ai.usage.cache_read.input_tokens"] == 4
+    assert "gen_ai.usage.cache_creation.input_tokens" not in chat.attributes  # not said
     assert chat.kind == 3  # CLIENT
     assert chat.resource["service.name"] == "lace"
     tool = named(spans, "execute_tool task_complete")[0]

@@ -7,17 +7,15 @@ sends, and a test of caching can fail."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import itertools
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from lace.llm.fake_server import Handler, ThreadedServer
 from lace.llm.types import ScriptedReply
 
 Script = Callable[[str, list[dict[str, Any]]], ScriptedReply]
@@ -127,43 +125,20 @@ def plain_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return plain
 
 
-class FakeAnthropic:
+class FakeAnthropic(ThreadedServer):
     """`with FakeAnthropic(script) as server:` then call `anthropic/<model>` with
     ANTHROPIC_API_BASE set to `server.base_url`. `exchanges` records every request and the
     usage it got; `usage_patch` replaces fields of every usage answered (a hostile provider)."""
 
     def __init__(self, script: Script, *, min_cacheable_tokens: int = 1024) -> None:
+        super().__init__("anthropic-fake")
         self.script = script
         self.cache = PromptCache(min_cacheable_tokens)
         self.exchanges: list[AnthropicExchange] = []
         self.usage_patch: dict[str, Any] = {}
-        self.base_url = ""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="anthropic-fake")
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
 
-    def __enter__(self) -> FakeAnthropic:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}"
+    def routes(self) -> list[tuple[str, Handler]]:
+        return [("/v1/messages", self._messages)]
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -7,9 +7,7 @@ process, so a benchmark can line the stamps up with its own)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from lace.llm.fake_server import Handler, ThreadedServer
 from lace.llm.types import ScriptedReply
 
 Script = Callable[[str, list[dict[str, Any]]], ScriptedReply]
@@ -37,45 +36,25 @@ class Exchange:
     status: int = 200
 
 
-class FakeOpenAI:
+class FakeOpenAI(ThreadedServer):
     """`with FakeOpenAI(script) as server:` then call `openai/<model>` at `server.base_url`.
     Append to `faults` to make the next requests fail, one fault per request. `exchanges`
     records every request with its timestamps; `backlog` is the listening socket's queue of
     connections not yet accepted (raise it when hundreds of clients connect at once)."""
 
     def __init__(self, script: Script, latency_s: float = 0.0, *, backlog: int = 128) -> None:
-        self.script, self.latency_s, self.backlog = script, latency_s, backlog
+        super().__init__("openai-fake", backlog=backlog)
+        self.script, self.latency_s = script, latency_s
         self.faults: list[str] = []  # of FAULTS
         self.echo_key = False  # errors repeat the caller's key, as careless providers do
         self.requests: list[dict[str, Any]] = []
         self.exchanges: list[Exchange] = []
-        self.base_url = ""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="openai-fake")
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
 
-    def __enter__(self) -> FakeOpenAI:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
+    def routes(self) -> list[tuple[str, Handler]]:
+        return [("/v1/chat/completions", self._chat)]
 
-    def __exit__(self, *_: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=self.backlog)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+    def url_of(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}/v1"
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         arrived = time.monotonic()

@@ -146,6 +146,11 @@ class OpenSpan(Span):
             "gen_ai.usage.input_tokens": reply.prompt_tokens,
             "gen_ai.usage.output_tokens": reply.completion_tokens,
             "gen_ai.response.finish_reasons": ["tool_calls" if reply.tool_calls else "stop"]})
+        for attribute, count in (("gen_ai.usage.cache_read.input_tokens", reply.cache_read_tokens),
+                                 ("gen_ai.usage.cache_creation.input_tokens",
+                                  reply.cache_write_tokens)):
+            if count is not None:  # part of input_tokens, where the provider said
+                self.span.set_attribute(attribute, count)
         for kind, count in (("input", reply.prompt_tokens), ("output", reply.completion_tokens)):
             self.tracing.token_usage.record(count, {**self.operation, "gen_ai.token.type": kind})
         if self.tracing.capture:
