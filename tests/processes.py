@@ -9,6 +9,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -156,7 +158,7 @@ def next_line(stream: IO[str], process: subprocess.Popen[str], deadline: float) 
     return line.decode() + "\n"
 
 
-def on_its_terminal() -> None:
+def _on_its_terminal() -> None:
     """A `preexec_fn`: the child leads a new session whose controlling terminal is its stdin
     (a pty), as a command typed at a shell prompt owns its terminal."""
     import fcntl
@@ -164,3 +166,26 @@ def on_its_terminal() -> None:
 
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@contextmanager
+def lace_run_at_a_terminal(home: Path, workspace: Path,
+                           prompt: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`lace run PROMPT` in `workspace` with a pty as its stdin and controlling terminal, and
+    the pty's other end (what a person types into); stdout and stderr are pipes. The pty is
+    closed and the process killed at the end of the block if still running."""
+    import pty
+
+    terminal, tty = pty.openpty()
+    run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workspace", str(workspace),
+                            prompt], stdin=tty, preexec_fn=_on_its_terminal,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=lace_env(home))
+    os.close(tty)
+    try:
+        yield run, terminal
+    finally:
+        os.close(terminal)
+        if run.poll() is None:
+            run.kill()
+            run.wait()

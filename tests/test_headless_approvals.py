@@ -5,7 +5,6 @@ started at a terminal, it asks there, so the offline demo never strands a newcom
 from __future__ import annotations
 
 import os
-import pty
 import shlex
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query
-from tests.processes import lace_env, next_line, on_its_terminal
+from tests.processes import lace_env, lace_run_at_a_terminal, next_line
 
 LACE = [sys.executable, "-m", "lace"]
 
@@ -59,16 +58,10 @@ def test_a_headless_run_names_what_it_waits_for_and_the_exact_command(tmp_path: 
 def test_a_run_started_at_a_terminal_asks_there(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    terminal, tty = pty.openpty()
-    run = subprocess.Popen([*LACE, "run", "--workspace", str(workspace),
-                            "Write a file with the plan and a file with the risks"],
-                           stdin=tty, preexec_fn=on_its_terminal,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=lace_env(tmp_path / "home"))
-    os.close(tty)
-    assert run.stderr is not None
     asked = 0
-    try:
+    prompt = "Write a file with the plan and a file with the risks"
+    with lace_run_at_a_terminal(tmp_path / "home", workspace, prompt) as (run, terminal):
+        assert run.stderr is not None
         deadline = time.monotonic() + 90
         while asked < 2:
             line = next_line(run.stderr, run, deadline)
@@ -76,11 +69,6 @@ def test_a_run_started_at_a_terminal_asks_there(tmp_path: Path) -> None:
                 asked += 1
                 os.write(terminal, b"y\n")
         out, err = run.communicate(timeout=90)
-    finally:
-        os.close(terminal)
-        if run.poll() is None:
-            run.kill()
-            run.wait()
     assert run.returncode == 0, err
     assert asked == 2 and "The draft is in" in out
     assert sorted(path.name for path in workspace.iterdir()) == [

@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings
-from lace.cli.run import model_client, note_unlisted_model
-from lace.core.assignee import parse_model
-from lace.core.errors import LaceError
+from lace.cli.run import model_client, usable_model
 from lace.runtime.public import DaemonThreads
 
 if TYPE_CHECKING:
@@ -32,15 +30,8 @@ with a few files embedded fits; a longer line is dropped, with a line on stderr.
 def acp_command(args: argparse.Namespace) -> int:
     """Check the settings and the model first (one line on stderr when bad), then serve ACP on
     stdio until the editor closes stdin (or SIGINT, SIGTERM)."""
-    from lace.llm.checks import check_model
-
     settings = runtime_settings(args)
-    model = args.model or settings.model
-    provider, name = parse_model(model)
-    note_unlisted_model(model)
-    problem = check_model(provider, name)
-    if problem:
-        raise LaceError(problem)
+    model = usable_model(args.model or settings.model)
     board = board_of(args, create=True)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace acp: %(levelname)s %(name)s: %(message)s")

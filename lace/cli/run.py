@@ -53,14 +53,7 @@ def run_command(args: argparse.Namespace) -> int:
     if detach:
         _refuse_with_detach(args)
     settings = runtime_settings(args)
-    model = args.model or settings.model
-    provider, name = parse_model(model)
-    from lace.llm.checks import check_model
-
-    note_unlisted_model(model)
-    problem = check_model(provider, name)
-    if problem:
-        raise LaceError(problem)
+    model = usable_model(args.model or settings.model)
     board = board_of(args, create=args.continue_thread is None)
     if detach:
         return _detach(board, args, model)
@@ -75,6 +68,19 @@ def run_command(args: argparse.Namespace) -> int:
     except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
         print(f"lace: {_resumable('terminated', started)}", file=sys.stderr)
         return EXIT_TERMINATED
+
+
+def usable_model(model: str) -> str:
+    """`model`, once checked callable here (LaceError, one line, when not), with a note on
+    stderr when it looks mistyped."""
+    from lace.llm.checks import check_model
+
+    provider, name = parse_model(model)
+    note_unlisted_model(model)
+    problem = check_model(provider, name)
+    if problem:
+        raise LaceError(problem)
+    return model
 
 
 def note_unlisted_model(model: str) -> None:

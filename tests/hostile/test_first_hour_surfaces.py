@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query, run_cli
-from tests.processes import lace, lace_env, next_line, on_its_terminal
+from tests.processes import lace, lace_env, lace_run_at_a_terminal, next_line
 
 CaptureFixture = pytest.CaptureFixture[str]
 
@@ -66,16 +65,10 @@ def test_an_unreadable_untrusted_mcp_json_lists_nothing_and_fails_nothing(
 def test_junk_typed_at_the_terminal_allows_nothing(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    terminal, tty = pty.openpty()
-    run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workspace", str(workspace),
-                            "Plan the launch and write a file with the risks"],
-                           stdin=tty, preexec_fn=on_its_terminal,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=lace_env(tmp_path / "home"))
-    os.close(tty)
-    assert run.stderr is not None
     seen = []
-    try:
+    prompt = "Plan the launch and write a file with the risks"
+    with lace_run_at_a_terminal(tmp_path / "home", workspace, prompt) as (run, terminal):
+        assert run.stderr is not None
         deadline = time.monotonic() + 90
         while not seen or seen[-1].rstrip("\n") != QUESTION:
             try:
@@ -87,11 +80,6 @@ def test_junk_typed_at_the_terminal_allows_nothing(tmp_path: Path) -> None:
         assert "is not an answer; y, s or n" in seen[-1] and "\x1b" not in seen[-1]
         os.write(terminal, b"n\n")
         _out, err = run.communicate(timeout=60)
-    finally:
-        os.close(terminal)
-        if run.poll() is None:
-            run.kill()
-            run.wait()
     assert run.returncode == 0, err
     assert not any(workspace.iterdir())
     assert query(tmp_path / "home" / "lace.db", "SELECT status FROM approvals") == [("denied",)]
