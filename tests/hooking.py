@@ -3,6 +3,7 @@ hooks configured over a scripted model served on 127.0.0.1, and the JSON lines h
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 from collections.abc import Callable, Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lace.config import Limits, McpServer, Settings, ToolSettings, WorkspaceSettings
+from lace.core.records import Thread
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.runtime import Runtime, open_runtime
@@ -70,6 +72,18 @@ def hooked_runtime(store: Store, workspace: Path, hooks: dict[str, list[dict[str
     events: list[RuntimeEvent] = []
     runtime.subscribe(events.append)
     return runtime, events
+
+
+async def session_run_to_the_end(runtime: Runtime, prompt: str, model: str) -> Thread:
+    """A session of `prompt` on `model` run until quiet (60 s at most); the runtime is stopped
+    and closed after it, whatever happened."""
+    try:
+        root = await runtime.start_session(prompt, model)
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    return root
 
 
 def warnings(events: list[RuntimeEvent]) -> list[str]:

@@ -20,7 +20,16 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store
 from tests.conftest import query, run_cli
-from tests.hooking import hook, hooked_runtime, logged, logger, script, tool_results, warnings
+from tests.hooking import (
+    hook,
+    hooked_runtime,
+    logged,
+    logger,
+    script,
+    session_run_to_the_end,
+    tool_results,
+    warnings,
+)
 from tests.processes import lace_at, trust_folder, user_config
 from tests.scripted import ScriptedModels, reply
 
@@ -176,12 +185,7 @@ printf '%s' '{"hookSpecificOutput": {"permissionDecision": "allow",
 """)
     runtime, _events = hooked_runtime(
         store, tmp_path / "ws", {"PreToolUse": [hook(decide, "bash")]}, approval_timeout_s=1)
-    try:
-        root = await runtime.start_session("go", "openai/leaf")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await session_run_to_the_end(runtime, "go", "openai/leaf")
     rows = query(db_path, "SELECT tool, arguments, status FROM approvals")
     assert [(tool, json.loads(arguments)["command"], status) for tool, arguments, status in rows] \
         == [("bash", "echo rewritten", "denied")] * 2  # bash asks by default; allow lifts nothing
@@ -197,12 +201,7 @@ printf '%s' '{"hookSpecificOutput": {"updatedInput": {"command": "echo rewritten
     runtime, _events = hooked_runtime(
         store, tmp_path / "ws", {"PreToolUse": [hook(rewrite, "bash")]}, policy={"bash": "allow"})
     (tmp_path / "ws" / "precious").mkdir(parents=True)
-    try:
-        root = await runtime.start_session("go", "openai/leaf")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await session_run_to_the_end(runtime, "go", "openai/leaf")
     assert (tmp_path / "ws" / "precious").is_dir()
     results = tool_results(requests_of(server, "leaf")[-1])
     assert [result.splitlines()[0] for result in results] == ["rewritten", "rewritten"]
@@ -216,12 +215,7 @@ printf '%s' '{"decision": "block", "reason": "formatted the file",
 """)
     runtime, _events = hooked_runtime(
         store, tmp_path / "ws", {"PostToolUse": [hook(after, "bash")]}, policy={"bash": "allow"})
-    try:
-        root = await runtime.start_session("go", "openai/leaf")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await session_run_to_the_end(runtime, "go", "openai/leaf")
     first = tool_results(requests_of(server, "leaf")[1])[0]
     assert first.endswith("[PostToolUse hook] formatted the file\n\n[PostToolUse hook] lint: clean")
 
@@ -260,12 +254,7 @@ async def test_a_waiting_approval_runs_the_notification_hook(
     runtime, _events = hooked_runtime(store, tmp_path / "ws", {
         "Notification": [hook(logger(tmp_path, log), matcher="permission_prompt")]},
         approval_timeout_s=1)
-    try:
-        root = await runtime.start_session("go", "openai/leaf")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    root = await session_run_to_the_end(runtime, "go", "openai/leaf")
     seen = logged(log)
     assert [(entry["agent_id"], entry["tool_name"], entry["notification_type"])
             for entry in seen] == [(root.id, "bash", "permission_prompt")] * 2
@@ -404,12 +393,7 @@ async def test_hooks_see_every_kind_of_tool_and_a_regex_matcher_blocks_mcp_tools
         policy={"mcp__time__*": "allow"}, python_tools=[add],
         mcp_servers={"time": McpServer(command=time_server, args=["--local-timezone", "UTC"])})
     (tmp_path / "ws" / "notes.txt").write_text("a note\n")
-    try:
-        root = await runtime.start_session("go", "openai/kinds")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await session_run_to_the_end(runtime, "go", "openai/kinds")
     seen = [(entry["hook_event_name"], entry["tool_name"]) for entry in logged(log)]
     kinds = ["task_create", "mcp__time__get_current_time", "add", "file_read"]
     assert sorted(name for event, name in seen if event == "PreToolUse") == sorted(kinds)
@@ -427,12 +411,7 @@ async def test_continue_false_ends_the_agents_turn_after_the_call(
     runtime, _events = hooked_runtime(store, tmp_path / "ws", {"PreToolUse": [hook(halt)]},
                                       policy={"bash": "allow"})
     (tmp_path / "ws" / "precious").mkdir(parents=True)
-    try:
-        root = await runtime.start_session("go", "openai/leaf")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await session_run_to_the_end(runtime, "go", "openai/leaf")
     assert len(requests_of(server, "leaf")) == 1  # no model call after the stopped call
     assert (tmp_path / "ws" / "precious").is_dir()
     assert query_results(store) == ["Stopped by a hook: enough for today"]
