@@ -24,7 +24,7 @@ from lace.llm.client import LiteLLMClient, RoutingClient, default_client
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient, request, served_directly, session_key
 from lace.llm.openai_fake import Exchange, FakeOpenAI
-from lace.llm.pricing import call_cost
+from lace.llm.pricing import call_cost, may_be_priced
 from lace.llm.types import (
     ModelClient,
     ModelError,
@@ -405,6 +405,22 @@ def test_a_price_is_litellms(name: str, prompt: int, completion: int, cached: in
 def test_an_unknown_model_has_no_price() -> None:
     assert call_cost("openai/my-local-model", CallTokens(100, 10)) is None
     assert call_cost("anthropic/claude-nobody-knows", CallTokens(100, 10)) is None
+    assert not may_be_priced("openai/my-local-model")
+
+
+@pytest.mark.parametrize("name", ["gpt-4o-mini", "GPT-4O-MINI", "o3", "gpt-5.4",
+                                  "ft:gpt-4o-mini-2024-07-18:acme::a1b2c3", "my-local-model",
+                                  "ft:my-local-model:acme::a1", "Qwen/Qwen3-8B", "ft:"])
+def test_a_model_is_looked_up_in_litellms_table_only_if_litellm_could_price_it(
+        name: str) -> None:
+    priced = call_cost(f"openai/{name}", CallTokens(1000, 10)) is not None
+    assert may_be_priced(f"openai/{name}") or not priced
+
+
+def test_a_model_litellm_cannot_price_is_called_without_importing_it(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", CALL_AN_UNLISTED_MODEL], capture_output=True,
+                          text=True, env=lace_env(tmp_path), timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
 
 
 # a whole turn
@@ -491,6 +507,27 @@ with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello there")) as fa
     os.environ["OPENAI_BASE_URL"] = fake.base_url
     asyncio.run(main())
 assert "openai" in sys.modules  # the call went through the SDK
+print("ok")
+"""
+
+
+CALL_AN_UNLISTED_MODEL = """
+import asyncio, os, sys
+from lace.llm.client import default_client
+from lace.llm.openai_fake import FakeOpenAI
+from lace.llm.types import ScriptedReply
+
+async def main():
+    client = default_client()
+    for streamed in (None, lambda delta: None):
+        reply = await client.complete("openai/my-local-model",
+                                      [{"role": "user", "content": "hi"}], [], on_delta=streamed)
+        assert reply.content == "hello there" and not reply.priced and reply.cost_usd is None
+
+with FakeOpenAI(lambda model, messages: ScriptedReply(text="hello there")) as fake:
+    os.environ["OPENAI_BASE_URL"] = fake.base_url
+    asyncio.run(main())
+assert "litellm" not in sys.modules, "an unpriceable model imported litellm"
 print("ok")
 """
 

@@ -27,7 +27,7 @@ from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_sdk import Settings, new_client, sdk_ready, too_large
 from lace.llm.prices import model_entry, price_table
-from lace.llm.pricing import call_cost_off_loop, import_in_background
+from lace.llm.pricing import call_cost_off_loop, import_in_background, may_be_priced
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, session_tree
 
 if TYPE_CHECKING:
@@ -119,7 +119,8 @@ class OpenAIClient(ProviderClient):
         """One model call; raises ModelError."""
         self.check_allowed(model)
         name = model.split("/", 1)[1]
-        if not self.is_unpriced(model):
+        priced = not self.is_unpriced(model) and may_be_priced(model)
+        if priced:
             import_in_background()  # litellm prices the answer; its import overlaps the call
         arguments = request(name, messages, tools, cache_key=session_key(base_url()))
         sent = arguments["messages"]
@@ -149,7 +150,7 @@ class OpenAIClient(ProviderClient):
         if on_delta is not None:
             message, usage, lengths = await self._streamed(stream, name, sent, on_delta)
         tokens, _ = counted_tokens(usage, sent, tools, message)
-        cost = None if self.is_unpriced(model) else await call_cost_off_loop(model, tokens)
+        cost = await call_cost_off_loop(model, tokens) if priced else None
         return self.reply(model, message, tokens, cost, lengths)
 
     async def _client(self) -> AsyncOpenAI:
