@@ -60,12 +60,13 @@ def terminate_backends(url: str) -> int:
 
 @contextmanager
 def terminating_every(url: str, period_s: float) -> Iterator[list[int]]:
-    """Terminate lace's backends every `period_s` seconds while the block runs; yields the
-    counts terminated each time (filled as it goes)."""
+    """Terminate lace's backends as the block starts and every `period_s` seconds while it
+    runs; yields the counts terminated each time (filled as it goes)."""
     counts: list[int] = []
     done = threading.Event()
 
     def strike() -> None:
+        counts.append(terminate_backends(url))
         while not done.wait(period_s):
             counts.append(terminate_backends(url))
 

@@ -42,6 +42,9 @@ as no worker dies there (on a swamped machine a transaction can take seconds to 
 TAKEN_OVER = "2"
 """The lease timeout where a killed worker's agents are taken over."""
 LATENCY_S = 0.3
+STRUCK_LATENCY_S = 1.5
+"""The model's latency where the backends are struck every two seconds: the fan-out (the root's
+three calls and each helper's two) then lasts several periods even on an idle machine."""
 
 
 def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
@@ -52,13 +55,14 @@ def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.P
 
 
 @contextmanager
-def fan_out_run(tmp_path: Path, url: str, lease_timeout_s: str) -> Iterator[
+def fan_out_run(tmp_path: Path, url: str, lease_timeout_s: str,
+                latency_s: float = LATENCY_S) -> Iterator[
         tuple[FakeOpenAI, dict[str, subprocess.Popen[bytes]], str]]:
     """Two workers (`a`, `b`) on `url` with leases of `lease_timeout_s`, ready, and a 30-task
     fan-out started by `lace run --detach`: the model server, the workers by name and the
     session's root."""
     Store(open_database(url)).close()
-    with FakeOpenAI(fan_out, latency_s=LATENCY_S, backlog=512) as server, ExitStack() as stack:
+    with FakeOpenAI(fan_out, latency_s=latency_s, backlog=512) as server, ExitStack() as stack:
         env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS,
                "LACE_LIMITS__LEASE_TIMEOUT_S": lease_timeout_s}
         workers = {name: stack.enter_context(worker(tmp_path, url, name=name, **env))
@@ -121,7 +125,8 @@ def resumed(url: str) -> int:
 @pytest.mark.slow
 def test_a_fan_out_survives_its_backends_terminated_every_two_seconds(
         tmp_path: Path, postgres_url: str) -> None:
-    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT) as (server, workers, root):
+    with fan_out_run(tmp_path, postgres_url, RIDDEN_OUT, STRUCK_LATENCY_S) as (
+            server, workers, root):
         waited = waiting(tmp_path, server, postgres_url, root)
         with terminating_every(postgres_url, 2.0) as struck:
             assert_answered(waited)

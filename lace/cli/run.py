@@ -44,9 +44,6 @@ not: each refused with why."""
 
 def run_command(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written for a bad command), then run."""
-    from lace.llm.openai_sdk import start_import
-
-    start_import()  # half a second, meanwhile: every model call goes through the SDK
     if args.continue_thread is None and not args.prompt:
         raise LaceError("give a prompt: lace run \"PROMPT\" (or lace run --continue THREAD_ID)")
     detach = getattr(args, "detach", False)  # `lace resume` calls this too, without it
@@ -54,6 +51,10 @@ def run_command(args: argparse.Namespace) -> int:
         _refuse_with_detach(args)
     settings = runtime_settings(args)
     model = usable_model(args.model or settings.model)
+    if model.startswith("openai/"):
+        from lace.llm.openai_sdk import start_import
+
+        start_import()  # half a second of CPU, meanwhile; other models never need the SDK
     board = board_of(args, create=args.continue_thread is None)
     if detach:
         return _detach(board, args, model)
