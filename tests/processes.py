@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from tests.lace_forks import run_lace
+
 MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
 """A demo request the coordinator splits into three tasks, and a fourth that sums them up."""
 
@@ -50,8 +52,7 @@ def lace(home: Path, *argv: str, crash_at: str | None = None,
     a database URL instead of the home's file."""
     env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}),
                    **({"LACE_DB": db} if db else {}))
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return run_lace(list(argv), env=env)
 
 
 def board_rows(db: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -124,9 +125,7 @@ def trust_folder(folder: Path, home: Path | None = None) -> None:
 def lace_at(folder: Path, home: Path, *argv: str, stdin: str | None = None,
             **extra: str) -> subprocess.CompletedProcess[str]:
     """`lace ARGV` started in `folder`, on `home` (its user config folder is `HOME-config`)."""
-    return subprocess.run([sys.executable, "-m", "lace", *argv], cwd=folder, input=stdin,
-                          env=lace_env(home, **extra), capture_output=True, text=True,
-                          timeout=120)
+    return run_lace(list(argv), env=lace_env(home, **extra), cwd=folder, stdin=stdin)
 
 
 def user_config(home: Path, text: str) -> Path:

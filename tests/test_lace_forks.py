@@ -1,0 +1,71 @@
+"""The fork server the tests run `lace` commands through gives what `python -m lace` gives: the
+same output, exit code and files, each command its own process with its own environment and
+working folder, and a real interpreter where a fork could not be the same."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lace_forks import needs_a_new_interpreter, run_lace
+from tests.processes import lace_env
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["tsks"], ["config", "--json"], ["tasks"],
+                                  ["run", "Write the announcement and list the risks"],
+                                  ["threads", "--json"]])
+def test_a_forked_command_answers_as_a_new_interpreter_does(tmp_path: Path,
+                                                             argv: list[str]) -> None:
+    answers = []
+    for home, run in ((tmp_path / "forked", run_lace),
+                      (tmp_path / "started", _started)):
+        done = run(argv, env=lace_env(home), cwd=tmp_path)
+        answers.append((done.returncode, *(_unnamed(text, home)
+                                           for text in (done.stdout, done.stderr))))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == (0 if argv[0] in ("--help", "config", "run") else 2)  # no board yet
+
+
+def _unnamed(text: str, home: Path) -> str:
+    """`text` without what differs between two runs: the home, ids and times."""
+    text = text.replace(str(home), "HOME")
+    text = re.sub(r"\b(lace|task)_\d{8}_\w+?\b", r"\1_ID", text)
+    return re.sub(r"\d{4}-\d\d-\d\d[ T][\d:.]+", "WHEN", text)
+
+
+def _started(argv: list[str], *, env: dict[str, str],
+             cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lace", *argv], env=env, cwd=cwd, text=True,
+                          capture_output=True, timeout=60, check=False)
+
+
+def test_each_command_is_its_own_process_in_its_own_folder_and_environment(
+        tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    first = run_lace(["config"], env=lace_env(tmp_path / "one", LACE_MODEL="openai/one"),
+                     cwd=tmp_path / "a")
+    second = run_lace(["config"], env=lace_env(tmp_path / "two"), cwd=tmp_path)
+    assert "openai/one" in first.stdout and "openai/one" not in second.stdout
+    assert str(tmp_path / "one") in first.stdout and str(tmp_path / "two") in second.stdout
+
+
+def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    env = lace_env(tmp_path / "home", LACE_DEMO_DELAY="60")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_lace(["run", "Write the announcement"], env=env, timeout=2)
+    assert run_lace(["threads"], env=env).returncode == 0  # the server goes on
+
+
+def test_what_a_fork_cannot_give_runs_in_a_new_interpreter(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    assert not needs_a_new_interpreter(env, tmp_path)
+    assert needs_a_new_interpreter({**env, "PYTHONPATH": str(tmp_path)}, tmp_path)
+    assert needs_a_new_interpreter({**env, "LANG": "C"} if env.get("LANG") != "C"
+                                   else {**env, "LANG": "en_US.UTF-8"}, tmp_path)
+    (tmp_path / "sqlalchemy.py").write_text("raise SystemExit('shadowed')\n")
+    assert needs_a_new_interpreter(env, tmp_path)  # `-m` would import it first
