@@ -2,7 +2,7 @@
 pytest worker that imported lace (and SQLAlchemy, pydantic and the openai SDK) once, so each
 command costs its own work instead of half a second of imports, on two cores the most of what
 the suite spends. Each command is still its own process: its own pid, environment, working
-folder, standard streams and exit code (a crash point's `os._exit` ends it alone), entering
+folder, umask, standard streams and exit code (a crash point's `os._exit` ends it alone), entering
 `lace.__main__.entry` as `python -m lace` does.
 
 What a fork cannot give is run as a real child instead (`needs_a_new_interpreter`): settings
@@ -62,13 +62,20 @@ def run_lace(argv: list[str], *, env: dict[str, str], cwd: Path | None = None,
                               text=True, timeout=timeout, check=False)
     try:
         answer = server.ask({"argv": argv, "env": env, "cwd": str(cwd or Path.cwd()),
-                             "stdin": stdin, "timeout": timeout})
+                             "stdin": stdin, "timeout": timeout, "umask": _umask()})
     finally:
         _lock.release()
     out, err = (_text(base64.b64decode(answer[name])) for name in ("stdout", "stderr"))
     if answer["timed_out"]:
         raise subprocess.TimeoutExpired(command, timeout, out, err)
     return subprocess.CompletedProcess(command, answer["returncode"], out, err)
+
+
+def _umask() -> int:
+    """This process's umask, which a child it started would have."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def _text(data: bytes) -> str:
@@ -186,6 +193,7 @@ def _child(request: dict[str, Any], paths: dict[str, Path], protocol: tuple[IO[b
         for stream in protocol:
             stream.close()
         os.chdir(request["cwd"])
+        os.umask(request["umask"])
         os.environ.clear()
         os.environ.update(request["env"])
         streams = {0: os.open(paths["stdin"], os.O_RDONLY),

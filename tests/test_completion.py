@@ -19,6 +19,7 @@ import pytest
 
 from lace.cli import build_parser
 from tests.conftest import on_ci
+from tests.lace_forks import run_lace
 from tests.processes import lace, lace_env
 
 BIN = Path(sys.executable).parent
@@ -88,9 +89,7 @@ def need_shell(shell: str) -> None:
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_each_shell_gets_a_script_that_its_shell_accepts(tmp_path: Path, shell: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "lace", "completion", shell],
-                          capture_output=True, text=True, env=lace_env(tmp_path / "home"),
-                          timeout=60)
+    done = run_lace(["completion", shell], env=lace_env(tmp_path / "home"), timeout=60)
     assert done.returncode == 0, done.stderr
     assert "lace" in done.stdout and done.stderr == ""
     need_shell(shell)
@@ -102,9 +101,7 @@ def test_each_shell_gets_a_script_that_its_shell_accepts(tmp_path: Path, shell: 
 
 
 def test_a_shell_lace_has_no_script_for_is_one_line(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "lace", "completion", "powershell"],
-                          capture_output=True, text=True, env=lace_env(tmp_path / "home"),
-                          timeout=60)
+    done = run_lace(["completion", "powershell"], env=lace_env(tmp_path / "home"), timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "bash" in done.stderr
     assert not (tmp_path / "home").exists()

@@ -20,6 +20,7 @@ from lace.core.records import Thread
 from lace.llm.types import ScriptedReply
 from lace.store import Store
 from tests.conftest import query, run_cli, snapshot, spawn_child
+from tests.lace_forks import run_lace
 from tests.processes import MANY_PROMPT, lace_env
 from tests.scripted import ScriptedModels, reply
 from tests.workers import assert_delivered_once, live_processes, new_database, ready, worker
@@ -33,9 +34,7 @@ SUMMED_UP = ("SELECT COUNT(*) FROM events WHERE thread_id = ? AND type = 'agent_
 
 def lace(db: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`python -m lace ARGV --db DB` run to its end in a child process."""
-    return subprocess.run([sys.executable, "-m", "lace", *argv, "--db", str(db)],
-                          capture_output=True, text=True, env=lace_env(db.parent),
-                          timeout=timeout)
+    return run_lace([*argv, "--db", str(db)], env=lace_env(db.parent), timeout=timeout)
 
 
 def detach(db: Path, prompt: str = MANY_PROMPT) -> str:

@@ -23,6 +23,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import open_runtime
 from lace.store import Store, open_database
 from tests.conftest import query
+from tests.lace_forks import run_lace
 from tests.processes import DELIVERED, MANY_PROMPT, board_rows, lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -92,8 +93,7 @@ def test_a_process_paused_past_its_lease_commits_nothing_when_it_resumes(
         pause_outside_a_write(first.pid, tmp_path / "lace.db")
         time.sleep(float(LEASE_S) * 2.5)  # the lease runs out
         (root,), = rows(tmp_path, "SELECT id FROM threads WHERE parent_id IS NULL")
-        second = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root],
-                                env=env, capture_output=True, text=True, timeout=120)
+        second = run_lace(["run", "--continue", root], env=env, timeout=120)
         assert second.returncode == 0, second.stderr
         assert "All 4 tasks are done" in second.stdout
         finished = rows(tmp_path, "SELECT COUNT(*) FROM events")
@@ -173,8 +173,7 @@ def test_a_process_paused_inside_a_write_on_postgresql_frees_the_board_and_commi
                  >= [(1,)], "a helper starting its first model call")
         pause_inside_a_write(first.pid, postgres_url)
         (root,), = board_rows(postgres_url, "SELECT id FROM threads WHERE parent_id IS NULL")
-        second = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root],
-                                env=env, capture_output=True, text=True, timeout=120)
+        second = run_lace(["run", "--continue", root], env=env, timeout=120)
         assert second.returncode == 0, second.stderr  # the server ended the paused transaction
         assert "All 4 tasks are done" in second.stdout
         finished = board_rows(postgres_url, "SELECT COUNT(*) FROM events")

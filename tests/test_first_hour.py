@@ -8,7 +8,6 @@ import itertools
 import socket
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query, run_cli
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -25,8 +25,7 @@ CaptureFixture = pytest.CaptureFixture[str]
 
 def lace(home: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`lace ARGV` as a person types it, with no key in the environment."""
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                          text=True, env=lace_env(home, **env), timeout=120)
+    return run_lace([*argv], env=lace_env(home, **env), timeout=120)
 
 
 def answering(text: str) -> Any:

@@ -19,6 +19,7 @@ import pytest
 from lace.config import McpServer
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
+from tests.lace_forks import run_lace
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
 from tests.processes import SHORT_THEN_LONGER_TIMEOUTS, lace_env, trust_folder
 
@@ -114,10 +115,7 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
         "missing": {"command": "/nonexistent/server"},
         "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}}}))
     trust_folder(tmp_path, tmp_path / "home")
-    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"],
-                          cwd=tmp_path,
-                          env=lace_env(tmp_path / "home"), capture_output=True, text=True,
-                          timeout=120)
+    done = run_lace(["mcp", "list"], env=lace_env(tmp_path / "home"), cwd=tmp_path, timeout=120)
     lines = done.stdout.splitlines()
     assert done.returncode == 1
     assert lines[0] == "missing  (/nonexistent/server)  failed to start: command not found: " \
@@ -132,15 +130,13 @@ def test_mcp_list_shows_each_server_and_its_tools(tmp_path: Path, leftovers: Pat
 
 def test_mcp_list_with_nothing_configured_and_a_bad_entry(tmp_path: Path) -> None:
     env = lace_env(tmp_path / "home")
-    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = run_lace(["mcp", "list"], env=env, cwd=tmp_path, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("No MCP servers configured")
     home_config = tmp_path / "home" / "config.toml"  # the person's own file
     home_config.parent.mkdir(mode=0o700, exist_ok=True)
     home_config.write_text('[mcp_servers.both]\ncommand = "x"\nurl = "http://a"\n')
-    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = run_lace(["mcp", "list"], env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (f"lace: error: Bad setting mcp_servers.both in {home_config}: Value "
                            "error, give either command (a server lace starts) or url (one it "

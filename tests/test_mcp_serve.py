@@ -24,6 +24,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli
+from tests.lace_forks import run_lace
 from tests.processes import free_port, lace_env
 
 TASK = {"title": "Find the answer", "prompt": "What is six times seven?",
@@ -131,11 +132,9 @@ async def test_a_client_spawns_an_agent_waits_for_it_and_reads_its_thread(
 
     by_agent = tmp_path / "agent"
     with FakeOpenAI(script) as server:
-        run = subprocess.run([sys.executable, "-m", "lace", "run", "--model", "openai/root",
-                              "--timeout", "120", "Get the answer."], capture_output=True,
-                             text=True, timeout=180,
-                             env=lace_env(by_agent, OPENAI_BASE_URL=server.base_url,
-                                          OPENAI_API_KEY=KEY))
+        run = run_lace(["run", "--model", "openai/root", "--timeout", "120", "Get the answer."],
+                       env=lace_env(by_agent, OPENAI_BASE_URL=server.base_url,
+                                    OPENAI_API_KEY=KEY), timeout=180)
     assert run.returncode == 0 and run.stdout == "All done.\n", run.stderr
     assert child_rows(db) == child_rows(by_agent / "lace.db")
     assert rows(db, "SELECT created_by, assigned_to FROM tasks") == [("human", child)]
@@ -313,9 +312,8 @@ def test_a_dead_servers_agents_are_taken_over_by_lace_run_continue(tmp_path: Pat
         server.wait()
     wait_for(lambda: rows(db, "SELECT id FROM processes WHERE expires_at >= ?",
                           time.time()) == [], "the dead server's lease to run out")
-    run = subprocess.run([sys.executable, "-m", "lace", "run", "--continue", root, "--timeout",
-                          "120"], capture_output=True, text=True, timeout=180,
-                         env=lace_env(home, **lease))
+    run = run_lace(["run", "--continue", root, "--timeout", "120"],
+                   env=lace_env(home, **lease), timeout=180)
     assert run.returncode == 0, run.stderr
     assert rows(db, "SELECT status FROM tasks") == [("completed",)]
     ((taken_by,),) = rows(db, "SELECT lease_holder FROM agent_metadata WHERE thread_id = ?",

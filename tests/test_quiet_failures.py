@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import query, run_cli
+from tests.lace_forks import run_lace
 from tests.processes import free_port, lace_env, trust_folder
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -34,10 +35,8 @@ def test_mcp_list_shows_servers_waiting_for_trust_as_pending(tmp_path: Path) -> 
     folder.mkdir()
     untrusted_mcp_json(folder, marker)
     env = lace_env(tmp_path / "home")
-    shown = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=folder, env=env,
-                           capture_output=True, text=True, timeout=60)
-    listed = subprocess.run([sys.executable, "-m", "lace", "mcp", "list", "--json"], cwd=folder,
-                            env=env, capture_output=True, text=True, timeout=60)
+    shown = run_lace(["mcp", "list"], env=env, cwd=folder, timeout=60)
+    listed = run_lace(["mcp", "list", "--json"], env=env, cwd=folder, timeout=60)
     assert (shown.returncode, listed.returncode) == (0, 0), shown.stderr + listed.stderr
     trust = f"lace trust {folder}"
     assert shown.stdout.splitlines() == [
@@ -56,9 +55,8 @@ def test_a_trusted_mcp_json_is_no_longer_pending(tmp_path: Path) -> None:
     (folder / ".mcp.json").write_text(json.dumps({"mcpServers": {
         "missing": {"command": "/nonexistent/server"}}}))
     trust_folder(folder, tmp_path / "home")
-    done = subprocess.run([sys.executable, "-m", "lace", "mcp", "list", "--json"], cwd=folder,
-                          env=lace_env(tmp_path / "home"), capture_output=True, text=True,
-                          timeout=60)
+    done = run_lace(["mcp", "list", "--json"], env=lace_env(tmp_path / "home"), cwd=folder,
+                    timeout=60)
     assert done.returncode == 1  # started as a run would, and failed
     assert [(server["name"], server["status"]) for server in json.loads(done.stdout)] == [
         ("missing", "failed")]

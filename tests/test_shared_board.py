@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from tests import faults, postgres
+from tests.lace_forks import run_lace
 from tests.processes import final_board, lace, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
@@ -46,8 +46,7 @@ def fan_out(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
 
 def lace_command(tmp_path: Path, server: FakeOpenAI, *argv: str,
                  timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True, text=True,
-                          timeout=timeout, env=model_env(tmp_path, server))
+    return run_lace([*argv], env=model_env(tmp_path, server), timeout=timeout)
 
 
 def model_env(tmp_path: Path, server: FakeOpenAI) -> dict[str, str]:
@@ -142,8 +141,7 @@ def test_two_workers_racing_for_the_same_agents_never_run_one_twice(
 def test_a_password_is_never_printed_and_a_foreign_database_is_refused(
         tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
     def lace_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                              text=True, timeout=120, env=lace_env(tmp_path / "home"))
+        return run_lace([*argv], env=lace_env(tmp_path / "home"), timeout=120)
 
     with_password = postgres_url.replace("://postgres@", "://postgres:s3cret-pw@")
     assert with_password != postgres_url
@@ -170,8 +168,7 @@ def test_a_password_given_as_a_url_parameter_is_never_printed(
         tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
     """libpq also takes the password as `?password=`: it is masked like one after the user."""
     def lace_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                              text=True, timeout=120, env=lace_env(tmp_path / "home"))
+        return run_lace([*argv], env=lace_env(tmp_path / "home"), timeout=120)
 
     shown = lace_cli("db", "path", "--db", f"{postgres_url}?password=s3cret-pw")
     assert shown.returncode == 0 and shown.stdout.strip() == f"{postgres_url}?password=***"

@@ -30,6 +30,7 @@ from lace.runtime.otel import OtelTracing
 from lace.runtime.tracing import NO_TRACING, tracing_from
 from lace.store import Store
 from tests.conftest import query
+from tests.lace_forks import run_lace
 from tests.otlp import Collector, ReceivedSpan, collector, named
 from tests.processes import MANY_PROMPT, lace_env
 from tests.scripted import ScriptedModels, assigned_task, dutiful_worker, reply, tools_called
@@ -203,8 +204,7 @@ def test_lace_run_sends_every_span_before_it_exits(tmp_path: Path) -> None:
     assert len(threads) == 5  # the root and four demo helpers
     assert closed(spans)
     assert_one_tree(spans, threads)
-    shown = subprocess.run([sys.executable, "-m", "lace", "threads", "--json"],
-                           capture_output=True, text=True, timeout=60, env=lace_env(home))
+    shown = run_lace(["threads", "--json"], env=lace_env(home), timeout=60)
     listed = json.loads(shown.stdout)["threads"]
     assert {thread["trace_id"] for thread in listed} == {spans[0].trace_id}
 
@@ -241,9 +241,7 @@ def test_helpers_run_by_other_processes_continue_the_sessions_trace(tmp_path: Pa
 def lace_at_collector(home: Path, otlp: Collector, *argv: str,
                       **env: str) -> subprocess.CompletedProcess[str]:
     """`lace *argv` to its end, sending its spans to `otlp`."""
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                          text=True, timeout=180,
-                          env=lace_env(home, **{**otlp.environment(), **env}))
+    return run_lace([*argv], env=lace_env(home, **{**otlp.environment(), **env}), timeout=180)
 
 
 def test_without_an_endpoint_nothing_of_opentelemetry_is_imported(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from lace.tui.app import LaceApp
 from lace.tui.factory import create_app
 from lace.tui.widgets.approval_modal import ApprovalModal
 from tests.conftest import query
+from tests.lace_forks import run_lace
 from tests.piloted_app import SIZE
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply, tools_called
@@ -58,9 +58,8 @@ async def test_the_status_bar_shows_a_model_call_under_way(db_path: Path,
 
 
 def lace_approve(db_path: Path, home: Path, approval_id: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", "approve", str(approval_id), "--db",
-                           str(db_path)], capture_output=True, text=True, env=lace_env(home),
-                          timeout=60)
+    return run_lace(["approve", str(approval_id), "--db", str(db_path)], env=lace_env(home),
+                    timeout=60)
 
 
 async def test_an_approval_answered_from_the_command_line_leaves_the_screen(

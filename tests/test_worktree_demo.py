@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.gitrepos import git, new_repository, status
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 
 PROMPT = "Write a file with the launch plan and write a file with the risks"
 
 
 def lace(home: Path, repo: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", *argv], cwd=repo, capture_output=True,
-                          text=True, env=lace_env(home), timeout=120)
+    return run_lace([*argv], env=lace_env(home), cwd=repo, timeout=120)
 
 
 def test_two_demo_workers_write_files_on_their_branches_and_both_merge(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,14 +14,14 @@ import pytest
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query, run_cli
+from tests.lace_forks import run_lace
 from tests.processes import lace, lace_env, lace_run_at_a_terminal, next_line
 
 CaptureFixture = pytest.CaptureFixture[str]
 
 
 def mcp_list(folder: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", "mcp", "list", "--json"], cwd=folder,
-                          env=lace_env(home), capture_output=True, text=True, timeout=60)
+    return run_lace(["mcp", "list", "--json"], env=lace_env(home), cwd=folder, timeout=60)
 
 
 def test_an_untrusted_mcp_json_is_described_escaped_and_never_started(tmp_path: Path) -> None:
@@ -33,9 +32,7 @@ def test_an_untrusted_mcp_json_is_described_escaped_and_never_started(tmp_path: 
         "a" * 5000: {"url": "http://user:pa55word@127.0.0.1:1/mcp?api_key=k3y"},
         "nested": {"command": [[[["deep"]]]]}}}))
     done = mcp_list(folder, tmp_path / "home")
-    shown = subprocess.run([sys.executable, "-m", "lace", "mcp", "list"], cwd=folder,
-                           env=lace_env(tmp_path / "home"), capture_output=True, text=True,
-                           timeout=60)
+    shown = run_lace(["mcp", "list"], env=lace_env(tmp_path / "home"), cwd=folder, timeout=60)
     assert (done.returncode, shown.returncode) == (0, 0), done.stderr + shown.stderr
     listed = json.loads(done.stdout)
     assert [server["status"] for server in listed] == ["pending"] * 3

@@ -22,6 +22,7 @@ from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
 from tests.conftest import run_cli
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 from tests.workers import new_database, rows, value, wait_for, worker
 
@@ -86,8 +87,7 @@ def write_session(db: Path, prompt: str) -> str:
 
 
 def lace(home: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                          text=True, env=lace_env(home, **env), timeout=120)
+    return run_lace([*argv], env=lace_env(home, **env), timeout=120)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 
 from tests.gitrepos import new_repository
 from tests.hostile.test_mcp_http import mcp_http
+from tests.lace_forks import run_lace
 from tests.mcp_servers.harness import NOTES_SERVER
 from tests.processes import lace_env
 from tests.web_page import lace_web
@@ -63,8 +64,7 @@ def test_every_file_lace_makes_in_its_home_is_its_owners_alone(tmp_path: Path,
     env = lace_env(home, LACE_CONFIG=str(settings))
 
     def lace(*argv: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "lace", *argv], cwd=repo, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = run_lace([*argv], env=env, cwd=repo, timeout=120)
         assert done.returncode == 0, done.stderr
         return done
 

@@ -24,6 +24,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.trust import MAX_PROJECT_FILE, project_of, trust
 from lace.tui.widgets.trust_modal import TrustModal
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -65,9 +66,7 @@ def calls_bash(leak: Path) -> Any:
 
 def lace_in(repo: Path, home: Path, *argv: str, stdin: str | None = None,
             **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", *argv], cwd=repo, input=stdin,
-                          env=lace_env(home, **extra), capture_output=True, text=True,
-                          timeout=120)
+    return run_lace([*argv], env=lace_env(home, **extra), cwd=repo, stdin=stdin, timeout=120)
 
 
 def run_in(repo: Path, home: Path, leak: Path, *flags: str) -> subprocess.CompletedProcess[str]:

@@ -5,13 +5,12 @@ of reach, also when the workspace is the home itself."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 
 
@@ -31,9 +30,8 @@ def calls_in_turn(*calls: tuple[str, dict[str, Any]]) -> Any:
 def run_in(folder: Path, home: Path, fake: FakeOpenAI) -> list[str]:
     """`lace run --yes` started in `folder`, on `home`; the tool results the model got."""
     env = lace_env(home, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
-    done = subprocess.run([sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
-                           "--yes"], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = run_lace(["run", "go", "--model", "openai/fake", "--yes"], env=env, cwd=folder,
+                    timeout=120)
     assert done.returncode == 0, done.stderr
     results: list[str] = json.loads(done.stdout)
     return results
@@ -94,9 +92,8 @@ def test_lace_secrets_are_never_read_by_a_workspace_that_encloses_the_home(
              ("file_read", {"path": "notes.txt"})]
     with FakeOpenAI(calls_in_turn(*calls)) as fake:
         env = lace_env(home, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
-        done = subprocess.run([sys.executable, "-m", "lace", "run", "go", "--model",
-                               "openai/fake", "--yes"], cwd=folder, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = run_lace(["run", "go", "--model", "openai/fake", "--yes"], env=env, cwd=folder,
+                        timeout=120)
         sent = json.dumps(fake.requests)
     assert done.returncode == 0, done.stderr
     results: list[str] = json.loads(done.stdout)
