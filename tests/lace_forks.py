@@ -1,34 +1,36 @@
-"""`lace` commands run to their end as processes forked from a fork server: a process per
-pytest worker that imported lace (and SQLAlchemy, pydantic and the openai SDK) once, so each
-command costs its own work instead of half a second of imports, on two cores the most of what
-the suite spends. Each command is still its own process: its own pid, environment, working
-folder, umask, standard streams and exit code (a crash point's `os._exit` ends it alone), entering
-`lace.__main__.entry` as `python -m lace` does.
+"""`lace` processes forked from a fork server: a process per pytest worker that imported lace
+(and SQLAlchemy, pydantic and the openai SDK) once, so each command costs its own work instead
+of half a second of imports, on two cores the most of what the suite spends. Each command is
+still its own process: its own pid, environment, working folder, umask, session if asked,
+standard streams (pipes, files or the test's own) and exit status (a crash point's `os._exit`
+or a signal ends it alone), entering `lace.__main__.entry` as `python -m lace` does.
 
-What a fork cannot give is run as a real child instead (`needs_a_new_interpreter`): settings
-read as the interpreter starts (`PYTHON*`, the locale), and a working folder holding Python
-files that `-m` would put first on `sys.path`. So does everything when the server is busy
-(a command started from another thread) or gone."""
+`lace_popen` is `subprocess.Popen` for `[sys.executable, "-m", "lace", ...]` (the server
+forks, and sends back the pid; the test waits on a pidfd and the server reaps), `run_lace` is
+`subprocess.run` for it. What a fork cannot give is started as a real child instead
+(`needs_a_new_interpreter`): settings read as the interpreter starts (`PYTHON*`, the locale),
+a working folder holding Python files that `-m` would put first on `sys.path`, and the Popen
+options the server does not carry (`preexec_fn`, `pass_fds`, another user or group, ...)."""
 
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import json
-import locale
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+LACE = (sys.executable, "-m", "lace")
 PRELOADED = ("lace.__main__", "lace.runtime", "lace.store", "lace.config", "lace.tui.factory",
              "sqlalchemy.dialects.sqlite", "sqlalchemy.dialects.postgresql.psycopg",
              "openai", "openai.types.chat")
@@ -37,38 +39,103 @@ besides every module of `lace.cli`."""
 STARTUP_SETTINGS = ("PYTHON", "LC_", "LANG")
 """Environment variables read as the interpreter starts: a command given other values than the
 server was started with runs in a new interpreter."""
+CARRIED = {"args", "stdin", "stdout", "stderr", "env", "cwd", "text", "universal_newlines",
+           "encoding", "errors", "bufsize", "start_new_session"}
+"""The Popen arguments a forked command honours; any other starts a real child."""
 
 
-def needs_a_new_interpreter(env: dict[str, str], cwd: Path | None) -> bool:
+def needs_a_new_interpreter(env: dict[str, str], cwd: Path | str | None) -> bool:
     """Whether a fork of the server would not run the command as `python -m lace` does."""
     started = {key: value for key, value in os.environ.items() if key.startswith(STARTUP_SETTINGS)}
     given = {key: value for key, value in env.items() if key.startswith(STARTUP_SETTINGS)}
     if started != given:
         return True
-    folder = cwd or Path.cwd()
-    return folder != REPO_ROOT and any(
+    folder = Path(cwd) if cwd is not None else Path.cwd()
+    return folder.resolve() != REPO_ROOT and any(
         entry.suffix == ".py" or (entry / "__init__.py").exists() for entry in folder.iterdir())
+
+
+def lace_popen(args: Sequence[str], **options: Any) -> subprocess.Popen[Any]:
+    """`subprocess.Popen(args, **options)`, forked from the server when `args` is
+    `python -m lace ...` and a fork gives the same."""
+    env = options.get("env")
+    forkable = (tuple(args[:3]) == LACE and set(options) <= CARRIED
+                and not needs_a_new_interpreter(dict(os.environ if env is None else env),
+                                                options.get("cwd"))
+                and _server() is not None)
+    return (ForkedLace if forkable else subprocess.Popen)(list(args), **options)
 
 
 def run_lace(argv: list[str], *, env: dict[str, str], cwd: Path | None = None,
              stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`python -m lace ARGV` to its end, with its output as text (as `subprocess.run` with
-    `capture_output=True, text=True` gives it); raises `subprocess.TimeoutExpired` past
-    `timeout`, the command killed."""
-    command = [sys.executable, "-m", "lace", *argv]
-    server = _server()
-    if server is None or needs_a_new_interpreter(env, cwd) or not _lock.acquire(blocking=False):
-        return subprocess.run(command, cwd=cwd, input=stdin, env=env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    try:
-        answer = server.ask({"argv": argv, "env": env, "cwd": str(cwd or Path.cwd()),
-                             "stdin": stdin, "timeout": timeout, "umask": _umask()})
-    finally:
-        _lock.release()
-    out, err = (_text(base64.b64decode(answer[name])) for name in ("stdout", "stderr"))
-    if answer["timed_out"]:
-        raise subprocess.TimeoutExpired(command, timeout, out, err)
-    return subprocess.CompletedProcess(command, answer["returncode"], out, err)
+    """`subprocess.run([python, -m, lace, *argv], capture_output=True, text=True, ...)`."""
+    with lace_popen([*LACE, *argv], env=env, cwd=cwd, text=True, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.PIPE if stdin is not None else None) as process:
+        try:
+            out, err = process.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+class ForkedLace(subprocess.Popen):  # type: ignore[type-arg]
+    """A Popen whose child the fork server makes: its pipes are made here as for any child,
+    their far ends handed to the server; its end is seen on a pidfd and its status asked of
+    the server (its parent)."""
+
+    _pidfd = -1
+
+    def _execute_child(self, args: Any, executable: Any, preexec_fn: Any, close_fds: Any,
+                       pass_fds: Any, cwd: Any, env: Any, startupinfo: Any, creationflags: Any,
+                       shell: Any, p2cread: int, p2cwrite: int, c2pread: int, c2pwrite: int,
+                       errread: int, errwrite: int, *rest: Any) -> None:
+        start_new_session = rest[-2]
+        streams = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
+                   errwrite if errwrite != -1 else 2]
+        server = _server()
+        try:
+            if server is None:
+                raise OSError("the lace fork server is gone")
+            answer = server.ask({
+                "op": "spawn", "argv": list(args)[3:],
+                "env": dict(os.environ if env is None else env),
+                "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+                "umask": _umask(), "new_session": bool(start_new_session)}, streams)
+            self.pid = answer["pid"]
+            self._child_created = True
+            self._pidfd = os.pidfd_open(self.pid)
+            self._server = server
+        finally:
+            self._close_pipe_fds(  # type: ignore[attr-defined]
+                p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        ended = select.select([self._pidfd], [], [],
+                              0 if wait_flags & os.WNOHANG else None)[0]
+        if not ended:
+            return 0, 0
+        status = self._server.ask({"op": "reap", "pid": self.pid})["status"]
+        os.close(self._pidfd)
+        self._pidfd = -1
+        return self.pid, int(status)
+
+    def _internal_poll(self, _deadstate: Any = None, *unused: Any, **also_unused: Any) -> Any:
+        lock = self._waitpid_lock  # type: ignore[attr-defined]
+        if self.returncode is None and lock.acquire(False):
+            try:
+                if self.returncode is None and self._pidfd != -1:
+                    pid, status = self._try_wait(os.WNOHANG)
+                    if pid == self.pid:
+                        self._handle_exitstatus(status)  # type: ignore[attr-defined]
+            except OSError:
+                if _deadstate is not None:
+                    self.returncode = _deadstate
+            finally:
+                lock.release()
+        return self.returncode
 
 
 def _umask() -> int:
@@ -78,38 +145,35 @@ def _umask() -> int:
     return mask
 
 
-def _text(data: bytes) -> str:
-    """Bytes decoded as a text-mode pipe decodes them (the locale's encoding, any newline as
-    `\\n`)."""
-    text = data.decode(locale.getpreferredencoding(False))
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
 class _Server:
-    """The client's end: requests and answers, one JSON line each, over the server's pipes."""
+    """The test's end of the server: one request and one answer at a time, each a datagram of
+    JSON (with the child's three standard descriptors beside a `spawn`)."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.lace_forks"], cwd=REPO_ROOT, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env={**os.environ, "LACE_HOME": "/nonexistent/fork-server"})
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.requests: IO[bytes] = self.process.stdin
-        self.answers: IO[bytes] = self.process.stdout
-        if self.answers.readline() != b"ready\n":
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.lace_forks", str(theirs.fileno())], cwd=REPO_ROOT,
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                env={**os.environ, "LACE_HOME": "/nonexistent/lace-fork-server"})
+        self.socket = ours
+        self.lock = threading.Lock()
+        if self.socket.recv(64) != b"ready":
             raise RuntimeError("the lace fork server did not start")
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.requests.write(json.dumps(request).encode() + b"\n")
-        self.requests.flush()
-        line = self.answers.readline()
-        if not line:
-            raise RuntimeError("the lace fork server ended")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+    def ask(self, request: dict[str, Any], descriptors: Sequence[int] = ()) -> dict[str, Any]:
+        with self.lock:
+            socket.send_fds(self.socket, [json.dumps(request).encode()], list(descriptors))
+            answer = self.socket.recv(1 << 16)
+        if not answer:
+            raise OSError("the lace fork server ended")
+        reply: dict[str, Any] = json.loads(answer)
+        if "error" in reply:
+            raise OSError(reply["error"])
+        return reply
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.requests.close()
+        self.socket.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
         if self.process.poll() is None:
@@ -117,36 +181,30 @@ class _Server:
             self.process.wait()
 
 
-_lock = threading.Lock()
 _servers: dict[int, _Server | None] = {}
+_starting = threading.Lock()
 
 
 def _server() -> _Server | None:
     """This process's fork server, started on first use (None where it cannot start)."""
-    pid = os.getpid()
-    if pid not in _servers:
-        try:
-            _servers[pid] = _Server()
-            atexit.register(_servers[pid].close)  # type: ignore[union-attr]
-        except (OSError, RuntimeError):
-            _servers[pid] = None
-    server = _servers[pid]
-    if server is not None and server.process.poll() is not None:
-        _servers[pid] = server = None
-    return server
+    with _starting:
+        pid = os.getpid()
+        server = _servers.get(pid)
+        if pid not in _servers or (server is not None and server.process.poll() is not None):
+            try:
+                server = _servers[pid] = _Server()
+                atexit.register(server.close)
+            except (OSError, RuntimeError):
+                server = _servers[pid] = None
+        return server
 
 
 # --- the server's side ---------------------------------------------------------------------
 
-def serve() -> None:
-    """Import lace, say `ready`, then fork one command per request line until stdin ends.
-    The protocol keeps its own descriptors: the standard ones point at /dev/null, so nothing a
-    module prints can be taken for an answer."""
-    requests = os.fdopen(os.dup(0), "rb")
-    answers = os.fdopen(os.dup(1), "wb")
-    null = os.open(os.devnull, os.O_RDWR)
-    for descriptor in (0, 1):
-        os.dup2(null, descriptor)
+def serve(descriptor: int) -> None:
+    """Import lace, say `ready`, then answer requests until the test's end closes: `spawn`
+    forks a command on the three descriptors sent with it and answers its pid; `reap` waits
+    for an ended command and answers its wait status."""
     import importlib
     import pkgutil
 
@@ -155,53 +213,47 @@ def serve() -> None:
     for name in (*PRELOADED, *(module.name for module in pkgutil.iter_modules(
             lace.cli.__path__, "lace.cli."))):
         importlib.import_module(name)
-    answers.write(b"ready\n")
-    answers.flush()
-    for line in requests:
-        answers.write(json.dumps(_fork_one(json.loads(line), requests, answers)).encode() + b"\n")
-        answers.flush()
+    channel = socket.socket(fileno=descriptor)
+    channel.send(b"ready")
+    while True:
+        message, descriptors, _, _ = socket.recv_fds(channel, 1 << 20, 3)
+        if not message:
+            return
+        request = json.loads(message)
+        try:
+            if request["op"] == "spawn":
+                answer: dict[str, Any] = {"pid": _spawn(request, descriptors, channel)}
+            else:
+                answer = {"status": os.waitpid(request["pid"], 0)[1]}
+        except OSError as error:
+            answer = {"error": str(error)}
+        finally:
+            for stream in descriptors:
+                os.close(stream)
+        channel.send(json.dumps(answer).encode())
 
 
-def _fork_one(request: dict[str, Any], *protocol: IO[bytes]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="lace-fork-") as folder:
-        paths = {name: Path(folder, name) for name in ("stdin", "stdout", "stderr")}
-        paths["stdin"].write_text(request["stdin"] or "")
-        pid = os.fork()
-        if pid == 0:
-            _child(request, paths, protocol)
-        timed_out = not _ended_within(pid, request["timeout"])
-        if timed_out:
-            os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
-                **{name: base64.b64encode(paths[name].read_bytes()).decode()
-                   for name in ("stdout", "stderr")}}
+def _spawn(request: dict[str, Any], streams: list[int], channel: socket.socket) -> int:
+    pid = os.fork()
+    if pid == 0:
+        _child(request, streams, channel)
+    return pid
 
 
-def _ended_within(pid: int, timeout: float) -> bool:
-    descriptor = os.pidfd_open(pid)
-    try:
-        return bool(select.select([descriptor], [], [], timeout)[0])
-    finally:
-        os.close(descriptor)
-
-
-def _child(request: dict[str, Any], paths: dict[str, Path], protocol: tuple[IO[bytes], ...]
-           ) -> None:
+def _child(request: dict[str, Any], streams: list[int], channel: socket.socket) -> None:
     """In the forked process: become `python -m lace ARGV` and never return."""
     try:
-        for stream in protocol:
-            stream.close()
+        channel.close()
+        if request["new_session"]:
+            os.setsid()
+        for target, stream in enumerate(streams):
+            os.dup2(stream, target)
+        for stream in set(streams) - {0, 1, 2}:
+            os.close(stream)
         os.chdir(request["cwd"])
         os.umask(request["umask"])
         os.environ.clear()
         os.environ.update(request["env"])
-        streams = {0: os.open(paths["stdin"], os.O_RDONLY),
-                   1: os.open(paths["stdout"], os.O_WRONLY | os.O_CREAT, 0o600),
-                   2: os.open(paths["stderr"], os.O_WRONLY | os.O_CREAT, 0o600)}
-        for target, descriptor in streams.items():
-            os.dup2(descriptor, target)
-            os.close(descriptor)
         sys.path[0] = request["cwd"]
         import lace.__main__ as main_module
 
@@ -227,4 +279,4 @@ def _child(request: dict[str, Any], paths: dict[str, Path], protocol: tuple[IO[b
 
 
 if __name__ == "__main__":
-    serve()
+    serve(int(sys.argv[1]))

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tests.lace_forks import run_lace
+from tests.lace_forks import lace_popen, run_lace
 
 MANY_PROMPT = "Write the announcement, list the risks and draft the FAQ"
 """A demo request the coordinator splits into three tasks, and a fourth that sums them up."""
@@ -176,7 +176,7 @@ def lace_run_at_a_terminal(home: Path, workspace: Path,
     import pty
 
     terminal, tty = pty.openpty()
-    run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workspace", str(workspace),
+    run = lace_popen([sys.executable, "-m", "lace", "run", "--workspace", str(workspace),
                             prompt], stdin=tty, preexec_fn=_on_its_terminal,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=lace_env(home))

@@ -20,6 +20,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query
+from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply, text, tools_called
 
@@ -170,7 +171,7 @@ def test_a_headless_run_waits_for_lace_approve_from_another_process(tmp_path: Pa
     workspace.mkdir()
     env = lace_env(tmp_path / "home")
     lace = [sys.executable, "-m", "lace"]
-    run = subprocess.Popen([*lace, "run", "--workspace", str(workspace),
+    run = lace_popen([*lace, "run", "--workspace", str(workspace),
                             "Write a file with the plan and a file with the risks"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert run.stderr is not None
@@ -266,7 +267,7 @@ def test_a_request_whose_process_died_is_reported_orphaned(tmp_path: Path) -> No
     workspace.mkdir()
     env = lace_env(tmp_path / "home")
     lace = [sys.executable, "-m", "lace"]
-    run = subprocess.Popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
+    run = lace_popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert run.stderr is not None
     asked = ""

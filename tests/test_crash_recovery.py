@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
+from tests.lace_forks import lace_popen
 from tests.processes import MANY_PROMPT, board_rows, final_board, lace, lace_env
 
 PROMPT = "Write the announcement and list the risks"
@@ -163,7 +164,7 @@ def test_random_sigkills_lose_and_repeat_nothing(seed: int, tmp_path: Path,
     argv, kills = ["run", MANY_PROMPT], 0
     with (tmp_path / "lace.log").open("w") as log:
         for _attempt in range(4):
-            process = subprocess.Popen([sys.executable, "-m", "lace", *argv], env=env,
+            process = lace_popen([sys.executable, "-m", "lace", *argv], env=env,
                                        stdout=log, stderr=log)
             before = len(committed_rows(home)) if (home / "lace.db").exists() else 0
             if kills == 3 or not wait_for_progress(home, before + rng.randint(0, 20), process):

@@ -20,7 +20,7 @@ from lace.core.records import Thread
 from lace.llm.types import ScriptedReply
 from lace.store import Store
 from tests.conftest import query, run_cli, snapshot, spawn_child
-from tests.lace_forks import run_lace
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import MANY_PROMPT, lace_env
 from tests.scripted import ScriptedModels, reply
 from tests.workers import assert_delivered_once, live_processes, new_database, ready, worker
@@ -163,7 +163,7 @@ def test_ctrl_c_stops_waiting_quietly_and_leaves_the_session_untouched(
     root = out.rstrip("\n")
     assert code == 0 and SESSION_ID.fullmatch(root)
     before = snapshot(db_path)
-    waiting = subprocess.Popen([sys.executable, "-m", "lace", "wait", root, "--db",
+    waiting = lace_popen([sys.executable, "-m", "lace", "wait", root, "--db",
                                 str(db_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=lace_env(db_path.parent))
     assert waiting.stderr is not None
@@ -182,7 +182,7 @@ def test_a_session_ended_while_waited_on_ends_the_wait_with_runs_code(
         capsys: CaptureFixture, db_path: Path) -> None:
     code, out, _ = run_cli(capsys, "run", "--detach", MANY_PROMPT, "--db", str(db_path))
     root = out.rstrip("\n")
-    waiting = subprocess.Popen([sys.executable, "-m", "lace", "wait", root, "--json", "--db",
+    waiting = lace_popen([sys.executable, "-m", "lace", "wait", root, "--json", "--db",
                                 str(db_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=lace_env(db_path.parent))
     assert waiting.stderr is not None and waiting.stderr.readline().startswith("Waiting")

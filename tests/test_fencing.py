@@ -23,7 +23,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import open_runtime
 from lace.store import Store, open_database
 from tests.conftest import query
-from tests.lace_forks import run_lace
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import DELIVERED, MANY_PROMPT, board_rows, lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -83,7 +83,7 @@ def pause_outside_a_write(pid: int, path: Path) -> None:
 def test_a_process_paused_past_its_lease_commits_nothing_when_it_resumes(
         tmp_path: Path) -> None:
     env = lace_env(tmp_path, LACE_DEMO_DELAY="0.6", LACE_LIMITS__LEASE_TIMEOUT_S=LEASE_S)
-    first = subprocess.Popen([sys.executable, "-m", "lace", "run", MANY_PROMPT], env=env,
+    first = lace_popen([sys.executable, "-m", "lace", "run", MANY_PROMPT], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: rows(tmp_path, "SELECT COUNT(*) FROM events WHERE type = "
@@ -165,13 +165,15 @@ def test_a_process_paused_inside_a_write_on_postgresql_frees_the_board_and_commi
     Store(open_database(postgres_url)).close()
     env = lace_env(tmp_path, LACE_DEMO_DELAY="0.3", LACE_LIMITS__LEASE_TIMEOUT_S=LEASE_S,
                    LACE_DB=postgres_url)
-    first = subprocess.Popen([sys.executable, "-m", "lace", "run", MANY_PROMPT], env=env,
+    first = lace_popen([sys.executable, "-m", "lace", "run", MANY_PROMPT], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: board_rows(postgres_url, "SELECT COUNT(*) FROM events WHERE type = "
                                                   "'notification' AND thread_id LIKE '%.%'")
                  >= [(1,)], "a helper starting its first model call")
         pause_inside_a_write(first.pid, postgres_url)
+        wait_for(lambda: board_rows(postgres_url, "SELECT MAX(expires_at) FROM processes")[0][0]
+                 < time.time(), "the paused process's lease to run out")  # else it holds the root
         (root,), = board_rows(postgres_url, "SELECT id FROM threads WHERE parent_id IS NULL")
         second = run_lace(["run", "--continue", root], env=env, timeout=120)
         assert second.returncode == 0, second.stderr  # the server ended the paused transaction

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query
+from tests.lace_forks import lace_popen
 from tests.processes import lace_env, lace_run_at_a_terminal, next_line
 
 LACE = [sys.executable, "-m", "lace"]
@@ -22,7 +23,7 @@ def test_a_headless_run_names_what_it_waits_for_and_the_exact_command(tmp_path: 
     workspace, db = tmp_path / "ws", tmp_path / "board.db"
     workspace.mkdir()
     env = lace_env(tmp_path / "home")
-    run = subprocess.Popen([*LACE, "run", "--workspace", str(workspace), "--db", str(db),
+    run = lace_popen([*LACE, "run", "--workspace", str(workspace), "--db", str(db),
                             "Plan the launch and write a file with the risks"],
                            stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.lace_forks import needs_a_new_interpreter, run_lace
+from lace.cli.run import EXIT_TERMINATED
+from tests.lace_forks import LACE, ForkedLace, lace_popen, needs_a_new_interpreter, run_lace
 from tests.processes import lace_env
 
 
@@ -69,3 +71,22 @@ def test_what_a_fork_cannot_give_runs_in_a_new_interpreter(tmp_path: Path) -> No
                                    else {**env, "LANG": "en_US.UTF-8"}, tmp_path)
     (tmp_path / "sqlalchemy.py").write_text("raise SystemExit('shadowed')\n")
     assert needs_a_new_interpreter(env, tmp_path)  # `-m` would import it first
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_forked_process_is_polled_signalled_and_waited_as_a_child_is(
+        tmp_path: Path, how: signal.Signals) -> None:
+    ends = []
+    for name, start in (("forked", lace_popen), ("started", subprocess.Popen)):
+        process = start([*LACE, "run", "Write the announcement"], text=True,
+                        env=lace_env(tmp_path / name, LACE_DEMO_DELAY="60"),
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert isinstance(process, ForkedLace) == (name == "forked")
+        assert process.stderr is not None and process.stderr.readline().startswith("Session")
+        assert process.poll() is None
+        process.send_signal(how)
+        out, err = process.communicate(timeout=60)
+        ends.append((process.returncode, _unnamed(out, tmp_path / name),
+                     _unnamed(err, tmp_path / name)))
+    assert ends[0] == ends[1]
+    assert ends[0][0] == (-signal.SIGKILL if how == signal.SIGKILL else EXIT_TERMINATED)

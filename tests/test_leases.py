@@ -20,12 +20,13 @@ from lace.tui.factory import create_app
 from lace.tui.widgets.thread_tree import ThreadTree
 from tests.conftest import new_session, spawn_child
 from tests.conftest import query as query_db
+from tests.lace_forks import lace_popen
 from tests.processes import MANY_PROMPT, final_board, lace_env
 
 pytestmark = pytest.mark.both_engines
 
 def start_lace_run(home: Path, prompt: str, delay: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "lace", "run", prompt],
+    return lace_popen([sys.executable, "-m", "lace", "run", prompt],
                             env=lace_env(home, LACE_DEMO_DELAY=delay),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -19,7 +19,7 @@ import pytest
 from lace.config import McpServer
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from tests.lace_forks import run_lace
+from tests.lace_forks import lace_popen, run_lace
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
 from tests.processes import SHORT_THEN_LONGER_TIMEOUTS, lace_env, trust_folder
 
@@ -53,7 +53,7 @@ def leftovers(tmp_path: Path) -> Iterator[Path]:
 def start_lace(folder: Path, fake: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
     trust_folder(folder, folder / "home")
     env = lace_env(folder / "home", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
-    return subprocess.Popen([sys.executable, "-m", "lace", "run", "go", "--model",
+    return lace_popen([sys.executable, "-m", "lace", "run", "go", "--model",
                              "openai/fake", *argv], cwd=folder, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

@@ -24,7 +24,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli
-from tests.lace_forks import run_lace
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import free_port, lace_env
 
 TASK = {"title": "Find the answer", "prompt": "What is six times seven?",
@@ -160,7 +160,7 @@ def test_stdout_carries_only_the_protocol_and_the_narration_goes_to_stderr(
             jsonrpc("tools/call", {"name": "task_wait", "arguments": {
                 "task_ids": ["TASK_ID"], "timeout_s": 120}}, 3),
         ]
-        process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve"],
+        process = lace_popen([sys.executable, "-m", "lace", "mcp", "serve"],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True,
                                    env=lace_env(home, OPENAI_BASE_URL=server.base_url,
@@ -192,7 +192,7 @@ def test_stdout_carries_only_the_protocol_and_the_narration_goes_to_stderr(
 def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
+    process = lace_popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
                                 f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE,
                                env=lace_env(tmp_path / "home", LACE_MCP_TOKEN=TOKEN))
@@ -227,7 +227,7 @@ def test_http_serves_loopback_and_refuses_a_foreign_origin_or_host(tmp_path: Pat
 @pytest.mark.slow
 async def test_the_sdk_client_works_over_http(tmp_path: Path) -> None:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
+    process = lace_popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
                                 f"localhost:{port}"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE,
                                env=lace_env(tmp_path / "home", LACE_MCP_TOKEN=TOKEN))
@@ -284,7 +284,7 @@ def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
 def test_a_dead_servers_agents_are_taken_over_by_lace_run_continue(tmp_path: Path) -> None:
     home, db = tmp_path / "home", tmp_path / "home" / "lace.db"
     lease = {"LACE_LIMITS__LEASE_TIMEOUT_S": "1.5"}
-    server = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve"],
+    server = lace_popen([sys.executable, "-m", "lace", "mcp", "serve"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True,
                               env=lace_env(home, LACE_DEMO_DELAY="600", **lease))

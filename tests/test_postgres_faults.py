@@ -32,6 +32,7 @@ from tests.faults import (
     terminate_backends,
     terminating_every,
 )
+from tests.lace_forks import lace_popen
 from tests.processes import free_port, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
@@ -48,7 +49,7 @@ three calls and each helper's two) then lasts several periods even on an idle ma
 
 
 def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
+    return lace_popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=lace_env(
                                 tmp_path / "home", OPENAI_BASE_URL=server.base_url,
                                 OPENAI_API_KEY="sk-fake-key", **LIMITS))

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import query, run_cli
-from tests.lace_forks import run_lace
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import free_port, lace_env, trust_folder
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -77,7 +77,7 @@ def wait_until_listening(process: subprocess.Popen[str], port: int) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_mcp_serve_http_ends_cleanly_on_ctrl_c(tmp_path: Path, signum: int) -> None:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
+    process = lace_popen([sys.executable, "-m", "lace", "mcp", "serve", "--http",
                                 f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                env=lace_env(tmp_path / "home", LACE_MCP_TOKEN=TOKEN))

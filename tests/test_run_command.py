@@ -15,6 +15,7 @@ import pytest
 
 from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli as lace
+from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -121,7 +122,7 @@ def test_ctrl_c_marks_running_turns_interrupted(tmp_path: Path) -> None:
 
     env = {key: value for key, value in os.environ.items() if not key.startswith("LACE_")}
     env.update(LACE_HOME=str(tmp_path), LACE_DEMO_DELAY="0.4")
-    process = subprocess.Popen([sys.executable, "-m", "lace", "run", "one and two"],
+    process = lace_popen([sys.executable, "-m", "lace", "run", "one and two"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     database = tmp_path / "lace.db"
     deadline = time.monotonic() + 60

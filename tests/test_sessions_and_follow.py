@@ -15,6 +15,7 @@ import pytest
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query, run_cli
+from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -76,7 +77,7 @@ def test_ctrl_c_names_the_session_and_the_command_that_resumes_it(tmp_path: Path
         return ScriptedReply(text="late")
 
     with FakeOpenAI(held) as server:
-        process = subprocess.Popen(
+        process = lace_popen(
             [sys.executable, "-m", "lace", "run", "--model", "openai/local", "Say hello."],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=lace_env(tmp_path, OPENAI_BASE_URL=server.base_url))
@@ -128,7 +129,7 @@ def test_follow_prints_a_session_as_it_runs_from_before_it_starts(tmp_path: Path
         return delegating(model, messages)
 
     def lace(*argv: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
+        return lace_popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
                                 env=lace_env(tmp_path, OPENAI_BASE_URL=server.base_url))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import query, run_cli
+from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -96,7 +97,7 @@ def test_a_full_disk_exits_with_its_own_code_and_continue_resumes(tmp_path: Path
         env = lace_env(disk / "home", LACE_LIMITS__APPROVAL_TIMEOUT_S="3")
         lace = [sys.executable, "-m", "lace"]
         db = disk / "home" / "lace.db"
-        run = subprocess.Popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
+        run = lace_popen([*lace, "run", "--workspace", str(workspace), "Write a file"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env)
         assert run.stderr is not None

@@ -23,6 +23,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
+from tests.lace_forks import lace_popen
 from tests.processes import MANY_PROMPT, final_board, lace_env
 from tests.workers import (
     assert_delivered_once,
@@ -290,7 +291,7 @@ def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list
     home = tmp_path / "home"
     new_database(tmp_path)
     with (tmp_path / "run.log").open("wb") as log:
-        run = subprocess.Popen([sys.executable, "-m", "lace", "run", "--workers", "2", *argv,
+        run = lace_popen([sys.executable, "-m", "lace", "run", "--workers", "2", *argv,
                                 MANY_PROMPT], stdout=subprocess.DEVNULL, stderr=log,
                                env=lace_env(home, LACE_DEMO_DELAY="600", PYTHONFAULTHANDLER="1"))
     wait_for(lambda: len(workers_of(run.pid)) == 2, "the run's two workers")

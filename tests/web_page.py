@@ -21,6 +21,7 @@ import aiohttp
 import pyte
 import pytest
 
+from tests.lace_forks import lace_popen
 from tests.processes import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -48,7 +49,7 @@ def lace_web(tmp_path: Path, *flags: str, env: dict[str, str]) -> Iterator[Serve
     """`lace web` on a free port of 127.0.0.1 until the block ends."""
     port = free_port()
     log = (tmp_path / "web.log").open("w+")
-    server = subprocess.Popen(
+    server = lace_popen(
         [sys.executable, "-m", "lace", "--db", str(tmp_path / "lace.db"), "web",
          "--port", str(port), *flags], cwd=tmp_path, env={**os.environ, **env},
         stdout=log, stderr=subprocess.STDOUT)

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from lace.store import Store, open_database
+from tests.lace_forks import lace_popen
 from tests.processes import DELIVERED, DELIVERED_POSTGRES, board_rows, lace_env
 
 
@@ -72,7 +73,7 @@ def worker(tmp_path: Path, db: Path, *argv: str, name: str,
     """`lace worker --db DB *argv`, its stderr in tmp_path/NAME.log; killed if the test left
     it running."""
     with (tmp_path / f"{name}.log").open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "lace", "worker", "--db", str(db),
+        process = lace_popen([sys.executable, "-m", "lace", "worker", "--db", str(db),
                                     *argv], env=lace_env(tmp_path / "home", **env),
                                    stdout=subprocess.DEVNULL, stderr=log)
     try:

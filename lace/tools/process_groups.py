@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-_live_groups: set[int] = set()
-"""Process groups of calls still running: killed at exit if no call's own cleanup could run."""
-_owner = os.getpid()
+_live_groups: dict[int, int] = {}
+"""Process groups of calls still running, each with the pid of the lace process that started
+it: killed at that process's exit if no call's own cleanup could run."""
 KEEPER = str(Path(__file__).with_name("keeper.py"))
 
 
@@ -28,12 +28,12 @@ def kept(command: Sequence[str]) -> list[str]:
 
 def track_group(group: int) -> None:
     """Note a command's process group until its call ends it (`untrack_group`)."""
-    _live_groups.add(group)
+    _live_groups[group] = os.getpid()
 
 
 def untrack_group(group: int) -> None:
     """The group is ended: nothing to kill at exit."""
-    _live_groups.discard(group)
+    _live_groups.pop(group, None)
 
 
 def signal_group(group: int, signal_number: int) -> bool:
@@ -51,7 +51,6 @@ def signal_group(group: int, signal_number: int) -> bool:
 def kill_running_commands() -> None:
     """SIGKILL every command still running: run by `atexit`, and called by `lace`'s own exit
     (`lace.__main__.entry`), which leaves with `os._exit` and so skips `atexit`."""
-    if os.getpid() != _owner:  # a forked child exiting leaves its parent's commands alone
-        return
-    for group in list(_live_groups):
-        signal_group(group, signal.SIGKILL)
+    for group, owner in list(_live_groups.items()):
+        if owner == os.getpid():  # a forked child exiting leaves its parent's commands alone
+            signal_group(group, signal.SIGKILL)

@@ -24,6 +24,7 @@ from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query
 from tests.hostile.test_project_config import lace_in
+from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -220,7 +221,7 @@ def test_no_acp_agent_outlives_lace_even_killed(tmp_path: Path) -> None:
         f'[acp_agents.hang]\ncommand = "{sys.executable}"\nargs = ["{AGENT}", "hang", '
         f'"{marker}"]\n')
     with FakeOpenAI(assigns_hang) as fake:
-        lace = subprocess.Popen(
+        lace = lace_popen(
             [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake"], cwd=tmp_path,
             env=lace_env(home, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-fake-0123456"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import git, status
+from tests.lace_forks import lace_popen
 from tests.processes import lace, lace_env
 from tests.test_worktree_commands import helpers
 from tests.test_worktree_commands import lace as lace_in_process
@@ -27,7 +28,7 @@ def test_a_reader_that_closes_the_pipe_ends_lace_quietly(tmp_path: Path,
     by SIGPIPE's exit code and silent."""
     home = tmp_path / "home"
     assert lace(home, "run", "Write the announcement and list the risks.").returncode == 0
-    process = subprocess.Popen([sys.executable, "-m", "lace", *command], env=lace_env(home),
+    process = lace_popen([sys.executable, "-m", "lace", *command], env=lace_env(home),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     process.stdout.close()

@@ -23,6 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from tests.lace_forks import lace_popen
 from tests.processes import free_port, lace_env
 
 OWN_TOKEN = "the-persons-own-mcp-token-0123456789"
@@ -52,7 +53,7 @@ def mcp_http(home: Path, **env: str) -> Iterator[Serving]:
     port = free_port()
     log = home.parent / f"mcp-{port}.log"
     with log.open("wb") as stderr:
-        process = subprocess.Popen(
+        process = lace_popen(
             [sys.executable, "-m", "lace", "mcp", "serve", "--http", f"127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL, stderr=stderr, env=lace_env(home, **env))
     try:

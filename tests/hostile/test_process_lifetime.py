@@ -17,6 +17,7 @@ import pytest
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
+from tests.lace_forks import lace_popen
 from tests.mcp_servers.harness import NOTES_SERVER, alive, pids_in
 from tests.processes import SHORT_THEN_LONGER_TIMEOUTS, lace_env
 
@@ -74,7 +75,7 @@ def lace_ended(tmp_path: Path, settings: Path, command: str, ending: str,
         env = lace_env(tmp_path / "home", LACE_CONFIG=str(settings),
                        OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="not-a-key")
         for timeout in timeouts:
-            process = subprocess.Popen(
+            process = lace_popen(
                 [sys.executable, "-m", "lace", "run", "go", "--model", "openai/fake",
                  *(["--timeout", timeout] if timeout else [])],
                 cwd=workspace, env=env, text=True, stdout=subprocess.PIPE,
