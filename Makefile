@@ -4,8 +4,8 @@ PYTHON ?= python3
 BIN = $(VENV)/bin
 PROMPT ?= Plan a small launch: write the announcement and list the risks.
 # pytest-xdist processes for `make test` (each starts its own throwaway PostgreSQL server). The
-# tests wait on child processes and servers much of the time: four keep two cores busier than two.
-TEST_WORKERS ?= 4
+# tests wait on child processes and servers much of the time: six keep two cores busy.
+TEST_WORKERS ?= 6
 
 .PHONY: demo test lint
 
