@@ -276,6 +276,7 @@ class Finished:
     ended: float  # just after the process was reaped
     stdout: str
     peak_rss_mb: float  # the process's own peak resident memory (its children's not counted)
+    cpu_s: float  # the process's own user + system CPU time (load does not inflate it)
 
 
 def run_process(launch: Launch) -> Finished:
@@ -303,7 +304,8 @@ def run_process(launch: Launch) -> Finished:
     if code != 0:
         tail = err.read_text(errors="replace")[-2000:]
         raise BenchmarkError(f"{launch.argv[:3]} exited {code}:\n{tail}")
-    return Finished(began, ended, out.read_text(errors="replace"), usage.ru_maxrss / 1024)
+    return Finished(began, ended, out.read_text(errors="replace"), usage.ru_maxrss / 1024,
+                    usage.ru_utime + usage.ru_stime)
 
 
 # --- measuring and checking one run -----------------------------------------------------------
@@ -335,6 +337,7 @@ class Run:
     last_reply_at: float
     helpers_in_flight_max: int
     peak_rss_mb: float
+    cpu_s: float
 
 
 def in_flight_max(calls: Sequence[Call]) -> int:
@@ -418,7 +421,8 @@ def measure(system: str, tasks: int, number: int, latency_s: float, calls: list[
         first_request_at=mine[0].arrived - began, root_reply_at=first.sent - began,
         last_helper_start_at=max(starts) - began, last_result_at=max(results) - began,
         final_request_at=final.arrived - began, last_reply_at=last_reply - began,
-        helpers_in_flight_max=in_flight_max(helpers), peak_rss_mb=finished.peak_rss_mb)
+        helpers_in_flight_max=in_flight_max(helpers), peak_rss_mb=finished.peak_rss_mb,
+        cpu_s=finished.cpu_s)
 
 
 def run_system(system: str, tasks: int, number: int, latency_s: float, base_url: str,
@@ -457,11 +461,11 @@ def report(runs: Sequence[Run]) -> str:
     rows = medians(runs)
     calls = table(
         ["K", "system", "ratio", "root calls", "helper calls", "in flight max", "wall s",
-         "start->1st req s", "last reply->exit s", "peak RSS MB"],
+         "start->1st req s", "last reply->exit s", "peak RSS MB", "CPU s"],
         [[tasks, system, f"{m['ratio']:.2f}", f"{m['root_calls']:g}",
           f"{m['helper_calls']:g}", f"{m['helpers_in_flight_max']:g}", f"{m['wall_s']:.2f}",
           f"{m['to_first_request_s']:.2f}", f"{m['last_reply_to_exit_s']:.2f}",
-          f"{m['peak_rss_mb']:.0f}"] for tasks, system, m in rows])
+          f"{m['peak_rss_mb']:.0f}", f"{m['cpu_s']:.1f}"] for tasks, system, m in rows])
     gaps = table(
         ["K", "system", "spawn med ms", "spawn max ms", "step med ms", "step max ms",
          "root gap ms"],
