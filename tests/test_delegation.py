@@ -20,7 +20,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import TurnEnded
 from lace.runtime.tool_runner import call_tool
-from lace.store import Store
+from lace.store import Store, Tx
 from lace.tools.base import ToolContext, ToolError, refuse_deadlock
 from lace.tools.registry import ToolRegistry
 from tests.conftest import query
@@ -485,6 +485,7 @@ async def test_spawn_await_star_refuses_a_wait_that_would_deadlock(
         ("Back", "completed"), ("wait on your creator", "completed")]
 
 
+@pytest.mark.both_engines
 def test_the_wait_graph_is_read_from_what_committed(store: Store, db_path: Path) -> None:
     with store.transaction() as tx:
         session = tx.threads.create_session(provider="scripted", model="root")
@@ -497,10 +498,44 @@ def test_the_wait_graph_is_read_from_what_committed(store: Store, db_path: Path)
             "call_id": "c1", "tool_name": "delegate", "arguments": "{}",
             "waiting_for": [task.id]})
     with store.transaction() as tx:
-        assert tx.agents.wait_edges(session.id) == {helper.thread_id: {session.id}}
+        assert tx.agents.wait_edges(session.id, [helper.thread_id, session.id]) == {
+            helper.thread_id: {session.id}}
         with pytest.raises(ToolError, match="would deadlock"):
             refuse_deadlock(tx, root, {helper.thread_id})
     with store.transaction() as tx:  # answered: the wait is over
         tx.events.append(helper.thread_id, "tool_result", {"call_id": "c1"})
-        assert tx.agents.wait_edges(session.id) == {}
+        assert tx.agents.wait_edges(session.id, [helper.thread_id, session.id]) == {}
         refuse_deadlock(tx, root, {helper.thread_id})
+
+
+@pytest.mark.both_engines
+def test_a_wait_two_agents_away_is_followed_and_unrelated_waits_are_not(
+        store: Store, db_path: Path) -> None:
+    with store.transaction() as tx:
+        session = tx.threads.create_session(provider="scripted", model="root")
+    tools = ("delegate", "task_complete")
+    first, second, other = (child_context(store, session.id, tools) for _ in range(3))
+    root = ToolContext(thread_id=session.id, session_id=session.id, check_model=check_model)
+
+    def wait(tx: Tx, waiter: str, on: str, call_id: str) -> None:
+        task = tx.board.create_task(session_id=session.id, actor=waiter, title=f"for {on}",
+                                    prompt="p", assignee=ThreadAssignee(on))
+        tx.events.append(waiter, "tool_call", {"call_id": call_id, "tool_name": "delegate",
+                                               "arguments": "{}", "waiting_for": [task.id]})
+
+    with store.transaction() as tx:  # first -> second -> root; other -> first
+        wait(tx, first.thread_id, second.thread_id, "c1")
+        wait(tx, second.thread_id, session.id, "c2")
+        wait(tx, other.thread_id, first.thread_id, "c3")
+    with store.transaction() as tx:
+        assert tx.agents.wait_edges(session.id, [first.thread_id]) == {
+            first.thread_id: {second.thread_id}}
+        with pytest.raises(ToolError, match=f"Refused: {first.thread_id} is waiting"):
+            refuse_deadlock(tx, root, {first.thread_id})
+        with pytest.raises(ToolError, match=f"Refused: {other.thread_id} is waiting"):
+            refuse_deadlock(tx, root, {other.thread_id})
+        refuse_deadlock(tx, other, {session.id})  # root waits on nobody
+        with pytest.raises(ToolError, match=f"Refused: {first.thread_id} is waiting"):
+            refuse_deadlock(tx, second, {first.thread_id})
+        with pytest.raises(ToolError, match=f"Refused: {other.thread_id} is waiting"):
+            refuse_deadlock(tx, first, {session.id, other.thread_id})  # names the one

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -167,10 +167,13 @@ class AgentRows(Rows):
         """How many agents `parent_id` spawned at or after `since` (ISO time)."""
         return int(sql.CHILDREN_SINCE.scalar(self.raw, {"parent": parent_id, "since": since}))
 
-    def wait_edges(self, session_id: str) -> dict[str, set[str]]:
-        """Who waits on whom in a session: each agent with a waiting call (`delegate`,
-        `spawn_await`) not yet answered, to the assignees of the open tasks it waits for."""
+    def wait_edges(self, session_id: str, waiters: Iterable[str]) -> dict[str, set[str]]:
+        """Who of `waiters` waits on whom in a session: each with a waiting call (`delegate`,
+        `spawn_await`) not yet answered, to the assignees of the open tasks it waits for.
+        Only those agents' events are read, so a check costs what it follows, not the
+        session's size."""
         edges: dict[str, set[str]] = {}
-        for row in sql.WAIT_EDGES.rows(self.raw, {"session": session_id}):
+        for row in sql.WAIT_EDGES.rows(self.raw, {"session": session_id,
+                                                  "waiters": json.dumps(sorted(waiters))}):
             edges.setdefault(row["waiter"], set()).add(row["assignee"])
         return edges

@@ -103,7 +103,7 @@ _WAIT_EDGES = """
     JOIN tasks AS task ON task.id = waited.value
     WHERE task.thread_id = :session AND task.status IN ('pending', 'in_progress')
       AND task.assigned_to IS NOT NULL AND call.type = 'tool_call'
-      AND call.thread_id IN (SELECT id FROM threads WHERE root_id = :session)
+      AND call.thread_id IN (SELECT value FROM {waiters})
       AND {waiting_for} IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM events AS answer
                       WHERE answer.thread_id = call.thread_id AND answer.type = 'tool_result'
@@ -111,6 +111,7 @@ _WAIT_EDGES = """
 WAIT_EDGES = Prepared(
     sa.text(_WAIT_EDGES.format(
         elements="json_each(json_extract(call.data, '$.waiting_for'))", on="",
+        waiters="json_each(:waiters)",
         waiting_for="json_extract(call.data, '$.waiting_for')",
         answer_call_id="json_extract(answer.data, '$.call_id')",
         call_id="json_extract(call.data, '$.call_id')"))
@@ -118,6 +119,7 @@ WAIT_EDGES = Prepared(
     postgresql=sa.text(_WAIT_EDGES.format(
         elements="LATERAL json_array_elements_text(CASE WHEN json_typeof(call.data -> "
                  "'waiting_for') = 'array' THEN call.data -> 'waiting_for' END)", on="ON TRUE",
+        waiters="json_array_elements_text(CAST(:waiters AS JSON))",
         waiting_for="call.data -> 'waiting_for'",
         answer_call_id="answer.data ->> 'call_id'", call_id="call.data ->> 'call_id'"))
     .columns(waiter=sa.Text, assignee=sa.Text))

@@ -148,23 +148,22 @@ def refuse_deadlock(tx: Tx, context: ToolContext, assignees: set[str]) -> None:
     """Refuse a wait on agents that (at any distance) wait on the caller. The waits are read
     from the database in this transaction (every waiting call records what it waits for), so
     the check sees other processes' waits and waits resumed after a restart, and a wait that
-    rolls back leaves nothing behind."""
-    caller = context.thread_id
-    edges = tx.agents.wait_edges(context.session_id)
-    for assignee in sorted(assignees):
-        if assignee == caller or _reaches(edges, assignee, caller):
+    rolls back leaves nothing behind. Only the waits reachable from `assignees` are read, one
+    query per step away (new helpers wait on nobody: one query in all)."""
+    caller, session_id = context.thread_id, context.session_id
+    if caller not in _waited_on(tx, session_id, assignees):
+        return
+    for assignee in sorted(assignees):  # which one: for the message
+        if caller in _waited_on(tx, session_id, {assignee}):
             raise ToolError(f"Refused: {assignee} is waiting (directly or through others) on "
                             f"you, so waiting on it would deadlock. Do that part yourself.")
 
 
-def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
-    """Whether `start` waits, at any distance, on `goal`."""
-    seen, frontier = set(), [start]
+def _waited_on(tx: Tx, session_id: str, starts: set[str]) -> set[str]:
+    """Every agent one of `starts` waits on, at any distance (`starts` included)."""
+    seen, frontier = set(starts), set(starts)
     while frontier:
-        current = frontier.pop()
-        if current == goal:
-            return True
-        if current not in seen:
-            seen.add(current)
-            frontier.extend(edges.get(current, ()))
-    return False
+        edges = tx.agents.wait_edges(session_id, frontier)
+        frontier = {target for targets in edges.values() for target in targets} - seen
+        seen |= frontier
+    return seen
