@@ -48,22 +48,36 @@ def caps_of(tx: Tx, thread_id: str, budgets: Budgets, agent: Agent | None = None
     return Budget.model_validate(agent.budget) if agent.budget else None
 
 
+def _caps_in_chain(tx: Tx, thread_id: str, budgets: Budgets,
+                   chain: dict[str, Agent]) -> list[tuple[str, Budget]]:
+    """(owner, caps) for the agent and each ancestor whose subtree is capped: no usage read."""
+    real_caller = chain[thread_id].provider not in LOCAL_PROVIDERS
+    found = ((owner, caps_of(tx, owner, budgets, chain[owner], real_caller))
+             for owner in _chain(thread_id))
+    return [(owner, caps) for owner, caps in found if caps is not None]
+
+
+def _used(tx: Tx, owner: Agent) -> dict[str, float]:
+    """What the subtree of `owner` used; tokens reserved for calls in flight apart. One sum
+    over the subtree's agent rows: read once per check, and only for capped subtrees."""
+    usage = tx.usage.subtree(owner.thread_id)
+    return {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "turns": usage.turns,
+            "seconds": seconds_since(owner.created_at), "reserved": usage.reserved}
+
+
 def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
                      chain: dict[str, Agent] | None = None,
                      ) -> Iterator[tuple[str, Budget, dict[str, float]]]:
     """(owner, caps, used) for the agent and each ancestor whose subtree is capped; tokens
     reserved for calls in flight count as used."""
     chain = chain if chain is not None else _chain_agents(tx, thread_id)
-    real_caller = chain[thread_id].provider not in LOCAL_PROVIDERS
-    for owner in _chain(thread_id):
-        caps = caps_of(tx, owner, budgets, chain[owner], real_caller)
-        if caps is None:
-            continue
-        usage = tx.usage.subtree(owner)
-        yield owner, caps, {"tokens": usage.tokens, "cost_usd": usage.cost_usd,
-                            "turns": usage.turns,
-                            "seconds": seconds_since(chain[owner].created_at),
-                            "reserved": usage.reserved}
+    for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain):
+        yield owner, caps, _used(tx, chain[owner])
+
+
+def _tokens_capped(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> bool:
+    return any(caps.tokens is not None
+               for _, caps in _caps_in_chain(tx, thread_id, budgets, chain))
 
 
 def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
@@ -84,11 +98,13 @@ def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> Halt | None:
 
 def check_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> tuple[Halt | None, bool]:
     """`halt_before_call`, and whether tokens are capped in the chain (so the call must set
-    tokens aside in a write first): a read, enough for the many calls no cap concerns."""
+    tokens aside in a write first): a read, enough for the many calls no cap concerns. When
+    tokens are capped the halt is left to `reserve_before_call` (None here unless the agent
+    was stopped), which checks in its write: usage is summed once per call, not twice."""
     chain = _chain_agents(tx, thread_id)
-    capped = any(caps.tokens is not None
-                 for _, caps, _ in _capped_subtrees(tx, thread_id, budgets, chain))
-    return _halt(tx, thread_id, budgets, chain), capped
+    if _tokens_capped(tx, thread_id, budgets, chain):
+        return _stopped(chain[thread_id]), True
+    return _halt(tx, thread_id, budgets, chain), False
 
 
 def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets,
@@ -99,18 +115,23 @@ def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets,
     aside (to give back when the call is recorded)."""
     chain = _chain_agents(tx, thread_id)
     halt = _halt(tx, thread_id, budgets, chain)
-    if halt is not None or not any(caps.tokens is not None for _, caps, _
-                                   in _capped_subtrees(tx, thread_id, budgets, chain)):
+    if halt is not None or not _tokens_capped(tx, thread_id, budgets, chain):
         return halt, 0
     tokens = estimate()
     tx.usage.reserve(thread_id, tokens)
     return None, tokens
 
 
-def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> Halt | None:
-    agent = chain[thread_id]
+def _stopped(agent: Agent) -> Halt | None:
     if agent.status == "stopped":
-        return Halt(thread_id, agent.stop_reason or "stopped")
+        return Halt(agent.thread_id, agent.stop_reason or "stopped")
+    return None
+
+
+def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> Halt | None:
+    stopped = _stopped(chain[thread_id])
+    if stopped is not None:
+        return stopped
     for owner, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
         for dimension, unit in DIMENSIONS:
             cap = getattr(caps, dimension)
