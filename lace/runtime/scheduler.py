@@ -92,7 +92,7 @@ class Scheduler:
                                            spawned.model_name, spawned.task_id))
         if effects.tasks or effects.notices:
             self.bus.publish(TasksChanged(tuple(sorted(effects.tasks))))
-            self.runner.tools.changed()
+            self.runner.tools.changed(effects.tasks)
         self.cancel(list(effects.stopped))
         for thread_id in effects.woken:
             self.wake(thread_id)

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,6 +22,7 @@ from lace.core.ids import root_of
 from lace.core.records import Agent, Lease
 from lace.core.tool_sets import grants, is_mcp_tool
 from lace.runtime.approvals import Approvals, denied_by_policy
+from lace.runtime.board_changes import BoardChanges
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus
@@ -64,18 +65,6 @@ Recorded = EventAppended | None
 T = TypeVar("T")
 UNCONFIGURED = ToolSettings()
 """The policy of a runtime with no approvals (each tool's default)."""
-
-
-class BoardChanges:
-    """The signal of the board's next change: an event set, then replaced, at each change."""
-
-    def __init__(self) -> None:
-        self.next = asyncio.Event()
-
-    def changed(self) -> None:
-        """Wake everything waiting for the next change."""
-        self.next.set()
-        self.next = asyncio.Event()
 
 
 @dataclass
@@ -145,34 +134,41 @@ class ToolRunner:
         """A write for this caller: for an agent, only while its turn's lease holds."""
         return await self.db.write(fenced(context.lease, work))
 
-    def changed(self) -> None:
-        """Something on the board changed: let every waiting tool look again."""
-        self.changes.changed()
+    def changed(self, tasks: Collection[str] | None = None) -> None:
+        """Something on the board changed: let the waiting tools look again (those waiting
+        for tasks: when one of `tasks` changed; None: any task may have)."""
+        self.changes.changed(tasks)
 
     def change_signal(self) -> asyncio.Event:
         """The event the next change sets."""
         return self.changes.next
 
     async def wait_until(self, over: BoardCondition, timeout_s: float,
-                         progress: Progress | None = None) -> bool:
+                         progress: Progress | None = None,
+                         tasks: Collection[str] | None = None) -> bool:
         """Wait until `over` holds on the board or `timeout_s` passed: looked at again after
-        each change this process commits, and every POLL_S for other processes' commits;
-        `progress` is told the seconds waited every PROGRESS_S. Whether `over` held."""
+        each change this process commits (when `over` depends only on `tasks`: each change of
+        one of them), and every POLL_S for other processes' commits; `progress` is told the
+        seconds waited every PROGRESS_S. Whether `over` held."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline, next_report = began + timeout_s, began + self.progress_every_s
-        while not await self.db.read(over):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            if progress is not None and loop.time() >= next_report:
-                next_report = loop.time() + self.progress_every_s
-                await progress(loop.time() - began, timeout_s)
-            until_report = max(0.0, next_report - loop.time()) if progress else remaining
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(POLL_S, remaining, until_report)):
-                    await self.changes.next.wait()
-        return True
+        while True:
+            with contextlib.ExitStack() as stack:  # watch before looking: no change is missed
+                signal = (self.changes.next if tasks is None else
+                          stack.enter_context(self.changes.watching(tasks)))
+                if await self.db.read(over):
+                    return True
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                if progress is not None and loop.time() >= next_report:
+                    next_report = loop.time() + self.progress_every_s
+                    await progress(loop.time() - began, timeout_s)
+                until_report = max(0.0, next_report - loop.time()) if progress else remaining
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(POLL_S, remaining, until_report)):
+                        await signal.wait()
 
     async def definitions(self, agent: Agent, *, can_spawn: bool) -> list[dict[str, Any]]:
         """The function definitions of an agent's tools: lace's, its Python tools, then those
@@ -311,7 +307,7 @@ class ToolRunner:
         notices of those tasks consumed) in one transaction; to publish."""
         began = time.monotonic()
         await self.wait_until(lambda tx: settled(tx, wait.task_ids),
-                              self.limits.delegate_timeout_s)
+                              self.limits.delegate_timeout_s, tasks=wait.task_ids)
         self.waited[context.thread_id] = self.waited.get(context.thread_id, 0.0) + \
             time.monotonic() - began
 

@@ -197,7 +197,7 @@ class TurnRunner:
         final = await self._final_answer(thread_id, reply.content)
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
         crash_point("after_turn_end")
-        self.tools.changed()
+        self.tools.changed(())  # the tasks it changed were told when the write committed
         self.bus.publish(TurnEnded(thread_id, reply.content))
         return reply.content
 
