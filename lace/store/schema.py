@@ -91,7 +91,7 @@ TASK_RANK: sa.ColumnClause[int] = sa.literal_column(
 """A task's place on the board by priority, as text: `ix_tasks_open_page` indexes this very
 expression, which bound parameters would keep the query planner from matching."""
 _OPEN = sa.text("status IN ('pending', 'in_progress', 'blocked')")
-EXPRESSION_INDEXES = frozenset({"ix_tasks_open_page"})
+EXPRESSION_INDEXES = frozenset({"ix_tasks_open_page", "ix_agent_usage"})
 sa.Index("ix_tasks_open_page", tasks.c.thread_id, TASK_RANK, tasks.c.created_at.desc(),
          tasks.c.id.desc(), sqlite_where=_OPEN, postgresql_where=_OPEN)
 
@@ -155,6 +155,9 @@ agent_metadata = sa.Table(
     sa.CheckConstraint(_one_of("status", AGENT_STATUSES), name="status"),
     sa.Index(None, "parent_thread_id"),
 )
+sa.Index("ix_agent_usage", agent_metadata.c.thread_id,  # a subtree's usage: see lace_0018
+         *(agent_metadata.c[name] for name in ("tokens_in", "tokens_out", "tokens_reserved",
+                                                "cost_usd", "turns")))
 
 inbox = sa.Table(
     "inbox",

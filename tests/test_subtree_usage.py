@@ -1,0 +1,55 @@
+"""A subtree's usage, read before every model call of a capped session: the sum over its
+agents' rows, served by `ix_agent_usage` (lace_0018) rather than by reading the rows."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from lace.core.records import Thread
+from lace.store import Store
+from lace.store import statements as sql
+from tests.conftest import spawn_child
+
+pytestmark = pytest.mark.both_engines
+
+
+def use(store: Store, thread_id: str, tokens: int, reserved: int = 0) -> None:
+    with store.transaction() as tx:
+        tx.usage.record_call(thread_id, model="demo/x", prompt_tokens=tokens,
+                             completion_tokens=1, cost_usd=0.5, latency_ms=1.0)
+        tx.agents.count_turn(thread_id)
+        tx.usage.reserve(thread_id, reserved)
+
+
+def test_a_subtree_sums_its_agents_and_no_sibling_whose_id_shares_a_prefix(
+        store: Store, session: Thread) -> None:
+    children = [spawn_child(store, session.id) for _ in range(10)]  # <root>.1 ... <root>.10
+    first, tenth = children[0], children[9]
+    grandchild = spawn_child(store, first)
+    use(store, session.id, 1000)
+    use(store, first, 100, reserved=7)
+    use(store, grandchild, 10)
+    use(store, tenth, 1)
+    with store.transaction() as tx:
+        mine = tx.usage.subtree(first)
+        everything = tx.usage.subtree(session.id)
+    assert (mine.tokens, mine.reserved, mine.turns, mine.cost_usd) == (112, 7, 2, 1.0)
+    assert (everything.tokens, everything.turns, everything.cost_usd) == (1115, 4, 2.0)
+
+
+@pytest.mark.sqlite_only
+def test_the_sum_reads_the_index_not_the_agent_rows(db_path: Path, store: Store,
+                                                     session: Thread) -> None:
+    spawn_child(store, session.id)
+    statement = sql.SUBTREE_USAGE.sql
+    params = {name: 0 for name in re.findall(r":(\w+)", statement)}  # the literals: 0
+    params.update(me=session.id, after=f"{session.id}.", before=f"{session.id}/")
+    with sqlite3.connect(db_path) as connection:
+        plan = connection.execute(f"EXPLAIN QUERY PLAN {statement}", params).fetchall()
+    connection.close()
+    details = [row[3] for row in plan]
+    assert any("COVERING INDEX ix_agent_usage" in detail for detail in details), details
