@@ -128,6 +128,10 @@ OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
 WAITING_ON = Prepared(sa.select(_edges.c.task_id).where(
     _edges.c.blocked_by == sa.bindparam("blocker"), _edges.c.satisfied_at.is_(None)))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
+TASKS_BY_IDS = Prepared(sa.select(_tasks).where(json_list(_tasks.c.id, "tasks")))
+COUNT_ACTIVE_AMONG = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
+    json_list(_tasks.c.id, "tasks"), sa.or_(*(_tasks.c.status == status
+                                              for status in ACTIVE_STATUSES))))
 TASK_EXISTS = Prepared(sa.select(_tasks.c.id).where(_tasks.c.id == sa.bindparam("task")))
 INSERT_TASK = insert_into("tasks", (
     "id", "title", "description", "prompt", "status", "priority", "assigned_to", "created_by",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -141,8 +142,12 @@ class TaskRows(Rows):
 
     def by_ids(self, task_ids: list[str]) -> list[Task]:
         """The tasks among `task_ids` that exist, in no particular order."""
-        rows = self._execute(sa.select(schema.tasks).where(schema.tasks.c.id.in_(task_ids)))
+        rows = sql.TASKS_BY_IDS.rows(self.raw, {"tasks": json.dumps(list(task_ids))})
         return [record(Task, row) for row in rows]
+
+    def count_active(self, task_ids: list[str]) -> int:
+        """How many of `task_ids` are still pending or in progress (unknown ids: none)."""
+        return int(sql.COUNT_ACTIVE_AMONG.scalar(self.raw, {"tasks": json.dumps(list(task_ids))}))
 
     def open_by_creator(self, session_id: str) -> dict[str, int]:
         """How many pending or in-progress tasks each creator waits on (not counting tasks

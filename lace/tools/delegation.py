@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lace.config import Budget
 from lace.core.errors import NotFoundError
 from lace.core.records import Task
-from lace.core.tasks import ACTIVE_STATUSES, STALLED_STATUSES
+from lace.core.tasks import STALLED_STATUSES
 from lace.core.worktrees import Isolation
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, WaitingTool, refuse_deadlock
@@ -47,8 +47,7 @@ def job_block(tx: Tx, task_id: str, session_id: str, *, blocked_label: str) -> s
 
 def settled(tx: Tx, task_ids: list[str]) -> bool:
     """Whether no task is still pending or in progress (unknown ids count as settled)."""
-    return not any(task.status in ACTIVE_STATUSES
-                   for task in tx.tasks.by_ids(task_ids))
+    return tx.tasks.count_active(task_ids) == 0
 
 
 class DelegatedTask(BaseModel):
