@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import raised_limits, table
+from lace.config import DEFAULT_SESSION_TOKENS
 
 SYSTEMS = ("lace", "pydantic-ai", "openai-agents", "plain")
 FRAMEWORKS = ("pydantic-ai", "openai-agents")
@@ -60,6 +61,13 @@ JOB = re.compile(r"Do part (\d+)\.")
 RESULT = re.compile(r"RESULT-(\d+)")
 ASSIGNED = re.compile(r"You have been assigned task '([^']+)'")
 NOTE_ACKS = ("Noted.", "Added note")  # the peers' note tool, lace's task_add_note
+TOKENS_PER_HELPER = 50_000
+"""lace's `[budgets] session_tokens` per helper. lace sets each model call's estimated input
+plus `reserve_tokens` (about 10,000 tokens here) aside against the session's token cap (by
+default 2,000,000 with a real provider) while the call is in flight, and a call that would
+pass the cap waits: under the default cap a fan-out holds about 200 calls in flight. A person
+fanning out this far must raise the cap anyway (K=1000's 2,000 calls send ~10 M tokens to a
+real provider); `--default-budget` keeps it, to see that ceiling."""
 
 
 class BenchmarkError(AssertionError):
@@ -159,6 +167,15 @@ class Call:
     arrived: float
     sent: float
     tools: tuple[str, ...]  # the tool calls of the reply
+    input_tokens: int  # of the request's messages and tools (see `input_tokens`)
+
+
+def input_tokens(body: dict[str, Any]) -> int:
+    """The input tokens of a request, estimated the same way for every system: a token per
+    four characters of its messages and tool definitions as compact JSON (no tokenizer runs on
+    a machine the systems share; counted after the run)."""
+    sent = {"messages": body.get("messages"), "tools": body.get("tools")}
+    return len(json.dumps(sent, separators=(",", ":"), ensure_ascii=False)) // 4
 
 
 def serve(latency_s: float, connection: Connection) -> None:
@@ -174,7 +191,8 @@ def serve(latency_s: float, connection: Connection) -> None:
             connection.send([
                 Call(describe(exchange.body["model"], exchange.body["messages"]),
                      exchange.arrived, exchange.sent,
-                     tuple(name for name, _ in exchange.reply.tool_calls))
+                     tuple(name for name, _ in exchange.reply.tool_calls),
+                     input_tokens(exchange.body))
                 for exchange in exchanges
                 if exchange.reply is not None and exchange.sent is not None])
 
@@ -243,16 +261,23 @@ def lace_command() -> list[str]:
     return [str(script_path)] if script_path.is_file() else [sys.executable, "-m", "lace"]
 
 
-def lace_launch(tasks: int, base_url: str, folder: Path) -> Launch:
+def session_tokens(tasks: int) -> int:
+    return max(DEFAULT_SESSION_TOKENS, tasks * TOKENS_PER_HELPER)
+
+
+def lace_launch(tasks: int, base_url: str, folder: Path, *, default_budget: bool = False,
+                ) -> Launch:
     """`lace run` with a fresh LACE_HOME and an empty database made beforehand, its limits
-    raised in a configuration file (never in code), and `--yes`."""
+    and session token cap raised in a configuration file (never in code), and `--yes`."""
     limits, _ = raised_limits(tasks)
     home = folder / "lace-home"
     home.mkdir()
     config = home / "config.toml"
+    budgets = "" if default_budget else \
+        f"[budgets]\nsession_tokens = {session_tokens(tasks)}\n"
     config.write_text("[limits]\n" + "".join(
         f"{key} = {getattr(limits, key)}\n"
-        for key in ("max_running", "max_children", "spawns_per_minute")))
+        for key in ("max_running", "max_children", "spawns_per_minute")) + budgets)
     env = base_env(base_url)
     env.update(LACE_HOME=str(home), LACE_CONFIG=str(config))
     database = home / "lace.db"
@@ -321,6 +346,8 @@ class Run:
     ratio: float
     root_calls: int
     helper_calls: int
+    input_tokens: int  # every call's, estimated (`input_tokens`)
+    root_input_tokens: int
     wall_s: float
     to_first_request_s: float
     last_reply_to_exit_s: float
@@ -413,6 +440,8 @@ def measure(system: str, tasks: int, number: int, latency_s: float, calls: list[
         system=system, tasks=tasks, run=number, latency_s=latency_s,
         ratio=(final.arrived - first.sent) / (2 * latency_s),
         root_calls=len(roots), helper_calls=len(helpers),
+        input_tokens=sum(call.input_tokens for call in mine),
+        root_input_tokens=sum(call.input_tokens for call in roots),
         wall_s=finished.ended - began, to_first_request_s=mine[0].arrived - began,
         last_reply_to_exit_s=finished.ended - last_reply,
         spawn_gap_median_s=statistics.median(spawn_gaps), spawn_gap_max_s=max(spawn_gaps),
@@ -426,10 +455,12 @@ def measure(system: str, tasks: int, number: int, latency_s: float, calls: list[
 
 
 def run_system(system: str, tasks: int, number: int, latency_s: float, base_url: str,
-               server: Connection, pythons: dict[str, Path]) -> Run:
+               server: Connection, pythons: dict[str, Path], *,
+               default_budget: bool = False) -> Run:
     with tempfile.TemporaryDirectory(prefix=f"lace-peers-{system}-") as name:
         folder = Path(name)
-        launch = (lace_launch(tasks, base_url, folder) if system == "lace" else
+        launch = (lace_launch(tasks, base_url, folder, default_budget=default_budget)
+                  if system == "lace" else
                   peer_launch(system, tasks, base_url, folder, pythons[system]))
         server.send("collect")  # forget anything earlier
         server.recv()
@@ -460,10 +491,13 @@ def ms(seconds: float) -> str:
 def report(runs: Sequence[Run]) -> str:
     rows = medians(runs)
     calls = table(
-        ["K", "system", "ratio", "root calls", "helper calls", "in flight max", "wall s",
-         "start->1st req s", "last reply->exit s", "peak RSS MB", "CPU s"],
+        ["K", "system", "ratio", "root calls", "helper calls", "input ktok", "root input ktok",
+         "in flight max", "wall s", "start->1st req s", "last reply->exit s", "peak RSS MB",
+         "CPU s"],
         [[tasks, system, f"{m['ratio']:.2f}", f"{m['root_calls']:g}",
-          f"{m['helper_calls']:g}", f"{m['helpers_in_flight_max']:g}", f"{m['wall_s']:.2f}",
+          f"{m['helper_calls']:g}", f"{m['input_tokens'] / 1000:.0f}",
+          f"{m['root_input_tokens'] / 1000:.1f}", f"{m['helpers_in_flight_max']:g}",
+          f"{m['wall_s']:.2f}",
           f"{m['to_first_request_s']:.2f}", f"{m['last_reply_to_exit_s']:.2f}",
           f"{m['peak_rss_mb']:.0f}", f"{m['cpu_s']:.1f}"] for tasks, system, m in rows])
     gaps = table(
@@ -520,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
     parser.add_argument("--plain-here", action="store_true",
                         help="run plain with this Python (lace's venv: the openai SDK lace "
                              "itself uses), so no peer venv is built")
+    parser.add_argument("--default-budget", action="store_true",
+                        help="run lace under its default session token cap (see "
+                             "TOKENS_PER_HELPER), not one raised for the fan-out")
     parser.add_argument("--json", metavar="FILE", help="save the settings and every run")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -545,7 +582,9 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
         print(f"{place}: " + ", ".join(f"{name} {version}" for name, version in found.items()))
     print(f"plain runs with {pythons['plain']}")
     for tasks in sizes:
-        print(raised_limits(tasks)[1] + " (lace, in $LACE_HOME/config.toml)")
+        budget = (f"the default session token cap ({DEFAULT_SESSION_TOKENS:,})"
+                  if args.default_budget else f"session_tokens={session_tokens(tasks):,}")
+        print(f"{raised_limits(tasks)[1]}; {budget} (lace, in $LACE_HOME/config.toml)")
     print(f"L = {latency_ms:g} ms per call; K = {' '.join(map(str, sizes))}; {runs} run(s), "
           f"interleaved; systems: {' '.join(systems)}; the server runs in its own process; "
           "nothing streams; ideal ratio 1.00 (the root's final request 2L after its first "
@@ -554,13 +593,14 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
     with server_process(latency_s) as (base_url, server):
         if warm_up:  # disk caches and first-run costs, paid once for every system
             for system in systems:
-                run_system(system, 2, 0, latency_s, base_url, server, pythons)
+                run_system(system, 2, 0, latency_s, base_url, server, pythons,
+                           default_budget=args.default_budget)
         try:
             for number in range(1, runs + 1):
                 for tasks in sizes:
                     for system in systems:
                         run = run_system(system, tasks, number, latency_s, base_url, server,
-                                         pythons)
+                                         pythons, default_budget=args.default_budget)
                         print(f"  run {number} K={tasks} {system}: ratio {run.ratio:.2f}, "
                               f"wall {run.wall_s:.2f} s", flush=True)
                         results.append(run)
@@ -575,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "machine": about, "versions": versions, "latency_ms": latency_ms, "tasks": sizes,
-            "runs": runs, "systems": systems,
+            "runs": runs, "systems": systems, "default_budget": args.default_budget,
             "results": [dataclasses.asdict(run) for run in results]}, indent=2) + "\n")
     return results
 

@@ -132,6 +132,8 @@ def test_peers_tiny(capsys: pytest.CaptureFixture[str]) -> None:
         assert positive(run.ratio) and positive(run.wall_s)
         assert 0 < run.to_first_request_s < run.wall_s and run.last_reply_to_exit_s > 0
         assert run.spawn_gap_median_s <= run.spawn_gap_max_s
+        assert run.root_input_tokens > 0 and run.input_tokens > run.root_input_tokens
+        assert 0 < run.cpu_s
     out = capsys.readouterr().out
     assert "cores, load average" in out and "lace venv: lace" in out
     header = next(line for line in out.splitlines() if line.startswith("K ") and "ratio" in line)
@@ -147,9 +149,9 @@ def test_peers_refuses_a_run_that_missed_a_helper() -> None:
              results: int = 0) -> peers.Call:
         caller = peers.Caller("plain", role, job, step, 2 if role == "root" else None,
                               results, step == 1)
-        return peers.Call(caller, at, at + 0.5, tools)
+        return peers.Call(caller, at, at + 0.5, tools, 100 if role == "root" else 10)
 
-    finished = peers.Finished(0.0, 3.0, "", 0.0)
+    finished = peers.Finished(0.0, 3.0, "", 0.0, 1.0)
     calls = [call("root", None, 0, 0.1, ("run_job", "run_job")),
              call("worker", 1, 0, 0.7, ("note",)), call("worker", 1, 1, 1.3, ("complete",)),
              call("root", None, 1, 2.0, results=2)]
@@ -158,6 +160,7 @@ def test_peers_refuses_a_run_that_missed_a_helper() -> None:
     calls[3:3] = [call("worker", 2, 0, 0.7, ("note",)), call("worker", 2, 1, 1.3, ("complete",))]
     run = peers.measure("plain", 2, 1, 0.5, calls, finished)
     assert (run.root_calls, run.helper_calls) == (2, 4) and positive(run.ratio)
+    assert (run.input_tokens, run.root_input_tokens, run.cpu_s) == (240, 200, 1.0)
 
 
 def test_prompt_cache_tiny(capsys: pytest.CaptureFixture[str]) -> None:
