@@ -11,9 +11,12 @@ from lace.core.clock import now_iso
 from lace.core.errors import NotFoundError
 from lace.core.worktrees import Worktree, WorktreeOrigin, branch_for
 from lace.store import schema
+from lace.store.prepared import Prepared
 from lace.store.rows import Rows
 
 _worktrees = schema.worktrees
+_OF_THREAD = Prepared(sa.select(_worktrees).where(
+    _worktrees.c.thread_id == sa.bindparam("thread")))  # asked at every task_complete
 
 
 class WorktreeRows(Rows):
@@ -33,9 +36,8 @@ class WorktreeRows(Rows):
 
     def find(self, thread_id: str) -> Worktree | None:
         """The worktree of a thread, if it has one."""
-        row = self._execute(sa.select(_worktrees).where(
-            _worktrees.c.thread_id == thread_id)).first()
-        return None if row is None else Worktree(**row._mapping)
+        row = _OF_THREAD.first(self.raw, {"thread": thread_id})
+        return None if row is None else Worktree(**row)
 
     def get(self, thread_id: str) -> Worktree:
         """The worktree of a thread, or NotFoundError."""

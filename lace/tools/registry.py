@@ -66,7 +66,7 @@ class ToolRegistry:
                  + MESSAGING_TOOLS + LIFETIME_TOOLS + FILE_TOOLS + SHELL_TOOLS
                  + WORKTREE_TOOLS) -> None:
         self.tools: dict[str, type[Tool]] = {tool.name: tool for tool in tools}
-        self._definitions: dict[tuple[tuple[str, ...], tuple[str, ...], bool,
+        self._definitions: dict[tuple[tuple[str, ...] | None, tuple[str, ...], bool,
                                       tuple[str, ...]], list[dict[str, Any]]] = {}
 
     def names(self) -> list[str]:
@@ -80,9 +80,10 @@ class ToolRegistry:
         None; its entries may be patterns): `spawn` lists only the agent's own tools (with
         `also_granted`, its MCP tools) and the profile names as enums, and an agent at the
         depth limit does not see the spawning tools at all."""
-        own = tuple(name for name in self.tools if allowed is None or grants(allowed, name))
-        key = (own, tuple(sorted(profiles)), can_spawn, tuple(also_granted))
+        key = (None if allowed is None else tuple(allowed), tuple(sorted(profiles)), can_spawn,
+               tuple(also_granted))
         if key not in self._definitions:  # building schemas costs ms; every turn asks
+            own = tuple(name for name in self.tools if allowed is None or grants(allowed, name))
             self._definitions[key] = self._build_definitions(own, key[1], can_spawn,
                                                              key[3])
         return self._definitions[key]
