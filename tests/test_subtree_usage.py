@@ -1,8 +1,10 @@
 """A subtree's usage, read before every model call of a capped session: the sum over its
-agents' rows, served by `ix_agent_usage` (lace_0018) rather than by reading the rows."""
+agents' rows, served by `ix_agent_usage` (lace_0018) rather than by reading the rows; and the
+tools' size in the estimate of what a call sets aside."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lace.core.records import Thread
+from lace.core.usage import schema_characters
 from lace.store import Store
 from lace.store import statements as sql
 from tests.conftest import spawn_child
@@ -53,3 +56,15 @@ def test_the_sum_reads_the_index_not_the_agent_rows(db_path: Path, store: Store,
     connection.close()
     details = [row[3] for row in plan]
     assert any("COVERING INDEX ix_agent_usage" in detail for detail in details), details
+
+
+def test_a_schemas_size_is_remembered_per_list_and_follows_a_different_list() -> None:
+    first = [{"type": "function", "function": {"name": "a", "parameters": {}}}]
+    second = [{"type": "function", "function": {"name": "abc", "parameters": {"x": 1}}}]
+    assert schema_characters(first) == len(json.dumps(first))
+    assert schema_characters(list(first)) == len(json.dumps(first))  # same objects
+    assert schema_characters(second) == len(json.dumps(second))
+    assert schema_characters(first + second) == len(json.dumps(first + second))
+    for number in range(100):  # more lists than it keeps: still each one's own size
+        tools = [{"name": "t" * number}]
+        assert schema_characters(tools) == len(json.dumps(tools))

@@ -4,6 +4,7 @@ not $0."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -51,6 +52,24 @@ class CallTokens:
     def uncached_input(self) -> int:
         """Input tokens neither read from nor written to the cache."""
         return self.prompt - (self.cache_read or 0) - (self.cache_write or 0)
+
+
+_SCHEMA_SIZES: dict[tuple[int, ...], tuple[list[Any], int]] = {}
+_SCHEMA_SIZES_KEPT = 64
+
+
+def schema_characters(tools: list[Any]) -> int:
+    """The length of `tools` as JSON, remembered per list of definitions: the registry hands
+    every turn the same definition objects, and at 15,000 characters encoding them again for
+    each model call cost as much as a third of the request's own encoding. An entry holds its
+    objects, so no other object can take their ids while it is remembered."""
+    key = tuple(map(id, tools))
+    found = _SCHEMA_SIZES.get(key)
+    if found is None:
+        if len(_SCHEMA_SIZES) >= _SCHEMA_SIZES_KEPT:
+            _SCHEMA_SIZES.clear()
+        found = _SCHEMA_SIZES[key] = (list(tools), len(json.dumps(tools)))
+    return found[1]
 
 
 def estimate_tokens(messages: Iterable[Mapping[str, Any]], schema_characters: int = 0) -> int:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import random
 import time
 import uuid
@@ -19,7 +18,7 @@ from lace.config import AcpAgent, Budgets, Limits
 from lace.core.assignee import ACP_PROVIDER
 from lace.core.ids import depth_of, root_of
 from lace.core.records import Agent, Lease, Place
-from lace.core.usage import estimate_tokens
+from lace.core.usage import estimate_tokens, schema_characters
 from lace.llm.types import ModelClient, ModelError, ModelReply, session_tree
 from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
@@ -284,12 +283,8 @@ class TurnRunner:
         """The reply, and its `llm_calls` row (which settles the call's token reservation) to
         write with it, one transaction fewer."""
         attempt, stall, waiting_since = 0, self.limits.stall_timeout_s, None
-        schema_characters: list[int] = []  # measured once, and only when a cap needs it
-
-        def estimate() -> int:
-            if not schema_characters:
-                schema_characters.append(len(json.dumps(tools)))
-            return estimate_tokens(messages, schema_characters[0]) + self.limits.reserve_tokens
+        def estimate() -> int:  # only when a cap needs it
+            return estimate_tokens(messages, schema_characters(tools)) + self.limits.reserve_tokens
 
         while True:
             halt, capped = await self.db.read(functools.partial(
