@@ -75,6 +75,17 @@ def test_interrupted_agents_and_those_of_dead_processes_count_as_cut_off(store: 
         assert tx.processes.live() == {"live", "remote"}
 
 
+def test_a_held_agent_with_no_holder_is_cut_off_and_an_inert_one_never(store: Store) -> None:
+    root = new_session(store).id
+    held, inert, idle = (spawn_child(store, root) for _ in range(3))
+    with store.transaction() as tx:
+        tx.agents.update(held, status="waiting", lease_holder=None)
+        tx.agents.update(inert, status="interrupted", inert=True)
+        tx.agents.update(idle, status="idle", lease_holder="gone")
+    with store.transaction() as tx:
+        assert tx.leases.cut_off_agents(root, alive=set()) == [held]
+
+
 @pytest.mark.slow
 async def test_a_second_process_leaves_live_turns_alone_and_takes_over_a_dead_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,6 +129,14 @@ class AgentRows(Rows):
         rows = sql.SESSION_AGENTS.rows(self.raw, {"root": root_id})
         return [record(Agent, row) for row in rows]
 
+    def cut_off(self, root_id: str, live: set[str]) -> list[str]:
+        """The agents of a session, not inert, marked `interrupted`, or running or waiting for
+        a holder not in `live`; in thread order. Only those rows are read (the heartbeat asks
+        every few seconds, and a fan-out's session has thousands of agents)."""
+        rows = sql.CUT_OFF_AGENTS.rows(self.raw, {"root": root_id,
+                                               "live": json.dumps(sorted(live))})
+        return [str(row["thread_id"]) for row in rows]
+
     def subtree(self, thread_id: str) -> list[Agent]:
         """An agent and all its descendants, in thread order."""
         return [agent for agent in self.of_session(root_of(thread_id))

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
 
-from lace.core.agents import HELD_STATUSES
 from lace.core.clock import now_iso
 from lace.core.records import Agent, Lease
 from lace.store import schema
@@ -116,6 +115,4 @@ class Leases:
         or waiting by a holder that is neither in `alive` nor a live process (it crashed);
         never an inert one (imported, and no person has resumed it yet)."""
         live = alive | self.processes.live()
-        return [agent.thread_id for agent in self.agents.of_session(root_id)
-                if not agent.inert and (agent.status == "interrupted" or (
-                    agent.status in HELD_STATUSES and agent.lease_holder not in live))]
+        return self.agents.cut_off(root_id, live)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from lace.core.agents import NOT_RUNNABLE
+from lace.core.agents import HELD_STATUSES, NOT_RUNNABLE
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.store import schema
 from lace.store.prepared import Insert, Prepared, binary, insert_into, json_list
@@ -23,6 +23,14 @@ SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.bi
 SESSION_AGENTS = Prepared(
     sa.select(_agents).join(_threads, _threads.c.id == _agents.c.thread_id)
     .where(_threads.c.root_id == sa.bindparam("root")).order_by(_threads.c.created_at))
+CUT_OFF_AGENTS = Prepared(  # Leases.cut_off_agents: only the few it names, not every row
+    sa.select(_agents.c.thread_id).join(_threads, _threads.c.id == _agents.c.thread_id)
+    .where(_threads.c.root_id == sa.bindparam("root"), sa.not_(_agents.c.inert),
+           sa.or_(_agents.c.status == "interrupted",
+                  sa.and_(sa.or_(*(_agents.c.status == status for status in HELD_STATUSES)),
+                          sa.or_(_agents.c.lease_holder.is_(None),
+                                 sa.not_(json_list(_agents.c.lease_holder, "live"))))))
+    .order_by(_threads.c.created_at))
 RUNNABLE = Prepared(
     sa.select(_inbox.c.thread_id, _agents.c.host, _agents.c.workspace).distinct()
     .join(_agents, _agents.c.thread_id == _inbox.c.thread_id)
