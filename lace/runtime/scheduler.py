@@ -156,8 +156,7 @@ class Scheduler:
         if not self.running:
             return
         running = list(self.running)
-        stopped = await self.db.read(lambda tx: [
-            agent.thread_id for agent in tx.agents.by_ids(running) if agent.status == "stopped"])
+        stopped = await self.db.read(lambda tx: tx.agents.stopped_among(running))
         self.cancel(stopped)
 
     async def _wake_runnable(self) -> None:

@@ -129,6 +129,12 @@ class AgentRows(Rows):
         rows = sql.SESSION_AGENTS.rows(self.raw, {"root": root_id})
         return [record(Agent, row) for row in rows]
 
+    def stopped_among(self, thread_ids: Sequence[str]) -> list[str]:
+        """Those of `thread_ids` whose agent is stopped (the watch asks for every running
+        turn, twice a second)."""
+        rows = sql.STOPPED_AMONG.rows(self.raw, {"agents": json.dumps(list(thread_ids))})
+        return [str(row["thread_id"]) for row in rows]
+
     def cut_off(self, root_id: str, live: set[str]) -> list[str]:
         """The agents of a session, not inert, marked `interrupted`, or running or waiting for
         a holder not in `live`; in thread order. Only those rows are read (the heartbeat asks

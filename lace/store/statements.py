@@ -17,6 +17,8 @@ AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim comm
     sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent"))
     .with_for_update(skip_locked=True))
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
+STOPPED_AMONG = Prepared(sa.select(_agents.c.thread_id).where(
+    json_list(_agents.c.thread_id, "agents"), _agents.c.status == "stopped"))
 THREAD_BY_ID = Prepared(sa.select(_threads).where(_threads.c.id == sa.bindparam("thread")))
 SESSION_THREADS = Prepared(sa.select(_threads).where(_threads.c.root_id == sa.bindparam("root"))
                            .order_by(_threads.c.created_at, _threads.c.id))
