@@ -1,6 +1,7 @@
 """A subtree's usage, read before every model call of a capped session: the sum over its
-agents' rows, served by `ix_agent_usage` (lace_0018) rather than by reading the rows; and the
-tools' size in the estimate of what a call sets aside."""
+agents' rows, served by `ix_agent_usage` (lace_0018) rather than by reading the rows; the
+tools' size in the estimate of what a call sets aside; and the prepared looks a fan-out takes
+at every wake (a waiting call's tasks, the watch's stopped agents), on both engines."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lace.core.assignee import ThreadAssignee
 from lace.core.records import Thread
 from lace.core.usage import schema_characters
 from lace.store import Store
@@ -68,3 +70,21 @@ def test_a_schemas_size_is_remembered_per_list_and_follows_a_different_list() ->
     for number in range(100):  # more lists than it keeps: still each one's own size
         tools = [{"name": "t" * number}]
         assert schema_characters(tools) == len(json.dumps(tools))
+
+
+def test_the_looks_of_a_waiting_call_and_of_the_watch_on_both_engines(
+        store: Store, session: Thread) -> None:
+    helper = spawn_child(store, session.id)
+    with store.transaction() as tx:
+        first = tx.board.create_task(session_id=session.id, actor=session.id, title="one",
+                                     prompt="p", assignee=ThreadAssignee(helper))
+        second = tx.board.create_task(session_id=session.id, actor=session.id, title="two",
+                                      prompt="p")
+        tx.board.complete_task(second.id, session_id=session.id, actor=session.id,
+                               message="done")
+        tx.agents.update(helper, status="stopped")
+    with store.transaction() as tx:
+        ids = [first.id, second.id, "no-such-task"]
+        assert tx.tasks.count_active(ids) == 1 and tx.tasks.count_active([second.id]) == 0
+        assert sorted(task.id for task in tx.tasks.by_ids(ids)) == sorted(ids[:2])
+        assert tx.agents.stopped_among([session.id, helper, "nobody"]) == [helper]
