@@ -24,9 +24,12 @@ lint: $(BIN)/lace
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# the checks run beside the tests (their report follows the tests'); either failing fails
+# the checks run beside the tests (their report follows the tests'); either failing fails. The
+# test modules are rewritten for pytest's asserts once, by a collection before the workers start
+# (each worker would rewrite all of them again: PYTHONDONTWRITEBYTECODE keeps no cache).
 test: $(BIN)/lace
 	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint=$$!; \
+	export PYTHONDONTWRITEBYTECODE=; $(BIN)/python -m pytest --collect-only -q >/dev/null; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal; tests=$$?; \
 	wait $$lint; linted=$$?; cat "$$lint_log"; rm -f "$$lint_log"; \
 	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
