@@ -23,7 +23,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import MANY_PROMPT, final_board, lace_env
 from tests.workers import (
     assert_delivered_once,
@@ -270,10 +270,9 @@ def test_lace_run_with_two_workers_spreads_a_fan_out_and_leaves_no_worker(
     home = tmp_path / "home"
     db = new_database(tmp_path)
     with FakeOpenAI(fan_out_script(db), latency_s=0.2) as server:
-        run = subprocess.run(
-            [sys.executable, "-m", "lace", "run", "--workers", "2", "--model", "openai/root",
-             "--timeout", "120", "Fan out."], capture_output=True, text=True, timeout=180,
-            env=lace_env(home, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-fake-key"))
+        run = run_lace(["run", "--workers", "2", "--model", "openai/root", "--timeout", "120",
+                        "Fan out."], env=lace_env(home, OPENAI_BASE_URL=server.base_url,
+                                                  OPENAI_API_KEY="sk-fake-key"), timeout=180)
     assert run.returncode == 0, run.stderr
     assert f"All {FANOUT} tasks are done." in run.stdout
     final_board(home)

@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import free_port, lace_env
 
 OWN_TOKEN = "the-persons-own-mcp-token-0123456789"
@@ -148,8 +148,7 @@ def test_the_token_is_kept_private_and_reused_and_the_environment_sets_it(
 
 @pytest.mark.slow
 def test_a_bad_token_in_the_environment_is_one_line(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "lace", "mcp", "serve", "--http",
-                          f"127.0.0.1:{free_port()}"], capture_output=True, text=True,
-                         timeout=60, env=lace_env(tmp_path / "home", LACE_MCP_TOKEN="short"))
+    run = run_lace(["mcp", "serve", "--http", f"127.0.0.1:{free_port()}"],
+                   env=lace_env(tmp_path / "home", LACE_MCP_TOKEN="short"), timeout=60)
     assert run.returncode == 2
     assert run.stderr.startswith("lace: error: LACE_MCP_TOKEN") and run.stderr.count("\n") == 1

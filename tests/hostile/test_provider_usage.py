@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from lace.core.usage import MAX_CALL_TOKENS
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 from tests.workers import new_database, rows
 
@@ -23,11 +23,9 @@ from tests.workers import new_database, rows
 def lace_run(tmp_path: Path, server: FakeOpenAI, *argv: str,
              **env: str) -> subprocess.CompletedProcess[str]:
     (workspace := tmp_path / "workspace").mkdir(exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "lace", "run", "--model", "openai/hostile", "--workspace",
-         str(workspace), *argv], capture_output=True, text=True, timeout=120,
-        env=lace_env(tmp_path / "home", OPENAI_BASE_URL=server.base_url,
-                     OPENAI_API_KEY="sk-fake-key", **env))
+    return run_lace(["run", "--model", "openai/hostile", "--workspace", str(workspace), *argv],
+                    env=lace_env(tmp_path / "home", OPENAI_BASE_URL=server.base_url,
+                                 OPENAI_API_KEY="sk-fake-key", **env), timeout=120)
 
 
 @pytest.mark.parametrize("count", [10**30, 1e30, -1_000_000, 12.5, math.inf, math.nan, "12",

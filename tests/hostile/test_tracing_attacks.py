@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from lace.llm.client import default_client
 from lace.paths import credential_values, withheld_from_tools
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
+from tests import lace_forks
 from tests.otlp import Collector, collector, named
 from tests.processes import MANY_PROMPT, free_port, lace_env
 from tests.scripted import ScriptedModels, reply
@@ -30,8 +30,7 @@ DONE = "All 4 tasks are done."
 
 
 def run_lace(tmp_path: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lace", *argv], capture_output=True,
-                          text=True, timeout=120, env=lace_env(tmp_path / "home", **env))
+    return lace_forks.run_lace([*argv], env=lace_env(tmp_path / "home", **env), timeout=120)
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import aiohttp
 import pytest
 
 from lace.cli.access import access_token
+from tests.lace_forks import run_lace
 from tests.processes import free_port, lace_env
 from tests.web_page import Served, app_handshake, lace_web
 
@@ -165,9 +164,8 @@ def test_apps_past_the_cap_are_refused_with_a_clear_page(
 @pytest.mark.slow
 @pytest.mark.parametrize("token", ["short", "has spaces in it and is long enough", "é" * 40])
 def test_a_bad_token_in_the_environment_is_one_line(tmp_path: Path, token: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "lace", "web", "--port", str(free_port())],
-                         capture_output=True, text=True, timeout=60,
-                         env=lace_env(tmp_path / "home", LACE_WEB_TOKEN=token))
+    run = run_lace(["web", "--port", str(free_port())],
+                   env=lace_env(tmp_path / "home", LACE_WEB_TOKEN=token), timeout=60)
     assert run.returncode == 2
     assert run.stderr.startswith("lace: error: LACE_WEB_TOKEN") and run.stderr.count("\n") == 1
     assert token not in run.stderr
