@@ -4,9 +4,10 @@ and when a concurrent writer committed first (`Engine.is_conflict`), running alo
 ALONE_AFTER such conflicts, as `Store.write` does.
 
 A fault before COMMIT undoes everything, so the work simply runs again on a new connection.
-A fault during COMMIT leaves the outcome unknown: the transaction's id is read just before
-COMMIT, and after reconnecting the server says whether it committed (`pg_xact_status`): if so
-the work's result stands and it is not run again, so nothing is written twice."""
+A fault during COMMIT leaves the outcome unknown: the transaction's id comes back with its
+BEGIN (`Engine.begin`), and after reconnecting the server says whether it committed
+(`pg_xact_status`): if so the work's result stands and it is not run again, so nothing is
+written twice."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from lace.store.engines.reconnect import Backoff, commit_outcome, is_retried
 from lace.store.store import ALONE_AFTER, MOST_ATTEMPTS, pause_before
 
 T = TypeVar("T")
-TRANSACTION_ID = "SELECT CAST(pg_current_xact_id() AS text)"
 OUTCOME_POLL_S = 0.1
 
 
@@ -130,16 +130,15 @@ def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, w
     backoff = Backoff(kind.shown())
     conflicts = 0
     while True:
-        transaction_id = None
+        committing = None  # the id of the transaction whose COMMIT was sent
         try:
             connection = connections.take(write=write)
             alone = write and conflicts >= ALONE_AFTER  # a write that kept losing to others
             with kind.alone(connection) if alone else nullcontext():
-                kind.begin(connection, write=write)  # on the driver: SQLAlchemy's costs more
+                transaction_id = kind.begin(connection, write=write)  # SQLAlchemy's costs more
                 result = work(connection)
                 raw = driver(connection)
-                if write:
-                    transaction_id = raw.execute(TRANSACTION_ID).fetchone()[0]
+                committing = transaction_id
                 raw.commit()
                 if connection.in_transaction():  # a SQLAlchemy statement joined: end its part
                     connection.commit()
@@ -162,8 +161,7 @@ def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, w
                 connections.undo()
                 raise
             connections.drop()
-            if transaction_id is not None and _committed(database, transaction_id, backoff,
-                                                         stopping):
+            if committing is not None and _committed(database, committing, backoff, stopping):
                 return result  # the COMMIT went through; only its answer was lost
             _wait(backoff, error, stopping)
             continue

@@ -92,10 +92,11 @@ class Engine(Protocol):
         """A SQLAlchemy engine whose write transactions take turns and whose read transactions
         see one snapshot (`READONLY_OPTION`); unpooled for migrations."""
 
-    def begin(self, connection: sa.Connection, *, write: bool) -> None:
+    def begin(self, connection: sa.Connection, *, write: bool) -> str | None:
         """Begin a transaction on the driver connection under `connection` (SQLAlchemy's own
         begin costs more than the work); LockBusyError when another connection holds the
-        write lock past this connection's wait."""
+        write lock past this connection's wait. The id of a write transaction on a server,
+        which settles a COMMIT whose answer was lost (`lace.store.retry`); else None."""
 
     def fail_fast(self, connection: sa.Connection) -> None:
         """Make a write on `connection` fail at once instead of waiting for another writer

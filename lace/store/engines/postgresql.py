@@ -42,19 +42,22 @@ from lace.store.engines.base import (
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
+TRANSACTION_ID = "CAST(pg_current_xact_id() AS text)"
 WRITERS = 0x6C616365  # "lace"
 """The advisory lock of writers: every write transaction holds it shared, so any number run at
 once; a migration, or a write that kept losing to others (`alone`), holds it exclusively."""
-WRITE = (f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}; "
-         f"SELECT pg_try_advisory_xact_lock_shared({WRITERS})")
-"""A write's first statement: shared WRITERS is only tried, never waited for, since the
-transaction's snapshot is taken at this statement (waiting would leave it stale)."""
-WRITE_ALONE = f"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}"
-"""A write's first statement while its connection holds WRITERS exclusively (`alone`): trying
+WRITE = (f"BEGIN ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}; "
+         f"SELECT pg_try_advisory_xact_lock_shared({WRITERS}), {TRANSACTION_ID}")
+"""A write's first round trip: shared WRITERS is only tried, never waited for, since the
+transaction's snapshot is taken at this statement (waiting would leave it stale); the
+transaction's id comes back with it (`begin_write`)."""
+WRITE_ALONE = (f"BEGIN ISOLATION LEVEL SERIALIZABLE; NOTIFY {CHANNEL}; "
+               f"SELECT true, {TRANSACTION_ID}")
+"""A write's first round trip while its connection holds WRITERS exclusively (`alone`): trying
 the shared lock would fail there while another write waits to run alone."""
 ALONE_KEY = "lace_alone"
 """Set in a connection's `info` while it holds WRITERS exclusively."""
-MIGRATE = f"SELECT pg_advisory_xact_lock({WRITERS})"
+MIGRATE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITERS})"
 ALONE, NOT_ALONE = f"SELECT pg_advisory_lock({WRITERS})", f"SELECT pg_advisory_unlock({WRITERS})"
 WAIT_FOR_ALONE = (f"SELECT pg_advisory_lock_shared({WRITERS}); "
                   f"SELECT pg_advisory_unlock_shared({WRITERS})")
@@ -65,7 +68,7 @@ transaction that could not commit beside a concurrent one; run again, it sees wh
 committed."""
 FAIL_FAST = "SET lock_timeout = 1"
 """Milliseconds the event loop's connection waits for a row another transaction holds."""
-READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 SCHEMES = ("postgresql", "postgres")
 NEEDS_DRIVER = ("PostgreSQL support needs psycopg: pip install 'lace[postgres]'")
 RECONNECT_S = 1.0
@@ -180,15 +183,18 @@ def in_transaction(raw: Any) -> bool:
     return bool(raw.info.transaction_status != TransactionStatus.IDLE)
 
 
-def begin_write(raw: Any) -> None:
-    """Begin a write transaction on the psycopg connection `raw`; LockBusyError (rolled back)
-    while a write that runs alone or a migration holds WRITERS."""
-    cursor = raw.execute(WRITE)
+def begin_write(raw: Any, *, alone: bool = False) -> str:
+    """Begin a write transaction on the psycopg connection `raw` (one round trip); its id
+    (`pg_current_xact_id`). LockBusyError (rolled back) while a write that runs alone or a
+    migration holds WRITERS, unless this connection holds it (`alone`)."""
+    cursor = raw.execute(WRITE_ALONE if alone else WRITE)
     while cursor.nextset():
         pass
-    if not cursor.fetchone()[0]:
+    locked, transaction_id = cursor.fetchone()
+    if not locked:
         raw.rollback()
         raise LockBusyError("a lace write that runs alone holds the database")
+    return str(transaction_id)
 
 
 def is_conflict(error: BaseException) -> bool:
@@ -232,13 +238,16 @@ class PostgreSQL:
 
     def create_engine(self, *, for_migrations: bool = False) -> sa.Engine:
         """Every write transaction is SERIALIZABLE, holds WRITERS shared and announces itself
-        (a migration holds WRITERS exclusively instead); a read transaction sees one snapshot."""
+        (a migration holds WRITERS exclusively instead); a read transaction sees one snapshot.
+        The driver never begins a transaction itself (autocommit): lace's own BEGIN goes out
+        with the transaction's first statements, one round trip where psycopg spends two."""
         engine = sa.create_engine(self.url, poolclass=NullPool if for_migrations else None,
                                   connect_args=connect_args(self.url), pool_pre_ping=True)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             bind_text_without_nul(dbapi_connection)
+            dbapi_connection.autocommit = True
 
         @event.listens_for(engine, "begin")
         def _on_begin(connection: sa.Connection) -> None:
@@ -248,31 +257,25 @@ class PostgreSQL:
                 connection.exec_driver_sql(READ_SNAPSHOT)
             elif for_migrations:
                 connection.exec_driver_sql(MIGRATE)
-            elif connection.info.get(ALONE_KEY):
-                connection.exec_driver_sql(WRITE_ALONE)
             else:
-                begin_write(driver(connection))
+                begin_write(driver(connection), alone=bool(connection.info.get(ALONE_KEY)))
 
         return engine
 
-    def begin(self, connection: sa.Connection, *, write: bool) -> None:
+    def begin(self, connection: sa.Connection, *, write: bool) -> str | None:
         """Busy only while a write runs `alone`: writers wait for the rows they share, and a
         conflict shows as an error of the transaction (`is_conflict`)."""
         if write:
-            begin_write(driver(connection))
-        else:
-            driver(connection).execute(READ_SNAPSHOT)
+            return begin_write(driver(connection))
+        driver(connection).execute(READ_SNAPSHOT)
+        return None
 
     def wait_for_alone(self, connection: sa.Connection) -> None:
         """Wait, outside any transaction of `connection`, until no write runs alone."""
         raw = driver(connection)
         if in_transaction(raw):
             raw.rollback()
-        raw.autocommit = True
-        try:
-            raw.execute(f"SET lock_timeout = 0; {WAIT_FOR_ALONE}")
-        finally:
-            raw.autocommit = False
+        raw.execute(f"SET lock_timeout = 0; {WAIT_FOR_ALONE}")
 
     @contextlib.contextmanager
     def alone(self, connection: sa.Connection) -> Iterator[None]:
@@ -281,9 +284,7 @@ class PostgreSQL:
         raw = driver(connection)
         if in_transaction(raw):
             raw.rollback()
-        raw.autocommit = True
         raw.execute(f"SET lock_timeout = 0; {ALONE}")  # the loop's connection waits for none
-        raw.autocommit = False
         connection.info[ALONE_KEY] = True
         try:
             yield
@@ -292,9 +293,7 @@ class PostgreSQL:
             if not raw.closed:
                 if in_transaction(raw):
                     raw.rollback()
-                raw.autocommit = True
                 raw.execute(NOT_ALONE)
-                raw.autocommit = False
 
     def fail_fast(self, connection: sa.Connection) -> None:
         """A statement that meets a row another transaction holds fails at once (55P03, a

@@ -130,6 +130,7 @@ class SQLite:
                 f"backup, or see what is wrong with: sqlite3 {self.path} 'PRAGMA integrity_check'")
 
     def begin(self, connection: sa.Connection, *, write: bool) -> None:
+        """In process, a COMMIT's answer is never lost: no transaction id."""
         if write:
             self._check_before_write(connection.engine)
         try:
