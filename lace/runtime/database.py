@@ -21,7 +21,8 @@ On a PostgreSQL server every transaction runs on the store thread instead, never
 its driver waits on the network, and while the server is slow, restarting or unreachable the
 loop must go on (the app answers keys, the worker's other turns run). There each transaction is
 run again until it commits (`lace.store.retry`), so a dropped connection costs a wait, not the
-work that was using it."""
+work that was using it; and the writes asked for while the thread runs one transaction commit
+together in the next (`_drain`), since each COMMIT there costs a round trip and a flush."""
 
 from __future__ import annotations
 
@@ -39,23 +40,30 @@ from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
+SAVEPOINT, RELEASE = "SAVEPOINT lace_work", "RELEASE lace_work"  # COMMIT releases the last
+RELEASE_AND_SAVEPOINT = f"{RELEASE}; {SAVEPOINT}"
+"""Between two works of a batch on a server: one round trip for the two statements."""
 Work = Callable[[Tx], Any]
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None, Effects]
 EffectHandler = Callable[[Effects], None]
 
 
 def _run_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
-               undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
+               undoes_all: Callable[[BaseException], bool], *,
+               on_server: bool = False) -> list[Outcome]:
     """Run each work in its own SAVEPOINT inside the open transaction of `connection`; an
-    error that `undoes_all` (a conflict with another writer) ends the whole batch."""
+    error that `undoes_all` (a conflict with another writer) ends the whole batch. On a
+    server (`on_server`) the statements between two works go out in one round trip."""
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
         log = EffectLog()
         return [(future, work(Tx(connection, log)), None, log.collect())]
     raw = driver(connection)
     outcomes: list[Outcome] = []
-    for work, future in batch:
-        raw.execute("SAVEPOINT lace_work")
+    for number, (work, future) in enumerate(batch):
+        if number and not on_server:
+            raw.execute(RELEASE)
+        raw.execute(RELEASE_AND_SAVEPOINT if number and on_server else SAVEPOINT)
         log = EffectLog()
         try:
             result = work(Tx(connection, log))
@@ -66,7 +74,6 @@ def _run_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future
             outcomes.append((future, None, error, NO_EFFECTS))
         else:
             outcomes.append((future, result, None, log.collect()))
-        raw.execute("RELEASE lace_work")
     return outcomes
 
 
@@ -118,6 +125,7 @@ class AsyncStore:
         self._reader: sa.Connection | None = None
         self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
         self._waiting: set[asyncio.Future[None]] = set()  # batches on the thread
+        self._draining: asyncio.Future[None] | None = None  # a server's writes (`_drain`)
         self._on_server = store.database.path is None  # PostgreSQL: never on the loop
         self._thread_connection = KeptConnection(store.database)  # used on the thread only
         self._closing = False
@@ -132,17 +140,26 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._pending.append((work, future))
-        if len(self._pending) == 1:
+        if self._on_server:
+            if self._draining is None or self._draining.done():
+                self._draining = asyncio.ensure_future(self._drain())
+        elif len(self._pending) == 1:
             loop.call_soon(self._flush)
         return await future
+
+    async def _drain(self) -> None:
+        """On a server: commit the writes asked for so far in one transaction on the store
+        thread, then those asked for meanwhile in the next, until none are left; a write
+        waits for one COMMIT (a round trip, and the server's flush to disk) with all the
+        others that came while the previous one ran, instead of one each."""
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            await self._flush_there(batch)
 
     def _flush(self) -> None:
         batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         if self._pending:  # the rest commit next, after these callers had their turn
             asyncio.get_running_loop().call_soon(self._flush)
-        if self._on_server:
-            self._flush_later(batch)
-            return
         conflict = self.store.database.kind.is_conflict
         try:
             writer = self._writer_connection()
@@ -168,8 +185,8 @@ class AsyncStore:
 
         def run() -> list[Outcome]:
             if self._on_server:
-                return self._retried(lambda connection: _run_batch(connection, batch, conflict),
-                                     write=True)
+                return self._retried(lambda connection: _run_batch(
+                    connection, batch, conflict, on_server=True), write=True)
             return self.store.write(lambda tx: _run_batch(tx.connection, batch, conflict))
 
         try:
