@@ -177,8 +177,9 @@ class AssignmentRules:
             self.inbox.notify(task.created_by, sender=sender, kind=kind, text=text,
                               task_id=task.id)
             return
-        members = self.edges.attach(self.tasks.in_batch(batch))
-        if batch_running(members):
+        members = None if self.tasks.batch_has_free_task(batch) else self.edges.attach(
+            self.tasks.in_batch(batch))  # a free task still runs: no need to read them all
+        if members is None or batch_running(members):
             self.inbox.notify(task.created_by, sender=sender, kind=kind, text=text,
                               task_id=task.id, held_for=batch)
             return

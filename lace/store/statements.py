@@ -45,6 +45,11 @@ COUNT_ACTIVE_ASSIGNED = Prepared(sa.select(sa.func.count()).select_from(_tasks).
     _tasks.c.assigned_to == sa.bindparam("agent"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
     ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None))))
+FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
+    _tasks.c.batch == sa.bindparam("batch"),
+    sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
+    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None)))
+    .limit(1))
 COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
                       .values(turns=_agents.c.turns + 1))
 HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(

@@ -114,6 +114,11 @@ class TaskRows(Rows):
         batch = self._execute(sa.select(tasks.c.batch).where(tasks.c.id == task_id)).scalar()
         return batch if isinstance(batch, str) else None
 
+    def batch_has_free_task(self, batch: str) -> bool:
+        """Whether a task of the batch is pending or in progress and waits for none: one row
+        read, where `in_batch` reads every task of the batch."""
+        return sql.FREE_BATCH_TASK.first(self.raw, {"batch": batch}) is not None
+
     def in_batch(self, batch: str) -> list[Task]:
         """The tasks of a batch."""
         rows = self._execute(sa.select(schema.tasks).where(schema.tasks.c.batch == batch))
