@@ -128,6 +128,8 @@ class AsyncStore:
         self._draining: asyncio.Future[None] | None = None  # a server's writes (`_drain`)
         self._on_server = store.database.path is None  # PostgreSQL: never on the loop
         self._thread_connection = KeptConnection(store.database)  # used on the thread only
+        self._read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-read")
+        self._read_connection = KeptConnection(store.database)  # a server's reads (`read`)
         self._closing = False
 
     async def call(self, work: Callable[[], T]) -> T:
@@ -198,10 +200,14 @@ class AsyncStore:
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
-        for writers (WAL on SQLite, snapshots on PostgreSQL), so reads run here (on SQLite)."""
+        for writers (WAL on SQLite, snapshots on PostgreSQL), so reads run here (on SQLite),
+        and on a server on a thread and connection of their own, beside the writes: while
+        one waits for the server the other goes on."""
         if self._on_server:
-            return await self.call(lambda: self._retried(
-                lambda connection: work(Tx(connection)), write=False))
+            return await asyncio.get_running_loop().run_in_executor(
+                self._read_executor, lambda: run_transaction(
+                    self.store.database, lambda connection: work(Tx(connection)), write=False,
+                    stopping=lambda: self._closing, kept=self._read_connection))
         self._reader = _unless_lost(self._reader)
         if self._reader is None:
             self._reader = self.store.database.engine.connect()
@@ -228,7 +234,9 @@ class AsyncStore:
         thread and close the loop's connections."""
         self._closing = True
         self._executor.shutdown(wait=True)
+        self._read_executor.shutdown(wait=True)
         self._thread_connection.close()
+        self._read_connection.close()
         for connection in (self._writer, self._reader):
             if connection is not None:
                 connection.close()

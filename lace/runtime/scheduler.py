@@ -36,6 +36,9 @@ log = logging.getLogger("lace.runtime")
 STOP_WRITE_S = 5.0
 """How long a stopping process tries to mark its cut-off turns `interrupted` while the database
 is unreachable; past it they are left to expire with its lease (others resume them then)."""
+LOOK_GAP_S = 0.05
+"""The least time between two looks of the watch: the commits of other processes (hundreds a
+second in a fan-out, each announced) cost one look per gap, not one each."""
 DEFER_S = 0.1
 """How long a process at its share of the turns leaves a woken thread for the others before it
 claims the thread itself (if it is still unclaimed: no thread waits on a process that never
@@ -137,6 +140,7 @@ class Scheduler:
                     await self._take_over()
                 await self._cancel_stopped()
                 await self._wake_runnable()
+                await asyncio.sleep(LOOK_GAP_S)  # news meanwhile waits for the next look
             except Exception as error:  # a busy database must not end the heartbeat
                 if not self._storage_failed(error):
                     log.exception("the watch loop failed; trying again")
