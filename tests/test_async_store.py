@@ -136,6 +136,27 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
     assert commits() == 1  # one transaction for the three
 
 
+async def test_reads_asked_together_each_get_their_own_answer_or_error(
+        store: Store, db_path: Path) -> None:
+    """On a server reads asked at once share a snapshot; a read whose statement fails (which
+    ends that transaction) fails alone, and the reads after it still answer."""
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def broken(tx: Tx) -> Any:
+        return tx.connection.exec_driver_sql("SELECT * FROM no_such_table").all()
+
+    answers = await asyncio.gather(
+        db.read(lambda tx: tx.threads.get(session.id).id), db.read(broken),
+        db.read(lambda tx: tx.agents.get(session.id).thread_id),
+        db.read(lambda tx: tx.agents.get("no-such-thread")), db.read(lambda tx: 7),
+        return_exceptions=True)
+    db.close()
+    assert answers[0] == session.id and answers[2] == session.id and answers[4] == 7
+    assert isinstance(answers[1], sa.exc.DBAPIError) and "no_such_table" in str(answers[1])
+    assert "no-such-thread" in str(answers[3])
+
+
 async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)

@@ -36,34 +36,28 @@ import sqlalchemy as sa
 from lace.core.effects import NO_EFFECTS, EffectLog, Effects
 from lace.store import Store, Tx
 from lace.store.engines import LockBusyError, driver
+from lace.store.engines.reconnect import is_retried
 from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
 MAX_BATCH = 32  # writes per COMMIT: more saves little, and every caller waits for the whole batch
-SAVEPOINT, RELEASE = "SAVEPOINT lace_work", "RELEASE lace_work"  # COMMIT releases the last
-RELEASE_AND_SAVEPOINT = f"{RELEASE}; {SAVEPOINT}"
-"""Between two works of a batch on a server: one round trip for the two statements."""
 Work = Callable[[Tx], Any]
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None, Effects]
 EffectHandler = Callable[[Effects], None]
 
 
 def _run_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
-               undoes_all: Callable[[BaseException], bool], *,
-               on_server: bool = False) -> list[Outcome]:
+               undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
     """Run each work in its own SAVEPOINT inside the open transaction of `connection`; an
-    error that `undoes_all` (a conflict with another writer) ends the whole batch. On a
-    server (`on_server`) the statements between two works go out in one round trip."""
+    error that `undoes_all` (a conflict with another writer) ends the whole batch."""
     if len(batch) == 1:  # nothing to keep apart: a failure rolls the transaction back
         work, future = batch[0]
         log = EffectLog()
         return [(future, work(Tx(connection, log)), None, log.collect())]
     raw = driver(connection)
     outcomes: list[Outcome] = []
-    for number, (work, future) in enumerate(batch):
-        if number and not on_server:
-            raw.execute(RELEASE)
-        raw.execute(RELEASE_AND_SAVEPOINT if number and on_server else SAVEPOINT)
+    for work, future in batch:
+        raw.execute("SAVEPOINT lace_work")
         log = EffectLog()
         try:
             result = work(Tx(connection, log))
@@ -74,6 +68,54 @@ def _run_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future
             outcomes.append((future, None, error, NO_EFFECTS))
         else:
             outcomes.append((future, result, None, log.collect()))
+        raw.execute("RELEASE lace_work")
+    return outcomes
+
+
+class _WorkFailed(Exception):
+    """A work of a batch on a server failed with an error of its own: the batch is undone,
+    and runs again without it."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(str(error))
+        self.index, self.error = index, error
+
+
+def _run_together(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
+                  undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
+    """On a server: each work in the open transaction of `connection`, with no SAVEPOINT
+    between them (each would cost a round trip); a work's own error undoes the batch
+    (`_WorkFailed`); one that `undoes_all`, or a fault, is raised as it is."""
+    outcomes: list[Outcome] = []
+    for index, (work, future) in enumerate(batch):
+        log = EffectLog()
+        try:
+            result = work(Tx(connection, log))
+        except Exception as error:
+            if len(batch) == 1 or undoes_all(error) or is_retried(error):
+                raise
+            raise _WorkFailed(index, error) from error
+        outcomes.append((future, result, None, log.collect()))
+    return outcomes
+
+
+def _read_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
+                begin: Callable[[], object]) -> list[Outcome]:
+    """Run each work in the open read transaction of `connection`: one snapshot for reads
+    asked at once. After a work fails (its error may have ended the transaction), the rest
+    read in a new one (`begin`)."""
+    outcomes: list[Outcome] = []
+    for work, future in batch:
+        try:
+            outcomes.append((future, work(Tx(connection)), None, NO_EFFECTS))
+        except Exception as error:
+            if is_retried(error):
+                raise  # a fault: the whole batch reads again
+            outcomes.append((future, None, error, NO_EFFECTS))
+            driver(connection).rollback()
+            if connection.in_transaction():
+                connection.rollback()
+            begin()
     return outcomes
 
 
@@ -126,6 +168,8 @@ class AsyncStore:
         self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
         self._waiting: set[asyncio.Future[None]] = set()  # batches on the thread
         self._draining: asyncio.Future[None] | None = None  # a server's writes (`_drain`)
+        self._reads: list[tuple[Work, asyncio.Future[Any]]] = []  # and its reads
+        self._reading: asyncio.Future[None] | None = None
         self._on_server = store.database.path is None  # PostgreSQL: never on the loop
         self._thread_connection = KeptConnection(store.database)  # used on the thread only
         self._read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-read")
@@ -184,19 +228,24 @@ class AsyncStore:
 
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
         conflict = self.store.database.kind.is_conflict
+        while True:
+            def run(batch: list[tuple[Work, asyncio.Future[Any]]] = batch) -> list[Outcome]:
+                if self._on_server:
+                    return self._retried(lambda connection: _run_together(
+                        connection, batch, conflict), write=True)
+                return self.store.write(lambda tx: _run_batch(tx.connection, batch, conflict))
 
-        def run() -> list[Outcome]:
-            if self._on_server:
-                return self._retried(lambda connection: _run_batch(
-                    connection, batch, conflict, on_server=True), write=True)
-            return self.store.write(lambda tx: _run_batch(tx.connection, batch, conflict))
-
-        try:
-            outcomes = await self.call(run)
-        except Exception as error:
-            _fail_all(batch, error)
+            try:
+                outcomes = await self.call(run)
+            except _WorkFailed as failed:  # undone with the batch: the others run again
+                _fail_all([batch[failed.index]], failed.error)
+                batch = [*batch[:failed.index], *batch[failed.index + 1:]]
+                continue
+            except Exception as error:
+                _fail_all(batch, error)
+                return
+            _settle(outcomes, self.on_commit)
             return
-        _settle(outcomes, self.on_commit)
 
     async def read(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in one read transaction (one consistent snapshot). Readers never wait
@@ -204,15 +253,40 @@ class AsyncStore:
         and on a server on a thread and connection of their own, beside the writes: while
         one waits for the server the other goes on."""
         if self._on_server:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._read_executor, lambda: run_transaction(
-                    self.store.database, lambda connection: work(Tx(connection)), write=False,
-                    stopping=lambda: self._closing, kept=self._read_connection))
+            future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            self._reads.append((work, future))
+            if self._reading is None or self._reading.done():
+                self._reading = asyncio.ensure_future(self._drain_reads())
+            return await future
         self._reader = _unless_lost(self._reader)
         if self._reader is None:
             self._reader = self.store.database.engine.connect()
         with self.store.database.raw_transaction(self._reader, write=False):
             return work(Tx(self._reader))
+
+    async def _drain_reads(self) -> None:
+        """On a server: the reads asked for so far in one snapshot on the read thread, then
+        those asked for meanwhile in the next, until none are left (a BEGIN and a COMMIT
+        for many)."""
+        kind, loop = self.store.database.kind, asyncio.get_running_loop()
+        while self._reads:
+            batch, self._reads = self._reads[:MAX_BATCH], self._reads[MAX_BATCH:]
+
+            def run(batch: list[tuple[Work, asyncio.Future[Any]]] = batch) -> list[Outcome]:
+                def read(connection: sa.Connection) -> list[Outcome]:
+                    return _read_batch(connection, batch,
+                                       lambda: kind.begin(connection, write=False))
+
+                return run_transaction(self.store.database, read, write=False,
+                                       stopping=lambda: self._closing,
+                                       kept=self._read_connection)
+
+            try:
+                outcomes = await loop.run_in_executor(self._read_executor, run)
+            except Exception as error:
+                _fail_all(batch, error)
+                continue
+            _settle(outcomes, self.on_commit)
 
     def _retried(self, work: Callable[[sa.Connection], T], *, write: bool) -> T:
         """`work` in one transaction on the server, run again after each fault until it
