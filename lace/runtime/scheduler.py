@@ -11,6 +11,7 @@ import contextlib
 import logging
 import math
 import random
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +76,7 @@ class Scheduler:
     _watch: asyncio.Task[None] | None = None
     _share: float = math.inf
     _deferred: set[str] = field(default_factory=set)
+    _peers: list[str] = field(default_factory=list)  # the live processes, when sharing
     _left_some: bool = False
 
     def __post_init__(self) -> None:
@@ -164,9 +166,10 @@ class Scheduler:
         self.cancel(stopped)
 
     async def _wake_runnable(self) -> None:
-        """Wake the runnable threads of the sessions served, in random order (processes that
-        look at once try different threads first); when sharing, count this process's share
-        of the turns: those running or runnable, over the live processes."""
+        """Wake the runnable threads of the sessions served, this process's part first
+        (`_not_mine`), in random order, and forget the deferred ones no longer runnable; when
+        sharing, count this process's share of the turns: those running or runnable, over the
+        live processes."""
         roots = None if self.serve_all else list(self.sessions)
         if roots == []:
             return
@@ -179,14 +182,26 @@ class Scheduler:
                 held = (sum(tx.agents.sessions_with(HELD_STATUSES).values()) if roots is None
                         else sum(tx.agents.count_in(root_id, HELD_STATUSES)
                                  for root_id in roots))
-                processes = max(1, len(tx.processes.live()))
+                self._peers = sorted(tx.processes.live())
+                processes = max(1, len(self._peers))
                 self._share = max(1, math.ceil((held + len(runnable)) / processes))
             return runnable
 
         runnable = await self.db.read(look)
+        self._deferred.intersection_update(runnable)  # the others were claimed meanwhile
         random.shuffle(runnable)
+        runnable.sort(key=self._not_mine)  # this process's part first, in random order
         for thread_id in runnable:
             self.wake(thread_id)
+
+    def _not_mine(self, thread_id: str) -> bool:
+        """Whether a thread falls to another live process's part (by a hash of its id over
+        the live processes), so the processes that look at once each claim their own first
+        instead of racing for the same threads."""
+        if self.process_id not in self._peers:
+            return False
+        return (zlib.crc32(thread_id.encode()) % len(self._peers)
+                != self._peers.index(self.process_id))
 
     # scheduling
 
