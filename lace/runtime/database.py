@@ -35,6 +35,7 @@ import sqlalchemy as sa
 
 from lace.core.effects import NO_EFFECTS, EffectLog, Effects
 from lace.store import Store, Tx
+from lace.store.agent_rows import AgentCache
 from lace.store.engines import LockBusyError, driver
 from lace.store.engines.reconnect import is_retried
 from lace.store.retry import KeptConnection, run_transaction
@@ -87,10 +88,11 @@ def _run_together(connection: sa.Connection, batch: list[tuple[Work, asyncio.Fut
     between them (each would cost a round trip); a work's own error undoes the batch
     (`_WorkFailed`); one that `undoes_all`, or a fault, is raised as it is."""
     outcomes: list[Outcome] = []
+    agents = AgentCache()  # one transaction, undone whole: the works share what they read
     for index, (work, future) in enumerate(batch):
         log = EffectLog()
         try:
-            result = work(Tx(connection, log))
+            result = work(Tx(connection, log, agents))
         except Exception as error:
             if len(batch) == 1 or undoes_all(error) or is_retried(error):
                 raise
@@ -105,9 +107,10 @@ def _read_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Futur
     asked at once. After a work fails (its error may have ended the transaction), the rest
     read in a new one (`begin`)."""
     outcomes: list[Outcome] = []
+    agents = AgentCache()  # the agent rows of the snapshot, read once for all
     for work, future in batch:
         try:
-            outcomes.append((future, work(Tx(connection)), None, NO_EFFECTS))
+            outcomes.append((future, work(Tx(connection, agents=agents)), None, NO_EFFECTS))
         except Exception as error:
             if is_retried(error):
                 raise  # a fault: the whole batch reads again
@@ -116,6 +119,7 @@ def _read_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Futur
             if connection.in_transaction():
                 connection.rollback()
             begin()
+            agents = AgentCache()
     return outcomes
 
 

@@ -61,11 +61,13 @@ class Tx:
     what they caused in `effects`, a log the owner of the transaction (who opened it) gives
     and reads once it committed; without one, nobody acts on them (the command line)."""
 
-    def __init__(self, connection: sa.Connection, effects: EffectLog | None = None) -> None:
+    def __init__(self, connection: sa.Connection, effects: EffectLog | None = None,
+                 agents: AgentCache | None = None) -> None:
+        """`agents`: the agent rows this transaction read, when several works share it."""
         self.connection = connection
         self.raw: Any = driver(connection)
         self._effects = effects if effects is not None else EffectLog()
-        self._agent_cache = AgentCache()
+        self._agent_cache = agents if agents is not None else AgentCache()
 
     # rows, per table
 
