@@ -148,6 +148,12 @@ def _quiet_and_events(connection: Any, *, root_id: str,
     return quiet(tx, root_id), tx.events.of_session(root_id, since)
 
 
+def _check_session(store: Store, root_id: str) -> None:
+    """NotFoundError unless `root_id` is a session."""
+    with store.reading() as tx:
+        tx.threads.get_session(root_id)
+
+
 async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) -> None:
     """Hand every event of a session's threads (the root and its helpers) to `on_event` as it
     is written, from the first, and return once the session is quiet. A session that no
@@ -156,8 +162,7 @@ async def follow(store: Store, root_id: str, on_event: Callable[[Event], None]) 
     seen: dict[int, str] = {}  # id -> created_at, of the events looked at again next time
     since: str | None = None
     try:
-        with store.reading() as tx:
-            tx.threads.get_session(root_id)
+        await asyncio.to_thread(_check_session, store, root_id)  # off the loop, as below
         while True:
             looked_at = iso_ago(COMMIT_LAG_S)
             done, events = await asyncio.to_thread(  # quiet first: the events after hold its last
