@@ -5,8 +5,10 @@ spawned exactly once and never early, whoever finishes the blocker."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from lace.core import notifications
 from lace.core.assignee import HUMAN, Assignment, ThreadAssignee
@@ -24,6 +26,13 @@ from lace.store.subscriptions import SubscriptionRows
 from lace.store.task_rows import NoteRows, TaskRows
 from lace.store.thread_rows import ThreadRows
 from lace.store.worktree_rows import WorktreeRows
+
+
+class SpawnCounts(NamedTuple):
+    """What the spawn limits count of one parent: its live children, its spawns this minute."""
+
+    live: int
+    recent: int
 
 
 def is_progress(actor: str, task: Task) -> bool:
@@ -48,6 +57,35 @@ class AssignmentRules:
         self.worktrees = worktrees
         self.subscriptions = subscriptions
         self.effects = effects
+        self._spawn_counts: dict[str, SpawnCounts] | None = None  # during `spawn_run`
+
+    @contextmanager
+    def spawn_run(self) -> Iterator[None]:
+        """Spawns made inside are counted against the limits from one reading per parent (a
+        `task_create` of 300 agents reads its parent's counts once, not 300 times): nothing
+        but these spawns changes the counts meanwhile."""
+        self._spawn_counts = {}
+        try:
+            yield
+        finally:
+            self._spawn_counts = None
+
+    def _counts(self, parent: str) -> SpawnCounts:
+        """`parent`'s live children and its spawns in the last minute, as of now (inside a
+        `spawn_run`, read once and then counted)."""
+        counts = None if self._spawn_counts is None else self._spawn_counts.get(parent)
+        if counts is None:
+            counts = SpawnCounts(live=self.agents.live_children(parent),
+                                 recent=self.agents.children_since(parent, iso_ago(60)))
+            if self._spawn_counts is not None:
+                self._spawn_counts[parent] = counts
+        return counts
+
+    def _count_spawn(self, parent: str) -> None:
+        """One more child of `parent`, live and spawned this minute, in the counts kept."""
+        counts = None if self._spawn_counts is None else self._spawn_counts.get(parent)
+        if self._spawn_counts is not None and counts is not None:
+            self._spawn_counts[parent] = SpawnCounts(counts.live + 1, counts.recent + 1)
 
     def check_assignee(self, session_id: str, assignee: Assignment, actor: str) -> None:
         """An existing agent assignee must be an agent of this session, and one a person
@@ -79,13 +117,12 @@ class AssignmentRules:
                 "to your creator.")
         if not now:
             return
-        live = self.agents.live_children(parent)
+        live, recent = self._counts(parent)
         if live >= limits.max_children:
             raise SpawnRefusedError(
                 f"Spawn refused: {parent} has {live} live children, the limit is max_children "
                 f"= {limits.max_children} ([limits] max_children). Wait for some to finish, or "
                 "reuse one by assigning it a task.")
-        recent = self.agents.children_since(parent, iso_ago(60))
         if recent >= limits.spawns_per_minute:
             raise SpawnRefusedError(
                 f"Spawn refused: {recent} spawns by {parent} in the last minute, the limit is "
@@ -96,6 +133,7 @@ class AssignmentRules:
         """Check the limits, then create agent `<parent>.N` for `task` (its row as just read)
         and give it the task, in progress; returns the task as it is now."""
         self.check_spawn_limits(plan.parent_id, plan.limits)
+        self._count_spawn(plan.parent_id)
         child = self.threads.create_child(plan.parent_id, title=task.title,
                                           root_id=task.thread_id, trace_parent=plan.trace_parent)
         self.agents.create(NewAgent(

@@ -118,10 +118,12 @@ class TaskBoard:
                                             done is True for ref, done in blockers.items()})
         self._refuse_cycles(tasks, refs)
         created = []
-        for task, draft, blockers, waiting in zip(tasks, drafts, refs, waits, strict=True):
-            if blockers:  # its assignment carries the results of those already completed
-                task = self.edges.attach([task])[0]
-            created.append(self.assignments.assign(task, draft.assignee, actor, waits=waiting))
+        with self.assignments.spawn_run():
+            for task, draft, blockers, waiting in zip(tasks, drafts, refs, waits, strict=True):
+                if blockers:  # its assignment carries the results of those already completed
+                    task = self.edges.attach([task])[0]
+                created.append(self.assignments.assign(task, draft.assignee, actor,
+                                                       waits=waiting))
         return created
 
     @staticmethod

@@ -22,6 +22,7 @@ class ThreadRows(Rows):
     def __init__(self, connection: sa.Connection, raw: Any, agents: AgentRows) -> None:
         super().__init__(connection, raw)
         self.agents = agents
+        self._highest_child: dict[str, int] = {}  # per parent, once read in this transaction
 
     def create_session(
         self, *, provider: str, model: str, title: str | None = None, name: str = "root",
@@ -43,12 +44,16 @@ class ThreadRows(Rows):
                      root_id: str | None = None, trace_parent: str | None = None) -> Thread:
         """Thread `<parent>.N`, N one more than the highest existing child of the parent
         (`root_id`, the parent's session, saves reading the parent when the caller knows it),
-        traced under `trace_parent`."""
+        traced under `trace_parent`. The highest is read once per parent and transaction: a
+        `task_create` of 300 agents reads it once, not 300 times."""
         root_id = root_id or self.get(parent_id).root_id
-        highest = sql.HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
-                                                   "suffix_at": len(parent_id) + 2})
+        highest = self._highest_child.get(parent_id)
+        if highest is None:
+            highest = int(sql.HIGHEST_CHILD.scalar(self.raw, {"parent": parent_id,
+                                                           "suffix_at": len(parent_id) + 2}))
+        self._highest_child[parent_id] = highest + 1
         now = now_iso()
-        thread = Thread(id=ids.child_thread_id(parent_id, int(highest) + 1), parent_id=parent_id,
+        thread = Thread(id=ids.child_thread_id(parent_id, highest + 1), parent_id=parent_id,
                         root_id=root_id, title=title, created_at=now, updated_at=now,
                         trace_parent=trace_parent)
         sql.INSERT_THREAD.run(self.raw, vars(thread))
