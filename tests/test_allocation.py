@@ -11,6 +11,7 @@ import pytest
 from lace.core import ids
 from lace.core.records import NewAgent, Thread
 from lace.store import Store, open_database
+from lace.store.task_rules import TaskDraft
 from tests.conftest import new_session
 
 
@@ -91,6 +92,22 @@ def test_a_clashing_task_id_is_retried(store: Store, session: Thread,
         second = tx.board.create_task(session_id=session.id, actor="human", title="b",
                                       prompt="p").id
     assert second == "task_20261122_0000ff"
+
+
+@pytest.mark.both_engines
+def test_clashing_ids_in_one_task_create_are_retried_in_order(
+        store: Store, session: Thread, monkeypatch: pytest.MonkeyPatch) -> None:
+    with store.transaction() as tx:
+        first = tx.board.create_task(session_id=session.id, actor="human", title="a", prompt="p").id
+    offered = iter([first, "task_20261122_0000a1", "task_20261122_0000a1", first,
+                    "task_20261122_0000a2", "task_20261122_0000a3"])
+    monkeypatch.setattr(ids, "new_task_id", lambda: next(offered))
+    drafts = [TaskDraft(title=title, prompt="p") for title in ("b", "c", "d")]
+    with store.transaction() as tx:
+        made = tx.board.create_tasks(session_id=session.id, actor="human", drafts=drafts)
+    assert [(task.title, task.id) for task in made] == [
+        ("b", "task_20261122_0000a1"), ("c", "task_20261122_0000a2"),
+        ("d", "task_20261122_0000a3")]
 
 
 def test_a_hundred_agents_writing_at_once_lose_nothing(store: Store, session: Thread,

@@ -317,6 +317,33 @@ def test_limits_refuse_with_the_limit_its_value_and_key(store: Store, db_path: P
     assert query(db_path, "SELECT COUNT(*) FROM agent_metadata") == [(3,)]
 
 
+def test_one_task_create_counts_its_own_spawns_against_the_limits(store: Store,
+                                                                  db_path: Path) -> None:
+    with store.transaction() as tx:
+        session = tx.threads.create_session(provider="scripted", model="root")
+    spawn = {"task": "x", "model": "scripted/any"}
+    three = {"tasks": [{"title": title, "prompt": "p", "assigned_to": "new:scripted/a"}
+                       for title in "abc"]}
+
+    def context(limits: Limits) -> ToolContext:
+        return ToolContext(thread_id=session.id, session_id=session.id,
+                           check_model=check_model, limits=limits)
+
+    assert not call_tool(store, context(Limits()), "spawn", spawn).is_error
+    refused = call_tool(store, context(Limits(max_children=3)), "task_create", three)
+    assert refused.is_error and "has 3 live children" in refused.text
+    refused = call_tool(store, context(Limits(spawns_per_minute=3)), "task_create", three)
+    assert refused.is_error and "3 spawns by" in refused.text
+    assert query(db_path, "SELECT COUNT(*) FROM agent_metadata") == [(2,)]
+    assert query(db_path, "SELECT COUNT(*) FROM tasks") == [(1,)]  # the spawn's
+    created = call_tool(store, context(Limits(max_children=4, spawns_per_minute=4)),
+                        "task_create", three)
+    assert not created.is_error, created.text
+    assert query(db_path, "SELECT id FROM threads WHERE parent_id = ? ORDER BY id",
+                 session.id) == [(f"{session.id}.{n}",) for n in (1, 2, 3, 4)]
+    assert len({row[0] for row in query(db_path, "SELECT id FROM tasks")}) == 4
+
+
 async def test_an_agent_at_the_depth_limit_does_not_see_spawning_tools(
         make_runtime: RuntimeFactory, models: ScriptedModels) -> None:
     runtime = make_runtime(max_depth=1)

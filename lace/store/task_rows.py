@@ -57,8 +57,27 @@ class TaskRows(Rows):
         super().__init__(connection, raw)
         self.notes = notes
         self.effects = effects
+        self._fresh_ids: list[str] = []  # checked unused by `reserve_ids`, taken in order
+
+    def reserve_ids(self, count: int) -> None:
+        """Make the next `count` inserts take ids checked unused in one read (a task_create
+        of 300 tasks: one read, not 300)."""
+        if count < 2:
+            return
+        fresh: list[str] = []
+        for _ in range(_TASK_ID_ATTEMPTS):
+            wanted = [task_id for task_id in dict.fromkeys(
+                ids.new_task_id() for _ in range(count - len(fresh))) if task_id not in fresh]
+            taken = {task.id for task in self.by_ids(wanted)}
+            fresh += [task_id for task_id in wanted if task_id not in taken]
+            if len(fresh) >= count:
+                self._fresh_ids = fresh
+                return
+        raise RuntimeError("could not allocate unique task ids")
 
     def _new_id(self) -> str:
+        if self._fresh_ids:
+            return self._fresh_ids.pop(0)
         for _ in range(_TASK_ID_ATTEMPTS):
             task_id = ids.new_task_id()
             if sql.TASK_EXISTS.first(self.raw, {"task": task_id}) is None:

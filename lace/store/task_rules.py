@@ -106,6 +106,7 @@ class TaskBoard:
         refs = [self._draft_blockers(session_id, draft, number, len(drafts))
                 for number, draft in enumerate(drafts, start=1)]
         waits = [any(done is not True for done in blockers.values()) for blockers in refs]
+        self.tasks.reserve_ids(len(drafts))
         tasks = [self.tasks.insert(
             session_id=session_id, created_by=actor, title=draft.title, prompt=draft.prompt,
             description=draft.description, priority=draft.priority,
