@@ -5,15 +5,12 @@ reads and writes at theirs, output at its rate. A model litellm has no price for
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib.util
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 from lace.core.usage import CallTokens, plausible_cost
 from lace.llm.litellm_setup import litellm, litellm_imported
+from lace.llm.prices import listed_model, price_table
 
 
 def call_cost(model: str, tokens: CallTokens) -> float | None:
@@ -34,34 +31,16 @@ def call_cost(model: str, tokens: CallTokens) -> float | None:
 
 
 def may_be_priced(model: str) -> bool:
-    """Whether litellm's price table (the copy shipped with litellm, which lace prices from)
-    lists `provider/name` under a key litellm looks it up by (the name in any case, a
-    fine-tuned model's base). Read without importing
-    litellm (16 ms against seconds), so a model it cannot price never costs that import.
-    With litellm told to fetch its table from the network, only litellm can say."""
-    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() != "true":
+    """Whether litellm could price `provider/name`: its price table lists it (looked up as
+    `lace.llm.prices` does, without importing litellm: a model it cannot price never costs
+    that import), or lace cannot tell (no table, or litellm told to fetch its table from the
+    network)."""
+    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() != "true" \
+            or not price_table():
         return True
-    listed = _listed_models()
-    name = model.partition("/")[2].lower()
-    fine_tuned_from = name.split(":")[1] if name.startswith("ft:") and ":" in name[3:] else ""
-    names = {model, name, fine_tuned_from, f"ft:{fine_tuned_from}"}
-    return listed is None or not listed.isdisjoint(names)
+    provider, _, name = model.partition("/")
+    return listed_model(provider, name) is not False
 
-
-@functools.cache
-def _listed_models() -> frozenset[str] | None:
-    """The model names in litellm's shipped price table, or None where it cannot be read."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or spec.origin is None:
-        return None
-    try:
-        table = json.loads((Path(spec.origin).parent / PRICE_TABLE).read_bytes())
-    except (OSError, ValueError):
-        return None
-    return frozenset(table) if isinstance(table, dict) else None
-
-
-PRICE_TABLE = "model_prices_and_context_window_backup.json"
 
 _importing: asyncio.Future[Any] | None = None
 
