@@ -46,12 +46,12 @@ DELIVERED_POSTGRES = (
 """DELIVERED as PostgreSQL spells it."""
 
 
-def lace(home: Path, *argv: str, crash_at: str | None = None,
-         db: str | None = None) -> subprocess.CompletedProcess[str]:
+def lace(home: Path, *argv: str, crash_at: str | None = None, db: str | None = None,
+         **extra: str) -> subprocess.CompletedProcess[str]:
     """`python -m lace *argv` run to its end; `crash_at` names a crash point to die at; `db`
-    a database URL instead of the home's file."""
+    a database URL instead of the home's file; `extra` more environment variables."""
     env = lace_env(home, **({"LACE_CRASH_AT": crash_at} if crash_at else {}),
-                   **({"LACE_DB": db} if db else {}))
+                   **({"LACE_DB": db} if db else {}), **extra)
     return run_lace(list(argv), env=env)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import socket
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,10 @@ import pytest
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query, run_cli
-from tests.lace_forks import run_lace
-from tests.processes import lace_env
+from tests.processes import lace
 from tests.scripted import ScriptedModels, reply
 
 CaptureFixture = pytest.CaptureFixture[str]
-
-
-def lace(home: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`lace ARGV` as a person types it, with no key in the environment."""
-    return run_lace([*argv], env=lace_env(home, **env), timeout=120)
 
 
 def answering(text: str) -> Any:

@@ -22,8 +22,7 @@ from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from lace.tools.names import ALL_TOOL_NAMES
 from tests.conftest import run_cli
-from tests.lace_forks import run_lace
-from tests.processes import lace_env
+from tests.processes import lace, lace_env
 from tests.workers import new_database, rows, value, wait_for, worker
 
 ROOT = "lace_20261101_evil01"
@@ -84,10 +83,6 @@ def write_session(db: Path, prompt: str) -> str:
         return root.id
     finally:
         store.close()
-
-
-def lace(home: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return run_lace([*argv], env=lace_env(home, **env), timeout=120)
 
 
 @pytest.fixture

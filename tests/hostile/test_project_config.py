@@ -24,8 +24,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.trust import MAX_PROJECT_FILE, project_of, trust
 from lace.tui.widgets.trust_modal import TrustModal
-from tests.lace_forks import run_lace
-from tests.processes import lace_env
+from tests.processes import lace_at
 from tests.scripted import ScriptedModels, reply
 
 KEY = "sk-the-persons-own-key-0123456789"
@@ -64,14 +63,9 @@ def calls_bash(leak: Path) -> Any:
     return script
 
 
-def lace_in(repo: Path, home: Path, *argv: str, stdin: str | None = None,
-            **extra: str) -> subprocess.CompletedProcess[str]:
-    return run_lace([*argv], env=lace_env(home, **extra), cwd=repo, stdin=stdin, timeout=120)
-
-
 def run_in(repo: Path, home: Path, leak: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     with FakeOpenAI(calls_bash(leak)) as fake:
-        return lace_in(repo, home, "run", "go", "--model", "openai/fake", *flags,
+        return lace_at(repo, home, "run", "go", "--model", "openai/fake", *flags,
                        OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY=KEY)
 
 
@@ -96,7 +90,7 @@ def test_nothing_of_a_repositorys_lace_toml_acts_until_the_person_trusts_it(
     assert leak.read_text() == "[]\n"  # bash ran, without the key
     assert notice(repo, "lace.toml, prompts/critic.md") in approved.stderr
 
-    trusted = lace_in(repo, home, "trust", "--yes")
+    trusted = lace_at(repo, home, "trust", "--yes")
     assert trusted.returncode == 0, trusted.stderr
     leak.unlink()
     done = run_in(repo, home, leak)
@@ -110,7 +104,7 @@ def test_nothing_of_a_repositorys_lace_toml_acts_until_the_person_trusts_it(
 def test_a_changed_file_asks_again(tmp_path: Path, changed: str) -> None:
     repo, marker = hostile_repo(tmp_path)
     home, leak = person_home(tmp_path), tmp_path / "bash-saw"
-    assert lace_in(repo, home, "trust", str(repo), "--yes").returncode == 0
+    assert lace_at(repo, home, "trust", str(repo), "--yes").returncode == 0
     with (repo / changed).open("a") as file:
         file.write("# one more line\n")
     done = run_in(repo, home, leak)
@@ -129,7 +123,7 @@ def test_lace_trust_shows_everything_and_records_only_a_yes(tmp_path: Path) -> N
         "command": "sh", "args": ["-c", padded], "cwd": str(tmp_path),
         "env": {"BASH_ENV": str(tmp_path / "evil.sh"), "NOTE": "line\nbreak\x1b[2J"}}}}))
     before = sorted(home.iterdir())
-    answered_no = lace_in(repo, home, "trust", stdin="n\n")
+    answered_no = lace_at(repo, home, "trust", stdin="n\n")
     assert answered_no.returncode == 1
     assert sorted(home.iterdir()) == before  # nothing recorded
     shown = answered_no.stdout
@@ -146,11 +140,11 @@ def test_lace_trust_shows_everything_and_records_only_a_yes(tmp_path: Path) -> N
     assert "\x1b" not in shown and str(repo / "lace.toml") in shown
     assert "Not trusted" in answered_no.stderr
 
-    answered_yes = lace_in(repo, home, "trust", str(repo), stdin="yes\n")
+    answered_yes = lace_at(repo, home, "trust", str(repo), stdin="yes\n")
     assert answered_yes.returncode == 0, answered_yes.stderr
     record = home / "trusted-folders.json"
     assert record.stat().st_mode & 0o777 == 0o600 and home.stat().st_mode & 0o777 == 0o700
-    listed = lace_in(repo, home, "mcp", "list", "--json")
+    listed = lace_at(repo, home, "mcp", "list", "--json")
     assert {server["name"] for server in json.loads(listed.stdout)} == {"evil", "quiet"}
     assert marker.read_text() == "ran"
 
@@ -161,7 +155,7 @@ def test_mcp_list_and_the_python_api_ignore_an_untrusted_folder(
     repo, marker = hostile_repo(tmp_path)
     (repo / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": {
         "command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w')"]}}}))
-    listed = lace_in(repo, person_home(tmp_path), "mcp", "list")
+    listed = lace_at(repo, person_home(tmp_path), "mcp", "list")
     every = "lace.toml, .mcp.json, prompts/critic.md"
     assert (listed.returncode, listed.stderr) == (0, notice(repo, every) + "\n")
     assert listed.stdout.startswith("other  (") and listed.stdout.endswith(
@@ -222,7 +216,7 @@ def test_a_prompt_file_lace_trust_cannot_show_is_never_used(
                                      + "x" * MAX_PROJECT_FILE)
     else:
         os.mkfifo(repo / "big.md")
-    refused = lace_in(repo, home, "trust", "--yes")
+    refused = lace_at(repo, home, "trust", "--yes")
     assert refused.returncode == 2, refused
     assert "big.md" in refused.stderr and not (home / "trusted-folders.json").exists()
 
@@ -242,7 +236,7 @@ def test_lace_trust_masks_the_persons_keys_in_what_it_shows(tmp_path: Path) -> N
     secrets_file.write_text(f"OPENAI_API_KEY={KEY}\n")
     (repo / "lace.toml").write_text(f'[profiles.critic]\nsystem_prompt_file = '
                                     f'{json.dumps(str(secrets_file))}\n')
-    shown = lace_in(repo, home, "trust", stdin="n\n", OPENAI_API_KEY=KEY)
+    shown = lace_at(repo, home, "trust", stdin="n\n", OPENAI_API_KEY=KEY)
     assert shown.returncode == 1, shown
     assert "| OPENAI_API_KEY=[redacted]" in shown.stdout
     assert KEY not in shown.stdout + shown.stderr
