@@ -6,7 +6,6 @@ on a row, a missing extra or an unsupported protocol leave lace working untraced
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,19 +17,14 @@ from lace.llm.client import default_client
 from lace.paths import credential_values, withheld_from_tools
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
-from tests import lace_forks
 from tests.otlp import Collector, collector, named
-from tests.processes import MANY_PROMPT, free_port, lace_env
+from tests.processes import MANY_PROMPT, free_port, lace
 from tests.scripted import ScriptedModels, reply
 
 KEY = "sk-live-trace-attack-0123456789abcdef"
 MARKER = "MARKER-7f3a9c"
 """Text of the person's prompt and of a tool's arguments: content that must not leave."""
 DONE = "All 4 tasks are done."
-
-
-def run_lace(tmp_path: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return lace_forks.run_lace([*argv], env=lace_env(tmp_path / "home", **env), timeout=120)
 
 
 @pytest.fixture
@@ -53,17 +47,17 @@ def test_a_collector_that_hangs_holds_up_neither_the_turns_nor_the_exit(
     the run still ends with its answer, because spans leave in a thread of their own and the
     exit waits a bounded time for them."""
     with collector(hang=True) as otlp:
-        run = run_lace(tmp_path, "run", MANY_PROMPT, OTEL_EXPORTER_OTLP_TIMEOUT="3600",
-                       **otlp.environment())
+        run = lace(tmp_path / "home", "run", MANY_PROMPT, OTEL_EXPORTER_OTLP_TIMEOUT="3600",
+                   **otlp.environment())
         assert otlp.requests >= 1  # it was asked, and hung
     assert run.returncode == 0, run.stderr
     assert DONE in run.stdout
 
 
 def test_a_collector_that_refuses_costs_one_line(tmp_path: Path) -> None:
-    run = run_lace(tmp_path, "run", MANY_PROMPT,
-                   OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
-                   OTEL_BSP_SCHEDULE_DELAY="50")
+    run = lace(tmp_path / "home", "run", MANY_PROMPT,
+               OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+               OTEL_BSP_SCHEDULE_DELAY="50")
     assert run.returncode == 0, run.stderr
     assert DONE in run.stdout
     told = [line for line in run.stderr.splitlines() if "not sent" in line]
@@ -74,8 +68,8 @@ def test_the_command_line_never_leaves_even_with_the_process_detector(tmp_path: 
     """`lace run PROMPT` with OpenTelemetry's process detector asked for: no resource
     attribute carries the command line, and the prompt is nowhere in what was sent."""
     with collector() as otlp:
-        run = run_lace(tmp_path, "run", f"Write the announcement {MARKER} and list the risks",
-                       OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="otel,process", **otlp.environment())
+        run = lace(tmp_path / "home", "run", f"Write the announcement {MARKER} and list the risks",
+                   OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="otel,process", **otlp.environment())
         assert run.returncode == 0, run.stderr
         assert otlp.spans
         assert all(MARKER.encode() not in body for body in otlp.bodies)
@@ -154,8 +148,8 @@ def test_without_the_extra_lace_runs_untraced_and_says_why(tmp_path: Path) -> No
         "            raise ImportError(f'No module named {name!r}')\n"
         "sys.meta_path.insert(0, Missing())\n")
     with collector() as otlp:
-        run = run_lace(tmp_path, "run", MANY_PROMPT, PYTHONPATH=str(blocker),
-                       **otlp.environment())
+        run = lace(tmp_path / "home", "run", MANY_PROMPT, PYTHONPATH=str(blocker),
+                   **otlp.environment())
         assert otlp.requests == 0
     assert run.returncode == 0, run.stderr
     assert DONE in run.stdout
@@ -164,8 +158,8 @@ def test_without_the_extra_lace_runs_untraced_and_says_why(tmp_path: Path) -> No
 
 def test_an_unsupported_protocol_is_named_and_nothing_is_sent(tmp_path: Path) -> None:
     with collector() as otlp:
-        run = run_lace(tmp_path, "run", MANY_PROMPT, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
-                       **otlp.environment())
+        run = lace(tmp_path / "home", "run", MANY_PROMPT, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+                   **otlp.environment())
         assert otlp.requests == 0
     assert run.returncode == 0, run.stderr
     assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported" in run.stderr
