@@ -39,7 +39,7 @@ besides every module of `lace.cli`."""
 STARTUP_SETTINGS = ("PYTHON", "LC_", "LANG")
 """Environment variables read as the interpreter starts: a command given other values than the
 server was started with runs in a new interpreter."""
-CARRIED = {"args", "stdin", "stdout", "stderr", "env", "cwd", "text", "universal_newlines",
+CARRIED = {"stdin", "stdout", "stderr", "env", "cwd", "text", "universal_newlines",
            "encoding", "errors", "bufsize", "start_new_session"}
 """The Popen arguments a forked command honours; any other starts a real child."""
 

@@ -51,10 +51,12 @@ def run_command(args: argparse.Namespace) -> int:
         _refuse_with_detach(args)
     settings = runtime_settings(args)
     model = usable_model(args.model or settings.model)
-    if model.startswith("openai/"):
+    from lace.llm.openai_client import served_directly
+
+    if served_directly(model):  # as the client will route it: only these need the SDK
         from lace.llm.openai_sdk import start_import
 
-        start_import()  # half a second of CPU, meanwhile; other models never need the SDK
+        start_import()  # half a second of CPU, meanwhile
     board = board_of(args, create=args.continue_thread is None)
     if detach:
         return _detach(board, args, model)
