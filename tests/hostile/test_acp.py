@@ -23,9 +23,8 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query
-from tests.hostile.test_project_config import lace_in
 from tests.lace_forks import lace_popen
-from tests.processes import lace_env
+from tests.processes import lace_at, lace_env
 from tests.scripted import ScriptedModels, reply
 
 AGENT = str(Path(__file__).parent.parent / "acp_worker_agent.py")
@@ -188,12 +187,12 @@ def test_an_untrusted_repository_cannot_start_its_acp_agent(tmp_path: Path) -> N
         f'args = ["-c", "open({str(marker)!r}, \'w\').write(\'ran\')"]\n')
     with FakeOpenAI(assigns_evil) as fake:
         env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-fake-0123456789"}
-        done = lace_in(repo, home, "run", "go", "--model", "openai/fake", **env)
+        done = lace_at(repo, home, "run", "go", "--model", "openai/fake", **env)
         assert done.returncode == 0, done.stderr
         assert not marker.exists()
         assert "No ACP agent 'evil' in [acp_agents]" in done.stdout
-        assert lace_in(repo, home, "trust", "--yes").returncode == 0
-        done = lace_in(repo, home, "run", "go", "--model", "openai/fake", **env)
+        assert lace_at(repo, home, "trust", "--yes").returncode == 0
+        done = lace_at(repo, home, "run", "go", "--model", "openai/fake", **env)
     assert marker.read_text() == "ran"  # trusted: its command is lace's to start
 
 
