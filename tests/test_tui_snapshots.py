@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,9 @@ def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
             await app.refresh_view()  # draws what it read after it began
             assert screen.tasks
             await screen.workers.wait_for_complete()
-            for _ in range(200):  # the table widens its columns on later refreshes
-                if all(task.id in app.export_screenshot() for task in screen.tasks):
-                    break
+            deadline = time.monotonic() + 60  # the table widens its columns on later refreshes
+            while not all(task.id in app.export_screenshot() for task in screen.tasks):
+                assert time.monotonic() < deadline, "the board's columns never showed whole ids"
                 await pilot.pause(0.05)
 
     return run_before
