@@ -254,6 +254,8 @@ class LaceApp(App[None]):
         if self.selected is None or view.row(self.selected) is None:
             self.selected = session_id
         await self._show_selected()
+        if not self.is_running:  # ending meanwhile: the widgets are going
+            return
         self._update_status()
         self._ask_next_approval()
         if on_board and isinstance(self.screen, BoardScreen):
