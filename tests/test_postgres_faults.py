@@ -44,8 +44,9 @@ TAKEN_OVER = "2"
 """The lease timeout where a killed worker's agents are taken over."""
 LATENCY_S = 0.3
 STRUCK_LATENCY_S = 1.5
-"""The model's latency where the backends are struck every two seconds: the fan-out (the root's
-three calls and each helper's two) then lasts several periods even on an idle machine."""
+"""The model's latency where the backends are struck every two seconds or a worker is killed: the
+fan-out (the root's three calls and each helper's two) then lasts several periods even on an
+idle machine, and each worker holds turns while it runs."""
 
 
 def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
@@ -118,6 +119,13 @@ def assert_exactly_once(url: str) -> None:
     assert value(url, "SELECT COUNT(*) FROM events WHERE type = 'error'") == 0
 
 
+def held_by(url: str, pid: int) -> int:
+    """How many agents the lace process `pid` holds running or waiting."""
+    return int(value(url, "SELECT COUNT(*) FROM agent_metadata a JOIN processes p ON "
+                          "a.lease_holder = p.id WHERE p.pid = ? AND a.status IN "
+                          "('running', 'waiting')", pid))
+
+
 def resumed(url: str) -> int:
     """How many turns were resumed (taken over after their process lost its lease)."""
     return int(value(url, "SELECT COUNT(*) FROM inbox WHERE kind = 'resume'"))
@@ -155,10 +163,13 @@ def test_a_fan_out_survives_a_server_restart_mid_run(
 @pytest.mark.slow
 def test_a_worker_killed_while_the_others_connections_drop_is_taken_over(
         tmp_path: Path, postgres_url: str) -> None:
-    with fan_out_run(tmp_path, postgres_url, TAKEN_OVER) as (server, workers, root):
+    with fan_out_run(tmp_path, postgres_url, TAKEN_OVER, STRUCK_LATENCY_S) as (
+            server, workers, root):
         waited = waiting(tmp_path, server, postgres_url, root)
         with terminating_every(postgres_url, 2.0):
-            wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
+            wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2
+                     and held_by(postgres_url, workers["a"].pid) > 0,
+                     "the run under way, with turns of the worker to kill")
             workers["a"].send_signal(signal.SIGKILL)
             assert_answered(waited)
         stop_cleanly(tmp_path, {"b": workers["b"]})

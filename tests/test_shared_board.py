@@ -62,7 +62,9 @@ def holder_of(db: str, pid: int) -> str:
 def test_three_workers_finish_a_session_when_one_is_killed_mid_run(
         tmp_path: Path, postgres_url: str) -> None:
     Store(open_database(postgres_url)).close()
-    with FakeOpenAI(fan_out, latency_s=0.3, backlog=512) as server:
+    # answers slow enough that the first two workers' shares are still running when the third
+    # looks (at 0.3 s they had run the whole fan-out before it woke, and it held nothing to kill)
+    with FakeOpenAI(fan_out, latency_s=1.0, backlog=512) as server:
         env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS}
         with worker(tmp_path, postgres_url, name="a", **env) as first, \
                 worker(tmp_path, postgres_url, name="b", **env) as second, \
