@@ -21,7 +21,6 @@ import pytest
 from lace.store.db import Database
 from lace.store.engines import engine_for, reconnect
 from lace.store.retry import GaveUpError, run_transaction
-from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 from tests.workers import wait_for
 
@@ -114,7 +113,8 @@ def test_a_worker_waiting_for_it_stays_up_and_stops_cleanly(
         tmp_path: Path, server: StartingUpForever) -> None:
     log = tmp_path / "worker.log"
     with log.open("wb") as stderr:
-        worker = lace_popen([sys.executable, "-m", "lace", "worker", "--db", server.url()],
+        # a new interpreter: the worker's start against a server that never answers, whole
+        worker = subprocess.Popen([sys.executable, "-m", "lace", "worker", "--db", server.url()],
                                   env=lace_env(tmp_path / "home"), stdout=subprocess.DEVNULL,
                                   stderr=stderr)
     try:
