@@ -55,7 +55,7 @@ async def test_a_prompt_spawns_two_agents_to_switch_between(db_path: Path,
         await pilot.pause()
         assert isinstance(app.screen, BoardScreen)
         table = app.screen.query_one(DataTable)
-        assert [table.get_row_at(i)[1] for i in range(table.row_count)] == ["completed"] * 2
+        assert [str(table.get_row_at(i)[1]) for i in range(table.row_count)] == ["completed"] * 2
         await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, BoardScreen)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import Input
 
 from lace.core import ids
 from lace.llm.types import ScriptedReply
@@ -37,6 +38,14 @@ def at_once(messages: list[dict[str, Any]]) -> ScriptedReply:
                                           "message": f"result of {assigned_task(messages)}"}))
 
 
+async def steady_cursor(pilot: Any) -> None:
+    """Stop the input cursors' blink (hidden): on a loaded machine the half-second blink timer
+    fired before or after the screenshot, so the first screen differed from run to run."""
+    for field in pilot.app.screen.query(Input):
+        field.cursor_blink = False
+    await pilot.pause()
+
+
 def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
     """Type the prompt, let every agent finish, then leave the input and press `key`; on the
     board, wait until it shows the tasks and the detail of the first."""
@@ -53,10 +62,11 @@ def after_the_run(app: LaceApp, key: str) -> Callable[[Any], Awaitable[None]]:
             await app.refresh_view()  # draws what it read after it began
             assert screen.tasks
             await screen.workers.wait_for_complete()
-            deadline = time.monotonic() + 60  # the table widens its columns on later refreshes
+            deadline = time.monotonic() + 60  # drawn after the refresh's worker is done
             while not all(task.id in app.export_screenshot() for task in screen.tasks):
                 assert time.monotonic() < deadline, "the board's columns never showed whole ids"
                 await pilot.pause(0.05)
+        await steady_cursor(pilot)
 
     return run_before
 
@@ -82,4 +92,5 @@ def test_first_screen(snap_compare: Any, db_path: Path, tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lace.toml").write_text('model = "demo/coordinator"\n')
     trust_folder(tmp_path)
-    assert snap_compare(create_app(db=str(db_path)), terminal_size=SIZE)
+    assert snap_compare(create_app(db=str(db_path)), terminal_size=SIZE,
+                        run_before=steady_cursor)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from lace.runtime.public import Tx
     from lace.tui.app import LaceApp
 
+COLUMNS = ("", "status", "priority", "title", "assignee", "waits for", "notes", "id")
 STATUS_ORDER = {"in_progress": 0, "pending": 1, "waiting": 2, "blocked": 3, "completed": 4,
                 "archived": 5}
 
@@ -86,9 +88,7 @@ class BoardScreen(Screen[str | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("", "status", "priority", "title", "assignee", "waits for", "notes",
-                          "id")
+        self.query_one(DataTable).add_columns(*COLUMNS)
         self.ready = True
         self.lace.pending_refresh = True  # the app reads every task while the board is open
 
@@ -103,13 +103,19 @@ class BoardScreen(Screen[str | None]):
         current = self.selected()
         self.tasks = ordered
         titles = {task.id: task.title for task in ordered}
-        table.clear()
-        for task in ordered:
-            waits = ", ".join(titles.get(blocker, blocker) for blocker in task.waits_for)
-            table.add_row(task_symbol(task), board_status(task), task.priority,
-                          literal_line(task.title), literal_line(task.assigned_to or "—"),
-                          literal_line(waits[:40] or "—"), str(task.note_count),
-                          literal_line(task.id), key=task.id)
+        rows = [[Text(task_symbol(task)), Text(board_status(task)), Text(task.priority),
+                 literal_line(task.title), literal_line(task.assigned_to or "—"),
+                 literal_line(", ".join(titles.get(b, b) for b in task.waits_for)[:40] or "—"),
+                 Text(str(task.note_count)), literal_line(task.id)] for task in ordered]
+        # widths set here, not left to the table: it measures new rows only when its own
+        # message queue goes idle, which under load came after the screen was drawn, and a
+        # later redraw with the same rows did not measure them again (ids cut at 8 cells)
+        table.clear(columns=True)
+        for column, label in enumerate(COLUMNS):
+            table.add_column(label, key=label or "symbol", width=max(
+                [len(label), *(row[column].cell_len for row in rows)]))
+        for task, row in zip(ordered, rows, strict=True):
+            table.add_row(*row, key=task.id)
         if current is not None and any(t.id == current.id for t in ordered):
             table.move_cursor(row=table.get_row_index(current.id))
         self.query_one("#board-title", Static).update(literal(
