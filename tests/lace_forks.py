@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -31,6 +32,9 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LACE = (sys.executable, "-m", "lace")
+FORKED_MODULES = ("lace", "tests.diamond_process", "tests.worktree_process")
+"""The `python -m MODULE` commands a fork runs: lace, and the test drivers that run lace's
+command line with scripted models installed."""
 PRELOADED = ("lace.__main__", "lace.runtime", "lace.store", "lace.config", "lace.tui.factory",
              "sqlalchemy.dialects.sqlite", "sqlalchemy.dialects.postgresql.psycopg",
              "openai", "openai.types.chat")
@@ -57,9 +61,10 @@ def needs_a_new_interpreter(env: dict[str, str], cwd: Path | str | None) -> bool
 
 def lace_popen(args: Sequence[str], **options: Any) -> subprocess.Popen[Any]:
     """`subprocess.Popen(args, **options)`, forked from the server when `args` is
-    `python -m lace ...` and a fork gives the same."""
+    `python -m lace ...` (or another of `FORKED_MODULES`) and a fork gives the same."""
     env = options.get("env")
-    forkable = (tuple(args[:3]) == LACE and set(options) <= CARRIED
+    forkable = (tuple(args[:2]) == LACE[:2] and len(args) > 2 and args[2] in FORKED_MODULES
+                and set(options) <= CARRIED
                 and not needs_a_new_interpreter(dict(os.environ if env is None else env),
                                                 options.get("cwd"))
                 and _server() is not None)
@@ -67,9 +72,10 @@ def lace_popen(args: Sequence[str], **options: Any) -> subprocess.Popen[Any]:
 
 
 def run_lace(argv: list[str], *, env: dict[str, str], cwd: Path | None = None,
-             stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run([python, -m, lace, *argv], capture_output=True, text=True, ...)`."""
-    with lace_popen([*LACE, *argv], env=env, cwd=cwd, text=True, stdout=subprocess.PIPE,
+             stdin: str | None = None, timeout: float = 120, module: str = "lace",
+             ) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([python, -m, module, *argv], capture_output=True, text=True, ...)`."""
+    with lace_popen([*LACE[:2], module, *argv], env=env, cwd=cwd, text=True, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     stdin=subprocess.PIPE if stdin is not None else None) as process:
         try:
@@ -100,7 +106,7 @@ class ForkedLace(subprocess.Popen):  # type: ignore[type-arg]
             if server is None:
                 raise OSError("the lace fork server is gone")
             answer = server.ask({
-                "op": "spawn", "argv": list(args)[3:],
+                "op": "spawn", "module": args[2], "argv": list(args)[3:],
                 "env": dict(os.environ if env is None else env),
                 "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
                 "umask": _umask(), "new_session": bool(start_new_session)}, streams)
@@ -241,7 +247,7 @@ def _spawn(request: dict[str, Any], streams: list[int], channel: socket.socket) 
 
 
 def _child(request: dict[str, Any], streams: list[int], channel: socket.socket) -> None:
-    """In the forked process: become `python -m lace ARGV` and never return."""
+    """In the forked process: become `python -m MODULE ARGV` and never return."""
     try:
         channel.close()
         if request["new_session"]:
@@ -255,6 +261,10 @@ def _child(request: dict[str, Any], streams: list[int], channel: socket.socket) 
         os.environ.clear()
         os.environ.update(request["env"])
         sys.path[0] = request["cwd"]
+        if request["module"] != "lace":
+            sys.argv = [request["module"], *request["argv"]]  # runpy sets the file as -m does
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            sys.exit(0)
         import lace.__main__ as main_module
 
         sys.argv = [str(main_module.__file__), *request["argv"]]  # as `-m` sets it

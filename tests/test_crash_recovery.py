@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lace.runtime.crash import CRASH_EXIT_CODE, POINTS
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import MANY_PROMPT, board_rows, final_board, lace, lace_env
 
 PROMPT = "Write the announcement and list the risks"
@@ -83,8 +83,7 @@ def diamond_run(home: Path, *argv: str, crash_at: str | None = None,
     """`lace` with the scripted diamond of `tests.diamond` in a child process."""
     env = lace_env(home, LACE_TEST_PROVIDERS="1",
                    **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
-    return subprocess.run([sys.executable, "-m", "tests.diamond_process", *argv], cwd=REPO_ROOT,
-                          capture_output=True, text=True, env=env, timeout=120)
+    return run_lace(list(argv), env=env, cwd=REPO_ROOT, module="tests.diamond_process")
 
 
 DIAMOND_CRASHES = [*(f"after_tool_effect@{n}" for n in (2, 3, 4, 6, 7, 8)),

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from lace.cli.run import EXIT_TERMINATED
-from tests.lace_forks import LACE, ForkedLace, lace_popen, needs_a_new_interpreter, run_lace
+from tests.lace_forks import (
+    LACE,
+    REPO_ROOT,
+    ForkedLace,
+    lace_popen,
+    needs_a_new_interpreter,
+    run_lace,
+)
 from tests.processes import lace_env
 
 
@@ -31,6 +38,23 @@ def test_a_forked_command_answers_as_a_new_interpreter_does(tmp_path: Path,
                                            for text in (done.stdout, done.stderr))))
     assert answers[0] == answers[1]
     assert answers[0][0] == (0 if argv[0] in ("--help", "config", "run") else 2)  # no board yet
+
+
+def test_a_forked_test_driver_runs_its_module_as_main_as_a_new_interpreter_does(
+        tmp_path: Path) -> None:
+    """`python -m tests.diamond_process ...` (its scripted models installed, then lace's command
+    line) forked and started: the same run, to the same final answer."""
+    answers = []
+    for home, forked in ((tmp_path / "forked", True), (tmp_path / "started", False)):
+        argv = ["run", "Plan it.", "--model", "scripted/root"]
+        env = lace_env(home, LACE_TEST_PROVIDERS="1")
+        done = (run_lace(argv, env=env, cwd=REPO_ROOT, module="tests.diamond_process") if forked
+                else subprocess.run([sys.executable, "-m", "tests.diamond_process", *argv],
+                                    env=env, cwd=REPO_ROOT, text=True, capture_output=True,
+                                    timeout=60, check=False))
+        answers.append((done.returncode, _unnamed(done.stdout, home)))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 0 and answers[0][1].strip()
 
 
 def _unnamed(text: str, home: Path) -> str:

@@ -5,12 +5,12 @@ what it wrote before and after the crash."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from lace.runtime.crash import CRASH_EXIT_CODE
 from tests.conftest import query
 from tests.gitrepos import git, new_repository, status
+from tests.lace_forks import run_lace
 from tests.processes import lace_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -23,9 +23,8 @@ def run(home: Path, repo: Path, *argv: str, crash_at: str | None = None,
     config.write_text('[workspace]\nisolation = "worktree"\n')
     env = lace_env(home, LACE_TEST_PROVIDERS="1",
                    **({"LACE_CRASH_AT": crash_at} if crash_at else {}))
-    return subprocess.run([sys.executable, "-m", "tests.worktree_process", *argv,
-                           "--workspace", str(repo), "--yes"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, env=env, timeout=120)
+    return run_lace([*argv, "--workspace", str(repo), "--yes"], env=env, cwd=REPO_ROOT,
+                    module="tests.worktree_process")
 
 
 def test_a_helper_resumed_after_a_crash_continues_in_its_worktree(tmp_path: Path) -> None:
