@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
+import subprocess
+from asyncio.streams import FlowControlMixin
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp import PROTOCOL_VERSION, RequestError, text_block
+from acp.client.connection import ClientSideConnection
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
@@ -22,6 +24,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from tests.lace_forks import LACE, lace_popen
 from tests.processes import lace_env
 
 Choice = Callable[[Any], str | None]
@@ -89,23 +92,50 @@ class Editor:
 @contextlib.asynccontextmanager
 async def lace_acp(editor: Editor, home: Path, *argv: str,
                    **env: str) -> AsyncIterator[tuple[Any, Any]]:
-    """`python -m lace acp *argv` on `home`, its stderr in `home`-stderr.log, initialized;
-    yields the connection and the process."""
+    """`python -m lace acp *argv` on `home` (forked from the test's fork server; still its own
+    process on real pipes), its stderr in `home`-stderr.log, initialized; yields the
+    connection and the process. Its end is the SDK's: stdin closed, then a 2 s grace, then
+    SIGTERM, then SIGKILL."""
     home.mkdir(parents=True, exist_ok=True)
-    log = (home.parent / f"{home.name}-stderr.log").open("ab")
-    try:
-        async with spawn_agent_process(
-                editor, sys.executable, "-m", "lace", "acp", *argv,
-                env=lace_env(home, **env), transport_kwargs={"stderr": log}) as (conn, process):
-            answer = await asyncio.wait_for(conn.initialize(
-                protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(
-                    fs=FileSystemCapabilities(read_text_file=editor.fs,
-                                              write_text_file=editor.fs))),
-                60)
-            assert answer.protocol_version == 1
-            yield conn, process
-    finally:
-        log.close()
+    with (home.parent / f"{home.name}-stderr.log").open("ab") as log, lace_popen(
+            [*LACE, "acp", *argv], env=lace_env(home, **env), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=log) as process:
+        try:
+            reader, writer = await _pipe_streams(process)
+            conn = ClientSideConnection(editor, writer, reader)
+            try:
+                answer = await asyncio.wait_for(conn.initialize(
+                    protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(
+                        fs=FileSystemCapabilities(read_text_file=editor.fs,
+                                                  write_text_file=editor.fs))),
+                    60)
+                assert answer.protocol_version == 1
+                yield conn, process
+            finally:
+                await conn.close()
+                writer.close()
+        finally:
+            await _ended(process)
+
+
+async def _pipe_streams(process: subprocess.Popen[bytes],
+                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    assert process.stdin is not None and process.stdout is not None
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+    transport, protocol = await loop.connect_write_pipe(FlowControlMixin, process.stdin)
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def _ended(process: subprocess.Popen[bytes]) -> None:
+    for stop in (None, process.terminate, process.kill):
+        if stop is not None:
+            stop()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(process.wait, 2)
+            return
+    await asyncio.to_thread(process.wait)
 
 
 async def prompt(conn: Any, session_id: str, text: str, timeout: float = 90) -> Any:

@@ -37,7 +37,7 @@ FORKED_MODULES = ("lace", "tests.diamond_process", "tests.worktree_process")
 command line with scripted models installed."""
 PRELOADED = ("lace.__main__", "lace.runtime", "lace.store", "lace.config", "lace.tui.factory",
              "sqlalchemy.dialects.sqlite", "sqlalchemy.dialects.postgresql.psycopg",
-             "openai", "openai.types.chat")
+             "openai", "openai.types.chat", "acp", "acp.schema")
 """Modules the server imports before it forks (what most commands import, and the SDK),
 besides every module of `lace.cli`."""
 STARTUP_SETTINGS = ("PYTHON", "LC_", "LANG")
