@@ -76,16 +76,10 @@ def postgres_server() -> Iterator[postgres.PostgresServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def empty_databases(postgres_server: postgres.PostgresServer) -> postgres.DatabasePool:
-    return postgres.DatabasePool(postgres_server, template=None)
-
-
 @pytest.fixture
-def postgres_url(empty_databases: postgres.DatabasePool) -> Iterator[str]:
-    """`postgresql://postgres@127.0.0.1:PORT/NAME` of a new empty database (its connections
-    ended after the test)."""
-    with empty_databases.database() as url:
+def postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
+    """`postgresql://postgres@127.0.0.1:PORT/NAME` of a new empty database, dropped after."""
+    with postgres_server.fresh_database() as url:
         yield url
 
 
@@ -102,18 +96,12 @@ def postgres_template(postgres_server: postgres.PostgresServer) -> str:
     return POSTGRES_TEMPLATE
 
 
-@pytest.fixture(scope="session")
-def migrated_databases(postgres_server: postgres.PostgresServer,
-                       postgres_template: str) -> postgres.DatabasePool:
-    return postgres.DatabasePool(postgres_server, template=postgres_template)
-
-
 @pytest.fixture
-def migrated_postgres_url(migrated_databases: postgres.DatabasePool) -> Iterator[str]:
-    """The URL of a new database at lace's head revision (a copy of the template, made with
-    others in a batch, where migrating takes about half a second; its connections ended after
-    the test)."""
-    with migrated_databases.database() as url:
+def migrated_postgres_url(postgres_server: postgres.PostgresServer,
+                          postgres_template: str) -> Iterator[str]:
+    """The URL of a new database at lace's head revision (a copy of the template, ~20 ms where
+    migrating takes about half a second), dropped after."""
+    with postgres_server.fresh_database(template=postgres_template) as url:
         yield url
 
 

@@ -148,44 +148,6 @@ class PostgresServer:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-class DatabasePool:
-    """New databases of a server (empty, or copies of `template`) made and dropped in batches:
-    a CREATE DATABASE then a DROP DATABASE per test cost the server about 0.2 s of CPU each
-    (their checkpoints), against about 0.07 s in batches of ten. A database is used by one test;
-    its connections are ended when the test ends, and it is dropped with the next batch."""
-
-    def __init__(self, server: PostgresServer, template: str | None, batch: int = 10) -> None:
-        self.server, self.template, self.batch = server, template, batch
-        self.ready: list[str] = []
-        self.used: list[str] = []
-
-    @contextlib.contextmanager
-    def database(self) -> Iterator[str]:
-        """The URL of a database no one used before."""
-        if not self.ready:
-            self._create_batch()
-        name = self.ready.pop()
-        try:
-            yield self.server.url(name)
-        finally:
-            with psycopg.connect(self.server.url(), autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = %s", (name,))
-                self.used.append(name)
-                if len(self.used) >= self.batch:
-                    for used in self.used:
-                        admin.execute(f'DROP DATABASE IF EXISTS "{used}" WITH (FORCE)')
-                    self.used.clear()
-
-    def _create_batch(self) -> None:
-        copy_of = f' TEMPLATE "{self.template}"' if self.template else ""
-        with psycopg.connect(self.server.url(), autocommit=True) as admin:
-            for _ in range(self.batch):
-                name = f"test_{uuid.uuid4().hex[:12]}"
-                admin.execute(f'CREATE DATABASE "{name}"{copy_of} STRATEGY FILE_COPY')
-                self.ready.append(name)
-
-
 def stop_cluster(bindir: Path, folder: Path) -> None:
     """`pg_ctl stop -m immediate` if it runs, then the folder is removed."""
     if (folder / "data" / "postmaster.pid").exists():
