@@ -8,7 +8,9 @@ import argparse
 import asyncio
 import logging
 import os
+import selectors
 import signal
+import stat
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings
 from lace.cli.run import model_client, usable_model
+from lace.core.errors import LaceError
 from lace.runtime.public import DaemonThreads
 
 if TYPE_CHECKING:
@@ -30,6 +33,11 @@ with a few files embedded fits; a longer line is dropped, with a line on stderr.
 def acp_command(args: argparse.Namespace) -> int:
     """Check the settings and the model first (one line on stderr when bad), then serve ACP on
     stdio until the editor closes stdin (or SIGINT, SIGTERM)."""
+    for descriptor, name, event in ((0, "stdin", selectors.EVENT_READ),
+                                    (1, "stdout", selectors.EVENT_WRITE)):
+        if not _watchable(descriptor, event):
+            raise LaceError(f"lace acp speaks ACP on pipes, as an editor starts it; its {name} "
+                            "is a file here")
     settings = runtime_settings(args)
     model = usable_model(args.model or settings.model)
     board = board_of(args, create=True)
@@ -37,6 +45,20 @@ def acp_command(args: argparse.Namespace) -> int:
                         format="lace acp: %(levelname)s %(name)s: %(message)s")
     protocol_out = _take_stdout()
     return asyncio.run(_serve(args, board, model, protocol_out))
+
+
+def _watchable(descriptor: int, event: int) -> bool:
+    """Whether the event loop can watch `descriptor` (a pipe, a socket or a terminal; not a
+    file or /dev/null, on which it fails, and the process hung with a traceback)."""
+    if not stat.S_ISFIFO(mode := os.fstat(descriptor).st_mode) and not stat.S_ISSOCK(mode) \
+            and not stat.S_ISCHR(mode):
+        return False
+    with selectors.DefaultSelector() as selector:
+        try:
+            selector.register(descriptor, event)
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def _take_stdout() -> int:

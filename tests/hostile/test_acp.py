@@ -240,3 +240,21 @@ def test_no_acp_agent_outlives_lace_even_killed(tmp_path: Path) -> None:
         finally:
             lace.kill()
             lace.wait(10)
+
+
+@pytest.mark.parametrize("stdin", ["/dev/null", "a-file"])
+def test_lace_acp_on_a_file_says_so_in_one_line_and_writes_nothing(tmp_path: Path,
+                                                                  stdin: str) -> None:
+    """Started with a file (or /dev/null) as stdin, as a script might by mistake: the event
+    loop cannot watch it (lace acp printed tracebacks, then hung with its threads alive)."""
+    source = Path(stdin) if stdin.startswith("/") else tmp_path / stdin
+    if not source.exists():
+        source.write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize"}) + "\n")
+    home = tmp_path / "home"
+    with source.open("rb") as given:
+        done = subprocess.run([sys.executable, "-m", "lace", "acp"], stdin=given,
+                              capture_output=True, text=True, env=lace_env(home), timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == ["lace: error: lace acp speaks ACP on pipes, as an "
+                                        "editor starts it; its stdin is a file here"]
+    assert done.stdout == "" and not home.exists()
