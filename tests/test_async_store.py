@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from lace.core.errors import InvalidTransitionError
+from lace.core.records import NewAgent
 from lace.runtime.database import MAX_BATCH, AsyncStore
-from lace.store import Store, Tx
+from lace.store import Store, Tx, schema
 from lace.store.engines.postgresql import CHANNEL
 from tests.conftest import is_postgres, new_session, query
 
@@ -134,6 +135,58 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
     assert isinstance(second, InvalidTransitionError)
     assert [(event_id, int(n)) for event_id, n in kept] == [(first, 1), (third, 3)]
     assert commits() == 1  # one transaction for the three
+
+
+async def test_a_write_the_database_refuses_fails_its_own_caller_alone(
+        store: Store, db_path: Path) -> None:
+    """On a server a write whose answer nobody reads waits for the next statement of its work,
+    or the end of the work, to go out with it (`deferred_writes`): the database's refusal
+    still fails that work, and that work alone, whether it comes with a read or at the end."""
+    db = AsyncStore(store)
+    session = new_session(store)
+    twin = NewAgent(thread_id=session.id, name="twin", provider="demo", model="worker")
+
+    def append(n: int) -> Callable[[Tx], int]:
+        return lambda tx: tx.events.append(session.id, "user_message", {"n": n})
+
+    def twin_last(tx: Tx) -> None:
+        append(2)(tx)
+        tx.agents.create(twin)  # its row's key is taken: refused, with nothing after it
+
+    def twin_then_read(tx: Tx) -> str:
+        tx.agents.create(twin)
+        return tx.threads.get(session.id).id  # the refusal comes with this read
+
+    outcomes = await asyncio.gather(
+        db.write(append(1)), db.write(twin_last), db.write(twin_then_read), db.write(append(4)),
+        return_exceptions=True)
+    kept = query(db_path, "SELECT id, json_extract(data, '$.n') FROM events "
+                          "WHERE type = 'user_message' ORDER BY id")
+    db.close()
+    assert [type(outcome) for outcome in outcomes[1:3]] == [sa.exc.IntegrityError] * 2
+    assert [(event_id, int(n)) for event_id, n in kept] == [(outcomes[0], 1), (outcomes[3], 4)]
+
+
+async def test_a_write_is_seen_by_every_statement_after_it_in_its_transaction(
+        store: Store, db_path: Path) -> None:
+    """A write that waits to go out with the next statement (`deferred_writes`, on a server)
+    goes before it, whether that statement is a prepared one or SQLAlchemy's."""
+    db = AsyncStore(store)
+    session = new_session(store)
+    agents = schema.agent_metadata.c
+
+    def change_then_read(tx: Tx) -> tuple[str, int]:
+        tx.agents.set_status(session.id, "running")
+        status = tx.connection.execute(sa.select(agents.status).where(
+            agents.thread_id == session.id)).scalar_one()
+        tx.agents.count_turn(session.id)
+        return status, tx.agents.get(session.id).turns
+
+    seen = await db.write(change_then_read)
+    db.close()
+    assert seen == ("running", 1)
+    assert query(db_path, "SELECT status, turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [("running", 1)]
 
 
 async def test_reads_asked_together_each_get_their_own_answer_or_error(

@@ -38,6 +38,7 @@ from lace.store import Store, Tx
 from lace.store.agent_rows import AgentCache
 from lace.store.engines import LockBusyError, driver
 from lace.store.engines.reconnect import is_retried
+from lace.store.prepared import deferred_writes
 from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
@@ -85,14 +86,17 @@ class _WorkFailed(Exception):
 def _run_together(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
                   undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
     """On a server: each work in the open transaction of `connection`, with no SAVEPOINT
-    between them (each would cost a round trip); a work's own error undoes the batch
+    between them (each would cost a round trip) and its writes sent with its next statement
+    (`deferred_writes`); a work's own error undoes the batch
     (`_WorkFailed`); one that `undoes_all`, or a fault, is raised as it is."""
     outcomes: list[Outcome] = []
     agents = AgentCache()  # one transaction, undone whole: the works share what they read
+    raw = driver(connection)
     for index, (work, future) in enumerate(batch):
         log = EffectLog()
         try:
-            result = work(Tx(connection, log, agents))
+            with deferred_writes(raw):  # its writes ride with its reads: fewer round trips
+                result = work(Tx(connection, log, agents))
         except Exception as error:
             if len(batch) == 1 or undoes_all(error) or is_retried(error):
                 raise

@@ -72,7 +72,7 @@ class AgentRows(Rows):
             cost_usd=0.0, created_at=now, updated_at=now, host=host, workspace=workspace,
             inert=bool(parent and parent.inert))
         values = vars(agent)
-        insert_into("agent_metadata", tuple(values)).run(self.raw, values)
+        insert_into("agent_metadata", tuple(values)).send(self.raw, values)
         return self.cache.keep(agent)
 
     def to_claim(self, thread_id: str) -> Agent | None:
@@ -110,18 +110,18 @@ class AgentRows(Rows):
     def count_turn(self, thread_id: str) -> None:
         """One more turn for this agent."""
         self.cache.forget(thread_id)
-        sql.COUNT_TURN.run(self.raw, {"agent": thread_id})
+        sql.COUNT_TURN.send(self.raw, {"agent": thread_id})
 
     def set_status(self, thread_id: str, status: str) -> None:
         """Change an agent's status unless it was stopped (only resuming it undoes that)."""
         self.cache.forget(thread_id)
-        sql.SET_STATUS.run(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
+        sql.SET_STATUS.send(self.raw, {"agent": thread_id, "new_status": status, "now": now_iso()})
 
     def update(self, thread_id: str, **values: Any) -> None:
         """Change columns of an agent row (text credential-masked)."""
         self.cache.forget(thread_id)
         values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
-        update_by_key("agent_metadata", tuple(values)).run(
+        update_by_key("agent_metadata", tuple(values)).send(
             self.raw, {**values, "key_value": thread_id})
 
     def of_session(self, root_id: str) -> list[Agent]:

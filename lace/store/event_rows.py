@@ -30,7 +30,7 @@ class EventRows(Rows):
             "created_at": now})
         if thread_id not in self._touched:  # once per transaction is enough
             self._touched.add(thread_id)
-            sql.TOUCH_THREAD.run(self.raw, {"thread": thread_id, "now": now})
+            sql.TOUCH_THREAD.send(self.raw, {"thread": thread_id, "now": now})
         return event_id
 
     def latest(self, thread_id: str, count: int) -> tuple[list[Event], int]:

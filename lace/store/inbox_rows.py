@@ -95,7 +95,7 @@ class InboxRows(Rows):
         """The pending messages of a thread, marked consumed in this transaction."""
         items = self.pending(thread_id)
         if items:  # exactly these rows: this transaction holds the write lock
-            sql.CONSUME_INBOX.run(self.raw, {"thread": thread_id, "now": now_iso()})
+            sql.CONSUME_INBOX.send(self.raw, {"thread": thread_id, "now": now_iso()})
         return items
 
     def consume_notices(self, thread_id: str, task_ids: list[str]) -> None:

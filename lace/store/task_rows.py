@@ -97,7 +97,7 @@ class TaskRows(Rows):
                   "assigned_to": assigned_to, "created_by": created_by,
                   "thread_id": session_id, "created_at": now, "updated_at": now,
                   "batch": batch}
-        sql.INSERT_TASK.run(self.raw, values)
+        sql.INSERT_TASK.send(self.raw, values)
         self.effects.task(task_id)
         return record(Task, {**values, "note_count": 0, "notes": ()})
 
@@ -115,7 +115,7 @@ class TaskRows(Rows):
         """Change columns of a task row (text credential-masked); returns its new
         `updated_at`."""
         values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
-        update_by_key("tasks", tuple(values)).run(self.raw, {**values, "key_value": task_id})
+        update_by_key("tasks", tuple(values)).send(self.raw, {**values, "key_value": task_id})
         self.effects.task(task_id)
         return str(values["updated_at"])
 

@@ -35,7 +35,7 @@ class ThreadRows(Rows):
         thread_id = thread_id or ids.new_root_thread_id()
         thread = Thread(id=thread_id, parent_id=None, root_id=thread_id, title=title,
                         created_at=now, updated_at=now)
-        sql.INSERT_THREAD.run(self.raw, vars(thread))
+        sql.INSERT_THREAD.send(self.raw, vars(thread))
         self.agents.create(NewAgent(thread_id=thread.id, name=name, provider=provider,
                                     model=model, tools=tools, place=place))
         return thread
@@ -56,7 +56,7 @@ class ThreadRows(Rows):
         thread = Thread(id=ids.child_thread_id(parent_id, highest + 1), parent_id=parent_id,
                         root_id=root_id, title=title, created_at=now, updated_at=now,
                         trace_parent=trace_parent)
-        sql.INSERT_THREAD.run(self.raw, vars(thread))
+        sql.INSERT_THREAD.send(self.raw, vars(thread))
         return thread
 
     def get(self, thread_id: str) -> Thread:

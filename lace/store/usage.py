@@ -70,7 +70,7 @@ class UsageRows(Rows):
         cost = plausible_cost(cost_usd)
         now = now_iso()
         error = None if error is None else mask(error, credential_values())
-        sql.INSERT_LLM_CALL.run(self.raw, {
+        sql.INSERT_LLM_CALL.send(self.raw, {
             "thread_id": thread_id, "model": model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "cost_usd": cost,
             "latency_ms": latency_ms, "error": error, "created_at": now,
@@ -78,7 +78,7 @@ class UsageRows(Rows):
             "cache_write_tokens": _part(cache_write_tokens, prompt_tokens),
             "reasoning_tokens": _part(reasoning_tokens, completion_tokens)})
         self.cache.forget(thread_id)
-        sql.ADD_USAGE.run(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
+        sql.ADD_USAGE.send(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
                                   "add_out": completion_tokens, "add_cost": cost or 0.0,
                                   "now": now})
 
@@ -86,7 +86,7 @@ class UsageRows(Rows):
         """Set tokens aside for a model call in flight: they count against budgets until
         `release` gives them back (in the transaction that records the call)."""
         self.cache.forget(thread_id)
-        sql.RESERVE_TOKENS.run(self.raw, {"agent": thread_id, "add": tokens})
+        sql.RESERVE_TOKENS.send(self.raw, {"agent": thread_id, "add": tokens})
 
     def release(self, thread_id: str, tokens: int) -> None:
         """Give back tokens reserved for a call that is over."""

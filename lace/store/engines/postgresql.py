@@ -39,6 +39,7 @@ from lace.store.engines.base import (
     Polling,
     driver,
 )
+from lace.store.prepared import send_queued
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
@@ -248,6 +249,10 @@ class PostgreSQL:
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             bind_text_without_nul(dbapi_connection)
             dbapi_connection.autocommit = True
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _writes_first(_connection: sa.Connection, cursor: Any, *_args: Any) -> None:
+            send_queued(cursor.connection)  # the writes queued before it (`deferred_writes`)
 
         @event.listens_for(engine, "begin")
         def _on_begin(connection: sa.Connection) -> None:
