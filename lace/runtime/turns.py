@@ -127,6 +127,10 @@ class TurnRunner:
     """The fallback models of an agent with this profile (`Settings.fallbacks_for`)."""
     acp_agents: Mapping[str, AcpAgent] = field(default_factory=dict)
     """The `[acp_agents]` an `acp:NAME` agent's turn starts."""
+    token_capped: set[str] = field(default_factory=set)
+    """Threads whose turn found tokens capped in their chain: their next model calls go
+    straight to the write that checks the budgets and sets tokens aside (one read fewer
+    each); forgotten when the turn ends."""
     slots: Slots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -143,10 +147,13 @@ class TurnRunner:
         if start is None:
             raise AlreadyRunningError(thread_id)
         self.leases[thread_id] = start.lease  # the scheduler drops it when the drive ends
-        async with self.tools.tracing.agent_turn(start.agent):  # its `invoke_agent` span
-            if start.agent.provider == ACP_PROVIDER:  # an external ACP agent works this turn
-                return await AcpTurn(self, start, self.acp_agents.get(start.agent.model)).run()
-            return await self._run(start, started)
+        try:
+            async with self.tools.tracing.agent_turn(start.agent):  # its `invoke_agent` span
+                if start.agent.provider == ACP_PROVIDER:  # an external ACP agent works
+                    return await AcpTurn(self, start, self.acp_agents.get(start.agent.model)).run()
+                return await self._run(start, started)
+        finally:
+            self.token_capped.discard(thread_id)
 
     async def _run(self, start: TurnStart, started: float) -> str | None:
         agent, lease, messages = start.agent, start.lease, start.messages
@@ -287,8 +294,13 @@ class TurnRunner:
             return estimate_tokens(messages, schema_characters(tools)) + self.limits.reserve_tokens
 
         while True:
-            halt, capped = await self.db.read(functools.partial(
-                check_before_call, thread_id=agent.thread_id, budgets=self.budgets))
+            if agent.thread_id in self.token_capped:  # the write below checks everything
+                halt, capped = None, True
+            else:
+                halt, capped = await self.db.read(functools.partial(
+                    check_before_call, thread_id=agent.thread_id, budgets=self.budgets))
+                if capped:  # a model switch lifting it is seen by the write, adding one here
+                    self.token_capped.add(agent.thread_id)
             reserved = 0
             if halt is None and capped:  # set tokens aside, checking again in the same write
                 halt, reserved = await self.db.write(fenced(lease, functools.partial(
