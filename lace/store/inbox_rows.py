@@ -39,17 +39,16 @@ class InboxRows(Rows):
         self, thread_id: str, *, sender: str, kind: str, text: str,
         task_id: str | None = None, priority: str = "normal", wakes: bool = True,
         held_for: str | None = None,
-    ) -> int:
+    ) -> None:
         """Put a message in a thread's inbox (credential values masked); a row that does not
         `wake` the thread waits for its next turn, one `held_for` a batch waits for the
         batch's notice (`release_held`)."""
         wakes = wakes and held_for is None
-        inbox_id = sql.INSERT_INBOX.inserted_id(self.raw, {
+        sql.INSERT_INBOX.send(self.raw, {
             "thread_id": thread_id, "sender": sender, "task_id": task_id, "kind": kind,
             "text": mask(text, credential_values()), "priority": priority, "wakes": wakes,
             "held_for": held_for, "created_at": now_iso()})
         self.effects.notice(Notice(thread_id, kind, task_id, wakes))
-        return inbox_id
 
     def notify(self, recipient: str | None, *, sender: str, kind: str, text: str,
                task_id: str, wakes: bool = True, held_for: str | None = None) -> None:
