@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +50,13 @@ class NoteRows(Rows):
         return [record(Note, row) for row in rows]
 
 
+def _stored_as_is(value: Any) -> bool:
+    """Whether a column value reads back as written (no JSON, no NUL for PostgreSQL's text
+    to replace)."""
+    return value is None or isinstance(value, int | float) or (
+        isinstance(value, str) and "\x00" not in value)
+
+
 class TaskRows(Rows):
     """Task rows as given: inserted, read, queried and changed."""
 
@@ -58,6 +66,9 @@ class TaskRows(Rows):
         self.notes = notes
         self.effects = effects
         self._fresh_ids: list[str] = []  # checked unused by `reserve_ids`, taken in order
+        self._read: dict[str, Mapping[str, Any]] = {}
+        """The rows `get` read in this transaction, with the changes it made to them since:
+        a completion reads its task once, not three times."""
 
     def reserve_ids(self, count: int) -> None:
         """Make the next `count` inserts take ids checked unused in one read (a task_create
@@ -104,7 +115,11 @@ class TaskRows(Rows):
     def get(self, task_id: str, *, session_id: str | None = None,
             with_notes: bool = False) -> Task:
         """One task; NotFoundError if unknown or of another session than `session_id`."""
-        row = sql.TASK_BY_ID.first(self.raw, {"task": task_id})
+        row = self._read.get(task_id)
+        if row is None:
+            row = sql.TASK_BY_ID.first(self.raw, {"task": task_id})
+            if row is not None:
+                self._read[task_id] = row
         if row is None or (session_id is not None and row["thread_id"] != session_id):
             raise NotFoundError(
                 f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
@@ -117,6 +132,9 @@ class TaskRows(Rows):
         values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
         update_by_key("tasks", tuple(values)).send(self.raw, {**values, "key_value": task_id})
         self.effects.task(task_id)
+        read = self._read.pop(task_id, None)
+        if read is not None and all(_stored_as_is(value) for value in values.values()):
+            self._read[task_id] = {**read, **values}
         return str(values["updated_at"])
 
     def held_assignment(self, task_id: str) -> dict[str, Any] | None:
@@ -129,8 +147,12 @@ class TaskRows(Rows):
 
     def batch_of(self, task_id: str) -> str | None:
         """The batch a task belongs to (None: it notifies its creator on its own)."""
-        tasks = schema.tasks
-        batch = self._execute(sa.select(tasks.c.batch).where(tasks.c.id == task_id)).scalar()
+        read = self._read.get(task_id)
+        if read is not None:
+            batch = read["batch"]
+        else:
+            tasks = schema.tasks
+            batch = self._execute(sa.select(tasks.c.batch).where(tasks.c.id == task_id)).scalar()
         return batch if isinstance(batch, str) else None
 
     def batch_has_free_task(self, batch: str) -> bool:
