@@ -46,6 +46,31 @@ def test_a_subtree_sums_its_agents_and_no_sibling_whose_id_shares_a_prefix(
     assert (everything.tokens, everything.turns, everything.cost_usd) == (1115, 4, 2.0)
 
 
+def test_a_sum_read_in_a_transaction_follows_what_the_transaction_writes_after_it(
+        store: Store, session: Thread) -> None:
+    """A batch of reservations by many agents of a session sums its usage once: each later
+    one sees the earlier ones' tokens set aside, as if it had summed the rows again."""
+    child, other = spawn_child(store, session.id), spawn_child(store, session.id)
+    use(store, child, 100, reserved=7)
+    with store.transaction() as tx:
+        before = tx.usage.subtree(session.id)
+        tx.usage.reserve(other, 50)
+        tx.usage.record_call(child, model="demo/x", prompt_tokens=20, completion_tokens=5,
+                             cost_usd=0.25, latency_ms=1.0)
+        tx.agents.count_turn(other)
+        tx.agents.get(child)  # as a claim reads the row it then resets
+        tx.agents.update(child, tokens_reserved=0)
+        after = tx.usage.subtree(session.id)
+        tx.usage.release(other, 50)  # held at 0 by its statement: summed again
+        released = tx.usage.subtree(session.id)
+    with store.transaction() as tx:
+        fresh = tx.usage.subtree(session.id)
+    assert (before.tokens, before.reserved, before.turns, before.cost_usd) == (101, 7, 1, 0.5)
+    assert (after.tokens, after.reserved, after.turns, after.cost_usd) == (126, 50, 2, 0.75)
+    assert released == fresh
+    assert (fresh.tokens, fresh.reserved, fresh.turns, fresh.cost_usd) == (126, 0, 2, 0.75)
+
+
 @pytest.mark.sqlite_only
 def test_the_sum_reads_the_index_not_the_agent_rows(db_path: Path, store: Store,
                                                      session: Thread) -> None:

@@ -36,6 +36,22 @@ def plausible_cost(value: Any) -> float | None:
     return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
 
 
+
+@dataclass(frozen=True)
+class Usage:
+    """What a subtree (an agent and everything below it) has used."""
+
+    tokens: int
+    cost_usd: float
+    turns: int
+    reserved: int = 0
+    """Tokens set aside for model calls in flight."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.tokens + other.tokens, self.cost_usd + other.cost_usd,
+                     self.turns + other.turns, self.reserved + other.reserved)
+
+
 @dataclass(frozen=True)
 class CallTokens:
     """The tokens of one model call: `prompt` counts every input token, the part read from the

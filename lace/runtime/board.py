@@ -15,7 +15,7 @@ from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Event, Note, SessionSummary, Task, Thread
-from lace.core.usage import CallGroup
+from lace.core.usage import CallGroup, Usage
 from lace.runtime.acp_worker import acp_checked
 from lace.runtime.hook_points import submitted_alone
 from lace.runtime.outcome import Outcome, read_outcome
@@ -32,7 +32,6 @@ from lace.store import Store, Tx, open_database
 from lace.store.engines import ChangeFeed
 from lace.store.export_format import SessionDocument
 from lace.store.transfer import Imported, export_session, import_session
-from lace.store.usage import Usage
 from lace.tools.base import ToolContext, ToolResult
 
 NO_SESSION = "No session yet: start one with lace run \"...\" or lace task add \"...\"."

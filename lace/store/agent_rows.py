@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,11 +14,15 @@ from lace.core.ids import root_of
 from lace.core.records import Agent, NewAgent
 from lace.core.secrets import mask_data
 from lace.core.tool_names import needs_workspace
+from lace.core.usage import Usage
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.prepared import insert_into, update_by_key
 from lace.store.rows import Rows, record
+
+TOTALS = frozenset({"tokens_in", "tokens_out", "cost_usd", "turns", "tokens_reserved"})
+"""The columns of an agent row that subtree usage sums."""
 
 
 class AgentCache:
@@ -27,6 +31,7 @@ class AgentCache:
 
     def __init__(self) -> None:
         self._agents: dict[str, Agent] = {}
+        self._usage: dict[str, Usage] = {}  # by subtree, with this transaction's own changes
 
     def get(self, thread_id: str) -> Agent | None:
         """The row as this transaction last saw it, if it did."""
@@ -43,6 +48,26 @@ class AgentCache:
 
     def __contains__(self, thread_id: str) -> bool:
         return thread_id in self._agents
+
+    def usage(self, owner: str) -> Usage | None:
+        """What the subtree of `owner` used, as this transaction last summed it, if it did."""
+        return self._usage.get(owner)
+
+    def keep_usage(self, owner: str, usage: Usage) -> Usage:
+        """Remember the sum over the subtree of `owner`; returns it."""
+        self._usage[owner] = usage
+        return usage
+
+    def used(self, thread_id: str, more: Usage) -> None:
+        """This transaction added `more` to the totals of `thread_id`'s row: every sum kept
+        over a subtree holding it follows."""
+        for owner, usage in self._usage.items():
+            if thread_id == owner or thread_id.startswith(f"{owner}."):
+                self._usage[owner] = usage + more
+
+    def forget_usage(self) -> None:
+        """Totals changed by an amount not known here: sum again next time."""
+        self._usage.clear()
 
 
 class AgentRows(Rows):
@@ -111,6 +136,7 @@ class AgentRows(Rows):
         """One more turn for this agent."""
         self.cache.forget(thread_id)
         sql.COUNT_TURN.send(self.raw, {"agent": thread_id})
+        self.cache.used(thread_id, Usage(tokens=0, cost_usd=0.0, turns=1))
 
     def set_status(self, thread_id: str, status: str) -> None:
         """Change an agent's status unless it was stopped (only resuming it undoes that)."""
@@ -119,10 +145,28 @@ class AgentRows(Rows):
 
     def update(self, thread_id: str, **values: Any) -> None:
         """Change columns of an agent row (text credential-masked)."""
+        self._follow_totals(thread_id, values)
         self.cache.forget(thread_id)
         values = {**mask_data(values, credential_values()), "updated_at": now_iso()}
         update_by_key("agent_metadata", tuple(values)).send(
             self.raw, {**values, "key_value": thread_id})
+
+    def _follow_totals(self, thread_id: str, values: Mapping[str, Any]) -> None:
+        """Keep the subtree sums of `cache` right across a change of the row's totals (a
+        claim sets the tokens reserved to 0): by the difference from the row as read, else
+        by summing again."""
+        changed = TOTALS.intersection(values)
+        if not changed:
+            return
+        before = self.cache.get(thread_id)
+        if before is None:
+            self.cache.forget_usage()
+            return
+        difference = {name: values[name] - getattr(before, name) for name in changed}
+        self.cache.used(thread_id, Usage(
+            tokens=difference.get("tokens_in", 0) + difference.get("tokens_out", 0),
+            cost_usd=difference.get("cost_usd", 0.0), turns=difference.get("turns", 0),
+            reserved=difference.get("tokens_reserved", 0)))
 
     def of_session(self, root_id: str) -> list[Agent]:
         """Every agent row of a session."""

@@ -3,14 +3,19 @@ tokens reserved for calls in flight."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from lace.core.clock import now_iso
 from lace.core.secrets import mask
-from lace.core.usage import MAX_CALL_TOKENS, CallGroup, plausible_cost, plausible_tokens
+from lace.core.usage import (
+    MAX_CALL_TOKENS,
+    CallGroup,
+    Usage,
+    plausible_cost,
+    plausible_tokens,
+)
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
@@ -36,17 +41,6 @@ def _part(tokens: int | None, whole: int) -> int | None:
     or cannot be a part of it."""
     checked = plausible_tokens(tokens)
     return checked if checked is not None and checked <= whole else None
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What a subtree (an agent and everything below it) has used."""
-
-    tokens: int
-    cost_usd: float
-    turns: int
-    reserved: int = 0
-    """Tokens set aside for model calls in flight."""
 
 
 class UsageRows(Rows):
@@ -81,12 +75,18 @@ class UsageRows(Rows):
         sql.ADD_USAGE.send(self.raw, {"agent": thread_id, "add_in": prompt_tokens,
                                   "add_out": completion_tokens, "add_cost": cost or 0.0,
                                   "now": now})
+        self.cache.used(thread_id, Usage(tokens=prompt_tokens + completion_tokens,
+                                         cost_usd=cost or 0.0, turns=0))
 
     def reserve(self, thread_id: str, tokens: int) -> None:
         """Set tokens aside for a model call in flight: they count against budgets until
         `release` gives them back (in the transaction that records the call)."""
         self.cache.forget(thread_id)
         sql.RESERVE_TOKENS.send(self.raw, {"agent": thread_id, "add": tokens})
+        if tokens >= 0:
+            self.cache.used(thread_id, Usage(tokens=0, cost_usd=0.0, turns=0, reserved=tokens))
+        else:  # the statement holds it at 0: read the sums again
+            self.cache.forget_usage()
 
     def release(self, thread_id: str, tokens: int) -> None:
         """Give back tokens reserved for a call that is over."""
@@ -95,12 +95,18 @@ class UsageRows(Rows):
     def subtree(self, thread_id: str) -> Usage:
         """Tokens, cost and turns of a subtree, summed from the agent rows (each keeps its
         totals of `llm_calls`, updated in the transaction that records a call): one row per
-        agent to read, not one per call."""
+        agent to read, not one per call), once per transaction: what it wrote since is added
+        (`AgentCache.used`), so the reservations of many agents of a session in one batch read
+        it once."""
+        kept = self.cache.usage(thread_id)
+        if kept is not None:
+            return kept
         row = sql.SUBTREE_USAGE.first(self.raw, {"me": thread_id, "after": f"{thread_id}.",
                                               "before": f"{thread_id}/"})
         assert row is not None  # an aggregate always has its one row
-        return Usage(tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]),
-                     turns=int(row["turns"]), reserved=int(row["reserved"]))
+        return self.cache.keep_usage(thread_id, Usage(
+            tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]), turns=int(row["turns"]),
+            reserved=int(row["reserved"])))
 
     def call_groups(self, root_id: str) -> list[CallGroup]:
         """A session's `llm_calls` summed per thread, model and day (failed calls, and calls
