@@ -36,7 +36,6 @@ def plausible_cost(value: Any) -> float | None:
     return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
 
 
-
 @dataclass(frozen=True)
 class Usage:
     """What a subtree (an agent and everything below it) has used."""

@@ -11,8 +11,8 @@ On PostgreSQL every statement is a round trip to the server, which one thread ru
 whole process (`lace.runtime.database`): a write whose answer nobody reads (`send`) waits, in a
 block of `deferred_writes`, and goes out with the next statement that needs an answer, or at
 the end of the block, in one psycopg pipeline: one round trip for them all. Measured on the
-300-task fan-out: that thread was busy 95 % of the time, about 60 statements per helper each
-waiting for the server and then for the GIL; about a third of them are such writes."""
+300-task fan-out: that thread was busy 95 % of the time, about 60 statements per helper, each
+a round trip; about two in five are such writes."""
 
 from __future__ import annotations
 
