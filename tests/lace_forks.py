@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -219,9 +220,16 @@ def serve(descriptor: int) -> None:
     for name in (*PRELOADED, *(module.name for module in pkgutil.iter_modules(
             lace.cli.__path__, "lace.cli."))):
         importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the children never scan (so never copy) the pages of what was imported
     channel = socket.socket(fileno=descriptor)
     channel.send(b"ready")
+    parent = os.getppid()
     while True:
+        if not select.select([channel], [], [], 1.0)[0]:
+            if os.getppid() != parent:  # its test process is gone, however it ended
+                return
+            continue
         message, descriptors, _, _ = socket.recv_fds(channel, 1 << 20, 3)
         if not message:
             return

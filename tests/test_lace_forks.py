@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,25 @@ def test_a_forked_process_is_polled_signalled_and_waited_as_a_child_is(
                      _unnamed(err, tmp_path / name)))
     assert ends[0] == ends[1]
     assert ends[0][0] == (-signal.SIGKILL if how == signal.SIGKILL else EXIT_TERMINATED)
+
+
+def test_the_fork_server_ends_when_its_test_process_dies_without_closing_it() -> None:
+    """A pytest worker killed leaves no fork server behind, even while a process it forked
+    still holds its end of the server's socket (so the server never reads the end of it)."""
+    program = ("import os, sys, time\nfrom tests import lace_forks\n"
+               "server = lace_forks._server()\nholder = os.fork()\n"
+               "if holder == 0:\n    null = os.open(os.devnull, os.O_WRONLY)\n"
+               "    os.dup2(null, 1)\n    os.dup2(null, 2)\n    time.sleep(60)\n    os._exit(0)\n"
+               "print(server.process.pid, holder, flush=True)\nos.kill(os.getpid(), 9)\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    server, holder = map(int, done.stdout.split())
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{server}").exists() and \
+                Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the fork server outlived its test process"
+            time.sleep(0.1)
+    finally:
+        os.kill(holder, signal.SIGKILL)
