@@ -21,7 +21,7 @@ import pytest
 from lace.core.assignee import HUMAN
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.store import Store, open_database
+from lace.store import Store, Tx, open_database
 from lace.tools.names import ALL_TOOL_NAMES
 from tests.lace_forks import lace_popen, run_lace
 from tests.processes import MANY_PROMPT, final_board, lace_env
@@ -69,12 +69,15 @@ def write_session(db: Path, prompt: str = MANY_PROMPT) -> str:
     """A session of the demo coordinator with the person's prompt in its inbox, written as
     another process would (`lace task add`, the app, a `lace run` on another host)."""
     store = Store(open_database(str(db)))
-    try:
-        with store.transaction() as tx:
-            root = tx.threads.create_session(provider="demo", model="coordinator",
-                                             title=prompt[:80], tools=list(ALL_TOOL_NAMES))
-            tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
+
+    def write(tx: Tx) -> str:
+        root = tx.threads.create_session(provider="demo", model="coordinator",
+                                         title=prompt[:80], tools=list(ALL_TOOL_NAMES))
+        tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
         return root.id
+
+    try:  # run again, as lace's own writes are, while a worker's write runs alone
+        return store.write(write)
     finally:
         store.close()
 

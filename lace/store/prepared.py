@@ -10,7 +10,7 @@ per-execution machinery is skipped.
 On PostgreSQL every statement is a round trip to the server, which one thread runs for the
 whole process (`lace.runtime.database`): a write whose answer nobody reads (`send`) waits, in a
 block of `deferred_writes`, and goes out with the next statement that needs an answer, or at
-the end of the block, in one psycopg pipeline: one round trip for them all. Measured on the
+the end of the block, in one simple query: one round trip for them all. Measured on the
 300-task fan-out: that thread was busy 95 % of the time, about 60 statements per helper, each
 a round trip; about two in five are such writes."""
 
@@ -85,14 +85,25 @@ def send_queued(connection: Any) -> None:
 
 def _pipelined(connection: Any, queued: Queued, sql: str | None = None,
                params: Mapping[str, Any] | None = None) -> Any:
-    """The `queued` writes, then `sql` (its cursor, or None), in one psycopg pipeline: the
-    server answers all of them at once, in order."""
-    with connection.pipeline():
-        writes = list(queued)
-        queued.clear()  # sent, or, on an error, undone with the transaction
-        for text, values in writes:
-            connection.execute(text, values)
-        return None if sql is None else connection.execute(sql, params)
+    """The `queued` writes, then `sql` (its cursor, or None), as one simple query (bound here):
+    one round trip, which the server answers whole. Not a psycopg pipeline: there the server
+    reads the statements as they come and arms its idle-in-transaction timeout only at the
+    final Sync, so a process stopped (SIGSTOP) between the two left its transaction holding its
+    locks with no timeout, for as long as the process stayed stopped."""
+    from psycopg import ClientCursor
+
+    writes = list(queued)
+    queued.clear()  # sent, or, on an error, undone with the transaction
+    cursor = ClientCursor(connection)
+    texts = [cursor.mogrify(text, values) for text, values in writes]
+    if sql is not None:
+        texts.append(cursor.mogrify(sql, params))
+    cursor.execute(";\n".join(texts))
+    if sql is None:
+        return None
+    while cursor.nextset():  # the last statement's result
+        pass
+    return cursor
 
 
 def _as_statement_error(error: Exception, sql: str, params: Mapping[str, Any]) -> Exception:
