@@ -15,7 +15,7 @@ import pytest
 
 from lace.llm.types import ScriptedReply
 from tests.conftest import run_cli as lace
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -192,3 +192,40 @@ def test_stop_resume_and_session_end_from_the_command_line(
         assert connection.execute("SELECT status FROM tasks WHERE id = ?",
                                   (task_id,)).fetchone() == ("blocked",)
     assert reasons == [("session ended: done for today (by human)",)]
+
+
+def test_continue_while_another_process_runs_the_session_waits_for_its_answer(
+        tmp_path: Path) -> None:
+    """`lace run --continue ROOT "more"` while another `lace run` holds the session: the
+    message reaches the root, this process waits (it said at once that the session ended
+    without an answer, and exited 1), then prints the answer both processes agree on."""
+    import time
+
+    env = lace_env(tmp_path, LACE_DEMO_DELAY="2")  # each model call: the first runs ~8 s on
+    first = lace_popen([sys.executable, "-m", "lace", "run", "one and two"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    database = tmp_path / "lace.db"
+    deadline = time.monotonic() + 60
+    helpers = 0
+    while helpers == 0:
+        assert time.monotonic() < deadline, "the first run spawned no helper"
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+                helpers = connection.execute("SELECT COUNT(*) FROM threads "
+                                             "WHERE parent_id IS NOT NULL").fetchone()[0]
+        except sqlite3.OperationalError:  # not created or not migrated yet
+            pass
+    (root,), = sqlite3.connect(database).execute(
+        "SELECT id FROM threads WHERE parent_id IS NULL").fetchall()
+    second = run_lace(["run", "--continue", root, "and three"], env=env, timeout=120)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert second.returncode == 0, second.stderr
+    assert f"Session {root} is also run by another lace process; waiting" in second.stderr
+    assert "Traceback" not in second.stderr
+    with sqlite3.connect(database) as connection:
+        messages = [text for (text,) in connection.execute(
+            "SELECT data FROM events WHERE thread_id = ? AND type = 'user_message'", (root,))]
+    assert any("and three" in text for text in messages), messages
+    assert second.stdout.strip() and second.stdout.splitlines()[0] in out + second.stdout

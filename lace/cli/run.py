@@ -166,7 +166,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
         workers.start(args, board.url, root_id, workers_wanted)
         try:
             async with asyncio.timeout(args.timeout):
-                await runtime.run_until_quiet(root_id)
+                await _run_until_quiet_everywhere(runtime, board, root_id)
         except asyncio.CancelledError:  # Ctrl+C: stop cleanly, resumable with --continue
             workers.terminate()
             await runtime.stop()
@@ -188,6 +188,30 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
         await workers.stop()
         await runtime.stop_servers()
         runtime.close()
+
+
+LOOK_AGAIN_S = 2.0
+"""How often a run whose session another lace process also runs looks for work to take over
+(an agent whose holder's lease ran out)."""
+
+
+async def _run_until_quiet_everywhere(runtime: Runtime, board: Board, root_id: str) -> None:
+    """Run the session's agents until the session is quiet on the whole board. Work another
+    live lace process holds (its lease) is waited for, as `lace wait` does, and taken over
+    when that process's lease runs out; without this a `--continue` of a session another
+    process runs said at once that it ended without an answer, and exited 1."""
+    told: list[bool] = []
+
+    def waiting() -> None:
+        if not told:
+            told.append(True)
+            print(f"Session {root_id} is also run by another lace process; waiting for it "
+                  "(Ctrl+C stops waiting, not the other process)", file=sys.stderr)
+
+    while True:
+        await runtime.run_until_quiet(root_id)
+        if await board.until_quiet(root_id, LOOK_AGAIN_S, waiting):
+            return
 
 
 def _ask_on_the_terminal(runtime: Runtime) -> asyncio.Task[None] | None:
