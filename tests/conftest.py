@@ -30,10 +30,11 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 def pytest_configure(config: pytest.Config) -> None:
     """Less time in the garbage collector. A test process holds lace, the SDKs and litellm's
     tables (600,000 objects): each full collection took 0.2 to 0.4 s, 10 % of a process's CPU,
-    so one runs after 1,000 young ones instead of 10 (and `pytest_collection_finish`
-    freezes what the collection imported); a worker's peak memory grows by about 50 MB. When the process ends, one collection instead of pytest's
-    five (the last of six workers ended 5 to 7 s after its last test while the cores stood
-    idle); an exception raised in a destructor is still reported, from that collection."""
+    so one runs after 1,000 young ones instead of 10 (and `pytest_collection_finish` freezes
+    what the collection imported); a worker's peak memory grows by about 50 MB. When the
+    process ends, one collection instead of pytest's five (the last of six workers ended 5 to
+    7 s after its last test while the cores stood idle); an exception raised in a destructor
+    is still reported, from that collection."""
     from _pytest.unraisableexception import gc_collect_iterations_key
 
     config.stash[gc_collect_iterations_key] = 1
