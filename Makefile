@@ -7,7 +7,7 @@ PROMPT ?= Plan a small launch: write the announcement and list the risks.
 # tests wait on child processes and servers much of the time: six keep two cores busy.
 TEST_WORKERS ?= 6
 
-.PHONY: demo test lint
+.PHONY: demo test lint checks
 
 # uv installs the pinned packages (and compiles their bytecode) on every core: about 7 s less
 # than pip's 24 s on two cores, on a machine with no cache of either
@@ -22,16 +22,19 @@ demo: $(BIN)/lace
 	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace run "$(PROMPT)"
 	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace threads
 
-lint: $(BIN)/lace
-	$(BIN)/ruff check .
+lint: checks
 	$(BIN)/lint-imports
+
+checks: $(BIN)/lace
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# the checks run beside the tests (their report follows the tests'); either failing fails. The
-# test modules are rewritten for pytest's asserts once, by a collection before the workers start
-# (each worker would rewrite all of them again: PYTHONDONTWRITEBYTECODE keeps no cache).
+# ruff and mypy run beside the tests (their report follows the tests'); either failing fails.
+# The import contracts are a test (tests/test_layers.py runs lint-imports). The test modules
+# are rewritten for pytest's asserts once, by a collection before the workers start (each
+# worker would rewrite all of them again: PYTHONDONTWRITEBYTECODE keeps no cache).
 test: $(BIN)/lace
-	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint=$$!; \
+	@lint_log=$$(mktemp); $(MAKE) --no-print-directory checks >"$$lint_log" 2>&1 & lint=$$!; \
 	export PYTHONDONTWRITEBYTECODE=; $(BIN)/python -m pytest --collect-only -q >/dev/null; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal; tests=$$?; \
 	wait $$lint; linted=$$?; cat "$$lint_log"; rm -f "$$lint_log"; \
