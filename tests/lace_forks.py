@@ -160,7 +160,8 @@ class _Server:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.lace_forks", str(theirs.fileno())], cwd=REPO_ROOT,
+                [sys.executable, "-m", "tests.lace_forks", str(theirs.fileno()),
+                 str(os.getpid())], cwd=REPO_ROOT,
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 env={**os.environ, "LACE_HOME": "/nonexistent/lace-fork-server"})
         self.socket = ours
@@ -208,7 +209,7 @@ def _server() -> _Server | None:
 
 # --- the server's side ---------------------------------------------------------------------
 
-def serve(descriptor: int) -> None:
+def serve(descriptor: int, parent: int) -> None:
     """Import lace, say `ready`, then answer requests until the test's end closes: `spawn`
     forks a command on the three descriptors sent with it and answers its pid; `reap` waits
     for an ended command and answers its wait status."""
@@ -224,10 +225,10 @@ def serve(descriptor: int) -> None:
     gc.freeze()  # the children never scan (so never copy) the pages of what was imported
     channel = socket.socket(fileno=descriptor)
     channel.send(b"ready")
-    parent = os.getppid()
     while True:
         if not select.select([channel], [], [], 1.0)[0]:
-            if os.getppid() != parent:  # its test process is gone, however it ended
+            if os.getppid() != parent:  # its test process is gone, however it ended (even
+                # before this server said it was ready)
                 return
             continue
         message, descriptors, _, _ = socket.recv_fds(channel, 1 << 20, 3)
@@ -297,4 +298,4 @@ def _child(request: dict[str, Any], streams: list[int], channel: socket.socket) 
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), int(sys.argv[2]))
