@@ -80,10 +80,10 @@ def send_queued(connection: Any) -> None:
     own error, as the statement that hit it would have."""
     queued = _queued.get(connection)
     if queued:
-        _pipelined(connection, queued)
+        _in_one_query(connection, queued)
 
 
-def _pipelined(connection: Any, queued: Queued, sql: str | None = None,
+def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
                params: Mapping[str, Any] | None = None) -> Any:
     """The `queued` writes, then `sql` (its cursor, or None), as one simple query (bound here):
     one round trip, which the server answers whole. Not a psycopg pipeline: there the server
@@ -157,7 +157,7 @@ class Compiled:
         try:
             queued = _queued.get(connection) if self.postgres else None
             if queued:
-                return _pipelined(connection, queued, self.sql, params)
+                return _in_one_query(connection, queued, self.sql, params)
             return connection.execute(self.sql, params)
         except Exception as error:  # the same exceptions as SQLAlchemy's own statements
             wrapped = _as_statement_error(error, self.sql, params)
