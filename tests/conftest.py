@@ -7,6 +7,7 @@ import gc
 import os
 import signal
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,25 @@ from tests import postgres
 # the tests that press Ctrl+C on a child would see it ignored. Handled here, it is the default in
 # each child again.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+MEMORY_FOLDER, MEMORY_FOLDER_FREE = Path("/dev/shm"), 4 * 2**30
+
+
+def temporary_files_in_memory() -> None:
+    """Temporary folders (`tmp_path`, the PostgreSQL clusters, what every child makes) in memory
+    when the machine has room there and TMPDIR does not say otherwise. On an ext4 disk mounted
+    with `discard` each file made and removed cost milliseconds of the kernel's time: a
+    PostgreSQL `CREATE DATABASE` of the migrated template took 300 ms there against 11 ms in
+    memory. The files are as real: same calls, modes, links and locks."""
+    if "TMPDIR" in os.environ or not os.access(MEMORY_FOLDER, os.W_OK):
+        return
+    stats = os.statvfs(MEMORY_FOLDER)
+    if stats.f_bavail * stats.f_frsize >= MEMORY_FOLDER_FREE:
+        os.environ["TMPDIR"] = str(MEMORY_FOLDER)  # inherited by the xdist workers and children
+        tempfile.tempdir = None  # read again
+
+
+temporary_files_in_memory()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -518,6 +518,6 @@ def test_a_detached_runs_prompt_passes_the_user_prompt_submit_hooks_too(
     assert done.returncode == 0, done.stderr
     root_id = done.stdout.strip()
     assert done.stderr.splitlines()[0] == (  # shown to the person, escaped; the prompt goes on
-        f"! UserPromptSubmit hook {str(odd)!r} failed (exit code 3): odd\\x1b[31m")
+        f"! UserPromptSubmit hook {str(odd)[:80]!r} failed (exit code 3): odd\\x1b[31m")
     (prompt,), = query(home / "lace.db", "SELECT text FROM inbox WHERE thread_id = ?", root_id)
     assert prompt == "plan it\n\ncontext from the hook"

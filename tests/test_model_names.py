@@ -155,7 +155,7 @@ async def main() -> None:
         nonlocal seen_loop_turn_mid_import
         while True:
             seen_loop_turn_mid_import |= started and not litellm_imported()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.01)  # a busy loop would fight the import's thread for the GIL
 
     watcher = asyncio.create_task(watch())
     reply = await first_call()
