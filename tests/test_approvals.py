@@ -20,7 +20,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from tests.conftest import query
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, reply, text, tools_called
 
@@ -181,10 +181,9 @@ def test_a_headless_run_waits_for_lace_approve_from_another_process(tmp_path: Pa
         asked = run.stderr.readline()
     assert "wants file_write" in asked and "lace approve" in asked, asked
     approval_id = re.search(r"\? approval #(\d+)", asked)[1]  # type: ignore[index]
-    listed = subprocess.run([*lace, "approvals"], env=env, capture_output=True, text=True)
+    listed = run_lace(["approvals"], env=env)
     assert f"#{approval_id}" in listed.stdout
-    subprocess.run([*lace, "approve", approval_id, "--session"], env=env, check=True,
-                   capture_output=True)
+    assert run_lace(["approve", approval_id, "--session"], env=env).returncode == 0
     out, _ = run.communicate(timeout=60)
     assert run.returncode == 0
     assert "The draft is in" in out
@@ -275,27 +274,24 @@ def test_a_request_whose_process_died_is_reported_orphaned(tmp_path: Path) -> No
     while "? approval #" not in asked and time.monotonic() < deadline:
         asked = run.stderr.readline()
     approval_id = re.search(r"\? approval #(\d+)", asked)[1]  # type: ignore[index]
-    listed = subprocess.run([*lace, "approvals"], env=env, capture_output=True, text=True)
+    listed = run_lace(["approvals"], env=env)
     assert f"#{approval_id}" in listed.stdout and "orphaned" not in listed.stdout
     run.send_signal(signal.SIGKILL)
     run.communicate(timeout=30)
-    listed = subprocess.run([*lace, "approvals"], env=env, capture_output=True, text=True)
+    listed = run_lace(["approvals"], env=env)
     (line,) = [line for line in listed.stdout.splitlines() if line.startswith(f"#{approval_id} ")]
     assert line.endswith("(orphaned: the process that asked is gone; lace run --continue "
                          f"{line.split()[1].split('.')[0]} asks again)"), line
-    as_json = subprocess.run([*lace, "approvals", "--json"], env=env, capture_output=True,
-                             text=True)
+    as_json = run_lace(["approvals", "--json"], env=env)
     assert '"orphaned": true' in as_json.stdout
     db_path = tmp_path / "home" / "lace.db"
     before = snapshot(db_path)
-    approved = subprocess.run([*lace, "approve", approval_id], env=env, capture_output=True,
-                              text=True)
+    approved = run_lace(["approve", approval_id], env=env)
     assert approved.returncode == 2 and approved.stdout == ""
     assert approved.stderr.startswith(f"lace: error: Approval request #{approval_id} is orphaned")
     assert approved.stderr.count("\n") == 1 and "lace run --continue" in approved.stderr
     assert snapshot(db_path) == before
-    denied = subprocess.run([*lace, "deny", approval_id], env=env, capture_output=True,
-                            text=True)
+    denied = run_lace(["deny", approval_id], env=env)
     assert denied.returncode == 0 and "denied" in denied.stdout and "orphaned" in denied.stdout
     assert query(db_path, "SELECT status FROM approvals WHERE id = ?", approval_id) == [
         ("denied",)]

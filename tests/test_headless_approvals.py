@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lace.cli.asking import QUESTION
 from tests.conftest import query
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import lace_env, lace_run_at_a_terminal, next_line
 
 LACE = [sys.executable, "-m", "lace"]
@@ -41,8 +41,7 @@ def test_a_headless_run_names_what_it_waits_for_and_the_exact_command(tmp_path: 
             f"{number} --db {db}\n"), line
         assert f"{helper} wants file_write(" in line
         command = line.split(": ")[-1].split(" (once)")[0]
-        answered = subprocess.run([*LACE, *shlex.split(command)[1:]], env=env,
-                                  capture_output=True, text=True, timeout=60)
+        answered = run_lace(shlex.split(command)[1:], env=env, timeout=60)
         assert answered.returncode == 0, answered.stderr
         _out, err = run.communicate(timeout=60)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import query, run_cli
-from tests.lace_forks import lace_popen
+from tests.lace_forks import lace_popen, run_lace
 from tests.processes import lace_env
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -123,8 +123,7 @@ def test_a_full_disk_exits_with_its_own_code_and_continue_resumes(tmp_path: Path
         statuses = query(db, "SELECT thread_id, status FROM agent_metadata ORDER BY thread_id")
         assert statuses and "error" not in {status for _, status in statuses}, statuses
         filler.unlink()
-        resumed = subprocess.run([*lace, "run", "--continue", root, "--read-only"], env=env,
-                                 capture_output=True, text=True, timeout=120)
+        resumed = run_lace(["run", "--continue", root, "--read-only"], env=env)
         assert resumed.returncode == 0, resumed.stderr
         waiting = sorted(thread for thread, status in statuses if status == "waiting")
         assert f"Resuming {len(waiting)} interrupted agent(s): {', '.join(waiting)}" in \
