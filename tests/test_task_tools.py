@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 
 from lace.core.records import Thread
+from lace.runtime.tool_runner import call_tool
 from lace.store import Store
+from lace.tools.base import ToolContext
 from tests.conftest import Caller, is_postgres, new_session, query, spawn_child
 
 pytestmark = pytest.mark.both_engines
@@ -408,3 +411,36 @@ def test_a_nul_character_in_json_leaves_its_fields_readable(store: Store, db_pat
     else:
         (data,), = rows(db_path, "SELECT data FROM events WHERE type = 'tool_result'")
         assert json.loads(data)["output"] == "a\u0000b\\u0000"
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize(("tool", "arguments"), [
+    ("task_create", {"tasks": [TASK, {**TASK, "assigned_to": "new:slowly/checked"}]}),
+    ("task_update", {"task_id": "FIRST", "assigned_to": "new:slowly/checked"}),
+    ("spawn", {"task": "x", "model": "slowly/checked"}),
+])
+def test_a_models_first_check_runs_before_the_write_transaction(
+        call: Caller, store: Store, session: Thread, db_path: Path, tool: str,
+        arguments: dict[str, Any]) -> None:
+    """A model's first check can take seconds (it imports litellm): inside the write transaction
+    it held the database's write lock that long, and on PostgreSQL outlasted the server's
+    idle-in-transaction timeout, which ended the transaction (seen in CI). The check below
+    looks whether another connection could write while it runs."""
+    first = call("task_create", {"tasks": [TASK]}).text.split()[2].rstrip(":")
+    writable: list[bool] = []
+
+    def check_model(provider: str, model: str) -> None:
+        probe = sqlite3.connect(db_path, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            writable.append(True)
+        except sqlite3.OperationalError:  # database is locked: lace holds the write lock
+            writable.append(False)
+        finally:
+            probe.close()
+
+    context = ToolContext(thread_id=session.id, session_id=session.id, check_model=check_model)
+    given = json.loads(json.dumps(arguments).replace("FIRST", first))
+    result = call_tool(store, context, tool, given)
+    assert not result.is_error, result.text
+    assert writable[0], writable  # then once more, at once, inside the transaction

@@ -106,16 +106,17 @@ class WaitingCall(ToolCall):
     async def execute(self, runner: ToolRunner, context: ToolContext,
                       call_id: str | None) -> Executed:
         assert call_id is not None, "only an agent's call waits"
+        tool = await self.tool.prepared(context)
 
         def start(tx: Tx) -> list[str]:
-            task_ids = self.tool.start(tx, context)
+            task_ids = tool.start(tx, context)
             tx.events.mark_waiting(context.thread_id, call_id, task_ids)
             tx.agents.set_status(context.thread_id, "waiting")
             return task_ids
 
         task_ids = await runner.write(context, start)
         wait = PendingWait(call_id, self.name, self.arguments, task_ids)
-        result, recorded = await runner.await_tasks(context, self.tool, wait)
+        result, recorded = await runner.await_tasks(context, tool, wait)
         return Executed(result, recorded, recorded_with_effect=True)
 
 

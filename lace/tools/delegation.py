@@ -16,7 +16,13 @@ from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolError, WaitingTool, refuse_deadlock
 from lace.tools.messaging import Topic
 from lace.tools.schema import parameters_schema
-from lace.tools.spawning import assignment, parse_assignment, plan_spawn, spawn_spec
+from lace.tools.spawning import (
+    assignment,
+    checked_before_the_write,
+    parse_assignment,
+    plan_spawn,
+    spawn_spec,
+)
 from lace.tools.task_tools import Assignee
 
 TITLE_LENGTH = 80
@@ -70,6 +76,11 @@ class Delegate(WaitingTool):
     tasks: list[DelegatedTask] = Field(min_length=1, max_length=10)
     budget: Budget | None = Field(default=None, description="Caps on each helper's subtree.")
 
+    async def prepared(self, context: ToolContext) -> Delegate:
+        await checked_before_the_write(
+            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks])
+        return self
+
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
         assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
         created = [tx.board.create_task(
@@ -116,6 +127,10 @@ class Spawn(Tool):
         else:
             del properties["profile"]
         return schema
+
+    async def prepared(self, context: ToolContext) -> Spawn:
+        await checked_before_the_write(lambda: spawn_spec(context, self.profile, self.model))
+        return self
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         plan = plan_spawn(tx, context, spawn_spec(context, self.profile, self.model),

@@ -5,7 +5,8 @@ the last blocker of a waiting task is completed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 
 from lace.config import WRITING_TOOLS, Budget, Profile
 from lace.core.assignee import (
@@ -64,6 +65,15 @@ def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee 
         if problem:
             raise ToolError(f"{problem} in {assigned_to!r}. {EXPECTED_FORMS}.")
     return assignee
+
+
+async def checked_before_the_write(check: Callable[[], object]) -> None:
+    """Run a tool's model checks in a thread before its write transaction (inside it they run
+    again, at once): the first check of a provider lace does not know itself imports litellm,
+    seconds that would hold the transaction open (on PostgreSQL past the idle-in-transaction
+    timeout, which ends it) and stop the event loop. A bad assignment is refused here,
+    before anything is written."""
+    await asyncio.to_thread(check)
 
 
 def spawn_spec(context: ToolContext, profile: str | None, model: str | None) -> NewAgentSpec:

@@ -13,7 +13,7 @@ from lace.core.tasks import ACTIVE_STATUSES, Priority, Status, task_symbol
 from lace.store import Tx
 from lace.store.task_rules import TaskDraft, TaskFilter
 from lace.tools.base import Answer, Tool, ToolContext, ToolError
-from lace.tools.spawning import assignment, parse_assignment
+from lace.tools.spawning import assignment, checked_before_the_write, parse_assignment
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
@@ -87,6 +87,11 @@ class TaskCreate(Tool):
         "true: hear of each task of this call as soon as it is done, instead of once with "
         "the other tasks of your reply."))
 
+    async def prepared(self, context: ToolContext) -> TaskCreate:
+        await checked_before_the_write(
+            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks])
+        return self
+
     def run(self, tx: Tx, context: ToolContext) -> Answer:
         assignees = [parse_assignment(item.assigned_to, context) for item in self.tasks]
         drafts = [TaskDraft(title=item.title, prompt=item.prompt, description=item.description,
@@ -159,6 +164,10 @@ class TaskUpdate(Tool):
     remove_blocked_by: list[TaskId] | None = Field(
         default=None, max_length=20,
         description="Tasks it no longer waits for; without any left it starts at once.")
+
+    async def prepared(self, context: ToolContext) -> TaskUpdate:
+        await checked_before_the_write(lambda: parse_assignment(self.assigned_to, context))
+        return self
 
     def run(self, tx: Tx, context: ToolContext) -> str:
         changes = self.model_dump(exclude={"task_id", "add_blocked_by", "remove_blocked_by"},
