@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 from lace.core.errors import LaceError
 from lace.core.nearest import did_you_mean, nearest
 from lace.core.providers import LOCAL_PROVIDERS
-from lace.llm.litellm_setup import litellm
+from lace.llm.litellm_setup import litellm, litellm_imported
 from lace.llm.prices import listed_model, models_of
 
 TEST_PROVIDERS = frozenset({"scripted"})
@@ -27,6 +27,17 @@ def local_provider(provider: str) -> bool:
     """Whether lace serves this provider itself: `demo` always, `scripted` only in tests."""
     return provider in LOCAL_PROVIDERS and (provider not in TEST_PROVIDERS
                                             or are_test_providers_enabled())
+
+
+def checked_without_litellm(provider: str) -> bool:
+    """Whether lace checks this provider without litellm: its own providers, and `openai`."""
+    return provider in LOCAL_PROVIDERS or provider == "openai"
+
+
+def quick_model_check(provider: str) -> bool:
+    """Whether `check_model` answers at once for this provider: lace checks it itself, or
+    litellm (seconds to import) is imported already."""
+    return checked_without_litellm(provider) or litellm_imported()
 
 
 def known_provider(provider: str) -> bool:

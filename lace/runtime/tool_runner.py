@@ -21,6 +21,7 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Agent, Lease
 from lace.core.tool_sets import grants, is_mcp_tool
+from lace.llm.checks import quick_model_check
 from lace.runtime.approvals import Approvals, denied_by_policy
 from lace.runtime.board_changes import BoardChanges
 from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
@@ -123,7 +124,8 @@ class ToolRunner:
     def _context(self, thread_id: str, session_id: str, tools: tuple[str, ...] | None,
                  lease: Lease | None, commit_work: CommitWork | None = None) -> ToolContext:
         return ToolContext(thread_id=thread_id, session_id=session_id,
-                           check_model=self.check_model, profiles=self.profiles, tools=tools,
+                           check_model=self.check_model, quick_model_check=quick_model_check,
+                           profiles=self.profiles, tools=tools,
                            limits=self.limits, budgets=self.budgets, lease=lease,
                            workspace=None if self.workspace is None else self.workspace.folder,
                            workspace_settings=self.workspace_settings,

@@ -48,6 +48,9 @@ class ToolContext:
     thread_id: str
     session_id: str
     check_model: ModelCheck = no_model_check
+    quick_model_check: Callable[[str], bool] | None = None
+    """Whether `check_model` answers at once now for a provider (None: not known, so the tools
+    that check a model check it in a thread before their write transaction, as when not)."""
     profiles: Mapping[str, Profile] = field(default_factory=dict)
     tools: tuple[str, ...] | None = None
     """The caller's own tools; None for the person, who may hand out any tool."""

@@ -19,6 +19,7 @@ from lace.tools.schema import parameters_schema
 from lace.tools.spawning import (
     assignment,
     checked_before_the_write,
+    new_agent_providers,
     parse_assignment,
     plan_spawn,
     spawn_spec,
@@ -78,7 +79,8 @@ class Delegate(WaitingTool):
 
     async def prepared(self, context: ToolContext) -> Delegate:
         await checked_before_the_write(
-            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks])
+            new_agent_providers(item.assigned_to for item in self.tasks),
+            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks], context)
         return self
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:
@@ -129,7 +131,10 @@ class Spawn(Tool):
         return schema
 
     async def prepared(self, context: ToolContext) -> Spawn:
-        await checked_before_the_write(lambda: spawn_spec(context, self.profile, self.model))
+        model = [f"new:{self.model}"] if self.model else []
+        await checked_before_the_write(new_agent_providers(model),
+                                       lambda: spawn_spec(context, self.profile, self.model),
+                                       context)
         return self
 
     def run(self, tx: Tx, context: ToolContext) -> str:

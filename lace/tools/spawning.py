@@ -6,7 +6,8 @@ the last blocker of a waiting task is completed)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 
 from lace.config import WRITING_TOOLS, Budget, Profile
 from lace.core.assignee import (
@@ -67,13 +68,29 @@ def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee 
     return assignee
 
 
-async def checked_before_the_write(check: Callable[[], object]) -> None:
+def new_agent_providers(assigned: Iterable[str | None]) -> set[str]:
+    """The providers of the `new:provider/model` assignments among `assigned`, which a model
+    check asks about (a malformed one is refused by the check itself)."""
+    providers = set()
+    for value in assigned:
+        with contextlib.suppress(InvalidAssigneeError):
+            spec = parse_assignee(value) if value else None
+            if isinstance(spec, NewAgentSpec) and spec.provider and spec.model:
+                providers.add(spec.provider)
+    return providers
+
+
+async def checked_before_the_write(providers: Iterable[str], check: Callable[[], object],
+                                   context: ToolContext) -> None:
     """Run a tool's model checks in a thread before its write transaction (inside it they run
-    again, at once): the first check of a provider lace does not know itself imports litellm,
-    seconds that would hold the transaction open (on PostgreSQL past the idle-in-transaction
-    timeout, which ends it) and stop the event loop. A bad assignment is refused here,
-    before anything is written."""
-    await asyncio.to_thread(check)
+    again, then at once) unless they answer at once: the first check of a provider that lace
+    does not check itself imports litellm, seconds that would hold the transaction open (on
+    PostgreSQL past the idle-in-transaction timeout, which ends it) and stop the event loop;
+    a bad assignment is then refused before anything is written. Quick checks do not leave
+    the loop, so the calls of one reply reach the database in the order given."""
+    quick = context.quick_model_check
+    if quick is None or not all(quick(provider) for provider in providers):
+        await asyncio.to_thread(check)
 
 
 def spawn_spec(context: ToolContext, profile: str | None, model: str | None) -> NewAgentSpec:

@@ -13,7 +13,12 @@ from lace.core.tasks import ACTIVE_STATUSES, Priority, Status, task_symbol
 from lace.store import Tx
 from lace.store.task_rules import TaskDraft, TaskFilter
 from lace.tools.base import Answer, Tool, ToolContext, ToolError
-from lace.tools.spawning import assignment, checked_before_the_write, parse_assignment
+from lace.tools.spawning import (
+    assignment,
+    checked_before_the_write,
+    new_agent_providers,
+    parse_assignment,
+)
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
@@ -89,7 +94,8 @@ class TaskCreate(Tool):
 
     async def prepared(self, context: ToolContext) -> TaskCreate:
         await checked_before_the_write(
-            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks])
+            new_agent_providers(item.assigned_to for item in self.tasks),
+            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks], context)
         return self
 
     def run(self, tx: Tx, context: ToolContext) -> Answer:
@@ -166,7 +172,9 @@ class TaskUpdate(Tool):
         description="Tasks it no longer waits for; without any left it starts at once.")
 
     async def prepared(self, context: ToolContext) -> TaskUpdate:
-        await checked_before_the_write(lambda: parse_assignment(self.assigned_to, context))
+        await checked_before_the_write(new_agent_providers([self.assigned_to]),
+                                       lambda: parse_assignment(self.assigned_to, context),
+                                       context)
         return self
 
     def run(self, tx: Tx, context: ToolContext) -> str:
