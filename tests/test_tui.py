@@ -404,3 +404,24 @@ async def test_an_imported_session_runs_once_the_person_opens_it_in_the_app(
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT DISTINCT inert FROM agent_metadata").fetchall() == [
             (0,)]
+
+
+async def test_the_board_closed_while_a_task_is_read_does_not_crash_the_app(
+        db_path: Path, models: ScriptedModels) -> None:
+    """Seen under load: the board's detail read came back after the board was closed, and
+    its update of the gone detail pane crashed the app."""
+    app = make_app(db_path, models)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Plan the launch", "enter")
+        await settle(app, pilot)
+        await pilot.press("escape", "b")
+        await pilot.pause()
+        board = app.screen
+        assert isinstance(board, BoardScreen) and board.tasks
+        board.dismiss(None)
+        await pilot.pause()
+        assert not isinstance(app.screen, BoardScreen) and not board.is_attached
+        board._describe(board.tasks[0].id)  # as a read that comes back after the close
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert app.return_code in (None, 0)

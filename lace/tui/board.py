@@ -152,10 +152,11 @@ class BoardScreen(Screen[str | None]):
         task, related = await self.lace.reader.read(read)
         notes = "\n".join(f"{n}. {note.author}: {note.content}"
                           for n, note in enumerate(task.notes, start=1)) or "(no notes)"
-        self.query_one("#task-detail", Static).update(literal(
-            f"{task.id} · {board_status(task)} · {task.priority} · created by "
-            f"{task.created_by} · assigned to {task.assigned_to or 'nobody'}"
-            f"{_dependencies(task, related)}\n\n{task.prompt}\n\nNotes:\n{notes}"))
+        for detail in self.query("#task-detail").results(Static):  # none: closed meanwhile
+            detail.update(literal(
+                f"{task.id} · {board_status(task)} · {task.priority} · created by "
+                f"{task.created_by} · assigned to {task.assigned_to or 'nobody'}"
+                f"{_dependencies(task, related)}\n\n{task.prompt}\n\nNotes:\n{notes}"))
 
     def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_jump()
