@@ -3,9 +3,10 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
 PROMPT ?= Plan a small launch: write the announcement and list the risks.
-# pytest-xdist processes for `make test` (each starts its own throwaway PostgreSQL server). The
-# tests wait on child processes and servers much of the time: six keep two cores busy.
-TEST_WORKERS ?= 6
+# pytest-xdist processes for `make test` (each starts its own throwaway PostgreSQL server and
+# fork server). The tests wait on child processes and servers part of the time: on two cores
+# five were quickest (160 and 166 s against 170 and 192 s with six, 169 and 180 s with four).
+TEST_WORKERS ?= 5
 
 .PHONY: demo test lint checks
 
