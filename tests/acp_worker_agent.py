@@ -5,7 +5,8 @@ MODE: `answer` (a tool call, then its prompt's task id in its answer), `refuse` 
 refusal), `hang` (never answers: writes its pid to ARG.pid and its prompt to ARG.prompted
 when prompted, ARG when it hears session/cancel; only a signal ends it), `ask` (asks
 permission for a call of kind ARG and says what it was told), `flood` (ARG tool calls, then
-an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes out.txt)."""
+an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes out.txt), `big`
+(one message of ARG characters, a JSON-RPC line that long, then an answer)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,10 @@ class Scripted:
                 await self.conn.session_update(session_id="s1", update=start_tool_call(
                     f"t{number}", f"step {number}", kind="think", status="in_progress"))
             await self.say("flooded")
+            return PromptResponse(stop_reason="end_turn")
+        if self.mode == "big":
+            await self.say("x" * int(self.argument))
+            await self.say(" and done")
             return PromptResponse(stop_reason="end_turn")
         if self.mode == "files":
             for path in (str(Path(self.cwd) / "notes.txt"), self.argument):

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -48,6 +48,9 @@ MAX_RECORDED_UPDATES = 500
 agent that floods updates cannot fill the database)."""
 MAX_TEXT_CHARACTERS = 200_000
 """The longest answer kept of one turn; the rest is counted."""
+MAX_MESSAGE_BYTES = 16 * 2**20
+"""The longest JSON-RPC line an ACP agent may send (a file's content fits); past it the turn
+fails, as memory must stay bounded."""
 GRACE_S = 2.0
 """How long an agent has to end after its stdin closes, then after SIGTERM."""
 MAX_FILE_BYTES = 8 * 2**20
@@ -87,6 +90,57 @@ async def ended(process: Any, group: int) -> None:
             signal_group(group, signal_number)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(process.wait()), GRACE_S)
+
+
+class AgentStdio:
+    """An ACP agent's stdio as the SDK's message transport, one JSON line per message each
+    way. A line the agent sends past MAX_MESSAGE_BYTES is read to its end and dropped instead
+    of growing in memory, and `overflow` is called (it ends the agent); a line that is not
+    JSON is skipped, as the SDK's own transport does."""
+
+    def __init__(self, out: asyncio.StreamReader, into: asyncio.StreamWriter,
+                 overflow: Callable[[], object]) -> None:
+        self.out, self.into, self.overflow, self.overflowed = out, into, overflow, False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.into.write(json.dumps(message).encode() + b"\n")
+        await self.into.drain()
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            line = await self._line()
+            if not line:
+                return None  # the agent's stdout ended
+            with contextlib.suppress(ValueError):
+                if line.strip():
+                    message = json.loads(line)
+                    if isinstance(message, dict):
+                        return message
+
+    async def close(self) -> None:
+        """Nothing to do: the pipes end with the process."""
+
+    async def _line(self) -> bytes:
+        kept: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                chunk, ended = await self.out.readuntil(b"\n"), True
+            except asyncio.LimitOverrunError as error:  # no end of line in the buffer yet
+                chunk, ended = await self.out.readexactly(error.consumed), False
+            except asyncio.IncompleteReadError as error:  # the last line, with no end
+                chunk, ended = error.partial, True
+            size += len(chunk)
+            if size <= MAX_MESSAGE_BYTES:
+                kept.append(chunk)
+            if ended:
+                break
+        if size <= MAX_MESSAGE_BYTES:
+            return b"".join(kept)
+        if not self.overflowed:
+            self.overflowed = True
+            self.overflow()
+        return b"\n"
 
 
 def refused(why: str) -> Exception:
@@ -188,8 +242,9 @@ class AcpTurn:
 
     async def _prompted(self, config: AcpAgent, folder: Path) -> str:
         """Run the agent through one prompt; its stop reason (ModelError when it fails)."""
-        from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+        from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
         from acp.schema import ClientCapabilities, FileSystemCapabilities
+        from acp.transports import spawn_stdio_transport
 
         capabilities = ClientCapabilities(fs=FileSystemCapabilities(
             read_text_file=True, write_text_file=True), terminal=False)
@@ -205,13 +260,14 @@ class AcpTurn:
             # not found" (its Client protocol lists every method, terminals included). The
             # agent runs under lace's keeper, in a process group of its own that ends with
             # lace, even when lace is killed.
-            async with spawn_agent_process(
-                    cast("Client", WorkerClient(self)),
+            async with spawn_stdio_transport(
                     *kept([config.command, *config.args]), env=config.env, cwd=folder,
-                    transport_kwargs={"stderr": stderr.writer}) as (conn, process):
+                    stderr=cast("int", stderr.writer)) as (out, into, process):
                 group = process.pid  # the keeper leads its own session: its pid names it
                 track_group(group)
                 stderr.started()
+                stdio = AgentStdio(out, into, lambda: signal_group(group, signal.SIGKILL))
+                conn = connect_to_agent(cast("Client", WorkerClient(self)), stdio)
                 try:
                     await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION,
                                                            client_capabilities=capabilities),
@@ -229,8 +285,16 @@ class AcpTurn:
                                                    1)
                         raise
                     return str(answer.stop_reason)
+                except (RequestError, ConnectionError):
+                    if stdio.overflowed:
+                        raise ModelError(
+                            f"ACP agent {self.name!r} sent a message over "
+                            f"{MAX_MESSAGE_BYTES // 2**20} MB (lace reads no longer one)",
+                            transient=False) from None
+                    raise
                 finally:
                     await ended(process, group)
+                    await conn.close()
         except TimeoutError:  # before OSError, of which it is a kind
             raise ModelError(f"ACP agent {self.name!r} did not answer in time",
                              transient=False) from None

@@ -21,6 +21,7 @@ from lace.llm.client import default_client
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
+from lace.runtime.acp_worker import MAX_MESSAGE_BYTES, MAX_TEXT_CHARACTERS
 from lace.store import Store
 from tests.conftest import query
 from tests.lace_forks import lace_popen
@@ -132,6 +133,28 @@ async def test_a_worker_flooding_updates_records_at_most_500(
     ((answer,),) = query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
                          "WHERE thread_id = ? AND type = 'agent_message'", child)
     assert answer.startswith("flooded") and "2,500 updates not recorded" in answer
+
+
+async def test_a_worker_sending_one_long_message_is_heard_and_kept_capped(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    """A megabyte in one JSON-RPC line (a file's content, say) passes asyncio's 64 KiB line
+    limit; what is kept of the answer stays capped."""
+    root = await worked(store, models, tmp_path, "big", str(2**20))
+    assert query(db_path, "SELECT status FROM tasks") == [("completed",)]
+    ((answer,),) = query(db_path, "SELECT json_extract(data, '$.message.content') FROM events "
+                         "WHERE thread_id = ? AND type = 'agent_message'", f"{root}.1")
+    assert answer.startswith("x" * 1000) and len(answer) < MAX_TEXT_CHARACTERS + 1000
+
+
+async def test_a_worker_sending_a_line_over_the_cap_fails_its_turn_with_the_reason(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    began = time.monotonic()
+    await worked(store, models, tmp_path, "big", str(MAX_MESSAGE_BYTES + 1))
+    assert time.monotonic() - began < 30
+    assert query(db_path, "SELECT status FROM tasks") == [("blocked",)]
+    notes = [note for (note,) in query(db_path, "SELECT content FROM task_notes")]
+    assert any(f"ACP agent 'hostile' sent a message over {MAX_MESSAGE_BYTES // 2**20} MB "
+               "(lace reads no longer one)" in note for note in notes), notes
 
 
 async def test_a_worker_that_hangs_is_failed_at_the_turn_timeout(
