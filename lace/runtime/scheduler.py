@@ -41,9 +41,16 @@ LOOK_GAP_S = 0.05
 """The least time between two looks of the watch: the commits of other processes (hundreds a
 second in a fan-out, each announced) cost one look per gap, not one each."""
 DEFER_S = 0.1
-"""How long a process at its share of the turns leaves a woken thread for the others before it
-claims the thread itself (if it is still unclaimed: no thread waits on a process that never
-comes)."""
+"""How long a process leaves a woken thread to the others when it runs its share of the turns
+already, or the thread falls to another's part, before it claims the thread itself (if a look
+finds it still unclaimed: no thread waits on a process that never comes)."""
+STEAL_S = 2.0
+"""How long a process already running its share of the turns leaves a thread of another live
+process's part (`_not_mine`) to that process before it claims the thread itself, if a look
+finds it still unclaimed: the owner's claims, woken by the same commit, take a few batches to
+commit (more than DEFER_S on a busy machine), and a process that claimed the others' threads
+after DEFER_S raced the owner for each (three failed claims per turn in a 300-task fan-out on
+four processes)."""
 
 
 @dataclass
@@ -75,7 +82,8 @@ class Scheduler:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _watch: asyncio.Task[None] | None = None
     _share: float = math.inf
-    _deferred: set[str] = field(default_factory=set)
+    _deferred: dict[str, float] = field(default_factory=dict)
+    """Threads left to the others (`wake`), with the loop time each was first left."""
     _peers: list[str] = field(default_factory=list)  # the live processes, when sharing
     _left_some: bool = False
 
@@ -188,11 +196,24 @@ class Scheduler:
             return runnable
 
         runnable = await self.db.read(look)
-        self._deferred.intersection_update(runnable)  # the others were claimed meanwhile
+        self._deferred = {thread_id: since for thread_id, since in self._deferred.items()
+                          if thread_id in runnable}  # the others were claimed meanwhile
         random.shuffle(runnable)
         runnable.sort(key=self._not_mine)  # this process's part first, in random order
+        now = asyncio.get_running_loop().time()
         for thread_id in runnable:
-            self.wake(thread_id)
+            self.wake(thread_id, late=self._left_long_enough(thread_id, now))
+
+    def _left_long_enough(self, thread_id: str, now: float) -> bool:
+        """Whether a thread left to the others (`wake`) has waited its time (`_patience`)."""
+        since = self._deferred.get(thread_id)
+        return since is not None and now - since >= self._patience(thread_id)
+
+    def _patience(self, thread_id: str) -> float:
+        """How long a thread is left to the others: STEAL_S for another's while this process
+        runs its share, else DEFER_S."""
+        busy = len(self.running) >= self._share
+        return STEAL_S if busy and self._not_mine(thread_id) else DEFER_S
 
     def _not_mine(self, thread_id: str) -> bool:
         """Whether a thread falls to another live process's part (by a hash of its id over
@@ -210,8 +231,9 @@ class Scheduler:
         stopping: its agents are left interrupted for the next one).
 
         Past `max_agents` turns the thread is left to other processes (looked at again when a
-        turn here ends). When sharing, a process already running its share of the turns
-        leaves the thread to the others for DEFER_S, then claims it if nobody did (`late`)."""
+        turn here ends). When sharing, a thread of another live process's part, or any while
+        this process runs its share of the turns, is left to the others for a while
+        (`_patience`); then the look that finds it still unclaimed claims it (`late`)."""
         if self._stopping:
             return
         self.sessions.add(root_of(thread_id))
@@ -222,19 +244,22 @@ class Scheduler:
         if self.max_agents is not None and len(self.running) >= self.max_agents:
             self._left_some = True
             return
-        if not late and len(self.running) >= self._share:
+        if not late and (len(self.running) >= self._share or self._not_mine(thread_id)):
             if thread_id not in self._deferred:
-                self._deferred.add(thread_id)
-                asyncio.get_running_loop().call_later(DEFER_S, self._wake_late, thread_id)
+                loop = asyncio.get_running_loop()
+                self._deferred[thread_id] = loop.time()
+                loop.call_later(self._patience(thread_id), self._look_again, thread_id)
             return
-        self._deferred.discard(thread_id)
+        self._deferred.pop(thread_id, None)
         self.running[thread_id] = asyncio.create_task(self._drive(thread_id),
                                                       name=f"lace-turns-{thread_id}")
 
-    def _wake_late(self, thread_id: str) -> None:
+    def _look_again(self, thread_id: str) -> None:
+        """A thread's time left to the others is up: the watch looks at the board soon, and
+        claims the thread if it is still unclaimed (a claim without a look raced the owner's,
+        still being committed)."""
         if thread_id in self._deferred:  # not started here meanwhile
-            self._deferred.discard(thread_id)
-            self.wake(thread_id, late=True)
+            self.feed.notify()
 
     def cancel(self, thread_ids: list[str]) -> None:
         """Cancel the running turns of these (just stopped) agents at once, except a turn that
