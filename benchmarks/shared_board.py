@@ -12,7 +12,8 @@ guarantee under WAL and synchronous=NORMAL), `--rounds` times each, alternating,
 Fan-out: fanout_workers.py's run (an OpenAI-compatible server in its own process waits L per
 call; the root assigns K tasks to `new:` helpers, each notes and completes), first on SQLite with
 one process (`lace run`, the baseline), then `lace run --workers N --db URL` for each N, each on a
-fresh database. `cpu` adds the `lace` processes' CPU to the PostgreSQL server's (the postmaster,
+fresh database, and again on one set to synchronous_commit=off (unless
+`--default-durability-only`). `cpu` adds the `lace` processes' CPU to the PostgreSQL server's (the postmaster,
 its ended backends and its live processes).
 
 The server is the tests' throwaway cluster (tests/postgres.py) with the server's default
@@ -99,6 +100,14 @@ def server_cpu_s(data: Path) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def commit_asynchronously(server: PostgresServer, url: str) -> None:
+    """Set the database at `url` to synchronous_commit=off (as a person would: ALTER DATABASE);
+    its connections opened from now on take it."""
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(server.url(), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+
+
 def tool_calls(result: SharedBoardResult, calls: int, server: PostgresServer | None,
                async_commit: bool = False) -> None:
     """One round of per_event's loop on a SQLite file, or on a fresh database of `server`."""
@@ -107,17 +116,16 @@ def tool_calls(result: SharedBoardResult, calls: int, server: PostgresServer | N
     else:
         with server.fresh_database() as url:
             if async_commit:
-                name = url.rsplit("/", 1)[1]
-                with psycopg.connect(server.url(), autocommit=True) as admin:
-                    admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+                commit_asynchronously(server, url)
             timings, _ = asyncio.run(per_event.run_lace(calls, url))
     name = SQLITE if server is None else ASYNC_COMMIT if async_commit else POSTGRES
     result.tool_call_us.setdefault(name, []).extend(ms * 1000 for ms in timings)
 
 
 def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, latency_s: float,
-            workers: Sequence[int]) -> None:
-    """The baseline and one run per `--workers` N on PostgreSQL, against one model server."""
+            workers: Sequence[int], async_commit: bool = True) -> None:
+    """The baseline and one run per `--workers` N on PostgreSQL, against one model server;
+    with `async_commit`, each N again on a database set to synchronous_commit=off."""
     context = multiprocessing.get_context("spawn")
     address, stop = context.Queue(), context.Event()
     model_server = context.Process(target=fanout_workers.serve, args=(latency_s, address, stop),
@@ -129,13 +137,16 @@ def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, laten
         result.fanout.append(FanoutRun(SQLITE, 0, run["wall"], run["fanout"], run["cpu"], 0.0,
                                        int(run["holders"])))
         for count in workers:
-            with server.fresh_database() as url:
-                before = server_cpu_s(server.data)
-                run = fanout_workers.run_once(base_url, tasks, count, database=url)
-                used = server_cpu_s(server.data) - before
-            result.fanout.append(FanoutRun(POSTGRES, count, run["wall"], run["fanout"],
-                                           run["cpu"], used, int(run["holders"])))
-            print(f"  {POSTGRES} --workers {count} done", flush=True)
+            for database in (POSTGRES, ASYNC_COMMIT) if async_commit else (POSTGRES,):
+                with server.fresh_database() as url:
+                    if database == ASYNC_COMMIT:
+                        commit_asynchronously(server, url)
+                    before = server_cpu_s(server.data)
+                    run = fanout_workers.run_once(base_url, tasks, count, database=url)
+                    used = server_cpu_s(server.data) - before
+                result.fanout.append(FanoutRun(database, count, run["wall"], run["fanout"],
+                                               run["cpu"], used, int(run["holders"])))
+                print(f"  {database} --workers {count} done", flush=True)
     finally:
         stop.set()
         model_server.join(10)
@@ -185,6 +196,8 @@ def main(argv: Sequence[str] | None = None,
     parser.add_argument("--latency-ms", type=float, default=500.0, help="L per model call")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 3],
                         help="the `lace run --workers N` runs on PostgreSQL")
+    parser.add_argument("--default-durability-only", action="store_true",
+                        help="no fan-out runs on a database set to synchronous_commit=off")
     parser.add_argument("--tiny", action="store_true",
                         help="5 calls, 1 round, K=3, L=20 ms, --workers 1 (a smoke test)")
     args = parser.parse_args(argv)
@@ -204,7 +217,8 @@ def main(argv: Sequence[str] | None = None,
             tool_calls(result, args.calls, server, async_commit=True)
         print(f"fan-out: K = {args.tasks}, L = {args.latency_ms:g} ms; limits raised through "
               "LACE_LIMITS__ variables; `processes` ran the helpers' last turns", flush=True)
-        fan_out(result, server, args.tasks, args.latency_ms / 1000, args.workers)
+        fan_out(result, server, args.tasks, args.latency_ms / 1000, args.workers,
+                async_commit=not args.default_durability_only)
         print(f"load average at the end: {load_average()}")
     print(report(result))
     print(f"ratios: over {SQLITE}'s per tool call, and over {SQLITE} with one process (no "

@@ -19,7 +19,7 @@ from benchmarks import (
 )
 from benchmarks.common import percentile, raised_limits, table
 from lace.store import Store, open_database
-from tests.postgres import PostgresServer
+from tests.postgres import PostgresServer, query
 
 
 def positive(value: float) -> bool:
@@ -78,16 +78,29 @@ def test_shared_board_tiny(postgres_server: PostgresServer,
                for values in result.tool_call_us.values())
     assert all(positive(result.tool_call_ratio(fraction, name))
                for name in result.tool_call_us for fraction in (0.50, 0.95))
-    baseline, shared = result.fanout
+    baseline, shared, asynchronous = result.fanout
     assert (baseline.database, baseline.workers, baseline.holders) == (shared_board.SQLITE, 0, 1)
     assert (shared.database, shared.workers) == (shared_board.POSTGRES, 1)
-    assert 1 <= shared.holders <= 2  # the run and its worker
-    assert baseline.server_cpu_s == 0 and positive(shared.server_cpu_s)
+    assert (asynchronous.database, asynchronous.workers) == (shared_board.ASYNC_COMMIT, 1)
+    assert 1 <= shared.holders <= 2 and 1 <= asynchronous.holders <= 2  # the run, its worker
+    assert baseline.server_cpu_s == 0
+    assert positive(shared.server_cpu_s) and positive(asynchronous.server_cpu_s)
     assert all(positive(ratio) for run in result.fanout for ratio in result.fanout_ratios(run))
     assert result.fanout_ratios(baseline) == (1.0, 1.0, 1.0)
     out = capsys.readouterr().out
     assert "PostgreSQL on 127.0.0.1:" in out and "p50 ratio" in out and "fan-out ratio" in out
-    assert out.strip().splitlines()[-2].split()[:2] == ["PostgreSQL", "1"]
+    assert out.strip().splitlines()[-3].split()[:2] == ["PostgreSQL", "1"]
+    assert out.strip().splitlines()[-2].split()[:4] == ["PostgreSQL,", "async", "commit", "1"]
+
+
+def test_async_commit_is_the_databases_own_setting(postgres_server: PostgresServer) -> None:
+    with postgres_server.fresh_database() as url:
+        name = url.rsplit("/", 1)[1]
+        settings = ("SELECT setconfig FROM pg_db_role_setting JOIN pg_database "
+                    "ON pg_database.oid = setdatabase WHERE datname = ?")
+        assert query(url, settings, name) == []
+        shared_board.commit_asynchronously(postgres_server, url)
+        assert query(url, settings, name) == [(["synchronous_commit=off"],)]
 
 
 def test_memory_tiny(capsys: pytest.CaptureFixture[str]) -> None:
