@@ -13,8 +13,8 @@ Fan-out: fanout_workers.py's run (an OpenAI-compatible server in its own process
 call; the root assigns K tasks to `new:` helpers, each notes and completes), first on SQLite with
 one process (`lace run`, the baseline), then `lace run --workers N --db URL` for each N, each on a
 fresh database, and again on one set to synchronous_commit=off (unless
-`--default-durability-only`). `cpu` adds the `lace` processes' CPU to the PostgreSQL server's (the postmaster,
-its ended backends and its live processes).
+`--default-durability-only`). `cpu` adds the `lace` processes' CPU to the PostgreSQL server's
+(the postmaster, its ended backends and its live processes).
 
 The server is the tests' throwaway cluster (tests/postgres.py) with the server's default
 durability (fsync and synchronous_commit on); SQLite runs with lace's WAL and synchronous=NORMAL.
