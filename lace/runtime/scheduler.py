@@ -148,8 +148,7 @@ class Scheduler:
                     await self.db.write(
                         lambda tx: tx.processes.beat(self.process_id, lease_timeout))
                     await self._take_over()
-                await self._cancel_stopped()
-                await self._wake_runnable()
+                await self._look()
                 await asyncio.sleep(LOOK_GAP_S)  # news meanwhile waits for the next look
             except Exception as error:  # a busy database must not end the heartbeat
                 if not self._storage_failed(error):
@@ -164,25 +163,20 @@ class Scheduler:
         for root_id in roots:
             await self.resume(root_id)
 
-    async def _cancel_stopped(self) -> None:
-        """Cancel the turns of agents stopped meanwhile by another process (`lace stop`): their
-        tool calls, a running `bash` among them, end within a poll."""
-        if not self.running:
-            return
-        running = list(self.running)
-        stopped = await self.db.read(lambda tx: tx.agents.stopped_among(running))
-        self.cancel(stopped)
-
-    async def _wake_runnable(self) -> None:
-        """Wake the runnable threads of the sessions served, this process's part first
-        (`_not_mine`), in random order, and forget the deferred ones no longer runnable; when
-        sharing, count this process's share of the turns: those running or runnable, over the
-        live processes."""
+    async def _look(self) -> None:
+        """In one read: cancel the turns of agents stopped meanwhile by another process (`lace
+        stop`: their tool calls, a running `bash` among them, end within a poll), and wake the
+        runnable threads of the sessions served, this process's part first (`_not_mine`), in
+        random order, forgetting the deferred ones no longer runnable; when sharing, count
+        this process's share of the turns: those running or runnable, over the live
+        processes."""
         roots = None if self.serve_all else list(self.sessions)
-        if roots == []:
-            return
+        running = list(self.running)
 
-        def look(tx: Tx) -> list[str]:
+        def look(tx: Tx) -> tuple[list[str], list[str]]:
+            stopped = tx.agents.stopped_among(running) if running else []
+            if roots == []:
+                return [], stopped
             runnable = tx.inbox.runnable_anywhere(self.claims_at) if roots is None else [
                 thread for root_id in roots
                 for thread in tx.inbox.runnable(root_id, self.claims_at)]
@@ -193,9 +187,10 @@ class Scheduler:
                 self._peers = sorted(tx.processes.live())
                 processes = max(1, len(self._peers))
                 self._share = max(1, math.ceil((held + len(runnable)) / processes))
-            return runnable
+            return runnable, stopped
 
-        runnable = await self.db.read(look)
+        runnable, stopped = await self.db.read(look)
+        self.cancel(stopped)
         self._deferred = {thread_id: since for thread_id, since in self._deferred.items()
                           if thread_id in runnable}  # the others were claimed meanwhile
         random.shuffle(runnable)
