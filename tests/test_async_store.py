@@ -5,6 +5,7 @@ the store thread, without blocking the loop, while another process holds it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -277,3 +278,34 @@ async def test_a_connection_the_server_ended_is_replaced(store: Store, db_path: 
     assert not isinstance(outcomes[-1][0], BaseException), outcomes
     assert read == [1]
     assert len(query(db_path, "SELECT id FROM events WHERE type = 'user_message'")) >= 2
+
+
+async def test_rows_appended_together_keep_their_order_ids_and_masks(
+        store: Store, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`append_all` (one INSERT on PostgreSQL) gives each row the id a row appended alone in
+    its place would have had: ascending in the rows' order, credential values masked."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-abcdef123456")
+    db = AsyncStore(store)
+    session = new_session(store)
+    rows: list[tuple[str, dict[str, Any]]] = [
+        ("agent_message", {"message": {"role": "assistant", "content": "one"}}),
+        ("tool_call", {"call_id": "c1", "arguments": "key sk-test-secret-abcdef123456"}),
+        ("tool_call", {"call_id": "c2", "arguments": "nul \x00 here"})]
+
+    def append(tx: Tx) -> tuple[int, list[int], int]:
+        before = tx.events.append(session.id, "user_message", {"n": 0})
+        together = tx.events.append_all(session.id, rows)
+        return before, together, tx.events.append(session.id, "user_message", {"n": 4})
+
+    before, together, after = await db.write(append)
+    db.close()
+    stored = query(db_path, "SELECT id, type, data FROM events WHERE thread_id = ? "
+                   "AND type != 'system_prompt' ORDER BY id", session.id)
+    assert [row[0] for row in stored] == [before, *together, after]
+    assert before < together[0] < together[1] < together[2] < after
+    assert [row[1] for row in stored] == ["user_message", "agent_message", "tool_call",
+                                          "tool_call", "user_message"]
+    data = [row[2] if isinstance(row[2], dict) else json.loads(row[2]) for row in stored]
+    assert data[1] == rows[0][1]
+    assert "sk-test-secret" not in data[2]["arguments"] and data[2]["call_id"] == "c1"
+    assert data[3]["arguments"].startswith("nul ") and data[3]["arguments"].endswith(" here")

@@ -146,30 +146,27 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     lease = tx.leases.claim(agent, holder)
     tx.agents.count_turn(thread_id)
     events = tx.events.of_thread(thread_id)
-    appended: list[Event] = []
-
-    def append(type: str, data: dict[str, Any]) -> None:
-        event_id = tx.events.append(thread_id, type, data)
-        appended.append(Event(id=event_id, thread_id=thread_id, type=type, data=data,
-                              created_at=""))
-
+    rows: list[tuple[str, dict[str, Any]]] = []  # appended together at the end
     if not events:
         task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
         prompt = system_prompt(agent, task, own_tools(agent), profiles)
-        append("system_prompt", {"message": {"role": "system", "content": prompt}})
+        rows.append(("system_prompt", {"message": {"role": "system", "content": prompt}}))
     waits = persisted_waits(events)
     resumed = []
     for call_id, name in dangling_calls(events):
         if call_id in waits:
             resumed.append(waits[call_id])
         else:
-            append("tool_result", tool_result_data(call_id, name, INTERRUPTED))
+            rows.append(("tool_result", tool_result_data(call_id, name, INTERRUPTED)))
     items = [] if resumed else tx.inbox.take(thread_id)
     deliveries = delivered(items)
     note = budget_note(tx) if deliveries else None
     for number, (data, from_person) in enumerate(deliveries, start=1):
         if note and number == len(deliveries):
             data["message"]["content"] += f"\n\n{note}"
-        append("user_message" if from_person else "notification", data)
+        rows.append(("user_message" if from_person else "notification", data))
+    appended = [Event(id=event_id, thread_id=thread_id, type=type, data=data, created_at="")
+                for event_id, (type, data) in zip(tx.events.append_all(thread_id, rows), rows,
+                                                  strict=True)]
     return TurnStart(agent=agent, lease=lease, messages=conversation([*events, *appended]),
                      appended=appended, waits=resumed)

@@ -243,14 +243,14 @@ class TurnRunner:
     def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
                       usage: Callable[[Tx], None]) -> None:
         usage(tx)
-        stored = {"message": without_arguments(message)}
-        event_id = tx.events.append(thread_id, "agent_message", stored)
-        self._published(thread_id, event_id, "agent_message", stored)
-        for call in message.get("tool_calls") or []:
-            data = {"call_id": call["id"], "tool_name": call["function"]["name"],
-                    "arguments": call["function"]["arguments"]}
-            self._published(thread_id, tx.events.append(thread_id, "tool_call", data),
-                            "tool_call", data)
+        rows: list[tuple[str, dict[str, Any]]] = [
+            ("agent_message", {"message": without_arguments(message)})]
+        rows.extend(("tool_call", {"call_id": call["id"], "tool_name": call["function"]["name"],
+                                   "arguments": call["function"]["arguments"]})
+                    for call in message.get("tool_calls") or [])
+        for event_id, (type, data) in zip(tx.events.append_all(thread_id, rows), rows,
+                                          strict=True):
+            self._published(thread_id, event_id, type, data)
 
     def _published(self, thread_id: str, event_id: int, type: str, data: dict[str, Any]) -> None:
         self.bus.publish(EventAppended(thread_id, event_id, type, data))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sqlalchemy as sa
 
 from lace.core.agents import HELD_STATUSES, NOT_RUNNABLE
@@ -58,6 +60,18 @@ HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
 INSERT_THREAD = insert_into("threads", ("id", "parent_id", "root_id", "title", "created_at",
                                         "updated_at", "trace_parent"))
 INSERT_EVENT = insert_into("events", ("thread_id", "type", "data", "created_at"))
+
+
+@lru_cache(maxsize=16)
+def insert_events(count: int) -> Prepared:
+    """`count` events in one INSERT that returns their ids (`<column>_<n>` for the n-th row):
+    on PostgreSQL one round trip, not one per event."""
+    rows = [{column: sa.bindparam(f"{column}_{index}", type_=_events.c[column].type)
+             for column in ("thread_id", "type", "data", "created_at")}
+            for index in range(count)]
+    return Prepared(_events.insert().values(rows).returning(_events.c.id))
+
+
 TOUCH_THREAD = Prepared(_threads.update().where(_threads.c.id == sa.bindparam("thread"))
                         .values(updated_at=sa.bindparam("now")))
 SET_STATUS = Prepared(_agents.update().where(
