@@ -21,6 +21,7 @@ from lace.core.records import NewAgent
 from lace.runtime.database import MAX_BATCH, AsyncStore
 from lace.store import Store, Tx, schema
 from lace.store.engines.postgresql import CHANNEL
+from lace.store.leases import LeaseLostError, fenced
 from tests.conftest import is_postgres, new_session, query
 
 pytestmark = pytest.mark.both_engines
@@ -309,3 +310,36 @@ async def test_rows_appended_together_keep_their_order_ids_and_masks(
     assert data[1] == rows[0][1]
     assert "sk-test-secret" not in data[2]["arguments"] and data[2]["call_id"] == "c1"
     assert data[3]["arguments"].startswith("nul ") and data[3]["arguments"].endswith(" here")
+
+
+async def test_a_write_under_a_lost_lease_writes_nothing_and_spares_its_batch(
+        store: Store, db_path: Path) -> None:
+    """A fenced write whose lease another claim replaced raises LeaseLostError, whether its
+    work only writes (on PostgreSQL the check then rides with those writes) or reads first;
+    nothing of it is written, and the writes asked for with it commit."""
+    db = AsyncStore(store)
+    session = new_session(store)
+    with store.transaction() as tx:
+        stale = tx.leases.claim(tx.agents.get(session.id), "paused-process")
+    with store.transaction() as tx:
+        current = tx.leases.claim(tx.agents.get(session.id), "other-process")
+
+    def only_writes(tx: Tx) -> None:
+        tx.events.append_all(session.id, [("user_message", {"n": "stale"})] * 2)
+
+    def reads_then_writes(tx: Tx) -> None:
+        tx.tasks.query(session.id)
+        tx.inbox.post(session.id, sender="human", kind="message", text="stale")
+
+    outcomes = await asyncio.gather(
+        db.write(fenced(stale, only_writes)), db.write(fenced(stale, reads_then_writes)),
+        db.write(fenced(current, lambda tx: tx.events.append(session.id, "user_message",
+                                                             {"n": "current"}))),
+        return_exceptions=True)
+    db.close()
+    assert [type(outcome) for outcome in outcomes[:2]] == [LeaseLostError, LeaseLostError]
+    assert isinstance(outcomes[2], int)
+    assert query(db_path, "SELECT type FROM events WHERE thread_id = ? AND type = "
+                 "'user_message'", session.id) == [("user_message",)]
+    assert query(db_path, "SELECT COUNT(*) FROM inbox WHERE text = 'stale'") == [(0,)]
+    assert "stale" not in str(query(db_path, "SELECT data FROM events"))

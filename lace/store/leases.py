@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
@@ -18,7 +19,9 @@ import sqlalchemy as sa
 from lace.core.clock import now_iso
 from lace.core.records import Agent, Lease
 from lace.store import schema
+from lace.store import statements as sql
 from lace.store.agent_rows import AgentRows
+from lace.store.prepared import dialect_of, send_queued
 from lace.store.rows import Rows
 
 if TYPE_CHECKING:
@@ -52,10 +55,15 @@ def fenced(lease: Lease | None, work: Callable[[Tx], T]) -> Callable[[Tx], T]:
         return work
 
     def run(tx: Tx) -> T:
-        tx.leases.check(lease)
-        return work(tx)
+        with tx.leases.holding(lease):
+            return work(tx)
 
     return run
+
+
+def _is_lease_lost(error: BaseException) -> bool:
+    cause = getattr(error, "orig", None) or error
+    return getattr(cause, "sqlstate", None) == "22P02" and sql.LEASE_LOST in str(cause)
 
 
 class ProcessRows(Rows):
@@ -109,6 +117,30 @@ class Leases:
         if (agent.lease_holder, agent.lease_epoch) != (lease.holder, lease.epoch):
             raise LeaseLostError(f"{lease.thread_id} is now held by {agent.lease_holder} "
                                  f"(epoch {agent.lease_epoch}); this turn had epoch {lease.epoch}")
+
+    @contextmanager
+    def holding(self, lease: Lease) -> Iterator[None]:
+        """Run the block only while `lease` is still the agent's, in this transaction, else
+        LeaseLostError. On SQLite the row is read first (`check`, in process). On PostgreSQL a
+        statement that fails unless the lease holds (LEASE_STILL_HELD) goes out before the
+        block's statements, with the first that needs an answer (`deferred_writes`): no round
+        trip of its own; the rest of the block's writes are sent before it ends, so its error
+        comes out here."""
+        raw = self.agents.raw
+        if dialect_of(raw) == "sqlite":
+            self.check(lease)
+            yield
+            return
+        try:
+            sql.LEASE_STILL_HELD.send(raw, {"agent": lease.thread_id, "holder": lease.holder,
+                                            "epoch": lease.epoch})
+            yield
+            send_queued(raw)
+        except Exception as error:
+            if _is_lease_lost(error):
+                raise LeaseLostError(f"{lease.thread_id} is no longer held by {lease.holder} "
+                                     f"at epoch {lease.epoch}, this turn's") from None
+            raise
 
     def cut_off_agents(self, root_id: str, alive: set[str]) -> list[str]:
         """Agents of the session whose turn was cut off: marked `interrupted`, or marked running

@@ -52,6 +52,16 @@ FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
     ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None)))
     .limit(1))
+LEASE_LOST = "lace: lease lost"
+"""The text LEASE_STILL_HELD fails to read as a number (invalid_text_representation, 22P02)."""
+_LEASE_HELD = sa.exists().where(_agents.c.thread_id == sa.bindparam("agent"),
+                                _agents.c.lease_holder == sa.bindparam("holder"),
+                                _agents.c.lease_epoch == sa.bindparam("epoch"))
+LEASE_STILL_HELD = Prepared(sa.select(sa.cast(
+    sa.case((_LEASE_HELD, sa.null()), else_=sa.literal(LEASE_LOST)), sa.Integer)))
+"""PostgreSQL: an error unless the agent's lease is still (holder, epoch), and nothing to read
+otherwise, so it rides with the next statement (`Leases.holding`). The condition is not a
+constant, so the server casts only when it is false."""
 COUNT_TURN = Prepared(_agents.update().where(_agents.c.thread_id == sa.bindparam("agent"))
                       .values(turns=_agents.c.turns + 1))
 HIGHEST_CHILD = Prepared(sa.select(sa.func.coalesce(sa.func.max(sa.cast(
