@@ -21,7 +21,7 @@ from lace.core.records import Agent, Lease
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.agent_rows import AgentRows
-from lace.store.prepared import dialect_of, send_queued
+from lace.store.prepared import dialect_of, flush_queued
 from lace.store.rows import Rows
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class Leases:
             sql.LEASE_STILL_HELD.send(raw, {"agent": lease.thread_id, "holder": lease.holder,
                                             "epoch": lease.epoch})
             yield
-            send_queued(raw)
+            flush_queued(raw)
         except Exception as error:
             if _is_lease_lost(error):
                 raise LeaseLostError(f"{lease.thread_id} is no longer held by {lease.holder} "

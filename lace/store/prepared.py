@@ -67,12 +67,18 @@ def deferred_writes(connection: Any) -> Iterator[None]:
     _queued[connection] = []
     try:
         yield
-        try:
-            send_queued(connection)
-        except Exception as error:
-            raise _as_statement_error(error, "(the writes queued in this block)", {}) from None
+        flush_queued(connection)
     finally:
         _queued.pop(connection, None)
+
+
+def flush_queued(connection: Any) -> None:
+    """Send the writes queued on `connection` (`send_queued`), an error raised as SQLAlchemy
+    raises a statement's."""
+    try:
+        send_queued(connection)
+    except Exception as error:
+        raise _as_statement_error(error, "(the writes queued in this block)", {}) from None
 
 
 def send_queued(connection: Any) -> None:
