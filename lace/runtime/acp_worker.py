@@ -95,8 +95,9 @@ async def ended(process: Any, group: int) -> None:
 class AgentStdio:
     """An ACP agent's stdio as the SDK's message transport, one JSON line per message each
     way. A line the agent sends past MAX_MESSAGE_BYTES is read to its end and dropped instead
-    of growing in memory, and `overflow` is called (it ends the agent); a line that is not
-    JSON is skipped, as the SDK's own transport does."""
+    of growing in memory, `overflow` is called (it ends the agent) and nothing after it is
+    heard (its stdout ends there); a line that is not JSON is skipped, as the SDK's own
+    transport does."""
 
     def __init__(self, out: asyncio.StreamReader, into: asyncio.StreamWriter,
                  overflow: Callable[[], object]) -> None:
@@ -109,8 +110,8 @@ class AgentStdio:
     async def receive(self) -> dict[str, Any] | None:
         while True:
             line = await self._line()
-            if not line:
-                return None  # the agent's stdout ended
+            if not line or self.overflowed:
+                return None  # the agent's stdout ended, or nothing more of it is heard
             with contextlib.suppress(ValueError):
                 if line.strip():
                     message = json.loads(line)
