@@ -6,7 +6,8 @@ refusal), `hang` (never answers: writes its pid to ARG.pid and its prompt to ARG
 when prompted, ARG when it hears session/cancel; only a signal ends it), `ask` (asks
 permission for a call of kind ARG and says what it was told), `flood` (ARG tool calls, then
 an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes out.txt), `big`
-(one message of ARG characters, a JSON-RPC line that long, then an answer)."""
+(one message of ARG characters, a JSON-RPC line that long, then an answer), `endless` (writes
+to its stdout for ever, never a newline)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,10 @@ class Scripted:
             await self.say("x" * int(self.argument))
             await self.say(" and done")
             return PromptResponse(stop_reason="end_turn")
+        if self.mode == "endless":  # past the SDK's own (non-blocking) writer, for ever
+            os.set_blocking(1, True)
+            while True:
+                os.write(1, b"x" * 2**20)
         if self.mode == "files":
             for path in (str(Path(self.cwd) / "notes.txt"), self.argument):
                 try:

@@ -32,14 +32,15 @@ MEMORY_FOLDER, MEMORY_FOLDER_FREE = Path("/dev/shm"), 4 * 2**30
 
 def temporary_files_in_memory() -> None:
     """Temporary folders (`tmp_path`, the PostgreSQL clusters, what every child makes) in memory
-    when the machine has room there and TMPDIR does not say otherwise. On an ext4 disk mounted
-    with `discard` each file made and removed cost milliseconds of the kernel's time: a
-    PostgreSQL `CREATE DATABASE` of the migrated template took 300 ms there against 11 ms in
-    memory. The files are as real: same calls, modes, links and locks."""
+    when the machine has room there, may run files from it, and TMPDIR does not say
+    otherwise. On an ext4 disk mounted with `discard` each file made and removed cost
+    milliseconds of the kernel's time: a PostgreSQL `CREATE DATABASE` of the migrated template
+    took 300 ms there against 11 ms in memory. The files are as real: same calls, modes, links
+    and locks."""
     if "TMPDIR" in os.environ or not os.access(MEMORY_FOLDER, os.W_OK):
         return
-    stats = os.statvfs(MEMORY_FOLDER)
-    if stats.f_bavail * stats.f_frsize >= MEMORY_FOLDER_FREE:
+    stats = os.statvfs(MEMORY_FOLDER)  # noexec (Docker's): the tests run scripts they write
+    if stats.f_bavail * stats.f_frsize >= MEMORY_FOLDER_FREE and not stats.f_flag & os.ST_NOEXEC:
         os.environ["TMPDIR"] = str(MEMORY_FOLDER)  # inherited by the xdist workers and children
         tempfile.tempdir = None  # read again
 

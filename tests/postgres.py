@@ -164,8 +164,11 @@ def _owner(pid: int | None = None) -> str:
 
 
 def reap_abandoned() -> None:
-    """Stop and remove the servers of test runs (in this PID namespace) killed before cleanup."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+    """Stop and remove the servers of test runs (in this PID namespace) killed before cleanup,
+    in the temporary folder and in the ones a run may have used instead (tests/conftest.py
+    moves it to memory when there is room)."""
+    places = {Path(tempfile.gettempdir()), Path("/tmp"), Path("/dev/shm")}
+    for folder in (found for place in places for found in place.glob(f"{FOLDER_PREFIX}*")):
         with contextlib.suppress(OSError, ValueError):
             namespace, _, pid = (folder / OWNER_FILE).read_text().rpartition(" ")
             if _owner(int(pid)) == f"{namespace} {pid}" and not _alive(int(pid)):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lace.config import Profile
 from lace.core.records import Thread
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store
@@ -418,6 +419,8 @@ def test_a_nul_character_in_json_leaves_its_fields_readable(store: Store, db_pat
     ("task_create", {"tasks": [TASK, {**TASK, "assigned_to": "new:slowly/checked"}]}),
     ("task_update", {"task_id": "FIRST", "assigned_to": "new:slowly/checked"}),
     ("spawn", {"task": "x", "model": "slowly/checked"}),
+    ("task_create", {"tasks": [{**TASK, "assigned_to": "new:reviewer"}]}),
+    ("spawn", {"task": "x", "profile": "reviewer"}),
 ])
 def test_a_models_first_check_runs_before_the_write_transaction(
         call: Caller, store: Store, session: Thread, db_path: Path, tool: str,
@@ -439,8 +442,17 @@ def test_a_models_first_check_runs_before_the_write_transaction(
         finally:
             probe.close()
 
-    context = ToolContext(thread_id=session.id, session_id=session.id, check_model=check_model)
+    context = ToolContext(thread_id=session.id, session_id=session.id, check_model=check_model,
+                          profiles={"reviewer": Profile(model="slowly/checked")})
     given = json.loads(json.dumps(arguments).replace("FIRST", first))
     result = call_tool(store, context, tool, given)
     assert not result.is_error, result.text
     assert writable[0], writable  # then once more, at once, inside the transaction
+
+
+def test_the_checks_lace_answers_itself_stay_on_the_loop() -> None:
+    """Only a check that may import litellm leaves the loop (and may let a later call of the
+    reply go first): lace's own providers, `openai` and `acp:NAME` agents never do."""
+    from lace.llm.checks import quick_model_check
+
+    assert all(quick_model_check(provider) for provider in ("demo", "openai", "acp"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+from lace.core.assignee import ACP_PROVIDER
 from lace.core.errors import LaceError
 from lace.core.nearest import did_you_mean, nearest
 from lace.core.providers import LOCAL_PROVIDERS
@@ -30,8 +31,9 @@ def local_provider(provider: str) -> bool:
 
 
 def checked_without_litellm(provider: str) -> bool:
-    """Whether lace checks this provider without litellm: its own providers, and `openai`."""
-    return provider in LOCAL_PROVIDERS or provider == "openai"
+    """Whether lace checks this provider without litellm: its own providers, `openai`, and
+    `acp` (an `acp:NAME` agent is checked against the settings)."""
+    return provider in LOCAL_PROVIDERS or provider in ("openai", ACP_PROVIDER)
 
 
 def quick_model_check(provider: str) -> bool:

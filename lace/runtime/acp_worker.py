@@ -94,10 +94,10 @@ async def ended(process: Any, group: int) -> None:
 
 class AgentStdio:
     """An ACP agent's stdio as the SDK's message transport, one JSON line per message each
-    way. A line the agent sends past MAX_MESSAGE_BYTES is read to its end and dropped instead
-    of growing in memory, `overflow` is called (it ends the agent) and nothing after it is
-    heard (its stdout ends there); a line that is not JSON is skipped, as the SDK's own
-    transport does."""
+    way. Once a line the agent sends passes MAX_MESSAGE_BYTES (its newline counted), nothing
+    more of it is read or kept: `overflow` is called (it ends the agent) and its stdout ends
+    there for lace. A line that is not JSON (or too deeply nested to parse) is skipped, as
+    the SDK's own transport does."""
 
     def __init__(self, out: asyncio.StreamReader, into: asyncio.StreamWriter,
                  overflow: Callable[[], object]) -> None:
@@ -112,7 +112,7 @@ class AgentStdio:
             line = await self._line()
             if not line or self.overflowed:
                 return None  # the agent's stdout ended, or nothing more of it is heard
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 if line.strip():
                     message = json.loads(line)
                     if isinstance(message, dict):
@@ -132,16 +132,13 @@ class AgentStdio:
             except asyncio.IncompleteReadError as error:  # the last line, with no end
                 chunk, ended = error.partial, True
             size += len(chunk)
-            if size <= MAX_MESSAGE_BYTES:
-                kept.append(chunk)
+            if size > MAX_MESSAGE_BYTES:
+                self.overflowed = True
+                self.overflow()
+                return b""
+            kept.append(chunk)
             if ended:
-                break
-        if size <= MAX_MESSAGE_BYTES:
-            return b"".join(kept)
-        if not self.overflowed:
-            self.overflowed = True
-            self.overflow()
-        return b"\n"
+                return b"".join(kept)
 
 
 def refused(why: str) -> Exception:
@@ -294,8 +291,10 @@ class AcpTurn:
                             transient=False) from None
                     raise
                 finally:
-                    await ended(process, group)
-                    await conn.close()
+                    try:
+                        await ended(process, group)
+                    finally:  # cancelled again meanwhile: the SDK's handlers still end
+                        await conn.close()
         except TimeoutError:  # before OSError, of which it is a kind
             raise ModelError(f"ACP agent {self.name!r} did not answer in time",
                              transient=False) from None

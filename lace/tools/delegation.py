@@ -19,7 +19,7 @@ from lace.tools.schema import parameters_schema
 from lace.tools.spawning import (
     assignment,
     checked_before_the_write,
-    new_agent_providers,
+    new_agent_models,
     parse_assignment,
     plan_spawn,
     spawn_spec,
@@ -79,7 +79,7 @@ class Delegate(WaitingTool):
 
     async def prepared(self, context: ToolContext) -> Delegate:
         await checked_before_the_write(
-            new_agent_providers(item.assigned_to for item in self.tasks),
+            new_agent_models((item.assigned_to for item in self.tasks), context.profiles),
             lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks], context)
         return self
 
@@ -131,8 +131,8 @@ class Spawn(Tool):
         return schema
 
     async def prepared(self, context: ToolContext) -> Spawn:
-        model = [f"new:{self.model}"] if self.model else []
-        await checked_before_the_write(new_agent_providers(model),
+        spec = f"new:{self.model or self.profile or ''}"
+        await checked_before_the_write(new_agent_models([spec], context.profiles),
                                        lambda: spawn_spec(context, self.profile, self.model),
                                        context)
         return self

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lace.config import WRITING_TOOLS, Budget, Profile
 from lace.core.assignee import (
@@ -68,29 +68,45 @@ def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee 
     return assignee
 
 
-def new_agent_providers(assigned: Iterable[str | None]) -> set[str]:
-    """The providers of the `new:provider/model` assignments among `assigned`, which a model
-    check asks about (a malformed one is refused by the check itself)."""
-    providers = set()
+def new_agent_models(assigned: Iterable[str | None],
+                     profiles: Mapping[str, Profile]) -> set[tuple[str, str]]:
+    """The `provider, model` pairs a model check asks about for the `new:` assignments among
+    `assigned`: each one's own, or its profile's (a malformed one is refused by the check
+    itself; a bare `new:` takes its creator's model, checked when the creator was made)."""
+    models = set()
     for value in assigned:
         with contextlib.suppress(InvalidAssigneeError):
             spec = parse_assignee(value) if value else None
-            if isinstance(spec, NewAgentSpec) and spec.provider and spec.model:
-                providers.add(spec.provider)
-    return providers
+            if not isinstance(spec, NewAgentSpec):
+                continue
+            if spec.provider and spec.model:
+                models.add((spec.provider, spec.model))
+            elif spec.profile is not None and spec.profile in profiles:
+                model = profiles[spec.profile].model
+                if model:
+                    models.add(parse_model(model))
+    return models
 
 
-async def checked_before_the_write(providers: Iterable[str], check: Callable[[], object],
-                                   context: ToolContext) -> None:
+async def checked_before_the_write(models: Iterable[tuple[str, str]],
+                                   check: Callable[[], object], context: ToolContext) -> None:
     """Run a tool's model checks in a thread before its write transaction (inside it they run
     again, then at once) unless they answer at once: the first check of a provider that lace
     does not check itself imports litellm, seconds that would hold the transaction open (on
     PostgreSQL past the idle-in-transaction timeout, which ends it) and stop the event loop;
     a bad assignment is then refused before anything is written. Quick checks do not leave
     the loop, so the calls of one reply reach the database in the order given."""
+    wanted = list(models)
     quick = context.quick_model_check
-    if quick is None or not all(quick(provider) for provider in providers):
-        await asyncio.to_thread(check)
+    if quick is not None and all(quick(provider) for provider, _ in wanted):
+        return
+
+    def checked() -> None:
+        check()
+        for provider, model in wanted:  # a profile's model, checked in the transaction too
+            context.check_model(provider, model)
+
+    await asyncio.to_thread(checked)
 
 
 def spawn_spec(context: ToolContext, profile: str | None, model: str | None) -> NewAgentSpec:

@@ -16,7 +16,7 @@ from lace.tools.base import Answer, Tool, ToolContext, ToolError
 from lace.tools.spawning import (
     assignment,
     checked_before_the_write,
-    new_agent_providers,
+    new_agent_models,
     parse_assignment,
 )
 
@@ -94,7 +94,7 @@ class TaskCreate(Tool):
 
     async def prepared(self, context: ToolContext) -> TaskCreate:
         await checked_before_the_write(
-            new_agent_providers(item.assigned_to for item in self.tasks),
+            new_agent_models((item.assigned_to for item in self.tasks), context.profiles),
             lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks], context)
         return self
 
@@ -172,7 +172,7 @@ class TaskUpdate(Tool):
         description="Tasks it no longer waits for; without any left it starts at once.")
 
     async def prepared(self, context: ToolContext) -> TaskUpdate:
-        await checked_before_the_write(new_agent_providers([self.assigned_to]),
+        await checked_before_the_write(new_agent_models([self.assigned_to], context.profiles),
                                        lambda: parse_assignment(self.assigned_to, context),
                                        context)
         return self

@@ -157,6 +157,16 @@ async def test_a_worker_sending_a_line_over_the_cap_fails_its_turn_with_the_reas
                "(lace reads no longer one)" in note for note in notes), notes
 
 
+async def test_a_worker_writing_for_ever_without_a_newline_is_ended_at_the_cap(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    began = time.monotonic()
+    await worked(store, models, tmp_path, "endless")
+    assert time.monotonic() - began < 30  # not the 30-minute turn timeout
+    assert query(db_path, "SELECT status FROM tasks") == [("blocked",)]
+    notes = [note for (note,) in query(db_path, "SELECT content FROM task_notes")]
+    assert any("sent a message over 16 MB" in note for note in notes), notes
+
+
 async def test_a_worker_that_hangs_is_failed_at_the_turn_timeout(
         store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
     began = time.monotonic()
