@@ -18,6 +18,7 @@ from lace.tools.messaging import Topic
 from lace.tools.schema import parameters_schema
 from lace.tools.spawning import (
     assignment,
+    assignments_checked,
     checked_before_the_write,
     new_agent_models,
     parse_assignment,
@@ -78,9 +79,7 @@ class Delegate(WaitingTool):
     budget: Budget | None = Field(default=None, description="Caps on each helper's subtree.")
 
     async def prepared(self, context: ToolContext) -> Delegate:
-        await checked_before_the_write(
-            new_agent_models((item.assigned_to for item in self.tasks), context.profiles),
-            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks], context)
+        await assignments_checked([item.assigned_to for item in self.tasks], context)
         return self
 
     def start(self, tx: Tx, context: ToolContext) -> list[str]:

@@ -109,6 +109,14 @@ async def checked_before_the_write(models: Iterable[tuple[str, str]],
     await asyncio.to_thread(checked)
 
 
+async def assignments_checked(assigned: Sequence[str | None], context: ToolContext) -> None:
+    """`parse_assignment` of each of `assigned`, with their models' checks, before the write
+    transaction (`checked_before_the_write`)."""
+    await checked_before_the_write(
+        new_agent_models(assigned, context.profiles),
+        lambda: [parse_assignment(value, context) for value in assigned], context)
+
+
 def spawn_spec(context: ToolContext, profile: str | None, model: str | None) -> NewAgentSpec:
     """The spec of `spawn`'s `profile` and `model` arguments, checked like an assignee's."""
     if profile is not None and profile not in context.profiles:

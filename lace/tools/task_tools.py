@@ -13,12 +13,7 @@ from lace.core.tasks import ACTIVE_STATUSES, Priority, Status, task_symbol
 from lace.store import Tx
 from lace.store.task_rules import TaskDraft, TaskFilter
 from lace.tools.base import Answer, Tool, ToolContext, ToolError
-from lace.tools.spawning import (
-    assignment,
-    checked_before_the_write,
-    new_agent_models,
-    parse_assignment,
-)
+from lace.tools.spawning import assignment, assignments_checked, parse_assignment
 
 LIST_LIMIT = 50
 TaskId = Annotated[str, Field(min_length=1, description="A task id such as task_20261122_a1b2c3.")]
@@ -93,9 +88,7 @@ class TaskCreate(Tool):
         "the other tasks of your reply."))
 
     async def prepared(self, context: ToolContext) -> TaskCreate:
-        await checked_before_the_write(
-            new_agent_models((item.assigned_to for item in self.tasks), context.profiles),
-            lambda: [parse_assignment(item.assigned_to, context) for item in self.tasks], context)
+        await assignments_checked([item.assigned_to for item in self.tasks], context)
         return self
 
     def run(self, tx: Tx, context: ToolContext) -> Answer:
@@ -172,9 +165,7 @@ class TaskUpdate(Tool):
         description="Tasks it no longer waits for; without any left it starts at once.")
 
     async def prepared(self, context: ToolContext) -> TaskUpdate:
-        await checked_before_the_write(new_agent_models([self.assigned_to], context.profiles),
-                                       lambda: parse_assignment(self.assigned_to, context),
-                                       context)
+        await assignments_checked([self.assigned_to], context)
         return self
 
     def run(self, tx: Tx, context: ToolContext) -> str:
