@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -38,7 +39,7 @@ from lace.store import Store, Tx
 from lace.store.agent_rows import AgentCache
 from lace.store.engines import LockBusyError, driver
 from lace.store.engines.reconnect import is_retried
-from lace.store.prepared import deferred_writes
+from lace.store.prepared import carried_writes, commit, deferred_writes, queued_write_failed
 from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
@@ -83,26 +84,53 @@ class _WorkFailed(Exception):
         self.index, self.error = index, error
 
 
+class _Unattributed(Exception):
+    """A statement sent with writes carried from earlier works (or the COMMIT) failed: the
+    batch is undone, and runs again with each work's writes sent before it ends, where an
+    error shows whose it is."""
+
+
 def _run_together(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
-                  undoes_all: Callable[[BaseException], bool]) -> list[Outcome]:
+                  undoes_all: Callable[[BaseException], bool], *,
+                  carried: bool) -> list[Outcome]:
     """On a server: each work in the open transaction of `connection`, with no SAVEPOINT
     between them (each would cost a round trip) and its writes sent with its next statement
-    (`deferred_writes`); a work's own error undoes the batch
-    (`_WorkFailed`); one that `undoes_all`, or a fault, is raised as it is."""
+    (`deferred_writes`), or, when `carried`, with the next statement of any work or the
+    COMMIT (`carried_writes`, `_commit_carried`); a work's own error undoes the batch
+    (`_WorkFailed`); one that `undoes_all`, or a fault, is raised as it is; one that may be
+    another work's, `_Unattributed`."""
     outcomes: list[Outcome] = []
     agents = AgentCache()  # one transaction, undone whole: the works share what they read
     raw = driver(connection)
-    for index, (work, future) in enumerate(batch):
-        log = EffectLog()
-        try:
-            with deferred_writes(raw):  # its writes ride with its reads: fewer round trips
-                result = work(Tx(connection, log, agents))
-        except Exception as error:
-            if len(batch) == 1 or undoes_all(error) or is_retried(error):
-                raise
-            raise _WorkFailed(index, error) from error
-        outcomes.append((future, result, None, log.collect()))
+    with carried_writes(raw) if carried else nullcontext():
+        for index, (work, future) in enumerate(batch):
+            log = EffectLog()
+            try:
+                with deferred_writes(raw):  # its writes ride with its reads: fewer round trips
+                    result = work(Tx(connection, log, agents))
+            except Exception as error:
+                if undoes_all(error) or is_retried(error):
+                    raise
+                if queued_write_failed(raw):
+                    raise _Unattributed(str(error)) from error
+                if len(batch) == 1:
+                    raise
+                raise _WorkFailed(index, error) from error
+            if queued_write_failed(raw):  # the work went on after such an error
+                raise _Unattributed("a work ignored an error of a statement")
+            outcomes.append((future, result, None, log.collect()))
     return outcomes
+
+
+def _commit_carried(raw: Any, undoes_all: Callable[[BaseException], bool]) -> None:
+    """COMMIT with the writes still carried (`commit`); an error of theirs (not a conflict
+    or a fault) is `_Unattributed`."""
+    try:
+        commit(raw)
+    except Exception as error:
+        if undoes_all(error) or is_retried(error) or not queued_write_failed(raw):
+            raise
+        raise _Unattributed(str(error)) from error
 
 
 def _read_batch(connection: sa.Connection, batch: list[tuple[Work, asyncio.Future[Any]]],
@@ -236,11 +264,15 @@ class AsyncStore:
 
     async def _flush_there(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
         conflict = self.store.database.kind.is_conflict
+        carried = True
         while True:
-            def run(batch: list[tuple[Work, asyncio.Future[Any]]] = batch) -> list[Outcome]:
+            def run(batch: list[tuple[Work, asyncio.Future[Any]]] = batch,
+                    carried: bool = carried) -> list[Outcome]:
                 if self._on_server:
-                    return self._retried(lambda connection: _run_together(
-                        connection, batch, conflict), write=True)
+                    return self._retried(
+                        lambda connection: _run_together(connection, batch, conflict,
+                                                         carried=carried),
+                        write=True, commit=lambda raw: _commit_carried(raw, conflict))
                 return self.store.write(lambda tx: _run_batch(tx.connection, batch, conflict))
 
             try:
@@ -248,6 +280,9 @@ class AsyncStore:
             except _WorkFailed as failed:  # undone with the batch: the others run again
                 _fail_all([batch[failed.index]], failed.error)
                 batch = [*batch[:failed.index], *batch[failed.index + 1:]]
+                continue
+            except _Unattributed:  # undone: again, each work's errors kept to itself
+                carried = False
                 continue
             except Exception as error:
                 _fail_all(batch, error)
@@ -296,11 +331,13 @@ class AsyncStore:
                 continue
             _settle(outcomes, self.on_commit)
 
-    def _retried(self, work: Callable[[sa.Connection], T], *, write: bool) -> T:
+    def _retried(self, work: Callable[[sa.Connection], T], *, write: bool,
+                 commit: Callable[[Any], None] = commit) -> T:
         """`work` in one transaction on the server, run again after each fault until it
         commits or this store closes."""
         return run_transaction(self.store.database, work, write=write,
-                               stopping=lambda: self._closing, kept=self._thread_connection)
+                               stopping=lambda: self._closing, kept=self._thread_connection,
+                               commit=commit)
 
     def _writer_connection(self) -> sa.Connection:
         """The loop's connection for writes, which fails at once instead of waiting for the

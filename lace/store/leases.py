@@ -21,7 +21,7 @@ from lace.core.records import Agent, Lease
 from lace.store import schema
 from lace.store import statements as sql
 from lace.store.agent_rows import AgentRows
-from lace.store.prepared import dialect_of, flush_queued
+from lace.store.prepared import dialect_of, end_block
 from lace.store.rows import Rows
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class Leases:
         statement that fails unless the lease holds (LEASE_STILL_HELD) goes out before the
         block's statements, with the first that needs an answer (`deferred_writes`): no round
         trip of its own; the rest of the block's writes are sent before it ends, so its error
-        comes out here."""
+        comes out here (unless the writes are carried past it: `carried_writes`)."""
         raw = self.agents.raw
         if dialect_of(raw) == "sqlite":
             self.check(lease)
@@ -135,7 +135,7 @@ class Leases:
             sql.LEASE_STILL_HELD.send(raw, {"agent": lease.thread_id, "holder": lease.holder,
                                             "epoch": lease.epoch})
             yield
-            flush_queued(raw)
+            end_block(raw)
         except Exception as error:
             if _is_lease_lost(error):
                 raise LeaseLostError(f"{lease.thread_id} is no longer held by {lease.holder} "

@@ -16,12 +16,14 @@ a round trip; about two in five are such writes."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, cast
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -49,9 +51,19 @@ def dialect_of(connection: Any) -> str:
     return "sqlite" if isinstance(connection, sqlite3.Connection) else "postgresql"
 
 
-Queued = list[tuple[str, Mapping[str, Any]]]
+class Queued(list[tuple[str, Mapping[str, Any]]]):
+    """The writes a psycopg connection holds back (`deferred_writes`), in order; `carried`
+    when they outlive the blocks that queued them (`carried_writes`)."""
+
+    def __init__(self, *, carried: bool = False) -> None:
+        super().__init__()
+        self.carried = carried
+
+
 _queued: WeakKeyDictionary[Any, Queued] = WeakKeyDictionary()
-"""The writes each psycopg connection in a `deferred_writes` block holds back, in order."""
+_unattributed: WeakSet[Any] = WeakSet()
+"""Connections where a statement sent with carried writes failed: whose error it is, is
+unknown (`queued_write_failed`)."""
 
 
 @contextmanager
@@ -64,12 +76,58 @@ def deferred_writes(connection: Any) -> Iterator[None]:
     if dialect_of(connection) == "sqlite" or connection in _queued:
         yield
         return
-    _queued[connection] = []
+    _queued[connection] = Queued()
+    _unattributed.discard(connection)
     try:
         yield
         flush_queued(connection)
     finally:
         _queued.pop(connection, None)
+
+
+@contextmanager
+def carried_writes(connection: Any) -> Iterator[None]:
+    """`deferred_writes` for a whole transaction: the writes queued in the block (and in the
+    blocks in it, which then send nothing at their end) go out with the next statement that
+    needs an answer, whichever block asks it, and what is left with the COMMIT (`commit`): a
+    round trip fewer per block. The price: an error of a statement sent with queued writes
+    may be theirs, of an earlier block; `queued_write_failed` then says so, and the caller
+    runs the transaction again in plain `deferred_writes` blocks to learn whose it is. An
+    error in the block drops what is queued (its transaction is undone)."""
+    if dialect_of(connection) == "sqlite":
+        yield
+        return
+    _queued[connection] = Queued(carried=True)
+    _unattributed.discard(connection)
+    try:
+        yield
+    except BaseException:
+        _queued.pop(connection, None)
+        raise
+
+
+def queued_write_failed(connection: Any) -> bool:
+    """Whether, since its `carried_writes` block began, a statement sent on `connection` with
+    carried writes failed (the error may be any of theirs)."""
+    return connection in _unattributed
+
+
+def end_block(connection: Any) -> None:
+    """The end of a block whose writes' errors must come out in it: its queued writes are
+    sent now (`flush_queued`), unless they are carried (`carried_writes`)."""
+    queued = _queued.get(connection)
+    if queued is not None and not queued.carried:
+        flush_queued(connection)
+
+
+def commit(connection: Any) -> None:
+    """COMMIT the open transaction of the raw `connection`, in one round trip with the writes
+    still queued (`carried_writes`)."""
+    queued = _queued.pop(connection, None)
+    if not queued:
+        connection.commit()
+        return
+    _in_one_query(connection, queued, "COMMIT")
 
 
 def flush_queued(connection: Any) -> None:
@@ -90,7 +148,7 @@ def send_queued(connection: Any) -> None:
 
 
 def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
-               params: Mapping[str, Any] | None = None) -> Any:
+                  params: Mapping[str, Any] | None = None) -> Any:
     """The `queued` writes, then `sql` (its cursor, or None), as one simple query (bound here):
     one round trip, which the server answers whole. Not a psycopg pipeline: there the server
     reads the statements as they come and arms its idle-in-transaction timeout only at the
@@ -100,16 +158,110 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
 
     writes = list(queued)
     queued.clear()  # sent, or, on an error, undone with the transaction
+    if sql is not None and params is not None:
+        writes.append((sql, params))
     cursor = ClientCursor(connection)
-    texts = [cursor.mogrify(text, values) for text, values in writes]
-    if sql is not None:
-        texts.append(cursor.mogrify(sql, params))
-    cursor.execute(";\n".join(texts))
+    _prepare_all(connection, [text for text, _values in writes])
+    texts = [_executed(cursor, text, values) for text, values in writes]
+    if sql is not None and params is None:
+        texts.append(sql)
+    try:
+        cursor.execute(";\n".join(texts))
+    except Exception:
+        if len(texts) > 1 and queued.carried:
+            _unattributed.add(connection)
+        raise
     if sql is None:
         return None
     while cursor.nextset():  # the last statement's result
         pass
     return cursor
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+_PREPARED_NAME = "lace_{}"
+_prepared: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
+"""The statements each psycopg connection's session has prepared (`PREPARE`), by SQL."""
+_unpreparable: set[str] = set()
+"""Statements the server refused to prepare (a parameter whose type it cannot infer): their
+values are bound here instead."""
+
+
+@lru_cache(maxsize=256)
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its `%(name)s` placeholders as `$1`, `$2`, ... (PREPARE's), and the names in
+    that order."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PLACEHOLDER.sub(number, sql), tuple(names)
+
+
+def _executed(cursor: Any, sql: str, params: Mapping[str, Any]) -> str:
+    """The text that runs `sql` with `params` in a simple query: `EXECUTE` of the statement
+    prepared in this session (`_prepare_all`), which the server neither parses nor plans
+    again (half the time of the statement with its values bound here, which is what a
+    statement the server cannot prepare gets)."""
+    name = _prepared.get(cursor.connection, {}).get(sql)
+    if name is None:
+        return str(cursor.mogrify(sql, params))
+    _text, names = _positional(sql)
+    if not names:
+        return f"EXECUTE {name}"
+    arguments = ", ".join(f"%({parameter})s" for parameter in names)
+    return str(cursor.mogrify(f"EXECUTE {name}({arguments})", params))
+
+
+def _prepare_all(connection: Any, statements: Sequence[str]) -> None:
+    """Prepare in the session of `connection` those of `statements` it has not (a round trip
+    each, once per session). A PREPARE outlives the transaction it ran in, even one that is
+    undone; a ROLLBACK ends them all (`forget_prepared`), and so does a PREPARE that fails,
+    which must be undone to its savepoint: the statement is then never prepared again, and
+    the others are prepared anew."""
+    from psycopg import ClientCursor, Error
+    from psycopg.pq import TransactionStatus
+
+    cursor = ClientCursor(connection)
+    pending = [sql for sql in dict.fromkeys(statements) if sql not in _unpreparable]
+    while pending:
+        sql = pending.pop(0)
+        known = _prepared.setdefault(connection, {})
+        if sql in known:
+            continue
+        text, _names = _positional(sql)
+        name = _PREPARED_NAME.format(hashlib.blake2b(sql.encode(), digest_size=8).hexdigest())
+        if connection.info.transaction_status != TransactionStatus.INTRANS:
+            cursor.execute(f"PREPARE {name} AS {text}")
+            known[sql] = name
+            continue
+        try:
+            cursor.execute(f"SAVEPOINT lace_prepare; PREPARE {name} AS {text}; "
+                           "RELEASE lace_prepare")
+        except Error as error:
+            if str(error.sqlstate)[:2] not in ("42", "0A"):  # not a statement it refuses
+                raise
+            cursor.execute("ROLLBACK TO SAVEPOINT lace_prepare; RELEASE lace_prepare; "
+                           "DEALLOCATE ALL")  # as psycopg may have, after a ROLLBACK
+            _unpreparable.add(sql)
+            forget_prepared(connection)
+            pending = [sql for sql in dict.fromkeys(statements) if sql not in _unpreparable]
+            continue
+        known[sql] = name
+
+
+def forget_prepared(connection: Any) -> bool:
+    """After a ROLLBACK on `connection`, psycopg deallocates the statements it prepared, and
+    ours may be among them: forget ours, each is prepared again when next used. Whether any
+    were (then the caller ends them all: `DEALLOCATE ALL`, so that none is left behind to
+    collide with its next PREPARE)."""
+    return bool(_prepared.pop(connection, None))
 
 
 def _as_statement_error(error: Exception, sql: str, params: Mapping[str, Any]) -> Exception:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -118,13 +118,18 @@ class PooledConnection(KeptConnection):
         self.close()
 
 
+def _commit(raw: Any) -> None:
+    raw.commit()
+
+
 def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, write: bool,
                     stopping: Callable[[], bool] = _never,
-                    kept: KeptConnection | None = None) -> T:
+                    kept: KeptConnection | None = None,
+                    commit: Callable[[Any], None] = _commit) -> T:
     """`work` in one transaction (a write, or a read of one snapshot) on the `kept` connection
-    (else one from the pool), run again on a new connection after every PostgreSQL fault
-    until it commits; GaveUpError once `stopping` says so between attempts. Blocks: call it
-    off the event loop."""
+    (else one from the pool), ended by `commit` on the driver's connection, run again on a new
+    connection after every PostgreSQL fault until it commits; GaveUpError once `stopping` says
+    so between attempts. Blocks: call it off the event loop."""
     connections = kept or PooledConnection(database)
     kind = database.kind
     backoff = Backoff(kind.shown())
@@ -139,7 +144,7 @@ def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, w
                 result = work(connection)
                 raw = driver(connection)
                 committing = transaction_id
-                raw.commit()
+                commit(raw)
                 if connection.in_transaction():  # a SQLAlchemy statement joined: end its part
                     connection.commit()
         except LockBusyError:  # a write runs alone: wait for it outside any transaction

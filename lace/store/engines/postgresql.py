@@ -39,7 +39,7 @@ from lace.store.engines.base import (
     Polling,
     driver,
 )
-from lace.store.prepared import send_queued
+from lace.store.prepared import forget_prepared, send_queued
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
@@ -62,11 +62,13 @@ MIGRATE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITERS})"
 ALONE, NOT_ALONE = f"SELECT pg_advisory_lock({WRITERS})", f"SELECT pg_advisory_unlock({WRITERS})"
 WAIT_FOR_ALONE = (f"SELECT pg_advisory_lock_shared({WRITERS}); "
                   f"SELECT pg_advisory_unlock_shared({WRITERS})")
-CONFLICTS = frozenset({"40001", "40P01", "55P03"})
+CONFLICTS = frozenset({"40001", "40P01", "55P03", "26000"})
 """serialization_failure, deadlock_detected, and lock_not_available (on the event loop's
 connection, which never waits for a row lock: `fail_fast`): the server undid a write
 transaction that could not commit beside a concurrent one; run again, it sees what that one
-committed."""
+committed. And invalid_sql_statement_name: a statement lace prepared (`prepared._executed`)
+was deallocated behind its back; the transaction's ROLLBACK forgets them all, and run again
+it prepares them anew."""
 FAIL_FAST = "SET lock_timeout = 1"
 """Milliseconds the event loop's connection waits for a row another transaction holds."""
 READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
@@ -198,6 +200,23 @@ def begin_write(raw: Any, *, alone: bool = False) -> str:
     return str(transaction_id)
 
 
+@cache
+def _connection_class() -> Any:
+    """psycopg's connection, whose ROLLBACK ends lace's prepared statements too
+    (`forget_prepared`): psycopg's own ROLLBACK deallocates every statement it prepared, and
+    may have taken lace's with them."""
+    import psycopg
+
+    class Connection(psycopg.Connection[Any]):
+        def rollback(self) -> None:
+            ended = self.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+            super().rollback()  # which, ending a transaction, deallocates psycopg's own
+            if ended and forget_prepared(self):
+                psycopg.ClientCursor(self).execute("DEALLOCATE ALL")
+
+    return Connection
+
+
 def is_conflict(error: BaseException) -> bool:
     """Whether `error` (or the driver error it wraps) is a CONFLICTS error."""
     cause = getattr(error, "orig", None) or error
@@ -244,6 +263,10 @@ class PostgreSQL:
         with the transaction's first statements, one round trip where psycopg spends two."""
         engine = sa.create_engine(self.url, poolclass=NullPool if for_migrations else None,
                                   connect_args=connect_args(self.url), pool_pre_ping=True)
+
+        @event.listens_for(engine, "do_connect")
+        def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+            return _connection_class().connect(*cargs, **cparams)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:

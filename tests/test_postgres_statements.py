@@ -1,0 +1,128 @@
+"""How lace sends a batch of writes to a PostgreSQL server: each work's writes ride with the next
+statement that needs an answer, whichever work asks it, and the last ones with the COMMIT
+(`carried_writes`); the statements go as `EXECUTE` of statements prepared once per session.
+The promises kept: each error still fails the work that caused it and no other, a statement
+the server cannot prepare still runs, and statements deallocated behind lace's back (psycopg's
+ROLLBACK does it) are prepared again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from lace.runtime.database import AsyncStore
+from lace.store import Store, Tx, open_database
+from lace.store.engines import driver
+from lace.store.leases import LeaseLostError, fenced
+from lace.store.prepared import Prepared
+from tests.conftest import new_session, query
+
+UNTYPED = Prepared(sa.text("SELECT CAST(:value IS NULL AS INTEGER) AS empty"))
+"""A parameter whose type the server cannot infer: PREPARE refuses it (42P18), a simple query
+with the value bound in it does not."""
+
+
+@pytest.fixture
+def store(migrated_postgres_url: str) -> Iterator[Store]:
+    store = Store(open_database(migrated_postgres_url))
+    yield store
+    store.close()
+
+
+def prepared_names(tx: Tx) -> set[str]:
+    """The statements lace prepared in this transaction's session."""
+    rows = tx.connection.exec_driver_sql(
+        "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'lace_')").all()
+    return {name for (name,) in rows}
+
+
+def turn(thread_id: str) -> Callable[[Tx], None]:
+    """A work that only writes (one more turn for the agent), so its writes, and its lease's
+    check, wait for a later statement."""
+    return lambda tx: tx.agents.count_turn(thread_id)
+
+
+def turn_then_read(thread_id: str) -> Callable[[Tx], str]:
+    """A write that goes out with a read: both as EXECUTE, in one round trip."""
+    def work(tx: Tx) -> str:
+        tx.agents.count_turn(thread_id)
+        return tx.threads.get(thread_id).id
+    return work
+
+
+async def test_an_error_of_a_carried_write_fails_the_work_that_queued_it(
+        store: Store, migrated_postgres_url: str) -> None:
+    """A work whose queued write the server refuses only at the next work's statement, or at
+    the COMMIT, fails alone, with its own error; the works beside it commit."""
+    db = AsyncStore(store)
+    session = new_session(store)
+    with store.transaction() as tx:
+        stale = tx.leases.claim(tx.agents.get(session.id), "paused-process")
+    with store.transaction() as tx:
+        current = tx.leases.claim(tx.agents.get(session.id), "other-process")
+
+    def reads(tx: Tx) -> str:
+        return tx.threads.get(session.id).id  # carries the writes queued before it
+
+    outcomes = await asyncio.gather(
+        db.write(fenced(stale, turn(session.id))), db.write(reads),
+        db.write(fenced(current, turn(session.id))), db.write(fenced(stale, turn(session.id))),
+        return_exceptions=True)
+    db.close()
+    assert [type(outcome) for outcome in outcomes] == [LeaseLostError, str, type(None),
+                                                      LeaseLostError]
+    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(1,)]
+
+
+async def test_statements_are_prepared_once_and_again_after_a_rollback_drops_them(
+        store: Store, migrated_postgres_url: str) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+    await db.write(turn_then_read(session.id))
+    prepared = await db.write(prepared_names)
+    assert len(prepared) == 2, "the write and the read went out as EXECUTE of prepared ones"
+
+    def fails(tx: Tx) -> None:
+        turn_then_read(session.id)(tx)
+        raise ValueError("undone: its transaction rolls back, and psycopg deallocates")
+
+    with pytest.raises(ValueError):
+        await db.write(fails)
+    assert await db.write(prepared_names) == set()
+    await db.write(turn_then_read(session.id))
+    assert await db.write(prepared_names) == prepared
+    dropped: list[bool] = []
+
+    def deallocated_behind_its_back(tx: Tx) -> str:
+        if not dropped:  # as psycopg does after a ROLLBACK or a DROP it sends itself
+            tx.connection.exec_driver_sql("DEALLOCATE ALL")
+            dropped.append(True)
+        return turn_then_read(session.id)(tx)
+
+    assert await db.write(deallocated_behind_its_back) == session.id
+    db.close()
+    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(3,)]
+
+
+async def test_a_statement_the_server_cannot_prepare_runs_with_its_values(
+        store: Store, migrated_postgres_url: str) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def untyped(tx: Tx) -> Any:
+        tx.agents.set_status(session.id, "running")  # queued: goes with the next statement
+        raw = driver(tx.connection)
+        return [UNTYPED.scalar(raw, {"value": value}) for value in (None, "x")], \
+            tx.agents.get(session.id).status
+
+    assert await db.write(untyped) == ([1, 0], "running")
+    assert await db.write(untyped) == ([1, 0], "running")  # known now: bound at once
+    db.close()
+    assert query(migrated_postgres_url, "SELECT status FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [("running",)]
