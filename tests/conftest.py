@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from lace.core.records import NewAgent, Thread
+from lace.core.records import Lease, NewAgent, Thread
 from lace.llm.checks import check_provider
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
@@ -198,6 +198,16 @@ def new_session(store: Store, title: str = "test session") -> Thread:
     """A root thread with its agent row."""
     with store.transaction() as tx:
         return tx.threads.create_session(provider="demo", model="coordinator", title=title)
+
+
+def lost_and_held_leases(store: Store, thread_id: str) -> tuple[Lease, Lease]:
+    """A lease of the agent's that another claim replaced (a paused process's), and that
+    claim's own."""
+    with store.transaction() as tx:
+        lost = tx.leases.claim(tx.agents.get(thread_id), "paused-process")
+    with store.transaction() as tx:
+        held = tx.leases.claim(tx.agents.get(thread_id), "other-process")
+    return lost, held
 
 
 def spawn_child(store: Store, parent_id: str, model: str = "worker") -> str:

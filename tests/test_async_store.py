@@ -22,7 +22,7 @@ from lace.runtime.database import MAX_BATCH, AsyncStore
 from lace.store import Store, Tx, schema
 from lace.store.engines.postgresql import CHANNEL
 from lace.store.leases import LeaseLostError, fenced
-from tests.conftest import is_postgres, new_session, query
+from tests.conftest import is_postgres, lost_and_held_leases, new_session, query
 
 pytestmark = pytest.mark.both_engines
 
@@ -319,10 +319,7 @@ async def test_a_write_under_a_lost_lease_writes_nothing_and_spares_its_batch(
     nothing of it is written, and the writes asked for with it commit."""
     db = AsyncStore(store)
     session = new_session(store)
-    with store.transaction() as tx:
-        stale = tx.leases.claim(tx.agents.get(session.id), "paused-process")
-    with store.transaction() as tx:
-        current = tx.leases.claim(tx.agents.get(session.id), "other-process")
+    stale, current = lost_and_held_leases(store, session.id)
 
     def only_writes(tx: Tx) -> None:
         tx.events.append_all(session.id, [("user_message", {"n": "stale"})] * 2)

@@ -19,7 +19,7 @@ from lace.store import Store, Tx, open_database
 from lace.store.engines import driver
 from lace.store.leases import LeaseLostError, fenced
 from lace.store.prepared import Prepared
-from tests.conftest import new_session, query
+from tests.conftest import lost_and_held_leases, new_session, query
 
 UNTYPED = Prepared(sa.text("SELECT CAST(:value IS NULL AS INTEGER) AS empty"))
 """A parameter whose type the server cannot infer: PREPARE refuses it (42P18), a simple query
@@ -60,10 +60,7 @@ async def test_an_error_of_a_carried_write_fails_the_work_that_queued_it(
     the COMMIT, fails alone, with its own error; the works beside it commit."""
     db = AsyncStore(store)
     session = new_session(store)
-    with store.transaction() as tx:
-        stale = tx.leases.claim(tx.agents.get(session.id), "paused-process")
-    with store.transaction() as tx:
-        current = tx.leases.claim(tx.agents.get(session.id), "other-process")
+    stale, current = lost_and_held_leases(store, session.id)
 
     def reads(tx: Tx) -> str:
         return tx.threads.get(session.id).id  # carries the writes queued before it
