@@ -9,10 +9,11 @@ per-execution machinery is skipped.
 
 On PostgreSQL every statement is a round trip to the server, which one thread runs for the
 whole process (`lace.runtime.database`): a write whose answer nobody reads (`send`) waits, in a
-block of `deferred_writes`, and goes out with the next statement that needs an answer, or at
-the end of the block, in one simple query: one round trip for them all. Measured on the
-300-task fan-out: that thread was busy 95 % of the time, about 60 statements per helper, each
-a round trip; about two in five are such writes."""
+block of `deferred_writes` (or past it, `carried_writes`), and goes out with the next statement
+that needs an answer, in one simple query of `EXECUTE`s of statements prepared once per session
+(`_prepare_all`): one round trip for them all. Measured on the 300-task fan-out: that thread
+was busy 95 % of the time, about 60 statements per helper, each a round trip; about two in five
+are such writes."""
 
 from __future__ import annotations
 
