@@ -1,0 +1,99 @@
+"""Review of the carried writes of a PostgreSQL batch (commit 58e765c): attacks on error
+attribution, exactly-once, prepared statements and odd values."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from lace.runtime.database import AsyncStore
+from lace.store import Store, Tx, open_database
+from tests.conftest import new_session, query
+
+
+@pytest.fixture
+def store(migrated_postgres_url: str) -> Iterator[Store]:
+    store = Store(open_database(migrated_postgres_url))
+    yield store
+    store.close()
+
+
+def post_to(thread_id: str, text: str = "hello") -> Callable[[Tx], None]:
+    """One queued write only (INSERT_INBOX), which fails when `thread_id` is no thread."""
+    return lambda tx: tx.inbox.post(thread_id, sender="human", kind="message", text=text)
+
+
+def releases(thread_id: str) -> Callable[[Tx], list[str]]:
+    """A work whose only statement is a SQLAlchemy one (`before_cursor_execute` sends what is
+    queued, alone, before it)."""
+    return lambda tx: tx.inbox.release_held(thread_id, "no-such-batch")
+
+
+async def test_a_single_carried_write_that_fails_fails_its_own_work_not_the_next(
+        store: Store, migrated_postgres_url: str) -> None:
+    """The write queued by the first work goes out alone before the second work's SQLAlchemy
+    statement: its error is the first work's, not the second's."""
+    db = AsyncStore(store)
+    session = new_session(store)
+    outcomes = await asyncio.gather(db.write(post_to("no-such-thread")),
+                                    db.write(releases(session.id)),
+                                    return_exceptions=True)
+    db.close()
+    assert isinstance(outcomes[0], sa.exc.IntegrityError), outcomes
+    assert outcomes[1] == [], f"the second work failed with the first's error: {outcomes[1]!r}"
+
+
+async def test_a_work_that_swallows_a_database_error_does_not_report_lost_writes_committed(
+        store: Store, migrated_postgres_url: str) -> None:
+    """A work that catches a statement's error and returns: the transaction is aborted, so a
+    result reported to a caller must not stand for writes that were never committed."""
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def swallows(tx: Tx) -> str:
+        try:
+            tx.connection.exec_driver_sql("SELECT 1 / 0")
+        except sa.exc.DBAPIError:
+            pass
+        return "went on"
+
+    outcomes = await asyncio.gather(db.write(lambda tx: tx.agents.count_turn(session.id)),
+                                    db.write(swallows), return_exceptions=True)
+    db.close()
+    turns = query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                  session.id)
+    if turns == [(0,)]:  # nothing committed: no work may say it did
+        assert all(isinstance(outcome, BaseException) for outcome in outcomes), outcomes
+
+
+HOSTILE = ["it's", "back\\slash\\", "\\x00", "nul\x00inside", "$1 $2 %s %(x)s %% ?",
+           "'); DROP TABLE tasks; --", "E'\\\\'", "$$ dollar $$", "\u2028\ufeff\U0001f600",
+           "x" * 3_000_000, "", " -1", "NULL"]
+
+
+async def test_hostile_text_goes_through_execute_of_prepared_statements_unchanged(
+        store: Store, migrated_postgres_url: str) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def posts(text: str) -> Callable[[Tx], Any]:
+        def work(tx: Tx) -> Any:
+            post_to(session.id, text)(tx)
+            tx.agents.count_turn(session.id)
+            return tx.threads.get(session.id).id
+        return work
+
+    outcomes = await asyncio.gather(*(db.write(posts(text)) for text in HOSTILE),
+                                    return_exceptions=True)
+    db.close()
+    assert outcomes == [session.id] * len(HOSTILE)
+    stored = [text for (text,) in query(
+        migrated_postgres_url, "SELECT text FROM inbox WHERE thread_id = ? ORDER BY id",
+        session.id)]
+    assert sorted(stored) == sorted(text.replace("\x00", "\ufffd") for text in HOSTILE)
+    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(len(HOSTILE),)]
