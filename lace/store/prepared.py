@@ -158,6 +158,7 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
     from psycopg import ClientCursor
 
     writes = list(queued)
+    carried = queued.carried and bool(writes)  # a queued write went out: whose error?
     queued.clear()  # sent, or, on an error, undone with the transaction
     if sql is not None and params is not None:
         writes.append((sql, params))
@@ -169,7 +170,7 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
     try:
         cursor.execute(";\n".join(texts))
     except Exception:
-        if len(texts) > 1 and queued.carried:
+        if carried:
             _unattributed.add(connection)
         raise
     if sql is None:
