@@ -13,7 +13,10 @@ import sqlalchemy as sa
 
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
+from lace.store.db import Database
+from lace.store.engines import engine_for
 from tests.conftest import new_session, query
+from tests.faults import CommitCutter
 
 
 @pytest.fixture
@@ -69,6 +72,11 @@ async def test_a_work_that_swallows_a_database_error_does_not_report_lost_writes
         assert all(isinstance(outcome, BaseException) for outcome in outcomes), outcomes
 
 
+def database_at(url: str) -> Database:
+    kind = engine_for(url)
+    return Database(url=url, kind=kind, engine=kind.create_engine())
+
+
 HOSTILE = ["it's", "back\\slash\\", "\\x00", "nul\x00inside", "$1 $2 %s %(x)s %% ?",
            "'); DROP TABLE tasks; --", "E'\\\\'", "$$ dollar $$", "\u2028\ufeff\U0001f600",
            "x" * 3_000_000, "", " -1", "NULL"]
@@ -96,3 +104,56 @@ async def test_hostile_text_goes_through_execute_of_prepared_statements_unchange
     assert sorted(stored) == sorted(text.replace("\x00", "\ufffd") for text in HOSTILE)
     assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
                  session.id) == [(len(HOSTILE),)]
+
+
+async def test_a_commit_carrying_writes_whose_answer_is_lost_writes_them_once(
+        store: Store, migrated_postgres_url: str) -> None:
+    """Works that only write: their writes go in the one query that ends with COMMIT; its
+    answer is lost, and the batch must neither run again nor be lost."""
+    session = new_session(store)
+    cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0))
+    through = sa.make_url(migrated_postgres_url).set(port=cutter.port)
+    database = database_at(through.render_as_string(hide_password=False))
+    db = AsyncStore(Store(database))
+    try:
+        await db.write(lambda tx: tx.agents.count_turn(session.id))  # prepared on this session
+        cutter.armed.set()
+        outcomes = await asyncio.gather(*(db.write(lambda tx: tx.agents.count_turn(session.id))
+                                          for _ in range(5)), return_exceptions=True)
+        assert cutter.cut == 1
+        assert outcomes == [None] * 5
+        await db.write(lambda tx: tx.agents.count_turn(session.id))  # a new session: again
+    finally:
+        db.close()
+        database.close()
+        cutter.close()
+    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(7,)]
+
+
+async def test_a_backend_terminated_mid_batch_runs_it_again_with_statements_prepared_anew(
+        store: Store, migrated_postgres_url: str) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+    await db.write(lambda tx: (tx.agents.count_turn(session.id), tx.threads.get(session.id)))
+    killed: list[int] = []
+
+    def kills_its_backend(tx: Tx) -> str:
+        tx.agents.count_turn(session.id)
+        if not killed:
+            killed.append(1)
+            with contextlib.suppress(sa.exc.OperationalError):
+                tx.connection.exec_driver_sql("SELECT pg_terminate_backend(pg_backend_pid())")
+        return tx.threads.get(session.id).id
+
+    outcomes = await asyncio.gather(db.write(lambda tx: tx.agents.count_turn(session.id)),
+                                    db.write(kills_its_backend),
+                                    db.write(lambda tx: tx.threads.get(session.id).id),
+                                    return_exceptions=True)
+    names = await db.write(lambda tx: tx.connection.exec_driver_sql(
+        "SELECT count(*) FROM pg_prepared_statements WHERE starts_with(name, 'lace_')").scalar())
+    db.close()
+    assert outcomes == [None, session.id, session.id]
+    assert names and names > 0
+    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(3,)]
