@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
 from lace.store.db import Database
-from lace.store.engines import engine_for
+from lace.store.engines import driver, engine_for
+from lace.store.prepared import Prepared
 from tests.conftest import new_session, query
 from tests.faults import CommitCutter
 
@@ -157,3 +158,34 @@ async def test_a_backend_terminated_mid_batch_runs_it_again_with_statements_prep
     assert names and names > 0
     assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
                  session.id) == [(3,)]
+
+
+UNTYPED_ONE = Prepared(sa.text("SELECT CAST(:one IS NULL AS INTEGER) AS review5_one"))
+UNTYPED_TWO = Prepared(sa.text("SELECT CAST(:two IS NULL AS INTEGER) AS review5_two"))
+"""Two statements the server refuses to PREPARE (42P18): each takes `_prepare_all`'s way
+back (ROLLBACK TO SAVEPOINT; DEALLOCATE ALL) once in this process."""
+
+
+async def test_statements_the_server_cannot_prepare_leave_psycopgs_own_cache_true(
+        store: Store, migrated_postgres_url: str) -> None:
+    """`DEALLOCATE ALL` in `_prepare_all` also drops the statements psycopg prepared itself:
+    psycopg must forget them too (it does: the ROLLBACK in that query clears its cache), or
+    the next plain statement on that connection fails with 26000 (here, after the AsyncStore
+    gave its connection back to the pool, in a `Store.transaction`, which does not run
+    again). Holds."""
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def refused(statement: Prepared, name: str) -> Callable[[Tx], Any]:
+        def work(tx: Tx) -> Any:
+            for _ in range(2):  # no write queued: psycopg prepares it the second time
+                tx.threads.get(session.id)
+            tx.agents.count_turn(session.id)  # queued: the next goes in a simple query
+            return statement.scalar(driver(tx.connection), {name: None})
+        return work
+
+    assert await db.write(refused(UNTYPED_ONE, "one")) == 1
+    assert await db.write(refused(UNTYPED_TWO, "two")) == 1
+    db.close()  # its connection goes back to the pool, psycopg's cache as it is
+    with store.transaction() as tx:
+        assert tx.threads.get(session.id).id == session.id
