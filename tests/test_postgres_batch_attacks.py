@@ -189,3 +189,27 @@ async def test_statements_the_server_cannot_prepare_leave_psycopgs_own_cache_tru
     db.close()  # its connection goes back to the pool, psycopg's cache as it is
     with store.transaction() as tx:
         assert tx.threads.get(session.id).id == session.id
+
+
+async def test_the_statements_a_session_prepares_stay_bounded(
+        store: Store, migrated_postgres_url: str) -> None:
+    """`append_all` of N events is a statement of its own for each N (`insert_events`); with a
+    write queued before it, lace PREPAREs it on the session and keeps it for the session's
+    life: measured here, 200 counts held 202 statements and took the backend from 2.2 MB to
+    66 MB. psycopg's own cache stops at `prepared_max` (100) and deallocates the oldest."""
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def appends(count: int) -> Callable[[Tx], None]:
+        def work(tx: Tx) -> None:
+            tx.agents.count_turn(session.id)  # queued: append_all then goes as EXECUTE
+            tx.events.append_all(session.id, [("user_message", {"content": "x"})] * count)
+        return work
+
+    for count in range(2, 152):
+        await db.write(appends(count))
+    prepared = await db.write(lambda tx: tx.connection.exec_driver_sql(
+        "SELECT count(*) FROM pg_prepared_statements WHERE starts_with(name, 'lace_')"
+    ).scalar())
+    db.close()
+    assert prepared is not None and prepared <= 100
