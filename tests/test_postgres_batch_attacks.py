@@ -213,3 +213,24 @@ async def test_the_statements_a_session_prepares_stay_bounded(
     ).scalar())
     db.close()
     assert prepared is not None and prepared <= 100
+
+
+class Unadaptable:
+    """A value psycopg cannot send (a bug's, not a person's): it fails only when bound."""
+
+
+async def test_a_carried_write_whose_value_cannot_be_bound_fails_its_own_work_only(
+        store: Store, migrated_postgres_url: str) -> None:
+    """The first work queues a write holding a value psycopg cannot adapt; it is bound only
+    when the writes are sent, at the next work's statement or at the COMMIT, outside the
+    `try` that marks an error unattributed."""
+    db = AsyncStore(store)
+    session = new_session(store)
+    outcomes = await asyncio.gather(
+        db.write(lambda tx: tx.agents.update(session.id, workspace=Unadaptable())),
+        db.write(lambda tx: tx.threads.get(session.id).id),
+        db.write(lambda tx: tx.agents.count_turn(session.id)),
+        return_exceptions=True)
+    db.close()
+    assert isinstance(outcomes[0], Exception)
+    assert list(outcomes[1:]) == [session.id, None], outcomes
