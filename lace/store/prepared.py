@@ -163,11 +163,11 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
     if sql is not None and params is not None:
         writes.append((sql, params))
     cursor = ClientCursor(connection)
-    _prepare_all(connection, [text for text, _values in writes])
-    texts = [_executed(cursor, text, values) for text, values in writes]
-    if sql is not None and params is None:
-        texts.append(sql)
-    try:
+    try:  # binding a queued write's values may fail too, as may any of them on the server
+        _prepare_all(connection, [text for text, _values in writes])
+        texts = [_executed(cursor, text, values) for text, values in writes]
+        if sql is not None and params is None:
+            texts.append(sql)
         cursor.execute(";\n".join(texts))
     except Exception:
         if carried:
