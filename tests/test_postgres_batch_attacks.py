@@ -234,3 +234,25 @@ async def test_a_carried_write_whose_value_cannot_be_bound_fails_its_own_work_on
     db.close()
     assert isinstance(outcomes[0], Exception)
     assert list(outcomes[1:]) == [session.id, None], outcomes
+
+
+async def test_hostile_json_goes_through_execute_of_prepared_statements_unchanged(
+        store: Store, migrated_postgres_url: str) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+    data = [{"content": text, "nested": [{"a": [text, None, True, 1.5, -0.0, 10**18]}]}
+            for text in HOSTILE if len(text) < 1000]
+
+    def appends(tx: Tx) -> list[int]:
+        tx.agents.count_turn(session.id)  # queued: the INSERT goes as EXECUTE, after it
+        return tx.events.append_all(session.id, [("user_message", item) for item in data])
+
+    ids = await db.write(appends)
+    stored = await db.read(lambda tx: [event.data for event in tx.events.latest(
+        session.id, len(data))[0]])
+    db.close()
+    assert len(ids) == len(data)
+    expected = [{**item, "content": str(item["content"]).replace("\x00", "\ufffd"),
+                 "nested": [{"a": [str(item["content"]).replace("\x00", "\ufffd"), None, True,
+                                   1.5, -0.0, 10**18]}]} for item in data]
+    assert stored == expected
