@@ -256,3 +256,23 @@ async def test_hostile_json_goes_through_execute_of_prepared_statements_unchange
                  "nested": [{"a": [str(item["content"]).replace("\x00", "\ufffd"), None, True,
                                    1.5, -0.0, 10**18]}]} for item in data]
     assert stored == expected
+
+
+PERCENT = Prepared(sa.text(
+    "SELECT CAST(:a AS TEXT) || '%' || CAST(:a AS TEXT) || '%(b)s %%s $1' || CAST(:b AS TEXT)"
+    " AS joined"))
+"""Literal `%` (and what looks like placeholders) in a statement, a parameter used twice."""
+
+
+async def test_literal_percent_and_a_parameter_used_twice_survive_prepare(
+        store: Store, migrated_postgres_url: str) -> None:
+    db = AsyncStore(store)
+    session = new_session(store)
+
+    def joined(tx: Tx) -> Any:
+        tx.agents.count_turn(session.id)  # queued: the SELECT goes as EXECUTE after it
+        return PERCENT.scalar(driver(tx.connection), {"a": "x'%s", "b": "$2"})
+
+    assert await db.write(joined) == "x'%s%x'%s%(b)s %%s $1$2"
+    assert await db.write(joined) == "x'%s%x'%s%(b)s %%s $1$2"
+    db.close()
