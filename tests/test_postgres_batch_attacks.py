@@ -1,5 +1,8 @@
-"""Review of the carried writes of a PostgreSQL batch (commit 58e765c): attacks on error
-attribution, exactly-once, prepared statements and odd values."""
+"""Attacks on a PostgreSQL batch's carried writes and prepared statements: each error stays with
+the work that caused it (a lone write, a value that cannot be bound, a work that swallows a
+database error), every write lands once when the COMMIT's answer is lost or a backend is
+ended, hostile text and JSON go through `EXECUTE` unchanged, and a session's prepared
+statements stay bounded."""
 
 from __future__ import annotations
 

@@ -39,7 +39,14 @@ from lace.store import Store, Tx
 from lace.store.agent_rows import AgentCache
 from lace.store.engines import LockBusyError, driver
 from lace.store.engines.reconnect import is_retried
-from lace.store.prepared import carried_writes, commit, deferred_writes, queued_write_failed
+from lace.store.prepared import (
+    AbortedTransactionError,
+    carried_writes,
+    commit,
+    deferred_writes,
+    queued_write_failed,
+    transaction_aborted,
+)
 from lace.store.retry import KeptConnection, run_transaction
 
 T = TypeVar("T")
@@ -118,6 +125,12 @@ def _run_together(connection: sa.Connection, batch: list[tuple[Work, asyncio.Fut
                 raise _WorkFailed(index, error) from error
             if queued_write_failed(raw):  # the work went on after such an error
                 raise _Unattributed("a work ignored an error of a statement")
+            if transaction_aborted(raw):  # it caught its own statement's error and went on
+                aborted = AbortedTransactionError(
+                    "a statement of this write failed and it went on: nothing of it was written")
+                if len(batch) == 1:
+                    raise aborted
+                raise _WorkFailed(index, aborted)
             outcomes.append((future, result, None, log.collect()))
     return outcomes
 

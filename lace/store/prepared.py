@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -121,9 +122,26 @@ def end_block(connection: Any) -> None:
         flush_queued(connection)
 
 
+class AbortedTransactionError(Exception):
+    """A statement of the transaction failed and its work went on (it caught the error): the
+    server undid everything, so nothing of it may be reported committed."""
+
+
+def transaction_aborted(connection: Any) -> bool:
+    """Whether a failed statement ended the open transaction of the psycopg `connection` (its
+    COMMIT would undo everything, and the server would answer without an error)."""
+    from psycopg.pq import TransactionStatus
+
+    return bool(connection.info.transaction_status == TransactionStatus.INERROR)
+
+
 def commit(connection: Any) -> None:
     """COMMIT the open transaction of the raw `connection`, in one round trip with the writes
-    still queued (`carried_writes`)."""
+    still queued (`carried_writes`); AbortedTransactionError if a failed statement ended it."""
+    if transaction_aborted(connection):
+        _queued.pop(connection, None)
+        raise AbortedTransactionError("a statement of this transaction failed and its work "
+                                      "went on: nothing of it was written")
     queued = _queued.pop(connection, None)
     if not queued:
         connection.commit()
@@ -182,8 +200,11 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 _PREPARED_NAME = "lace_{}"
-_prepared: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
-"""The statements each psycopg connection's session has prepared (`PREPARE`), by SQL."""
+_prepared: WeakKeyDictionary[Any, OrderedDict[str, str]] = WeakKeyDictionary()
+"""The statements each psycopg connection's session has prepared (`PREPARE`), by SQL, the
+least recently used first."""
+MAX_PREPARED = 100
+"""The most statements lace keeps prepared in one session (psycopg's own cache keeps as many)."""
 _unpreparable: set[str] = set()
 """Statements the server refused to prepare (a parameter whose type it cannot infer): their
 values are bound here instead."""
@@ -211,7 +232,8 @@ def _executed(cursor: Any, sql: str, params: Mapping[str, Any]) -> str:
     prepared in this session (`_prepare_all`), which the server neither parses nor plans
     again (half the time of the statement with its values bound here, which is what a
     statement the server cannot prepare gets)."""
-    name = _prepared.get(cursor.connection, {}).get(sql)
+    known = _prepared.get(cursor.connection)
+    name = None if known is None else known.get(sql)
     if name is None:
         return str(cursor.mogrify(sql, params))
     _text, names = _positional(sql)
@@ -223,23 +245,25 @@ def _executed(cursor: Any, sql: str, params: Mapping[str, Any]) -> str:
 
 def _prepare_all(connection: Any, statements: Sequence[str]) -> None:
     """Prepare in the session of `connection` those of `statements` it has not (a round trip
-    each, once per session). A PREPARE outlives the transaction it ran in, even one that is
-    undone; a ROLLBACK ends them all (`forget_prepared`), and so does a PREPARE that fails,
-    which must be undone to its savepoint: the statement is then never prepared again, and
-    the others are prepared anew."""
+    each, once per session), keeping at most MAX_PREPARED there (the least used deallocated).
+    A PREPARE outlives the transaction it ran in, even one that is undone; a ROLLBACK ends them
+    all (`forget_prepared`), and so does a PREPARE that fails, which must be undone to its
+    savepoint: the statement is then never prepared again, and the others are prepared anew."""
     from psycopg import ClientCursor, Error
     from psycopg.pq import TransactionStatus
 
     cursor = ClientCursor(connection)
-    pending = [sql for sql in dict.fromkeys(statements) if sql not in _unpreparable]
+    wanted = [sql for sql in dict.fromkeys(statements) if sql not in _unpreparable]
+    pending = list(wanted)
     while pending:
         sql = pending.pop(0)
-        known = _prepared.setdefault(connection, {})
+        known = _prepared.setdefault(connection, OrderedDict())
         if sql in known:
+            known.move_to_end(sql)
             continue
         text, _names = _positional(sql)
         name = _PREPARED_NAME.format(hashlib.blake2b(sql.encode(), digest_size=8).hexdigest())
-        if connection.info.transaction_status != TransactionStatus.INTRANS:
+        if connection.info.transaction_status == TransactionStatus.IDLE:
             cursor.execute(f"PREPARE {name} AS {text}")
             known[sql] = name
             continue
@@ -253,9 +277,21 @@ def _prepare_all(connection: Any, statements: Sequence[str]) -> None:
                            "DEALLOCATE ALL")  # as psycopg may have, after a ROLLBACK
             _unpreparable.add(sql)
             forget_prepared(connection)
-            pending = [sql for sql in dict.fromkeys(statements) if sql not in _unpreparable]
+            wanted = [sql for sql in wanted if sql not in _unpreparable]
+            pending = list(wanted)
             continue
         known[sql] = name
+    if (kept := _prepared.get(connection)) is not None:
+        _keep_at_most(cursor, kept, MAX_PREPARED)
+
+
+def _keep_at_most(cursor: Any, known: OrderedDict[str, str], most: int) -> None:
+    """Deallocate the least recently used of the session's statements past `most` (one round
+    trip): a statement built per count of rows (`insert_events`) would otherwise pile up for
+    the session's life, each holding its plan in the server process."""
+    dropped = [known.popitem(last=False)[1] for _ in range(len(known) - most)]
+    if dropped:
+        cursor.execute("; ".join(f"DEALLOCATE {name}" for name in dropped))
 
 
 def forget_prepared(connection: Any) -> bool:
