@@ -8,6 +8,7 @@ ROLLBACK does it) are prepared again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
 from lace.store.engines import driver
 from lace.store.leases import LeaseLostError, fenced
-from lace.store.prepared import Prepared
+from lace.store.prepared import AbortedTransactionError, Prepared
 from tests.conftest import lost_and_held_leases, new_session, query
 
 UNTYPED = Prepared(sa.text("SELECT CAST(:value IS NULL AS INTEGER) AS empty"))
@@ -123,3 +124,22 @@ async def test_a_statement_the_server_cannot_prepare_runs_with_its_values(
     db.close()
     assert query(migrated_postgres_url, "SELECT status FROM agent_metadata WHERE thread_id = ?",
                  session.id) == [("running",)]
+
+
+def test_a_transaction_whose_work_swallowed_a_database_error_is_never_committed(
+        store: Store, migrated_postgres_url: str) -> None:
+    """Outside the batches too (`Store.write`, the command line's writes): the COMMIT of a
+    transaction a failed statement ended, which the server would answer with ROLLBACK and no
+    error, raises instead of reporting the work's writes committed."""
+    session = new_session(store)
+
+    def swallows(tx: Tx) -> str:
+        tx.agents.count_turn(session.id)
+        with contextlib.suppress(sa.exc.DBAPIError):
+            tx.connection.exec_driver_sql("SELECT 1 / 0")
+        return "went on"
+
+    with pytest.raises(AbortedTransactionError):
+        store.write(swallows)
+    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
+                 session.id) == [(0,)]

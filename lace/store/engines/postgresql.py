@@ -39,7 +39,12 @@ from lace.store.engines.base import (
     Polling,
     driver,
 )
-from lace.store.prepared import forget_prepared, send_queued
+from lace.store.prepared import (
+    AbortedTransactionError,
+    forget_prepared,
+    send_queued,
+    transaction_aborted,
+)
 from lace.store.revisions import known_revision
 
 CHANNEL = "lace_changes"
@@ -204,10 +209,17 @@ def begin_write(raw: Any, *, alone: bool = False) -> str:
 def _connection_class() -> Any:
     """psycopg's connection, whose ROLLBACK ends lace's prepared statements too
     (`forget_prepared`): psycopg's own ROLLBACK deallocates every statement it prepared, and
-    may have taken lace's with them."""
+    may have taken lace's with them; and whose COMMIT of a transaction a failed statement ended
+    (a work caught the error and went on) raises, where the server would undo it silently."""
     import psycopg
 
     class Connection(psycopg.Connection[Any]):
+        def commit(self) -> None:
+            if transaction_aborted(self):  # the server would answer ROLLBACK, and no error
+                raise AbortedTransactionError("a statement of this transaction failed and its "
+                                              "work went on: nothing of it was written")
+            super().commit()
+
         def rollback(self) -> None:
             ended = self.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
             super().rollback()  # which, ending a transaction, deallocates psycopg's own
