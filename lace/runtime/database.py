@@ -126,11 +126,9 @@ def _run_together(connection: sa.Connection, batch: list[tuple[Work, asyncio.Fut
             if queued_write_failed(raw):  # the work went on after such an error
                 raise _Unattributed("a work ignored an error of a statement")
             if transaction_aborted(raw):  # it caught its own statement's error and went on
-                aborted = AbortedTransactionError(
-                    "a statement of this write failed and it went on: nothing of it was written")
                 if len(batch) == 1:
-                    raise aborted
-                raise _WorkFailed(index, aborted)
+                    raise AbortedTransactionError
+                raise _WorkFailed(index, AbortedTransactionError())
             outcomes.append((future, result, None, log.collect()))
     return outcomes
 

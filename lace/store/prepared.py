@@ -126,6 +126,10 @@ class AbortedTransactionError(Exception):
     """A statement of the transaction failed and its work went on (it caught the error): the
     server undid everything, so nothing of it may be reported committed."""
 
+    def __init__(self) -> None:
+        super().__init__("a statement of this transaction failed and its work went on: "
+                         "nothing of it was written")
+
 
 def transaction_aborted(connection: Any) -> bool:
     """Whether a failed statement ended the open transaction of the psycopg `connection` (its
@@ -140,8 +144,7 @@ def commit(connection: Any) -> None:
     still queued (`carried_writes`); AbortedTransactionError if a failed statement ended it."""
     if transaction_aborted(connection):
         _queued.pop(connection, None)
-        raise AbortedTransactionError("a statement of this transaction failed and its work "
-                                      "went on: nothing of it was written")
+        raise AbortedTransactionError
     queued = _queued.pop(connection, None)
     if not queued:
         connection.commit()

@@ -216,8 +216,7 @@ def _connection_class() -> Any:
     class Connection(psycopg.Connection[Any]):
         def commit(self) -> None:
             if transaction_aborted(self):  # the server would answer ROLLBACK, and no error
-                raise AbortedTransactionError("a statement of this transaction failed and its "
-                                              "work went on: nothing of it was written")
+                raise AbortedTransactionError
             super().commit()
 
         def rollback(self) -> None:
