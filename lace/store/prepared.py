@@ -185,7 +185,7 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
         writes.append((sql, params))
     cursor = ClientCursor(connection)
     try:  # binding a queued write's values may fail too, as may any of them on the server
-        _prepare_all(connection, [text for text, _values in writes])
+        _prepare_all(cursor, [text for text, _values in writes])
         texts = [_executed(cursor, text, values) for text, values in writes]
         if sql is not None and params is None:
             texts.append(sql)
@@ -246,21 +246,24 @@ def _executed(cursor: Any, sql: str, params: Mapping[str, Any]) -> str:
     return str(cursor.mogrify(f"EXECUTE {name}({arguments})", params))
 
 
-def _prepare_all(connection: Any, statements: Sequence[str]) -> None:
-    """Prepare in the session of `connection` those of `statements` it has not (a round trip
-    each, once per session), keeping at most MAX_PREPARED there (the least used deallocated).
-    A PREPARE outlives the transaction it ran in, even one that is undone; a ROLLBACK ends them
-    all (`forget_prepared`), and so does a PREPARE that fails, which must be undone to its
-    savepoint: the statement is then never prepared again, and the others are prepared anew."""
-    from psycopg import ClientCursor, Error
+def _prepare_all(cursor: Any, statements: Sequence[str]) -> None:
+    """Prepare in the session of the `cursor`'s connection those of `statements` it has not
+    (a round trip each, once per session), keeping at most MAX_PREPARED there (the least used
+    deallocated). A PREPARE outlives the transaction it ran in, even one that is undone; a
+    ROLLBACK ends them all (`forget_prepared`), and so does a PREPARE that fails, which must be
+    undone to its savepoint: the statement is then never prepared again, and the others are
+    prepared anew."""
+    from psycopg import Error
     from psycopg.pq import TransactionStatus
 
-    cursor = ClientCursor(connection)
+    connection = cursor.connection
     wanted = [sql for sql in dict.fromkeys(statements) if sql not in _unpreparable]
     pending = list(wanted)
     while pending:
         sql = pending.pop(0)
-        known = _prepared.setdefault(connection, OrderedDict())
+        known = _prepared.get(connection)
+        if known is None:  # a new session, or one a ROLLBACK emptied
+            known = _prepared[connection] = OrderedDict()
         if sql in known:
             known.move_to_end(sql)
             continue
