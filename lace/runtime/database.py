@@ -343,7 +343,7 @@ class AsyncStore:
             _settle(outcomes, self.on_commit)
 
     def _retried(self, work: Callable[[sa.Connection], T], *, write: bool,
-                 commit: Callable[[Any], None] = commit) -> T:
+                 commit: Callable[[Any], None]) -> T:
         """`work` in one transaction on the server, run again after each fault until it
         commits or this store closes."""
         return run_transaction(self.store.database, work, write=write,
