@@ -49,8 +49,9 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def workers_of(pid: int) -> list[int]:
-    """The `lace worker` processes whose parent is `pid`."""
+def workers_of(pid: int, named: bool = True) -> list[int]:
+    """The `lace worker` processes whose parent is `pid` (the processes, unless `named`: a
+    process the tests' fork server started keeps the server's command line)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -60,7 +61,7 @@ def workers_of(pid: int) -> list[int]:
             command = (entry / "cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-        if parent == pid and b"worker" in command:
+        if parent == pid and (b"worker" in command or not named):
             found.append(int(entry.name))
     return found
 
@@ -170,6 +171,43 @@ def test_two_workers_share_sessions_and_never_run_one_agent_twice(
     assert_delivered_once(db)
     assert value(db, "SELECT COUNT(*) FROM tasks") == 16  # 4 sessions of 3 parts and a summing-up
     assert {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")} <= workers
+
+
+@pytest.mark.slow
+def test_forked_workers_share_a_session_and_stop_together_reporting_a_killed_one(
+        tmp_path: Path, board: Path | str) -> None:
+    db = board
+    with worker(tmp_path, db, "--processes", "3", name="forked",
+                LACE_DEMO_DELAY="0.05") as supervisor:
+        ready(db, 3)
+        forked = workers_of(supervisor.pid, named=False)
+        assert len(forked) == 3 and supervisor.pid not in forked
+        assert sorted(int(row[0]) for row in rows(db, "SELECT pid FROM processes")) == sorted(
+            forked)  # each fork is a process of its own, registered apart
+        roots = [write_session(db, f"{MANY_PROMPT} number {n}") for n in range(4)]
+        wait_for(lambda: all(done(db, root) for root in roots), "four sessions to finish")
+        os.kill(forked[0], signal.SIGKILL)
+        wait_for(lambda: not alive(forked[0]), "the killed worker to be reaped")
+        assert supervisor.poll() is None  # the others go on
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 128 + signal.SIGKILL  # the killed one's, named
+    assert not any(alive(pid) for pid in forked)
+    assert_delivered_once(db)
+    assert value(db, "SELECT COUNT(*) FROM tasks") == 16
+    assert len({row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")}) >= 2
+    assert [int(row[0]) for row in rows(db, "SELECT pid FROM processes")] == [forked[0]]
+
+
+@pytest.mark.slow
+def test_no_forked_worker_outlives_its_killed_supervisor(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    with worker(tmp_path, db, "--processes", "2", name="forked") as supervisor:
+        ready(db, 2)
+        forked = workers_of(supervisor.pid, named=False)
+        supervisor.kill()
+        supervisor.wait()
+        wait_for(lambda: not any(alive(pid) for pid in forked), "the workers to end")
+    assert rows(db, "SELECT id FROM processes") == [], (tmp_path / "forked.log").read_text()
 
 
 @pytest.mark.slow
@@ -289,15 +327,18 @@ def test_lace_run_with_two_workers_spreads_a_fan_out_and_leaves_no_worker(
 
 def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list[int]]:
     """`lace run --workers 2 ... MANY_PROMPT` whose demo model never answers, once it started
-    its two workers; the run and its workers' pids."""
+    its two workers (forked by one `lace worker --processes 2`); the run and the pids of its
+    workers and of the process that forked them."""
     home = tmp_path / "home"
     new_database(tmp_path)
     with (tmp_path / "run.log").open("wb") as log:
         run = lace_popen([sys.executable, "-m", "lace", "run", "--workers", "2", *argv,
                                 MANY_PROMPT], stdout=subprocess.DEVNULL, stderr=log,
                                env=lace_env(home, LACE_DEMO_DELAY="600", PYTHONFAULTHANDLER="1"))
-    wait_for(lambda: len(workers_of(run.pid)) == 2, "the run's two workers")
-    return run, workers_of(run.pid)
+    wait_for(lambda: len(workers_of(run.pid)) == 1, "the run's supervisor of workers")
+    (supervisor,) = workers_of(run.pid)
+    wait_for(lambda: len(workers_of(supervisor)) == 2, "the run's two workers")
+    return run, [supervisor, *workers_of(supervisor)]
 
 
 def ended(run: subprocess.Popen[bytes], tmp_path: Path) -> int:

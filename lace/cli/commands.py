@@ -154,6 +154,9 @@ def _add_running_commands(add: Add) -> None:
     worker.add_argument("--max-agents", type=_positive_int, default=None, metavar="N",
                         help="run at most N turns at once; the rest are left to other "
                              "processes")
+    worker.add_argument("--processes", type=_worker_count, default=1, metavar="N",
+                        help="run N worker processes, forked after one start-up (for a host "
+                             "with several cores); they stop together")
     worker.add_argument("--until-eof", action="store_true", help=argparse.SUPPRESS)
     add_workspace_flags(worker)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -16,9 +18,11 @@ from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.runtime.board import Board
-from lace.runtime.databases import when_reachable
+from lace.runtime.databases import load_driver, when_reachable
 from lace.runtime.public import DaemonThreads
 
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal this process gets when the process that forked it ends."""
 GRACE_S = 10.0
 """How long a worker has to stop after SIGTERM before it is killed: it takes milliseconds, but
 seconds on a swamped machine, and a killed worker leaves its agents held until its lease runs
@@ -31,12 +35,73 @@ def worker_command(args: argparse.Namespace) -> int:
     settings = runtime_settings(args)
     workspace_of(args)
     previous = signal.signal(signal.SIGTERM, _stopped_while_waiting)
+    if args.processes > 1:
+        children = _forked_workers(args.processes, getattr(args, "db", None))
+        if children:
+            return _supervise(children)
     try:
         board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
     finally:
         signal.signal(signal.SIGTERM, previous)
     roots = [board.session(root_id).id for root_id in args.sessions or []]
     return asyncio.run(_serve(args, board, settings, roots))
+
+
+def _forked_workers(count: int, db: str | None) -> list[int]:
+    """Import the model SDK and the database driver once, then fork `count` worker processes
+    that share them (the imports are a second of a core per process, a core the agents could
+    use): their pids in this process, the supervisor, and [] in each worker. This process has
+    no thread and no connection yet, so a fork is safe; SIGINT and SIGTERM are held until each
+    side has its own handlers."""
+    model_client().warm_up(litellm_too=False)
+    load_driver(db)
+    stopping = {signal.SIGINT, signal.SIGTERM}
+    children: list[int] = []
+    supervisor = os.getpid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+    try:
+        for _ in range(count):
+            if (pid := os.fork()) == 0:
+                _stops_with(supervisor)
+                return []  # a worker, with the handlers it had: stopped cleanly while it starts
+            children.append(pid)
+        for signum in stopping:
+            signal.signal(signum, lambda _signum, _frame: _stop(children))
+        return children
+    except OSError:  # no more processes: stop those already forked
+        _stop(children)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
+
+
+def _stops_with(supervisor: int) -> None:
+    """On Linux a forked worker gets SIGTERM when its supervisor dies, even killed (elsewhere
+    the end of stdin stops those `lace run` started, and a person the others)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:  # it died before this worker asked
+        raise SystemExit(0)
+
+
+def _stop(children: list[int]) -> None:
+    """Ask each forked worker to stop (SIGTERM: its running turns become interrupted)."""
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _supervise(children: list[int]) -> int:
+    """Wait for every forked worker; the exit code is the first failure's (128 + N for a
+    worker killed by signal N), else 0."""
+    code = 0
+    for pid in list(children):
+        _, status = os.waitpid(pid, 0)
+        children.remove(pid)  # no signal for a pid the system may give another process
+        ended = os.waitstatus_to_exitcode(status)
+        if ended and not code:
+            code = ended if ended > 0 else 128 - ended
+    return code
 
 
 def _stopped_while_waiting(_signum: int, _frame: object) -> None:
@@ -54,8 +119,8 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, main.cancel)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # once: a second would cut the shutdown
+        loop.add_signal_handler(signum, lambda: main.cancelling() or main.cancel())
     if args.until_eof:
         def read_stdin() -> None:
             if not os.read(sys.stdin.fileno(), 4096):  # the run that started it has ended
@@ -81,9 +146,10 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
 
 
 class Workers:
-    """The `lace worker` processes of one `lace run --workers N`. They end with the run however
-    it ends: stopped by it (SIGTERM, then SIGKILL after GRACE_S), or, should the run be killed,
-    at the end of their stdin, a pipe from the run."""
+    """The `lace worker` processes of one `lace run --workers N`: one `lace worker --processes
+    N`, which forks them after its start-up. They end with the run however it ends: stopped by
+    it (SIGTERM, then SIGKILL after GRACE_S), or, should the run be killed, at the end of their
+    stdin, a pipe from the run."""
 
     def __init__(self) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -92,13 +158,12 @@ class Workers:
               count: int) -> None:
         """Start `count` workers for the session, with the run's workspace and tool flags (and
         its environment and folder, so its settings)."""
-        argv = [sys.executable, "-m", "lace", "worker",
+        argv = [sys.executable, "-m", "lace", "worker", "--processes", str(count),
                 "--session", root_id, "--workspace", str(workspace_of(args)), "--until-eof",
                 *(["--yes"] if args.yes else []), *(["--read-only"] if args.read_only else [])]
         env = {**os.environ, "LACE_DB": database_url}  # not in argv: ps shows argv to anyone
-        for _ in range(count):
-            self.processes.append(subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                                   stdout=subprocess.DEVNULL, env=env))
+        self.processes.append(subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                               stdout=subprocess.DEVNULL, env=env))
 
     def terminate(self) -> None:
         """Ask every worker still running to stop (its running turns become interrupted)."""

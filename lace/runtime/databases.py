@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import sqlalchemy as sa
+
 from lace.store import Store, open_database, resolve_db_url
 from lace.store.db import upgrade
 from lace.store.engines import engine_for
@@ -17,8 +19,8 @@ from lace.store.engines.reconnect import Backoff, is_retried
 from lace.store.failures import damage_error, storage_error
 
 __all__ = ["damage_error", "database_file", "database_passwords", "database_url",
-           "missing_board", "open_store", "shown_database", "storage_error", "upgrade_database",
-           "when_reachable"]
+           "load_driver", "missing_board", "open_store", "shown_database", "storage_error",
+           "upgrade_database", "when_reachable"]
 T = TypeVar("T")
 
 
@@ -40,6 +42,12 @@ def database_file(db: str | None = None) -> Path | None:
 def database_passwords(db: str | None = None) -> list[str]:
     """The passwords the database's URL carries (none for a file)."""
     return passwords(resolve_db_url(db))
+
+
+def load_driver(db: str | None = None) -> None:
+    """Import what opening the database takes (its driver, SQLAlchemy's dialect), connecting
+    nowhere: done once in a process that forks workers, it is done for them all."""
+    sa.create_engine(resolve_db_url(db)).dispose()
 
 
 def open_store(db: str | None = None) -> Store:
