@@ -23,6 +23,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.store import Store, Tx, open_database
 from lace.tools.names import ALL_TOOL_NAMES
+from tests.conftest import snapshot
 from tests.lace_forks import lace_popen, run_lace
 from tests.processes import MANY_PROMPT, final_board, lace_env
 from tests.workers import (
@@ -350,6 +351,36 @@ def ended(run: subprocess.Popen[bytes], tmp_path: Path) -> int:
         run.send_signal(signal.SIGABRT)
         run.wait()
         raise AssertionError((tmp_path / "run.log").read_text()) from None
+
+
+def started_for(workspace: Path) -> list[int]:
+    """The live processes whose command line names `workspace` and --for-run: the workers a
+    run with that workspace started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            continue
+        if b"--for-run" in command and str(workspace).encode() in command \
+                and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_the_workers_of_a_run_that_ends_before_its_session_end_with_it(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    before = snapshot(db)
+    run = run_lace(["run", "--workers", "2", "--workspace", str(workspace), "--continue",
+                    "lace_20990101_abcdef.1", "Go on."], env=lace_env(tmp_path / "home"),
+                   timeout=60)
+    assert run.returncode == 2
+    assert run.stderr == "lace: error: Unknown thread 'lace_20990101_abcdef.1'.\n"
+    assert started_for(workspace) == []  # started first thing, then waited for
+    assert snapshot(db) == before
 
 
 @pytest.mark.slow

@@ -157,7 +157,7 @@ def _add_running_commands(add: Add) -> None:
     worker.add_argument("--processes", type=_worker_count, default=1, metavar="N",
                         help="run N worker processes, forked after one start-up (for a host "
                              "with several cores); they stop together")
-    worker.add_argument("--until-eof", action="store_true", help=argparse.SUPPRESS)
+    worker.add_argument("--for-run", action="store_true", help=argparse.SUPPRESS)
     add_workspace_flags(worker)
 
     serve = add("web", "Serve the app to a browser (one app per open page), on this machine "

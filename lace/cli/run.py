@@ -19,10 +19,11 @@ from lace.core.agents import CUT_OFF_STATUSES
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
 from lace.core.ids import root_of
-from lace.runtime.databases import when_reachable
+from lace.runtime.databases import database_url, when_reachable
 from lace.runtime.outcome import EXIT_QUIET
 
 if TYPE_CHECKING:
+    from lace.cli.worker import Workers
     from lace.llm.client import RoutingClient
     from lace.llm.types import ModelClient
     from lace.runtime import Runtime, Sharing
@@ -57,20 +58,28 @@ def run_command(args: argparse.Namespace) -> int:
         from lace.llm.openai_sdk import start_import
 
         start_import()  # half a second of CPU, meanwhile
-    board = board_of(args, create=args.continue_thread is None)
-    if detach:
-        return _detach(board, args, model)
-    if args.continue_thread:
-        board.get_thread(args.continue_thread)
-    started: list[str] = []  # the session's id, once there is one
+    from lace.cli.worker import Workers
+
+    workers, count = Workers(), int(getattr(args, "workers", 0))  # `lace resume`: none
+    if count:  # refused with --detach
+        workers.start(args, database_url(getattr(args, "db", None)), count)
     try:
-        return asyncio.run(_run(args, board, model, settings, started))
-    except KeyboardInterrupt:
-        print(f"lace: {_resumable('interrupted', started)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
-        print(f"lace: {_resumable('terminated', started)}", file=sys.stderr)
-        return EXIT_TERMINATED
+        board = board_of(args, create=args.continue_thread is None)
+        if detach:
+            return _detach(board, args, model)
+        if args.continue_thread:
+            board.get_thread(args.continue_thread)
+        started: list[str] = []  # the session's id, once there is one
+        try:
+            return asyncio.run(_run(args, board, model, settings, started, workers))
+        except KeyboardInterrupt:
+            print(f"lace: {_resumable('interrupted', started)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except asyncio.CancelledError:  # SIGTERM: stopped as cleanly as by Ctrl+C
+            print(f"lace: {_resumable('terminated', started)}", file=sys.stderr)
+            return EXIT_TERMINATED
+    finally:
+        workers.abandon()  # those the run did not stop: it ended before its session
 
 
 def usable_model(model: str) -> str:
@@ -122,7 +131,7 @@ def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
 
     runtime = open_runtime(board.store, settings, client, check_model=check_model,
                            workspace=workspace_of(args), sharing=sharing or ALONE)
-    from lace.runtime.databases import database_url, shown_database
+    from lace.runtime.databases import shown_database
 
     db = getattr(args, "db", None)  # named again in the commands that answer (no password)
     runtime.subscribe(progress_printer(
@@ -132,8 +141,7 @@ def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
 
 
 async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any,
-               started: list[str]) -> int:
-    from lace.cli.worker import Workers
+               started: list[str], workers: Workers) -> int:
     from lace.runtime import Sharing
     from lace.runtime.public import DaemonThreads
 
@@ -144,10 +152,8 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
     main = asyncio.current_task()
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    workers_wanted = getattr(args, "workers", 0)  # `lace resume` runs with none
-    sharing = Sharing(feed=board.change_feed(), share_work=True) if workers_wanted else None
+    sharing = Sharing(feed=board.change_feed(), share_work=True) if workers.processes else None
     runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True)
-    workers = Workers()
     asking = _ask_on_the_terminal(runtime)
     try:
         if args.continue_thread:
@@ -163,7 +169,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
             root_id = (await runtime.start_session(args.prompt, model)).id
             started.append(root_id)
             print(f"Session {root_id}", file=sys.stderr)
-        workers.start(args, board.url, root_id, workers_wanted)
+        workers.serve(root_id)
         try:
             async with asyncio.timeout(args.timeout):
                 await _run_until_quiet_everywhere(runtime, board, root_id)

@@ -30,13 +30,18 @@ out."""
 
 
 def worker_command(args: argparse.Namespace) -> int:
-    """Check the sessions named, then serve until a signal (or the end of stdin with
-    --until-eof, as started by `lace run --workers`)."""
+    """Check the sessions named, then serve until a signal (with --for-run, as started by
+    `lace run --workers`: the session stdin's first line names, until the end of stdin)."""
     settings = runtime_settings(args)
     workspace_of(args)
     previous = signal.signal(signal.SIGTERM, _stopped_while_waiting)
+    if args.processes > 1 or args.for_run:  # started before it serves: import meanwhile
+        model_client().warm_up(litellm_too=False)
+        load_driver(getattr(args, "db", None))
+    if args.for_run:
+        args.sessions = [_session_of_the_run()]
     if args.processes > 1:
-        children = _forked_workers(args.processes, getattr(args, "db", None))
+        children = _forked_workers(args.processes)
         if children:
             return _supervise(children)
     try:
@@ -47,14 +52,28 @@ def worker_command(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args, board, settings, roots))
 
 
-def _forked_workers(count: int, db: str | None) -> list[int]:
-    """Import the model SDK and the database driver once, then fork `count` worker processes
-    that share them (the imports are a second of a core per process, a core the agents could
-    use): their pids in this process, the supervisor, and [] in each worker. This process has
-    no thread and no connection yet, so a fork is safe; SIGINT and SIGTERM are held until each
-    side has its own handlers."""
-    model_client().warm_up(litellm_too=False)
-    load_driver(db)
+MAX_SESSION_LINE = 256
+
+
+def _session_of_the_run() -> str:
+    """The first line of stdin: the id of the session the run that started this worker has
+    begun (stdin is its pipe). Read byte by byte, so that what follows, the pipe's end when the
+    run ends, is left for every worker to see. The end before a line: the run ended first."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < MAX_SESSION_LINE:
+        byte = os.read(sys.stdin.fileno(), 1)
+        if not byte:
+            raise SystemExit(0)
+        line += byte
+    return line.decode(errors="replace").strip()
+
+
+def _forked_workers(count: int) -> list[int]:
+    """Fork `count` worker processes that share this one's imports (the model SDK and the
+    database driver: a second of a core per process, a core the agents could use): their pids
+    in this process, the supervisor, and [] in each worker. This process has no thread and no
+    connection yet, so a fork is safe; SIGINT and SIGTERM are held until each side has its own
+    handlers."""
     stopping = {signal.SIGINT, signal.SIGTERM}
     children: list[int] = []
     supervisor = os.getpid()
@@ -121,7 +140,7 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
         raise RuntimeError("lace worker runs as asyncio's main task")
     for signum in (signal.SIGINT, signal.SIGTERM):  # once: a second would cut the shutdown
         loop.add_signal_handler(signum, lambda: main.cancelling() or main.cancel())
-    if args.until_eof:
+    if args.for_run:
         def read_stdin() -> None:
             if not os.read(sys.stdin.fileno(), 4096):  # the run that started it has ended
                 loop.remove_reader(sys.stdin.fileno())
@@ -147,23 +166,44 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
 
 class Workers:
     """The `lace worker` processes of one `lace run --workers N`: one `lace worker --processes
-    N`, which forks them after its start-up. They end with the run however it ends: stopped by
-    it (SIGTERM, then SIGKILL after GRACE_S), or, should the run be killed, at the end of their
-    stdin, a pipe from the run."""
+    N`, started first thing so that its start-up overlaps the run's, which forks them once the
+    run names its session. They end with the run however it ends: stopped by it (SIGTERM, then
+    SIGKILL after GRACE_S), or, should the run be killed, at the end of their stdin, a pipe
+    from the run."""
 
     def __init__(self) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def start(self, args: argparse.Namespace, database_url: str, root_id: str,
-              count: int) -> None:
-        """Start `count` workers for the session, with the run's workspace and tool flags (and
-        its environment and folder, so its settings)."""
+    def start(self, args: argparse.Namespace, database_url: str, count: int) -> None:
+        """Start `count` workers, with the run's workspace and tool flags (and its environment
+        and folder, so its settings); they wait for `serve`."""
         argv = [sys.executable, "-m", "lace", "worker", "--processes", str(count),
-                "--session", root_id, "--workspace", str(workspace_of(args)), "--until-eof",
+                "--workspace", str(workspace_of(args)), "--for-run",
                 *(["--yes"] if args.yes else []), *(["--read-only"] if args.read_only else [])]
         env = {**os.environ, "LACE_DB": database_url}  # not in argv: ps shows argv to anyone
         self.processes.append(subprocess.Popen(argv, stdin=subprocess.PIPE,
                                                stdout=subprocess.DEVNULL, env=env))
+
+    def serve(self, root_id: str) -> None:
+        """Name the session to the workers (one that ended already is reported by `stop`)."""
+        for process in self.processes:
+            if process.stdin is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    process.stdin.write(f"{root_id}\n".encode())
+                    process.stdin.flush()
+
+    def abandon(self) -> None:
+        """A run that ends before its session: the workers, given no session, end at the end
+        of their stdin; waited for (killed after GRACE_S)."""
+        for process in self.processes:
+            if process.stdin is not None:
+                process.stdin.close()
+            try:
+                process.wait(GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
 
     def terminate(self) -> None:
         """Ask every worker still running to stop (its running turns become interrupted)."""
