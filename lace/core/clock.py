@@ -23,8 +23,11 @@ def iso_ago(seconds: float) -> str:
 
 
 def seconds_since(text: str) -> float:
-    """Seconds from a time lace wrote until now."""
-    return (datetime.now(UTC) - datetime.strptime(text, ISO_FORMAT).replace(tzinfo=UTC)
+    """Seconds from a time lace wrote until now (`fromisoformat`: strptime takes 20 times as
+    long, and its first call in a process builds its patterns for tens of milliseconds, on the
+    store's thread in the middle of a fan-out)."""
+    moment = datetime.fromisoformat(text)
+    return (datetime.now(UTC) - (moment if moment.tzinfo else moment.replace(tzinfo=UTC))
             ).total_seconds()
 
 
