@@ -133,6 +133,46 @@ async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_cal
     assert reason.startswith("budget reached: session used")
 
 
+async def test_an_agent_holds_no_tokens_while_it_waits_nor_after_its_turn(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    """Tokens are set aside only for a model call in flight: near a cap, a coordinator waiting
+    on `delegate` must not hold what its helpers need."""
+    runtime = supervisor(store, budgets=Budgets(session_tokens=10**7))
+    root_rows: list[list[tuple[Any, ...]]] = []
+
+    async def helper(messages: list[dict[str, Any]]) -> ScriptedReply:
+        deadline = asyncio.get_running_loop().time() + 20
+        while query(db_path, "SELECT status FROM agent_metadata WHERE parent_thread_id IS "
+                             "NULL") != [("waiting",)]:
+            assert asyncio.get_running_loop().time() < deadline, "the root never waited"
+            await asyncio.sleep(0.01)
+        root_rows.append(query(db_path, "SELECT status, tokens_reserved FROM agent_metadata "
+                                        "WHERE parent_thread_id IS NULL"))
+        return reply(None, ("task_complete", {"task_id": assigned_task(messages),
+                                              "message": "the answer"}))
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if messages[-1]["role"] == "user":
+            return reply(None, ("task_list", {}))
+        if "delegate" not in tools_called(messages):
+            return reply(None, ("delegate", {"tasks": [
+                {"title": "Part", "prompt": "p", "expected_response": "a line",
+                 "assigned_to": "new:scripted/helper"}]}))
+        return reply("all done")
+
+    models.on("root", root)
+    models.on("helper", helper)
+    try:
+        session = await runtime.start_session("go", "scripted/root")
+        await asyncio.wait_for(runtime.run_until_quiet(session.id), 60)
+    finally:
+        await runtime.stop()
+        runtime.close()
+    assert root_rows == [[("waiting", 0)]]
+    assert len(models.calls_of("root")) == 3  # task_list, delegate, the answer
+    assert query(db_path, "SELECT SUM(tokens_reserved) FROM agent_metadata") == [(0,)]
+
+
 def test_the_default_cap_follows_each_agents_own_provider(
         store: Store, session: Any) -> None:
     with store.transaction() as tx:
