@@ -38,7 +38,12 @@ from lace.runtime.isolation import with_committed_work
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
-from lace.store.budgets import budget_line, check_before_call, reserve_before_call
+from lace.store.budgets import (
+    budget_line,
+    check_before_call,
+    halt_before_call,
+    reserve_before_call,
+)
 from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ToolResult
 
@@ -308,9 +313,14 @@ class TurnRunner:
                     estimate=estimate)))
             if halt is not None and halt.wait:  # others' calls in flight may use what is left
                 waiting_since = waiting_since or time.monotonic()
-                if time.monotonic() - waiting_since > stall:  # they never settle: give up
-                    raise HaltedError(agent.thread_id, halt.reason)
-                await asyncio.sleep(RESERVATION_POLL_S)
+                # Looked at again in reads, the write once it may fit: hundreds of agents
+                # waiting at a cap each trying a write every 50 ms held the others' writes back.
+                while halt is not None and halt.wait:
+                    if time.monotonic() - waiting_since > stall:  # they never settle: give up
+                        raise HaltedError(agent.thread_id, halt.reason)
+                    await asyncio.sleep(RESERVATION_POLL_S)
+                    halt = await self.db.read(functools.partial(
+                        halt_before_call, thread_id=agent.thread_id, budgets=self.budgets))
                 continue
             waiting_since = None
             if halt is not None:
