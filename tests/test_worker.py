@@ -6,6 +6,7 @@ SIGTERM interrupts its turns cleanly; a run's workers share its fan-out and neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -410,3 +411,44 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(tmp_path: Path, signum:
     db = tmp_path / "home" / "lace.db"
     left = value(db, "SELECT COUNT(*) FROM processes")
     assert left == (0 if signum == signal.SIGINT else 1)  # a killed run leaves its own row
+
+
+@pytest.mark.slow
+def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
+    run, pids = start_run(tmp_path)
+    supervisor, killed = pids[0], pids[1]
+    try:
+        ready(tmp_path / "home" / "lace.db", 3)
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: not alive(killed), "the killed worker to end")
+        run.send_signal(signal.SIGTERM)
+        assert ended(run, tmp_path) == 143
+    finally:
+        run.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    log = (tmp_path / "run.log").read_text()
+    named = [line for line in log.splitlines() if "ended with exit code" in line]
+    assert named and (str(killed) in named[0] or str(supervisor) in named[0]), log
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_worker(
+        tmp_path: Path) -> None:
+    new_database(tmp_path)
+    with (tmp_path / "run.log").open("wb") as log:
+        run = lace_popen([sys.executable, "-m", "lace", "run", "--workers", "2", MANY_PROMPT],
+                         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                         env=lace_env(tmp_path / "home", LACE_DEMO_DELAY="600"))
+    try:
+        wait_for(lambda: len(workers_of(run.pid)) == 1, "the run's supervisor of workers")
+        (supervisor,) = workers_of(run.pid)
+        os.killpg(run.pid, signal.SIGINT)  # Ctrl+C: the terminal signals the whole group
+        assert ended(run, tmp_path) == 130
+        wait_for(lambda: not alive(supervisor), "the supervisor to end")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    log_text = (tmp_path / "run.log").read_text()
+    assert "Traceback" not in log_text and "ended with exit code" not in log_text, log_text
