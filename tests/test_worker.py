@@ -452,3 +452,16 @@ def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_wor
             os.killpg(run.pid, signal.SIGKILL)
     log_text = (tmp_path / "run.log").read_text()
     assert "Traceback" not in log_text and "ended with exit code" not in log_text, log_text
+
+
+@pytest.mark.parametrize("line", ["\n", "   \n"])
+def test_a_blank_session_line_names_no_session(tmp_path: Path, line: str) -> None:
+    db = new_database(tmp_path)
+    write_session(db)  # the latest session: a blank id must not pick it
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    ran = run_lace(["worker", "--for-run", "--workspace", str(workspace)], stdin=line,
+                   env=lace_env(tmp_path / "home", LACE_DB=str(db), LACE_DEMO_DELAY="600"),
+                   timeout=60)
+    assert ran.returncode == 2 and "runs the agents of" not in ran.stderr, ran.stderr
+    assert rows(db, "SELECT id FROM processes") == []
