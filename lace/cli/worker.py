@@ -193,11 +193,12 @@ class Workers:
                     process.stdin.flush()
 
     def abandon(self) -> None:
-        """A run that ends before its session: the workers, given no session, end at the end
-        of their stdin; waited for (killed after GRACE_S)."""
+        """A run that ends before its session: the workers, given no session, are stopped at
+        once (SIGTERM, and the end of their stdin); waited for (killed after GRACE_S)."""
         for process in self.processes:
             if process.stdin is not None:
                 process.stdin.close()
+            process.terminate()  # no session, nothing to finish: not worth its imports
             try:
                 process.wait(GRACE_S)
             except subprocess.TimeoutExpired:
