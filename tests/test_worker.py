@@ -465,3 +465,18 @@ def test_a_blank_session_line_names_no_session(tmp_path: Path, line: str) -> Non
                    timeout=60)
     assert ran.returncode == 2 and "runs the agents of" not in ran.stderr, ran.stderr
     assert rows(db, "SELECT id FROM processes") == []
+
+
+@pytest.mark.slow
+def test_a_forked_worker_that_dies_is_reaped_and_named_when_it_dies(tmp_path: Path) -> None:
+    db = new_database(tmp_path)
+    with worker(tmp_path, db, "--processes", "2", name="forked") as supervisor:
+        ready(db, 2)
+        last = max(workers_of(supervisor.pid, named=False))  # not the one waited for first
+        os.kill(last, signal.SIGKILL)
+        wait_for(lambda: not Path(f"/proc/{last}").exists(), "the killed worker to be reaped",
+                 timeout=15)  # a zombie until its supervisor waits for it
+        wait_for(lambda: f"pid {last}" in (tmp_path / "forked.log").read_text(),
+                 "the supervisor to name the worker that died", timeout=15)
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 128 + signal.SIGKILL
