@@ -19,11 +19,9 @@ from typing import Any
 
 import pytest
 
-from lace.core.assignee import HUMAN
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
-from lace.store import Store, Tx, open_database
-from lace.tools.names import ALL_TOOL_NAMES
+from lace.store import Store, open_database
 from tests.conftest import snapshot
 from tests.lace_forks import lace_popen, run_lace
 from tests.processes import MANY_PROMPT, final_board, lace_env
@@ -36,6 +34,7 @@ from tests.workers import (
     value,
     wait_for,
     worker,
+    write_session,
 )
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -66,23 +65,6 @@ def workers_of(pid: int, named: bool = True) -> list[int]:
         if parent == pid and (b"worker" in command or not named):
             found.append(int(entry.name))
     return found
-
-
-def write_session(db: Path, prompt: str = MANY_PROMPT) -> str:
-    """A session of the demo coordinator with the person's prompt in its inbox, written as
-    another process would (`lace task add`, the app, a `lace run` on another host)."""
-    store = Store(open_database(str(db)))
-
-    def write(tx: Tx) -> str:
-        root = tx.threads.create_session(provider="demo", model="coordinator",
-                                         title=prompt[:80], tools=list(ALL_TOOL_NAMES))
-        tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
-        return root.id
-
-    try:  # run again, as lace's own writes are, while a worker's write runs alone
-        return store.write(write)
-    finally:
-        store.close()
 
 
 def done(db: Path, root_id: str) -> bool:
@@ -452,19 +434,6 @@ def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_wor
             os.killpg(run.pid, signal.SIGKILL)
     log_text = (tmp_path / "run.log").read_text()
     assert "Traceback" not in log_text and "ended with exit code" not in log_text, log_text
-
-
-@pytest.mark.parametrize("line", ["\n", "   \n"])
-def test_a_blank_session_line_names_no_session(tmp_path: Path, line: str) -> None:
-    db = new_database(tmp_path)
-    write_session(db)  # the latest session: a blank id must not pick it
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    ran = run_lace(["worker", "--for-run", "--workspace", str(workspace)], stdin=line,
-                   env=lace_env(tmp_path / "home", LACE_DB=str(db), LACE_DEMO_DELAY="600"),
-                   timeout=60)
-    assert ran.returncode == 2 and "runs the agents of" not in ran.stderr, ran.stderr
-    assert rows(db, "SELECT id FROM processes") == []
 
 
 @pytest.mark.slow

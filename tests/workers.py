@@ -15,9 +15,11 @@ from typing import Any
 
 import psycopg
 
-from lace.store import Store, open_database
+from lace.core.assignee import HUMAN
+from lace.store import Store, Tx, open_database
+from lace.tools.names import ALL_TOOL_NAMES
 from tests.lace_forks import lace_popen
-from tests.processes import DELIVERED, DELIVERED_POSTGRES, board_rows, lace_env
+from tests.processes import DELIVERED, DELIVERED_POSTGRES, MANY_PROMPT, board_rows, lace_env
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 90) -> None:
@@ -87,3 +89,20 @@ def worker(tmp_path: Path, db: Path, *argv: str, name: str,
 def ready(db: Path, count: int) -> None:
     """Wait until `count` lace processes hold a lease (a worker takes one once ready)."""
     wait_for(lambda: len(live_processes(db)) == count, f"{count} live lace processes")
+
+
+def write_session(db: Path, prompt: str = MANY_PROMPT) -> str:
+    """A session of the demo coordinator with the person's prompt in its inbox, written as
+    another process would (`lace task add`, the app, a `lace run` on another host)."""
+    store = Store(open_database(str(db)))
+
+    def write(tx: Tx) -> str:
+        root = tx.threads.create_session(provider="demo", model="coordinator",
+                                         title=prompt[:80], tools=list(ALL_TOOL_NAMES))
+        tx.inbox.post(root.id, sender=HUMAN, kind="message", text=prompt)
+        return root.id
+
+    try:  # run again, as lace's own writes are, while a worker's write runs alone
+        return store.write(write)
+    finally:
+        store.close()

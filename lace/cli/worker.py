@@ -17,6 +17,7 @@ from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
+from lace.core.errors import LaceError
 from lace.runtime.board import Board
 from lace.runtime.databases import load_driver, when_reachable
 from lace.runtime.public import DaemonThreads
@@ -40,16 +41,26 @@ def worker_command(args: argparse.Namespace) -> int:
         load_driver(getattr(args, "db", None))
     if args.for_run:
         args.sessions = [_session_of_the_run()]
-    if args.processes > 1:
+    board, roots = _board_and_sessions(args)
+    if args.processes > 1:  # checked once, here; the workers fork with no connection open
+        board.close()
         children = _forked_workers(args.processes)
         if children:
             return _supervise(children)
-    try:
-        board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    roots = [board.session(root_id).id for root_id in args.sessions or []]
+        board, roots = _board_and_sessions(args)
+    signal.signal(signal.SIGTERM, previous)
     return asyncio.run(_serve(args, board, settings, roots))
+
+
+def _board_and_sessions(args: argparse.Namespace) -> tuple[Board, list[str]]:
+    """The board, once its server answers, and the sessions named (NotFoundError for one it
+    does not hold)."""
+    board = when_reachable(lambda: board_of(args, create=True), getattr(args, "db", None))
+    try:
+        return board, [board.session(root_id).id for root_id in args.sessions or []]
+    except BaseException:
+        board.close()
+        raise
 
 
 MAX_SESSION_LINE = 256
@@ -65,7 +76,10 @@ def _session_of_the_run() -> str:
         if not byte:
             raise SystemExit(0)
         line += byte
-    return line.decode(errors="replace").strip()
+    session = line.decode(errors="replace").strip()
+    if not session:  # Board.session("") is the latest session: name none rather than that
+        raise LaceError("lace worker --for-run reads a session id on its first line of stdin")
+    return session
 
 
 def _forked_workers(count: int) -> list[int]:
@@ -111,15 +125,21 @@ def _stop(children: list[int]) -> None:
 
 
 def _supervise(children: list[int]) -> int:
-    """Wait for every forked worker; the exit code is the first failure's (128 + N for a
-    worker killed by signal N), else 0."""
+    """Wait for every forked worker, naming each that fails as it ends; the exit code is the
+    first failure's (128 + N for a worker killed by signal N), else 0."""
     code = 0
-    for pid in list(children):
-        _, status = os.waitpid(pid, 0)
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # none left to wait for (reaped elsewhere): nothing to name
+            break
+        if pid not in children:
+            continue
         children.remove(pid)  # no signal for a pid the system may give another process
         ended = os.waitstatus_to_exitcode(status)
-        if ended and not code:
-            code = ended if ended > 0 else 128 - ended
+        if ended:
+            print(f"lace: worker pid {pid} ended with exit code {ended}", file=sys.stderr)
+            code = code or (ended if ended > 0 else 128 - ended)
     return code
 
 
@@ -181,8 +201,8 @@ class Workers:
                 "--workspace", str(workspace_of(args)), "--for-run",
                 *(["--yes"] if args.yes else []), *(["--read-only"] if args.read_only else [])]
         env = {**os.environ, "LACE_DB": database_url}  # not in argv: ps shows argv to anyone
-        self.processes.append(subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                               stdout=subprocess.DEVNULL, env=env))
+        self.processes.append(subprocess.Popen(  # a group of its own: Ctrl+C is the run's
+            argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, process_group=0))
 
     def serve(self, root_id: str) -> None:
         """Name the session to the workers (one that ended already is reported by `stop`)."""
