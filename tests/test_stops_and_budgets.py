@@ -14,7 +14,7 @@ import pytest
 
 from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.core.assignee import ThreadAssignee
-from lace.core.records import NewAgent
+from lace.core.records import NewAgent, Thread
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
@@ -100,6 +100,17 @@ async def test_a_stop_from_another_process_ends_a_running_bash_at_once(
         runtime.close()
 
 
+async def quiet_session(runtime: Runtime) -> Thread:
+    """A session of `scripted/root` told "go", run until quiet; the runtime then stopped."""
+    try:
+        root = await runtime.start_session("go", "scripted/root")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+        return root
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
 async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_call(
         store: Store, models: ScriptedModels, db_path: Path) -> None:
     cap, per_call = 3000, 600
@@ -119,12 +130,7 @@ async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_cal
         {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
         for n in range(15)]})) if messages[-1]["role"] == "user" else reply("waiting"))
     models.on("worker", worker)
-    try:
-        root = await runtime.start_session("go", "scripted/root")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    root = await quiet_session(runtime)
     (used,), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens) FROM llm_calls")
     assert cap <= used <= cap + per_call
     assert query(db_path, "SELECT SUM(tokens_reserved) FROM agent_metadata") == [(0,)]
@@ -162,12 +168,7 @@ async def test_an_agent_holds_no_tokens_while_it_waits_nor_after_its_turn(
 
     models.on("root", root)
     models.on("helper", helper)
-    try:
-        session = await runtime.start_session("go", "scripted/root")
-        await asyncio.wait_for(runtime.run_until_quiet(session.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await quiet_session(runtime)
     assert root_rows == [[("waiting", 0)]]
     assert len(models.calls_of("root")) == 3  # task_list, delegate, the answer
     assert query(db_path, "SELECT SUM(tokens_reserved) FROM agent_metadata") == [(0,)]
