@@ -86,8 +86,8 @@ def _forked_workers(count: int) -> list[int]:
     """Fork `count` worker processes that share this one's imports (the model SDK and the
     database driver: a second of a core per process, a core the agents could use): their pids
     in this process, the supervisor, and [] in each worker. This process has no thread and no
-    connection yet, so a fork is safe; SIGINT and SIGTERM are held until each side has its own
-    handlers."""
+    connection open (its board is closed), so a fork is safe; SIGINT and SIGTERM are held until
+    each side has its own handlers."""
     stopping = {signal.SIGINT, signal.SIGTERM}
     children: list[int] = []
     supervisor = os.getpid()
