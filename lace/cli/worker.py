@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import sys
 import time
 
 from lace.cli.board import board_of
+from lace.cli.forked import fork_workers, supervise
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
@@ -22,8 +22,6 @@ from lace.runtime.board import Board
 from lace.runtime.databases import load_driver, when_reachable
 from lace.runtime.public import DaemonThreads
 
-PR_SET_PDEATHSIG = 1
-"""prctl(2): the signal this process gets when the process that forked it ends."""
 GRACE_S = 10.0
 """How long a worker has to stop after SIGTERM before it is killed: it takes milliseconds, but
 seconds on a swamped machine, and a killed worker leaves its agents held until its lease runs
@@ -44,9 +42,9 @@ def worker_command(args: argparse.Namespace) -> int:
     board, roots = _board_and_sessions(args)
     if args.processes > 1:  # checked once, here; the workers fork with no connection open
         board.close()
-        children = _forked_workers(args.processes)
+        children = fork_workers(args.processes)
         if children:
-            return _supervise(children)
+            return supervise(children)
         board, roots = _board_and_sessions(args)
     signal.signal(signal.SIGTERM, previous)
     return asyncio.run(_serve(args, board, settings, roots))
@@ -80,67 +78,6 @@ def _session_of_the_run() -> str:
     if not session:  # Board.session("") is the latest session: name none rather than that
         raise LaceError("lace worker --for-run reads a session id on its first line of stdin")
     return session
-
-
-def _forked_workers(count: int) -> list[int]:
-    """Fork `count` worker processes that share this one's imports (the model SDK and the
-    database driver: a second of a core per process, a core the agents could use): their pids
-    in this process, the supervisor, and [] in each worker. This process has no thread and no
-    connection open (its board is closed), so a fork is safe; SIGINT and SIGTERM are held until
-    each side has its own handlers."""
-    stopping = {signal.SIGINT, signal.SIGTERM}
-    children: list[int] = []
-    supervisor = os.getpid()
-    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
-    try:
-        for _ in range(count):
-            if (pid := os.fork()) == 0:
-                _stops_with(supervisor)
-                return []  # a worker, with the handlers it had: stopped cleanly while it starts
-            children.append(pid)
-        for signum in stopping:
-            signal.signal(signum, lambda _signum, _frame: _stop(children))
-        return children
-    except OSError:  # no more processes: stop those already forked
-        _stop(children)
-        raise
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
-
-
-def _stops_with(supervisor: int) -> None:
-    """On Linux a forked worker gets SIGTERM when its supervisor dies, even killed (elsewhere
-    the end of stdin stops those `lace run` started, and a person the others)."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != supervisor:  # it died before this worker asked
-        raise SystemExit(0)
-
-
-def _stop(children: list[int]) -> None:
-    """Ask each forked worker to stop (SIGTERM: its running turns become interrupted)."""
-    for pid in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-
-
-def _supervise(children: list[int]) -> int:
-    """Wait for every forked worker, naming each that fails as it ends; the exit code is the
-    first failure's (128 + N for a worker killed by signal N), else 0."""
-    code = 0
-    while children:
-        try:
-            pid, status = os.wait()
-        except ChildProcessError:  # none left to wait for (reaped elsewhere): nothing to name
-            break
-        if pid not in children:
-            continue
-        children.remove(pid)  # no signal for a pid the system may give another process
-        ended = os.waitstatus_to_exitcode(status)
-        if ended:
-            print(f"lace: worker pid {pid} ended with exit code {ended}", file=sys.stderr)
-            code = code or (ended if ended > 0 else 128 - ended)
-    return code
 
 
 def _stopped_while_waiting(_signum: int, _frame: object) -> None:
