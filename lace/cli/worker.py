@@ -33,7 +33,7 @@ def worker_command(args: argparse.Namespace) -> int:
     `lace run --workers`: the session stdin's first line names, until the end of stdin)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    previous = signal.signal(signal.SIGTERM, _stopped_while_waiting)
+    signal.signal(signal.SIGTERM, _stopped_while_waiting)  # until _serve's loop takes it
     if args.processes > 1 or args.for_run:  # started before it serves: import meanwhile
         model_client().warm_up(litellm_too=False)
         load_driver(getattr(args, "db", None))
@@ -46,7 +46,6 @@ def worker_command(args: argparse.Namespace) -> int:
         if children:
             return supervise(children)
         board, roots = _board_and_sessions(args)
-    signal.signal(signal.SIGTERM, previous)
     return asyncio.run(_serve(args, board, settings, roots))
 
 
@@ -81,8 +80,8 @@ def _session_of_the_run() -> str:
 
 
 def _stopped_while_waiting(_signum: int, _frame: object) -> None:
-    """SIGTERM while the worker waits for its database server: stopped cleanly (it held
-    nothing yet)."""
+    """SIGTERM before the worker serves (while it waits for the run's session or for its
+    database server, or starts its loop): stopped cleanly (it holds nothing yet)."""
     raise SystemExit(0)
 
 
@@ -130,6 +129,9 @@ class Workers:
 
     def __init__(self) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.ended_alone: list[subprocess.Popen[bytes]] | None = None
+        """Those that had ended when the run first asked them to stop: the failures to name
+        (one the run's own SIGTERM ended, however it ended, is not one)."""
 
     def start(self, args: argparse.Namespace, database_url: str, count: int) -> None:
         """Start `count` workers, with the run's workspace and tool flags (and its environment
@@ -165,13 +167,15 @@ class Workers:
 
     def terminate(self) -> None:
         """Ask every worker still running to stop (its running turns become interrupted)."""
+        if self.ended_alone is None:
+            self.ended_alone = [process for process in self.processes if process.poll() is not None]
         for process in self.processes:
             if process.poll() is None:
                 process.terminate()
 
     async def stop(self) -> None:
-        """Stop every worker and wait for it; kill those still running after GRACE_S."""
-        ended_alone = [process for process in self.processes if process.poll() is not None]
+        """Stop every worker and wait for it; kill those still running after GRACE_S; name
+        those that had failed before."""
         self.terminate()
         deadline = time.monotonic() + GRACE_S
         while any(process.poll() is None for process in self.processes):
@@ -185,7 +189,7 @@ class Workers:
         for process in self.processes:
             if process.stdin is not None:
                 process.stdin.close()
-            if process in ended_alone and process.returncode != 0:
+            if process in (self.ended_alone or ()) and process.returncode != 0:
                 print(f"lace: worker pid {process.pid} ended with exit code "
                       f"{process.returncode}", file=sys.stderr)
         self.processes.clear()
