@@ -2,7 +2,8 @@
 store work, and the K-task fan-out through real `lace run` processes.
 
     python -m benchmarks.shared_board [--calls 200] [--rounds 3] [--tasks 100]
-                                      [--latency-ms 500] [--workers 0 1 2 3] [--tiny]
+                                      [--latency-ms 500] [--workers 0 1 2 3] [--repeat 1]
+                                      [--tiny]
 
 Per tool call: per_event.py's loop (a zero-latency scripted model; a helper makes task_add_note
 calls; the time from lace receiving each reply to its next model request), in-process, on a
@@ -28,6 +29,7 @@ import contextlib
 import multiprocessing
 import os
 import sqlite3
+import statistics
 import subprocess
 import time
 from collections.abc import Sequence
@@ -61,6 +63,8 @@ class FanoutRun:
     lace_cpu_s: float
     server_cpu_s: float
     holders: int
+    round: int = 0
+    """Which of the `--repeat` rounds: its ratios are over that round's SQLite run."""
 
     @property
     def cpu_s(self) -> float:
@@ -80,9 +84,25 @@ class SharedBoardResult:
                 / percentile(self.tool_call_us[SQLITE], fraction))
 
     def fanout_ratios(self, run: FanoutRun) -> tuple[float, float, float]:
-        """Wall, fan-out and CPU of `run` over the baseline's."""
-        base = self.fanout[0]
+        """Wall, fan-out and CPU of `run` over its round's baseline's."""
+        base = next(other for other in self.fanout
+                    if other.round == run.round and other.database == SQLITE)
         return run.wall_s / base.wall_s, run.fanout_s / base.fanout_s, run.cpu_s / base.cpu_s
+
+    def medians(self) -> list[list[str]]:
+        """Per database and `--workers`: the median wall and fan-out ratio over the rounds,
+        with their lowest and highest."""
+        rows = []
+        for database, workers in dict.fromkeys((run.database, run.workers)
+                                               for run in self.fanout):
+            runs = [run for run in self.fanout
+                    if (run.database, run.workers) == (database, workers)]
+            walls, fanouts = zip(*(self.fanout_ratios(run)[:2] for run in runs), strict=True)
+            rows.append([database, str(workers), str(len(runs)),
+                         f"{statistics.median(run.wall_s for run in runs):.2f}",
+                         *(f"{statistics.median(values):.2f} ({min(values):.2f} to "
+                           f"{max(values):.2f})" for values in (walls, fanouts))])
+        return rows
 
 
 def server_cpu_s(data: Path) -> float:
@@ -123,9 +143,10 @@ def tool_calls(result: SharedBoardResult, calls: int, server: PostgresServer | N
 
 
 def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, latency_s: float,
-            workers: Sequence[int], async_commit: bool = True) -> None:
+            workers: Sequence[int], async_commit: bool = True, repeat: int = 1) -> None:
     """The baseline and one run per `--workers` N on PostgreSQL, against one model server;
-    with `async_commit`, each N again on a database set to synchronous_commit=off."""
+    with `async_commit`, each N again on a database set to synchronous_commit=off; all of it
+    `repeat` times (rounds), so that every figure's neighbours in time are the others'."""
     context = multiprocessing.get_context("spawn")
     address, stop = context.Queue(), context.Event()
     model_server = context.Process(target=fanout_workers.serve, args=(latency_s, address, stop),
@@ -133,20 +154,22 @@ def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, laten
     model_server.start()
     try:
         base_url = address.get(timeout=30)
-        run = fanout_workers.run_once(base_url, tasks, 0)
-        result.fanout.append(FanoutRun(SQLITE, 0, run["wall"], run["fanout"], run["cpu"], 0.0,
-                                       int(run["holders"])))
-        for count in workers:
-            for database in (POSTGRES, ASYNC_COMMIT) if async_commit else (POSTGRES,):
-                with server.fresh_database() as url:
-                    if database == ASYNC_COMMIT:
-                        commit_asynchronously(server, url)
-                    before = server_cpu_s(server.data)
-                    run = fanout_workers.run_once(base_url, tasks, count, database=url)
-                    used = server_cpu_s(server.data) - before
-                result.fanout.append(FanoutRun(database, count, run["wall"], run["fanout"],
-                                               run["cpu"], used, int(run["holders"])))
-                print(f"  {database} --workers {count} done", flush=True)
+        for round_ in range(repeat):
+            run = fanout_workers.run_once(base_url, tasks, 0)
+            result.fanout.append(FanoutRun(SQLITE, 0, run["wall"], run["fanout"], run["cpu"],
+                                           0.0, int(run["holders"]), round_))
+            for count in workers:
+                for database in (POSTGRES, ASYNC_COMMIT) if async_commit else (POSTGRES,):
+                    with server.fresh_database() as url:
+                        if database == ASYNC_COMMIT:
+                            commit_asynchronously(server, url)
+                        before = server_cpu_s(server.data)
+                        run = fanout_workers.run_once(base_url, tasks, count, database=url)
+                        used = server_cpu_s(server.data) - before
+                    result.fanout.append(FanoutRun(database, count, run["wall"], run["fanout"],
+                                                   run["cpu"], used, int(run["holders"]),
+                                                   round_))
+                    print(f"  {database} --workers {count} done", flush=True)
     finally:
         stop.set()
         model_server.join(10)
@@ -164,10 +187,14 @@ def report(result: SharedBoardResult) -> str:
         runs.append([run.database, run.workers, run.holders, f"{run.wall_s:.2f}", f"{wall:.2f}",
                      f"{run.fanout_s:.2f}", f"{fanout:.2f}", f"{run.lace_cpu_s:.1f}",
                      f"{run.server_cpu_s:.1f}", f"{cpu:.2f}"])
-    return "\n\n".join([
+    tables = [
         table(["per tool call", "calls", "p50 us", "p95 us", "p50 ratio", "p95 ratio"], calls),
         table(["fan-out", "--workers", "processes", "wall s", "wall ratio", "fan-out s",
-               "fan-out ratio", "lace cpu s", "db cpu s", "cpu ratio"], runs)])
+               "fan-out ratio", "lace cpu s", "db cpu s", "cpu ratio"], runs)]
+    if any(run.round for run in result.fanout):
+        tables.append(table(["median over rounds", "--workers", "rounds", "wall s",
+                             "wall ratio", "fan-out ratio"], result.medians()))
+    return "\n\n".join(tables)
 
 
 def machine(bindir: Path) -> str:
@@ -196,6 +223,8 @@ def main(argv: Sequence[str] | None = None,
     parser.add_argument("--latency-ms", type=float, default=500.0, help="L per model call")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 3],
                         help="the `lace run --workers N` runs on PostgreSQL")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K",
+                        help="run the fan-outs K times, in turn, and add their medians")
     parser.add_argument("--default-durability-only", action="store_true",
                         help="no fan-out runs on a database set to synchronous_commit=off")
     parser.add_argument("--tiny", action="store_true",
@@ -218,7 +247,7 @@ def main(argv: Sequence[str] | None = None,
         print(f"fan-out: K = {args.tasks}, L = {args.latency_ms:g} ms; limits raised through "
               "LACE_LIMITS__ variables; `processes` ran the helpers' last turns", flush=True)
         fan_out(result, server, args.tasks, args.latency_ms / 1000, args.workers,
-                async_commit=not args.default_durability_only)
+                async_commit=not args.default_durability_only, repeat=args.repeat)
         print(f"load average at the end: {load_average()}")
     print(report(result))
     print(f"ratios: over {SQLITE}'s per tool call, and over {SQLITE} with one process (no "

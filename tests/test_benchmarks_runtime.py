@@ -201,3 +201,20 @@ def test_tasks_scale_tiny(postgres_server: PostgresServer,
     assert lines[0] == 52 and lines[2] > lines[0]  # a heading, a page of 50, "… N more"
     assert all(positive(float(row[3])) and positive(float(row[4])) for row in found)
     assert "lace tasks on 1,000 tasks (300 in the latest session)" in capsys.readouterr().out
+
+
+def test_shared_board_ratios_are_over_the_same_rounds_sqlite_run_and_medians_span_rounds(
+) -> None:
+    def run(database: str, workers: int, wall: float, round_: int) -> shared_board.FanoutRun:
+        return shared_board.FanoutRun(database, workers, wall, wall / 2, 1.0, 0.0, 1, round_)
+
+    result = shared_board.SharedBoardResult(fanout=[
+        run(shared_board.SQLITE, 0, 4.0, 0), run(shared_board.POSTGRES, 3, 6.0, 0),
+        run(shared_board.SQLITE, 0, 5.0, 1), run(shared_board.POSTGRES, 3, 6.0, 1),
+        run(shared_board.SQLITE, 0, 6.0, 2), run(shared_board.POSTGRES, 3, 9.0, 2)])
+    assert [result.fanout_ratios(one)[0] for one in result.fanout] == [
+        1.0, 1.5, 1.0, 1.2, 1.0, 1.5]
+    assert result.medians() == [
+        [shared_board.SQLITE, "0", "3", "5.00", "1.00 (1.00 to 1.00)", "1.00 (1.00 to 1.00)"],
+        [shared_board.POSTGRES, "3", "3", "6.00", "1.50 (1.20 to 1.50)", "1.50 (1.20 to 1.50)"]]
+    assert "median over rounds" in shared_board.report(result)
