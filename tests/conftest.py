@@ -248,6 +248,12 @@ def query(db_path: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return connection.execute(sql, params).fetchall()
 
 
+def turns_of(db_path: Path | str, thread_id: str) -> int:
+    """The turns an agent's row counts, read as `query` reads (its row must be there)."""
+    (turns,), = query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?", thread_id)
+    return int(turns)
+
+
 def snapshot(path: Path | str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, to prove that a failed call wrote nothing."""
     if is_postgres(path):

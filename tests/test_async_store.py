@@ -22,7 +22,7 @@ from lace.runtime.database import MAX_BATCH, AsyncStore
 from lace.store import Store, Tx, schema
 from lace.store.engines.postgresql import CHANNEL
 from lace.store.leases import LeaseLostError, fenced
-from tests.conftest import is_postgres, lost_and_held_leases, new_session, query
+from tests.conftest import is_postgres, lost_and_held_leases, new_session, query, turns_of
 
 pytestmark = pytest.mark.both_engines
 
@@ -232,15 +232,13 @@ async def test_a_sqlalchemy_statement_joins_the_loops_transaction(store: Store,
         raise InvalidTransitionError("undo it")
 
     failed = await asyncio.gather(db.write(count_then_fail), return_exceptions=True)
-    after_rollback = query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                           session.id)
+    after_rollback = turns_of(db_path, session.id)
     await db.write(lambda tx: tx.agents.count_turn(session.id))
     await db.write(lambda tx: tx.agents.count_turn(session.id))
     db.close()
     assert isinstance(failed[0], InvalidTransitionError)
-    assert after_rollback == [(0,)]
-    assert query(db_path, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(2,)]
+    assert after_rollback == 0
+    assert turns_of(db_path, session.id) == 2
 
 
 async def test_a_long_queue_commits_in_batches_and_loses_nothing(store: Store,

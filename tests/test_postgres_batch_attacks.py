@@ -19,7 +19,7 @@ from lace.store import Store, Tx, open_database
 from lace.store.db import Database
 from lace.store.engines import driver, engine_for
 from lace.store.prepared import Prepared
-from tests.conftest import new_session, query
+from tests.conftest import new_session, query, turns_of
 from tests.faults import CommitCutter
 
 
@@ -70,9 +70,8 @@ async def test_a_work_that_swallows_a_database_error_does_not_report_lost_writes
     outcomes = await asyncio.gather(db.write(lambda tx: tx.agents.count_turn(session.id)),
                                     db.write(swallows), return_exceptions=True)
     db.close()
-    turns = query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                  session.id)
-    if turns == [(0,)]:  # nothing committed: no work may say it did
+    turns = turns_of(migrated_postgres_url, session.id)
+    if turns == 0:  # nothing committed: no work may say it did
         assert all(isinstance(outcome, BaseException) for outcome in outcomes), outcomes
 
 
@@ -106,8 +105,7 @@ async def test_hostile_text_goes_through_execute_of_prepared_statements_unchange
         migrated_postgres_url, "SELECT text FROM inbox WHERE thread_id = ? ORDER BY id",
         session.id)]
     assert sorted(stored) == sorted(text.replace("\x00", "\ufffd") for text in HOSTILE)
-    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(len(HOSTILE),)]
+    assert turns_of(migrated_postgres_url, session.id) == len(HOSTILE)
 
 
 async def test_a_commit_carrying_writes_whose_answer_is_lost_writes_them_once(
@@ -131,8 +129,7 @@ async def test_a_commit_carrying_writes_whose_answer_is_lost_writes_them_once(
         db.close()
         database.close()
         cutter.close()
-    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(7,)]
+    assert turns_of(migrated_postgres_url, session.id) == 7
 
 
 async def test_a_backend_terminated_mid_batch_runs_it_again_with_statements_prepared_anew(
@@ -159,8 +156,7 @@ async def test_a_backend_terminated_mid_batch_runs_it_again_with_statements_prep
     db.close()
     assert list(outcomes) == [None, session.id, session.id]
     assert names and names > 0
-    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(3,)]
+    assert turns_of(migrated_postgres_url, session.id) == 3
 
 
 UNTYPED_ONE = Prepared(sa.text("SELECT CAST(:one IS NULL AS INTEGER) AS review5_one"))

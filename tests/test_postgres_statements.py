@@ -20,7 +20,7 @@ from lace.store import Store, Tx, open_database
 from lace.store.engines import driver
 from lace.store.leases import LeaseLostError, fenced
 from lace.store.prepared import AbortedTransactionError, Prepared
-from tests.conftest import lost_and_held_leases, new_session, query
+from tests.conftest import lost_and_held_leases, new_session, query, turns_of
 
 UNTYPED = Prepared(sa.text("SELECT CAST(:value IS NULL AS INTEGER) AS empty"))
 """A parameter whose type the server cannot infer: PREPARE refuses it (42P18), a simple query
@@ -73,8 +73,7 @@ async def test_an_error_of_a_carried_write_fails_the_work_that_queued_it(
     db.close()
     assert [type(outcome) for outcome in outcomes] == [LeaseLostError, str, type(None),
                                                       LeaseLostError]
-    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(1,)]
+    assert turns_of(migrated_postgres_url, session.id) == 1
 
 
 async def test_statements_are_prepared_once_and_again_after_a_rollback_drops_them(
@@ -104,8 +103,7 @@ async def test_statements_are_prepared_once_and_again_after_a_rollback_drops_the
 
     assert await db.write(deallocated_behind_its_back) == session.id
     db.close()
-    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(3,)]
+    assert turns_of(migrated_postgres_url, session.id) == 3
 
 
 async def test_a_statement_the_server_cannot_prepare_runs_with_its_values(
@@ -141,5 +139,4 @@ def test_a_transaction_whose_work_swallowed_a_database_error_is_never_committed(
 
     with pytest.raises(AbortedTransactionError):
         store.write(swallows)
-    assert query(migrated_postgres_url, "SELECT turns FROM agent_metadata WHERE thread_id = ?",
-                 session.id) == [(0,)]
+    assert turns_of(migrated_postgres_url, session.id) == 0
