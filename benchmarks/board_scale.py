@@ -34,7 +34,7 @@ from lace.runtime.board import pick_session
 from lace.runtime.conversation import begin_turn
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, Tx, open_database, schema
-from lace.store.budgets import halt_before_call
+from lace.store.budgets import check_before_call
 from lace.tools.base import ToolContext
 from lace.tui.session_view import load_session_view
 from lace.tui.widgets.conversation import SHOWN_EVENTS
@@ -439,8 +439,8 @@ def probes(store: Store, path: Path, subjects: Subjects) -> list[Probe]:
               lambda: rolled_back_turn(store, root)),
         Probe("runnable_threads (0.5 s)", "tx.inbox.runnable(session)",
               read(lambda tx: tx.inbox.runnable(root))),
-        Probe("halt_before_call", "store.budgets.halt_before_call (2M cap)",
-              read(lambda tx: halt_before_call(tx, child, Budgets()), lambda halt: 1)),
+        Probe("check_before_call", "store.budgets.check_before_call (2M cap)",
+              read(lambda tx: check_before_call(tx, child, Budgets()), lambda halt: 1)),
     ]
 
 

@@ -133,7 +133,7 @@ async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_cal
     root = await quiet_session(runtime)
     (used,), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens) FROM llm_calls")
     assert cap <= used <= cap + per_call
-    assert query(db_path, "SELECT SUM(tokens_reserved) FROM agent_metadata") == [(0,)]
+    assert query(db_path, "SELECT COUNT(*) FROM token_grants") == [(0,)]  # all given back
     (reason,), = query(db_path, "SELECT stop_reason FROM agent_metadata WHERE thread_id = ?",
                        root.id)
     assert reason.startswith("budget reached: session used")
@@ -141,10 +141,15 @@ async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_cal
 
 async def test_an_agent_holds_no_tokens_while_it_waits_nor_after_its_turn(
         store: Store, models: ScriptedModels, db_path: Path) -> None:
-    """Tokens are set aside only for a model call in flight: near a cap, a coordinator waiting
-    on `delegate` must not hold what its helpers need."""
-    runtime = supervisor(store, budgets=Budgets(session_tokens=10**7))
+    """Tokens are taken only for a model call in flight: near a cap, a coordinator waiting
+    on `delegate` must not hold what its helpers need; and once no call is in flight the
+    process gives back all it held."""
+    call_at_least = 10**6  # a call takes what it is sent, and this for its answer
+    runtime = supervisor(store, budgets=Budgets(session_tokens=10**7),
+                         limits=Limits(retry_base_s=0.001, retry_max_s=0.002,
+                                       reserve_tokens=call_at_least))
     root_rows: list[list[tuple[Any, ...]]] = []
+    in_flight: list[int] = []
 
     async def helper(messages: list[dict[str, Any]]) -> ScriptedReply:
         deadline = asyncio.get_running_loop().time() + 20
@@ -152,8 +157,9 @@ async def test_an_agent_holds_no_tokens_while_it_waits_nor_after_its_turn(
                              "NULL") != [("waiting",)]:
             assert asyncio.get_running_loop().time() < deadline, "the root never waited"
             await asyncio.sleep(0.01)
-        root_rows.append(query(db_path, "SELECT status, tokens_reserved FROM agent_metadata "
+        root_rows.append(query(db_path, "SELECT status FROM agent_metadata "
                                         "WHERE parent_thread_id IS NULL"))
+        in_flight.extend(held.in_flight for held in runtime.scheduler.runner.escrow.held.values())
         return reply(None, ("task_complete", {"task_id": assigned_task(messages),
                                               "message": "the answer"}))
 
@@ -169,9 +175,10 @@ async def test_an_agent_holds_no_tokens_while_it_waits_nor_after_its_turn(
     models.on("root", root)
     models.on("helper", helper)
     await quiet_session(runtime)
-    assert root_rows == [[("waiting", 0)]]
+    assert root_rows == [[("waiting",)]]
+    assert len(in_flight) == 1 and call_at_least <= in_flight[0] < 2 * call_at_least
     assert len(models.calls_of("root")) == 3  # task_list, delegate, the answer
-    assert query(db_path, "SELECT SUM(tokens_reserved) FROM agent_metadata") == [(0,)]
+    assert query(db_path, "SELECT COUNT(*) FROM token_grants") == [(0,)]  # all given back
 
 
 def test_the_default_cap_follows_each_agents_own_provider(

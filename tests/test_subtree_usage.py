@@ -22,12 +22,11 @@ from tests.conftest import spawn_child
 pytestmark = pytest.mark.both_engines
 
 
-def use(store: Store, thread_id: str, tokens: int, reserved: int = 0) -> None:
+def use(store: Store, thread_id: str, tokens: int) -> None:
     with store.transaction() as tx:
         tx.usage.record_call(thread_id, model="demo/x", prompt_tokens=tokens,
                              completion_tokens=1, cost_usd=0.5, latency_ms=1.0)
         tx.agents.count_turn(thread_id)
-        tx.usage.reserve(thread_id, reserved)
 
 
 def test_a_subtree_sums_its_agents_and_no_sibling_whose_id_shares_a_prefix(
@@ -36,39 +35,35 @@ def test_a_subtree_sums_its_agents_and_no_sibling_whose_id_shares_a_prefix(
     first, tenth = children[0], children[9]
     grandchild = spawn_child(store, first)
     use(store, session.id, 1000)
-    use(store, first, 100, reserved=7)
+    use(store, first, 100)
     use(store, grandchild, 10)
     use(store, tenth, 1)
     with store.transaction() as tx:
         mine = tx.usage.subtree(first)
         everything = tx.usage.subtree(session.id)
-    assert (mine.tokens, mine.reserved, mine.turns, mine.cost_usd) == (112, 7, 2, 1.0)
+    assert (mine.tokens, mine.turns, mine.cost_usd) == (112, 2, 1.0)
     assert (everything.tokens, everything.turns, everything.cost_usd) == (1115, 4, 2.0)
 
 
 def test_a_sum_read_in_a_transaction_follows_what_the_transaction_writes_after_it(
         store: Store, session: Thread) -> None:
-    """A batch of reservations by many agents of a session sums its usage once: each later
-    one sees the earlier ones' tokens set aside, as if it had summed the rows again."""
+    """The budget checks of many agents of a session in one batch sum its usage once: each
+    later one sees what the earlier ones wrote, as if it had summed the rows again."""
     child, other = spawn_child(store, session.id), spawn_child(store, session.id)
-    use(store, child, 100, reserved=7)
+    use(store, child, 100)
     with store.transaction() as tx:
         before = tx.usage.subtree(session.id)
-        tx.usage.reserve(other, 50)
         tx.usage.record_call(child, model="demo/x", prompt_tokens=20, completion_tokens=5,
                              cost_usd=0.25, latency_ms=1.0)
         tx.agents.count_turn(other)
-        tx.agents.get(child)  # as a claim reads the row it then resets
-        tx.agents.update(child, tokens_reserved=0)
+        tx.agents.get(child)  # the row as read, which a total set outright differs from
+        tx.agents.update(child, tokens_in=1000)
         after = tx.usage.subtree(session.id)
-        tx.usage.release(other, 50)  # held at 0 by its statement: summed again
-        released = tx.usage.subtree(session.id)
     with store.transaction() as tx:
         fresh = tx.usage.subtree(session.id)
-    assert (before.tokens, before.reserved, before.turns, before.cost_usd) == (101, 7, 1, 0.5)
-    assert (after.tokens, after.reserved, after.turns, after.cost_usd) == (126, 50, 2, 0.75)
-    assert released == fresh
-    assert (fresh.tokens, fresh.reserved, fresh.turns, fresh.cost_usd) == (126, 0, 2, 0.75)
+    assert (before.tokens, before.turns, before.cost_usd) == (101, 1, 0.5)
+    assert after == fresh
+    assert (fresh.tokens, fresh.turns, fresh.cost_usd) == (1006, 2, 0.75)
 
 
 @pytest.mark.sqlite_only

@@ -21,7 +21,7 @@ from tests.conftest import query, run_cli
 pytestmark = pytest.mark.both_engines
 
 KEY = "sk-planted-0123456789abcdefKEY"
-LOCAL_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace", "inert")
+LOCAL_COLUMNS = ("lease_holder", "lease_epoch", "host", "workspace", "inert")
 TABLES = ("threads", "agent_metadata", "tasks", "task_notes", "events", "inbox", "llm_calls",
           "subscriptions", "task_dependencies")
 """Every table an import writes (approvals never travel: hostile/test_import.py)."""

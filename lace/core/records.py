@@ -74,7 +74,6 @@ class Agent:
     lease_holder: str | None = None
     lease_epoch: int = 0
     stopped_by_person: bool = False
-    tokens_reserved: int = 0
     host: str | None = None
     workspace: str | None = None
     inert: bool = False

@@ -43,12 +43,10 @@ class Usage:
     tokens: int
     cost_usd: float
     turns: int
-    reserved: int = 0
-    """Tokens set aside for model calls in flight."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.tokens + other.tokens, self.cost_usd + other.cost_usd,
-                     self.turns + other.turns, self.reserved + other.reserved)
+                     self.turns + other.turns)
 
 
 @dataclass(frozen=True)

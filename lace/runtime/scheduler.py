@@ -23,10 +23,11 @@ from lace.core.ids import root_of
 from lace.core.records import Lease, Place
 from lace.llm.types import ModelError
 from lace.runtime.database import AsyncStore
+from lace.runtime.escrow import HaltedError
 from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
 from lace.runtime.sessions import WATCH_POLL_S, quiet, resume_cut_off
 from lace.runtime.turn_end import fail_turn
-from lace.runtime.turns import AlreadyRunningError, HaltedError, TurnRunner
+from lace.runtime.turns import AlreadyRunningError, TurnRunner
 from lace.store import Tx
 from lace.store.engines import ChangeFeed, Polling
 from lace.store.engines.reconnect import is_retried
@@ -333,7 +334,7 @@ class Scheduler:
                     thread_id, error)
 
         def interrupt(tx: Tx) -> None:
-            tx.agents.update(thread_id, status="interrupted", tokens_reserved=0)
+            tx.agents.update(thread_id, status="interrupted")
 
         try:
             await self.db.write(fenced(self.runner.leases.get(thread_id), interrupt))
@@ -410,7 +411,7 @@ class Scheduler:
         def mark(tx: Tx) -> None:
             for agent in tx.agents.by_ids(cut):
                 if agent.status in HELD_STATUSES and agent.lease_holder == self.process_id:
-                    tx.agents.update(agent.thread_id, status="interrupted", tokens_reserved=0)
+                    tx.agents.update(agent.thread_id, status="interrupted")
 
         try:
             await asyncio.wait_for(self.db.write(mark), STOP_WRITE_S)

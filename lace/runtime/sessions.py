@@ -60,7 +60,7 @@ def resume_cut_off(tx: Tx, root_id: str, process_id: str) -> list[str]:
     `interrupted`, and those marked running or waiting whose process has died."""
     resumed = tx.leases.cut_off_agents(root_id, alive={process_id})
     for thread_id in resumed:
-        tx.agents.update(thread_id, status="idle", lease_holder=None, tokens_reserved=0)
+        tx.agents.update(thread_id, status="idle", lease_holder=None)
         tx.approvals.orphan(thread_id)
         tx.inbox.post(thread_id, sender=LACE_SENDER, kind="resume", text=INTERRUPTED_TURN,
                       priority="high")

@@ -24,6 +24,7 @@ from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
+from lace.runtime.escrow import Escrow, HaltedError, Spent, Taken
 from lace.runtime.events import (
     EventAppended,
     EventBus,
@@ -38,17 +39,11 @@ from lace.runtime.isolation import with_committed_work
 from lace.runtime.tool_runner import ToolRunner
 from lace.runtime.turn_end import end_turn
 from lace.store import Tx
-from lace.store.budgets import (
-    budget_line,
-    check_before_call,
-    halt_before_call,
-    reserve_before_call,
-)
+from lace.store.budgets import budget_line
 from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ToolResult
 
 T = TypeVar("T")
-RESERVATION_POLL_S = 0.05
 EMPTY_ANSWER_RETRIES = 2
 """An empty answer is asked again at most this often (and no more than `model_retries`): a
 model that said nothing three times will not speak on the fifth, and each wait is longer."""
@@ -72,24 +67,14 @@ def tool_message(call_id: str, result: ToolResult) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": result.text}
 
 
-def record_call(tx: Tx, *, thread_id: str, reserved: int, **call: Any) -> None:
-    """One `llm_calls` row, and the tokens reserved for that call given back."""
+def record_call(tx: Tx, *, thread_id: str, holder: str, spent: Spent, **call: Any) -> None:
+    """One `llm_calls` row, and what the call used taken off its process's grants."""
     tx.usage.record_call(thread_id, **call)
-    if reserved:
-        tx.usage.release(thread_id, reserved)
+    tx.grants.spend(holder, spent)
 
 
 class AlreadyRunningError(Exception):
     """Another process is running this agent's turn."""
-
-
-class HaltedError(Exception):
-    """No further model call may be made: the agent was stopped, a budget is used up, or the
-    watchdog found the turn too long or stalled. `owner` is the subtree to stop."""
-
-    def __init__(self, owner: str, reason: str) -> None:
-        super().__init__(reason)
-        self.owner, self.reason = owner, reason
 
 
 @dataclass
@@ -132,10 +117,8 @@ class TurnRunner:
     """The fallback models of an agent with this profile (`Settings.fallbacks_for`)."""
     acp_agents: Mapping[str, AcpAgent] = field(default_factory=dict)
     """The `[acp_agents]` an `acp:NAME` agent's turn starts."""
-    token_capped: set[str] = field(default_factory=set)
-    """Threads whose turn found tokens capped in their chain: their next model calls go
-    straight to the write that checks the budgets and sets tokens aside (one read fewer
-    each); forgotten when the turn ends."""
+    escrow: Escrow = field(default_factory=Escrow)
+    """The tokens this process holds for its model calls under token caps."""
     slots: Slots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -152,13 +135,10 @@ class TurnRunner:
         if start is None:
             raise AlreadyRunningError(thread_id)
         self.leases[thread_id] = start.lease  # the scheduler drops it when the drive ends
-        try:
-            async with self.tools.tracing.agent_turn(start.agent):  # its `invoke_agent` span
-                if start.agent.provider == ACP_PROVIDER:  # an external ACP agent works
-                    return await AcpTurn(self, start, self.acp_agents.get(start.agent.model)).run()
-                return await self._run(start, started)
-        finally:
-            self.token_capped.discard(thread_id)
+        async with self.tools.tracing.agent_turn(start.agent):  # its `invoke_agent` span
+            if start.agent.provider == ACP_PROVIDER:  # an external ACP agent works
+                return await AcpTurn(self, start, self.acp_agents.get(start.agent.model)).run()
+            return await self._run(start, started)
 
     async def _run(self, start: TurnStart, started: float) -> str | None:
         agent, lease, messages = start.agent, start.lease, start.messages
@@ -292,40 +272,17 @@ class TurnRunner:
     async def _call_model(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
                           tools: list[dict[str, Any]],
                           ) -> tuple[ModelReply, Callable[[Tx], None]]:
-        """The reply, and its `llm_calls` row (which settles the call's token reservation) to
-        write with it, one transaction fewer."""
-        attempt, stall, waiting_since = 0, self.limits.stall_timeout_s, None
+        """The reply, and its `llm_calls` row (which gives back what the call took of its
+        process's tokens) to write with it, one transaction fewer."""
+        attempt, stall = 0, self.limits.stall_timeout_s
         def estimate() -> int:  # only when a cap needs it
             return estimate_tokens(messages, schema_characters(tools)) + self.limits.reserve_tokens
 
         while True:
-            if agent.thread_id in self.token_capped:  # the write below checks everything
-                halt, capped = None, True
-            else:
-                halt, capped = await self.db.read(functools.partial(
-                    check_before_call, thread_id=agent.thread_id, budgets=self.budgets))
-                if capped:  # a model switch lifting it is seen by the write, adding one here
-                    self.token_capped.add(agent.thread_id)
-            reserved = 0
-            if halt is None and capped:  # set tokens aside, checking again in the same write
-                halt, reserved = await self.db.write(fenced(lease, functools.partial(
-                    reserve_before_call, thread_id=agent.thread_id, budgets=self.budgets,
-                    estimate=estimate)))
-            if halt is not None and halt.wait:  # others' calls in flight may use what is left
-                waiting_since = waiting_since or time.monotonic()
-                # Looked at again in reads, the write once it may fit: hundreds of agents
-                # waiting at a cap each trying a write every 50 ms held the others' writes back.
-                while halt is not None and halt.wait:
-                    if time.monotonic() - waiting_since > stall:  # they never settle: give up
-                        raise HaltedError(agent.thread_id, halt.reason)
-                    await asyncio.sleep(RESERVATION_POLL_S)
-                    halt = await self.db.read(functools.partial(
-                        halt_before_call, thread_id=agent.thread_id, budgets=self.budgets))
-                continue
-            waiting_since = None
-            if halt is not None:
-                raise HaltedError(halt.owner, halt.reason)
+            taken = await self.escrow.room_for_call(
+                self.db, agent, lease, self.budgets, estimate, stall)
             started = time.monotonic()
+            recorded = functools.partial(self._recorded, agent, lease, taken, started)
             try:
                 async with AsyncExitStack() as stack:
                     await self.slots.hold(stack, agent.provider)
@@ -341,7 +298,10 @@ class TurnRunner:
                                 span.replied(reply)
                     except (TimeoutError, asyncio.CancelledError) as cut:
                         stalled = isinstance(cut, TimeoutError)
-                        await self._record_cut_call(agent, lease, started, stalled, reserved)
+                        await self._record_cut_call(fenced(lease, recorded(
+                            prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+                            error="stalled (watchdog)" if stalled
+                            else "cancelled (turn cut off)")))
                         if not stalled:
                             raise
                         raise HaltedError(agent.thread_id, f"watchdog: a model call made no "
@@ -352,10 +312,8 @@ class TurnRunner:
             except ModelError as error:
                 if agent.thread_id in self.watched:  # the half answer shown is void
                     self.bus.publish(TextStreamed(agent.thread_id, "", restart=True))
-                await self.db.write(fenced(lease, functools.partial(
-                    record_call, thread_id=agent.thread_id, model=agent.model_name,
-                    reserved=reserved, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
-                    latency_ms=(time.monotonic() - started) * 1000, error=str(error))))
+                await self.db.write(fenced(lease, recorded(
+                    prompt_tokens=0, completion_tokens=0, cost_usd=0.0, error=str(error))))
                 if error.context_overflow and self.tools.hooks is not None:
                     await self.tools.hooks.trimming(agent.thread_id)
                 if error.context_overflow and trim_tool_results(messages):
@@ -365,16 +323,19 @@ class TurnRunner:
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1
                 continue
-            empty = not reply.content and not reply.tool_calls
-            usage = functools.partial(
-                record_call, thread_id=agent.thread_id, model=agent.model_name,
-                reserved=reserved, prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
-                cache_read_tokens=reply.cache_read_tokens,
-                cache_write_tokens=reply.cache_write_tokens,
-                reasoning_tokens=reply.reasoning_tokens,
-                latency_ms=(time.monotonic() - started) * 1000,
-                error="empty answer" if empty else None)
+            else:
+                empty = not reply.content and not reply.tool_calls
+                usage = recorded(
+                    used=reply.prompt_tokens + reply.completion_tokens,
+                    prompt_tokens=reply.prompt_tokens,
+                    completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
+                    cache_read_tokens=reply.cache_read_tokens,
+                    cache_write_tokens=reply.cache_write_tokens,
+                    reasoning_tokens=reply.reasoning_tokens,
+                    error="empty answer" if empty else None)
+            finally:
+                if not taken.settled:  # ended otherwise: what it took is free again here
+                    self.escrow.settle(taken, 0)
             if empty and attempt < min(self.limits.model_retries, EMPTY_ANSWER_RETRIES):
                 await self.db.write(fenced(lease, usage))
                 await asyncio.sleep(self._backoff(attempt))
@@ -382,15 +343,18 @@ class TurnRunner:
                 continue
             return reply, usage
 
-    async def _record_cut_call(self, agent: Agent, lease: Lease, started: float, stalled: bool,
-                               reserved: int) -> None:
+    def _recorded(self, agent: Agent, lease: Lease, taken: Taken, started: float,
+                  used: int = 0, **call: Any) -> Callable[[Tx], None]:
+        """The `llm_calls` row of a call that is over, settling what it took (`Escrow`)."""
+        return functools.partial(
+            record_call, thread_id=agent.thread_id, holder=lease.holder,
+            spent=self.escrow.settle(taken, used), model=agent.model_name,
+            latency_ms=(time.monotonic() - started) * 1000, **call)
+
+    async def _record_cut_call(self, record: Callable[[Tx], None]) -> None:
         """A model call cut off (stalled, or its agent stopped) still gets its usage row."""
         with contextlib.suppress(LeaseLostError):
-            await asyncio.shield(self.db.write(fenced(lease, functools.partial(
-                record_call, thread_id=agent.thread_id, model=agent.model_name,
-                reserved=reserved, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
-                latency_ms=(time.monotonic() - started) * 1000,
-                error="stalled (watchdog)" if stalled else "cancelled (turn cut off)"))))
+            await asyncio.shield(self.db.write(record))
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.limits.retry_max_s, self.limits.retry_base_s * 2 ** attempt)

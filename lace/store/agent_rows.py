@@ -21,7 +21,7 @@ from lace.store import statements as sql
 from lace.store.prepared import insert_into, update_by_key
 from lace.store.rows import Rows, record
 
-TOTALS = frozenset({"tokens_in", "tokens_out", "cost_usd", "turns", "tokens_reserved"})
+TOTALS = frozenset({"tokens_in", "tokens_out", "cost_usd", "turns"})
 """The columns of an agent row that subtree usage sums."""
 
 
@@ -153,7 +153,7 @@ class AgentRows(Rows):
 
     def _follow_totals(self, thread_id: str, values: Mapping[str, Any]) -> None:
         """Keep the subtree sums of `cache` right across a change of the row's totals (a
-        claim sets the tokens reserved to 0): by the difference from the row as read, else
+        test or a repair sets them): by the difference from the row as read, else
         by summing again."""
         changed = TOTALS.intersection(values)
         if not changed:
@@ -165,8 +165,7 @@ class AgentRows(Rows):
         difference = {name: values[name] - getattr(before, name) for name in changed}
         self.cache.used(thread_id, Usage(
             tokens=difference.get("tokens_in", 0) + difference.get("tokens_out", 0),
-            cost_usd=difference.get("cost_usd", 0.0), turns=difference.get("turns", 0),
-            reserved=difference.get("tokens_reserved", 0)))
+            cost_usd=difference.get("cost_usd", 0.0), turns=difference.get("turns", 0)))
 
     def of_session(self, root_id: str) -> list[Agent]:
         """Every agent row of a session."""

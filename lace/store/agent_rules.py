@@ -43,7 +43,7 @@ class AgentLifecycle:
                     self.agents.update(agent.thread_id, stopped_by_person=True)
                 continue
             self.agents.update(agent.thread_id, status="stopped", stop_reason=reason,
-                               stopped_by_person=by_person, tokens_reserved=0)
+                               stopped_by_person=by_person)
             self.events.append(agent.thread_id, "error", {"error": f"stopped: {reason}",
                                                           "stopped": True})
             stopped.append(agent.thread_id)

@@ -3,7 +3,8 @@ checked before every model call, and told to the agent at the start of each turn
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from lace.config import Budget, Budgets
@@ -58,26 +59,20 @@ def _caps_in_chain(tx: Tx, thread_id: str, budgets: Budgets,
 
 
 def _used(tx: Tx, owner: Agent) -> dict[str, float]:
-    """What the subtree of `owner` used; tokens reserved for calls in flight apart. One sum
-    over the subtree's agent rows: read once per check, and only for capped subtrees."""
+    """What the subtree of `owner` used. One sum over the subtree's agent rows: read once per
+    check, and only for capped subtrees."""
     usage = tx.usage.subtree(owner.thread_id)
     return {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "turns": usage.turns,
-            "seconds": seconds_since(owner.created_at), "reserved": usage.reserved}
+            "seconds": seconds_since(owner.created_at)}
 
 
 def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
                      chain: dict[str, Agent] | None = None,
                      ) -> Iterator[tuple[str, Budget, dict[str, float]]]:
-    """(owner, caps, used) for the agent and each ancestor whose subtree is capped; tokens
-    reserved for calls in flight count as used."""
+    """(owner, caps, used) for the agent and each ancestor whose subtree is capped."""
     chain = chain if chain is not None else _chain_agents(tx, thread_id)
     for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain):
         yield owner, caps, _used(tx, chain[owner])
-
-
-def _tokens_capped(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> bool:
-    return any(caps.tokens is not None
-               for _, caps in _caps_in_chain(tx, thread_id, budgets, chain))
 
 
 def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
@@ -91,35 +86,64 @@ def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
     return left
 
 
-def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> Halt | None:
-    """A reason to make no model call: the agent was stopped, or a cap in its chain is used."""
-    return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id))
-
-
-def check_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> tuple[Halt | None, bool]:
-    """`halt_before_call`, and whether tokens are capped in the chain (so the call must set
-    tokens aside in a write first): a read, enough for the many calls no cap concerns. When
-    tokens are capped the halt is left to `reserve_before_call` (None here unless the agent
-    was stopped), which checks in its write: usage is summed once per call, not twice."""
+def check_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> tuple[Halt | None, list[str]]:
+    """A reason to make no model call (the agent was stopped, or a cap in its chain is used),
+    and the subtrees whose tokens are capped (`owner`s): a read. The call then takes its
+    tokens from what its process holds for each (`lace.runtime.escrow`), and asks for more
+    (`grant_before_call`) only when that is too little."""
     chain = _chain_agents(tx, thread_id)
-    if _tokens_capped(tx, thread_id, budgets, chain):
-        return _stopped(chain[thread_id]), True
-    return _halt(tx, thread_id, budgets, chain), False
+    owners = [owner for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain)
+              if caps.tokens is not None]
+    return _halt(tx, thread_id, budgets, chain), owners
 
 
-def reserve_before_call(tx: Tx, thread_id: str, budgets: Budgets,
-                        estimate: Callable[[], int]) -> tuple[Halt | None, int]:
-    """`halt_before_call`, and when the call may go ahead and tokens are capped in its chain,
-    the `estimate()` of its tokens set aside for it (in this transaction), so calls made at
-    once by many agents cannot each spend what is left. Returns the halt and what was set
-    aside (to give back when the call is recorded)."""
+def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
+                     in_flight: Mapping[str, int]) -> Halt | None:
+    """`check_before_call`'s halt, where the tokens set aside for calls in flight count as
+    used: what the other processes hold, and of what process `holder` holds, its calls
+    `in_flight` under each owner. Whether a call may go (a call waiting for room looks
+    with it)."""
+    return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id),
+                 aside=functools.partial(_aside, tx, holder, in_flight))
+
+
+def _aside(tx: Tx, holder: str, in_flight: Mapping[str, int], owner: str) -> int:
+    total, mine = tx.grants.held(owner, holder)
+    return total - mine + min(mine, in_flight.get(owner, 0))
+
+
+SPARE_SHARE = 4
+SPARE_CALLS = 8
+"""A grant adds to what a call is short of a spare for the process's next calls: a quarter of
+the room left after it, at most eight times what the call was short of; so calls mostly take
+their tokens without a write, and no process holds much of what others may need."""
+
+
+def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
+                      in_flight: Mapping[str, int], short: Mapping[str, int],
+                      ) -> tuple[Halt | None, dict[str, int]]:
+    """`halt_before_call`, and when the call may go ahead, the tokens set aside for process
+    `holder` under each capped `owner` that it is `short` of (with a spare, `SPARE_SHARE`):
+    returns the halt, or what was added to each grant. With less room left than it is short
+    of, the call still goes with what is left (used then passes the cap by at most this call:
+    the others' calls in flight are covered by what their processes hold); with none left it
+    waits while calls are in flight, and stops once the tokens are used."""
     chain = _chain_agents(tx, thread_id)
-    halt = _halt(tx, thread_id, budgets, chain)
-    if halt is not None or not _tokens_capped(tx, thread_id, budgets, chain):
-        return halt, 0
-    tokens = estimate()
-    tx.usage.reserve(thread_id, tokens)
-    return None, tokens
+    halt = _halt(tx, thread_id, budgets, chain,
+                 aside=functools.partial(_aside, tx, holder, in_flight))
+    if halt is not None:
+        return halt, {}
+    added: dict[str, int] = {}
+    for owner, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
+        if caps.tokens is None or short.get(owner, 0) <= 0:
+            continue
+        need = short[owner]
+        room = int(caps.tokens - used["tokens"]) - tx.grants.held(owner, holder)[0]
+        spare = min((room - need) // SPARE_SHARE, need * SPARE_CALLS) if room > need else 0
+        added[owner] = max(0, min(need, room)) + spare
+        if added[owner]:
+            tx.grants.add(owner, holder, added[owner])
+    return None, added
 
 
 def _stopped(agent: Agent) -> Halt | None:
@@ -128,24 +152,29 @@ def _stopped(agent: Agent) -> Halt | None:
     return None
 
 
-def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent]) -> Halt | None:
+def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent], *,
+          aside: Callable[[str], int] | None = None) -> Halt | None:
+    """Why no call may go; with `aside`, the tokens set aside under each owner for calls in
+    flight count as used, and a cap they fill (not yet used) is a halt to `wait` on."""
     stopped = _stopped(chain[thread_id])
     if stopped is not None:
         return stopped
     for owner, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
         for dimension, unit in DIMENSIONS:
             cap = getattr(caps, dimension)
-            held = used["reserved"] if dimension == "tokens" else 0
-            if cap is None or used[dimension] + held < cap:
+            if cap is None:
                 continue
             where = "session" if "." not in owner else f"subtree of {owner}"
             key = f"[budgets] session_{dimension}" if "." not in owner else "its budget"
             if used[dimension] >= cap:
                 return Halt(owner, f"budget reached: {where} used {used[dimension]:g} of "
                                    f"{cap:g} {unit} ({key})")
-            return Halt(thread_id, f"budget nearly reached: {where} used {used[dimension]:g} "
-                                   f"of {cap:g} {unit} ({key}) and {held:g} more are set aside "
-                                   "for the calls in flight", wait=True)
+            held = aside(owner) if aside is not None and dimension == "tokens" else 0
+            if used[dimension] + held >= cap:
+                return Halt(thread_id, f"budget nearly reached: {where} used "
+                                       f"{used[dimension]:g} of {cap:g} {unit} ({key}) and "
+                                       f"{held:g} more are set aside for the calls in flight",
+                            wait=True)
     return None
 
 

@@ -74,6 +74,8 @@ class ProcessRows(Rows):
         now = time.time()
         processes = schema.processes
         self._execute(processes.delete().where(processes.c.heartbeat_at < now - _FORGET_AFTER_S))
+        grants = schema.token_grants
+        self._execute(grants.delete().where(grants.c.process_id.not_in(sa.select(processes.c.id))))
         self._execute(processes.insert().values(
             id=process_id, pid=os.getpid(), host=socket.gethostname(), started_at=now_iso(),
             heartbeat_at=now, expires_at=now + lease_timeout_s))
@@ -85,8 +87,10 @@ class ProcessRows(Rows):
                       .values(heartbeat_at=now, expires_at=now + lease_timeout_s))
 
     def forget(self, process_id: str) -> None:
-        """This process exits cleanly: its row goes."""
+        """This process exits cleanly: its row goes, and the tokens it held (`token_grants`)."""
         self._execute(schema.processes.delete().where(schema.processes.c.id == process_id))
+        grants = schema.token_grants
+        self._execute(grants.delete().where(grants.c.process_id == process_id))
 
     def live(self) -> set[str]:
         """Ids of processes whose lease has not expired and that still exist."""
@@ -108,7 +112,7 @@ class Leases:
         """Claim `agent` (as just read) for a turn of process `holder`: a new epoch."""
         lease = Lease(agent.thread_id, holder, agent.lease_epoch + 1)
         self.agents.update(agent.thread_id, status="running", lease_holder=holder,
-                           lease_epoch=lease.epoch, tokens_reserved=0)
+                           lease_epoch=lease.epoch)
         return lease
 
     def check(self, lease: Lease) -> None:

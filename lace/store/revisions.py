@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lace.core.errors import DatabaseRefusedError
 
-HEAD_REVISION = "lace_0018"
+HEAD_REVISION = "lace_0019"
 REVISION_PREFIX = "lace_"
 
 

@@ -142,7 +142,6 @@ agent_metadata = sa.Table(
     sa.Column("lease_holder", sa.Text, nullable=True),
     sa.Column("lease_epoch", sa.Integer, nullable=False, server_default="0"),
     sa.Column("stopped_by_person", sa.Boolean, nullable=False, server_default="0"),
-    sa.Column("tokens_reserved", TOKEN_COUNT, nullable=False, server_default="0"),
     sa.Column("host", sa.Text, nullable=True),
     sa.Column("workspace", sa.Text, nullable=True),
     sa.Column("tokens_in", TOKEN_COUNT, nullable=False, server_default="0"),
@@ -156,8 +155,8 @@ agent_metadata = sa.Table(
     sa.Index(None, "parent_thread_id"),
 )
 sa.Index("ix_agent_usage", agent_metadata.c.thread_id,  # a subtree's usage: see lace_0018
-         *(agent_metadata.c[name] for name in ("tokens_in", "tokens_out", "tokens_reserved",
-                                                "cost_usd", "turns")))
+         *(agent_metadata.c[name] for name in ("tokens_in", "tokens_out", "cost_usd",
+                                                "turns")))
 
 inbox = sa.Table(
     "inbox",
@@ -229,6 +228,14 @@ processes = sa.Table(
     sa.Column("started_at", sa.Text, nullable=False),
     sa.Column("heartbeat_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
+)
+
+token_grants = sa.Table(  # see lace_0019
+    "token_grants",
+    metadata,
+    sa.Column("owner", sa.Text, primary_key=True),
+    sa.Column("process_id", sa.Text, primary_key=True),
+    sa.Column("tokens", TOKEN_COUNT, nullable=False),
 )
 
 worktrees = sa.Table(

@@ -131,10 +131,6 @@ ADD_USAGE = Prepared(_agents.update().where(  # bind names must not be column na
         tokens_out=_agents.c.tokens_out + sa.bindparam("add_out"),
         cost_usd=_agents.c.cost_usd + sa.bindparam("add_cost"),
         updated_at=sa.bindparam("now")))
-RESERVE_TOKENS = Prepared(_agents.update().where(
-    _agents.c.thread_id == sa.bindparam("agent")).values(
-        tokens_reserved=sa.case((_agents.c.tokens_reserved + sa.bindparam("add") < 0, 0),
-                                else_=_agents.c.tokens_reserved + sa.bindparam("add"))))
 _WAIT_EDGES = """
     SELECT call.thread_id AS waiter, task.assigned_to AS assignee
     FROM events AS call
@@ -182,7 +178,6 @@ TASK_NOTES = Prepared(sa.select(_notes).where(_notes.c.task_id == sa.bindparam("
                       .order_by(_notes.c.id))
 SUBTREE_USAGE = Prepared(sa.select(
     sa.func.coalesce(sa.func.sum(_agents.c.tokens_in + _agents.c.tokens_out), 0).label("tokens"),
-    sa.func.coalesce(sa.func.sum(_agents.c.tokens_reserved), 0).label("reserved"),
     sa.func.coalesce(sa.func.sum(_agents.c.cost_usd), 0.0).label("cost_usd"),
     sa.func.coalesce(sa.func.sum(_agents.c.turns), 0).label("turns"))
     .where(sa.or_(_agents.c.thread_id == sa.bindparam("me"),  # the thread_id index serves it

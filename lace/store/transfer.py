@@ -24,7 +24,7 @@ from lace.store import schema
 from lace.store.export_format import FORMAT, VERSION, SessionDocument
 from lace.store.tx import Tx
 
-LOCAL_COLUMNS = ("lease_holder", "lease_epoch", "tokens_reserved", "host", "workspace", "inert")
+LOCAL_COLUMNS = ("lease_holder", "lease_epoch", "host", "workspace", "inert")
 """An agent's claim by a process of the database it came from, the host and folder it was
 bound to, and whether it was inert there: meaningless elsewhere (an imported agent is inert
 until a person resumes its session, and then runs where they resume it)."""

@@ -19,6 +19,7 @@ from lace.store.assignment_rules import AssignmentRules
 from lace.store.db import driver
 from lace.store.dependencies import EdgeRows
 from lace.store.event_rows import EventRows
+from lace.store.grant_rows import GrantRows
 from lace.store.inbox_rows import InboxRows
 from lace.store.leases import Leases, ProcessRows
 from lace.store.subscriptions import SubscriptionRows
@@ -114,6 +115,10 @@ class Tx:
     @_Part
     def usage(self) -> UsageRows:
         return UsageRows(self.connection, self.raw, self._agent_cache)
+
+    @_Part
+    def grants(self) -> GrantRows:
+        return GrantRows(self.connection, self.raw)
 
     @_Part
     def approvals(self) -> ApprovalRows:

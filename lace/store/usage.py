@@ -1,5 +1,4 @@
-"""Row verbs of model usage: `llm_calls` rows, the totals each agent row keeps of them, and
-tokens reserved for calls in flight."""
+"""Row verbs of model usage: `llm_calls` rows, and the totals each agent row keeps of them."""
 
 from __future__ import annotations
 
@@ -78,26 +77,11 @@ class UsageRows(Rows):
         self.cache.used(thread_id, Usage(tokens=prompt_tokens + completion_tokens,
                                          cost_usd=cost or 0.0, turns=0))
 
-    def reserve(self, thread_id: str, tokens: int) -> None:
-        """Set tokens aside for a model call in flight: they count against budgets until
-        `release` gives them back (in the transaction that records the call)."""
-        self.cache.forget(thread_id)
-        sql.RESERVE_TOKENS.send(self.raw, {"agent": thread_id, "add": tokens})
-        if tokens >= 0:
-            self.cache.used(thread_id, Usage(tokens=0, cost_usd=0.0, turns=0, reserved=tokens))
-        else:  # the statement holds it at 0: read the sums again
-            self.cache.forget_usage()
-
-    def release(self, thread_id: str, tokens: int) -> None:
-        """Give back tokens reserved for a call that is over."""
-        self.reserve(thread_id, -tokens)
-
     def subtree(self, thread_id: str) -> Usage:
         """Tokens, cost and turns of a subtree, summed from the agent rows (each keeps its
         totals of `llm_calls`, updated in the transaction that records a call): one row per
         agent to read, not one per call), once per transaction: what it wrote since is added
-        (`AgentCache.used`), so the reservations of many agents of a session in one batch read
-        it once."""
+        (`AgentCache.used`), so the checks of many agents of a session in one batch read it once."""
         kept = self.cache.usage(thread_id)
         if kept is not None:
             return kept
@@ -105,8 +89,7 @@ class UsageRows(Rows):
                                               "before": f"{thread_id}/"})
         assert row is not None  # an aggregate always has its one row
         return self.cache.keep_usage(thread_id, Usage(
-            tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]), turns=int(row["turns"]),
-            reserved=int(row["reserved"])))
+            tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]), turns=int(row["turns"])))
 
     def call_groups(self, root_id: str) -> list[CallGroup]:
         """A session's `llm_calls` summed per thread, model and day (failed calls, and calls

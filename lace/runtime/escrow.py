@@ -1,0 +1,152 @@
+"""The tokens this process holds for its model calls under token caps: what each capped
+subtree (`owner`) granted it (`token_grants`), and what its calls in flight there took of it.
+A call takes its estimate from what is held, in memory; only a call that finds too little
+writes, to ask for more (`grant_before_call`), and a call that is over gives back what it used
+(with the write that records it), or the whole grant once nothing is in flight there. Before,
+every model call under a cap wrote a reservation of its own and waited for that write.
+
+What is held here is never more than the grant's row says: a grant is counted once its write
+committed, and what a call used is taken off before the write that takes it off the row."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from lace.config import Budgets
+from lace.core.records import Agent, Lease
+from lace.runtime.database import AsyncStore
+from lace.store.budgets import (
+    Halt,
+    check_before_call,
+    grant_before_call,
+    halt_before_call,
+)
+from lace.store.leases import fenced
+
+POLL_S = 0.05
+"""How often a call waiting for room under a cap looks again (a read)."""
+Spent = dict[str, int | None]
+"""What a call that is over takes off each grant (None: the whole grant goes back)."""
+
+
+class HaltedError(Exception):
+    """No further model call may be made: the agent was stopped, a budget is used up, or the
+    watchdog found the turn too long or stalled. `owner` is the subtree to stop."""
+
+    def __init__(self, owner: str, reason: str) -> None:
+        super().__init__(reason)
+        self.owner, self.reason = owner, reason
+
+
+@dataclass
+class Taken:
+    """What a model call took: `tokens` under each of `owners`, until it is `settled`."""
+
+    owners: list[str]
+    tokens: int
+    settled: bool = False
+
+
+@dataclass
+class _Held:
+    granted: int = 0
+    in_flight: int = 0
+    asking: int = 0
+    """Grant writes not answered yet: their tokens may be in the row already."""
+
+
+@dataclass
+class Escrow:
+    """One per process (`TurnRunner.escrow`)."""
+
+    held: dict[str, _Held] = field(default_factory=dict)
+    _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def _of(self, owner: str) -> _Held:
+        return self.held.setdefault(owner, _Held())
+
+    def take(self, owners: Sequence[str], tokens: int) -> bool:
+        """Take `tokens` from what is held under each owner, if all have room."""
+        held = [self._of(owner) for owner in owners]
+        if any(one.in_flight + tokens > one.granted for one in held):
+            return False
+        for one in held:
+            one.in_flight += tokens
+        return True
+
+    async def _ask(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
+                   owners: list[str], tokens: int) -> Halt | None:
+        """The grant write, for what is short of `tokens` under the owners."""
+        short = self.short(owners, tokens)
+        for owner in short:
+            self._of(owner).asking += 1
+        try:
+            halt, added = await db.write(fenced(lease, functools.partial(
+                grant_before_call, thread_id=agent.thread_id, budgets=budgets,
+                holder=lease.holder, in_flight=self._in_flight(owners), short=short)))
+        finally:
+            for owner in short:
+                self._of(owner).asking -= 1
+        for owner, count in added.items():
+            self._of(owner).granted += count
+        return halt
+
+    def _in_flight(self, owners: Sequence[str]) -> dict[str, int]:
+        return {owner: self._of(owner).in_flight for owner in owners}
+
+    def short(self, owners: Sequence[str], tokens: int) -> dict[str, int]:
+        """What is missing under each owner for a call of `tokens`."""
+        missing = {owner: self._of(owner).in_flight + tokens - self._of(owner).granted
+                   for owner in owners}
+        return {owner: count for owner, count in missing.items() if count > 0}
+
+    def settle(self, taken: Taken, used: int) -> Spent:
+        """A call is over, having used `used` tokens: what to take off the rows."""
+        spent: Spent = {}
+        taken.settled = True
+        for owner in taken.owners:
+            one = self._of(owner)
+            one.in_flight -= taken.tokens
+            if one.in_flight == 0 and one.asking == 0:  # nothing in flight: all goes back
+                one.granted, spent[owner] = 0, None
+            else:
+                one.granted, spent[owner] = max(0, one.granted - used), used
+        return spent
+
+    async def room_for_call(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
+                            estimate: Callable[[], int], wait_s: float) -> Taken:
+        """Check the budgets before a model call of `agent`, and take its tokens (settle them
+        with `settle`). HaltedError when no call may go, or none could for `wait_s` seconds."""
+        waiting_since: float | None = None
+        while True:
+            halt, owners = await db.read(functools.partial(
+                check_before_call, thread_id=agent.thread_id, budgets=budgets))
+            if halt is not None:
+                raise HaltedError(halt.owner, halt.reason)
+            tokens = estimate() if owners else 0
+            if self.take(owners, tokens):
+                return Taken(owners, tokens)
+            async with self._asking:  # one grant write at a time: the others take from it
+                if self.take(owners, tokens):
+                    return Taken(owners, tokens)
+                halt = await self._ask(db, agent, lease, budgets, owners, tokens)
+                if halt is None:  # granted: it goes, even with less than it was short of
+                    for owner in owners:
+                        self._of(owner).in_flight += tokens
+                    return Taken(owners, tokens)
+            if not halt.wait:
+                raise HaltedError(halt.owner, halt.reason)
+            waiting_since = waiting_since or time.monotonic()
+            # Looked at again in reads, the write once it may fit: hundreds of agents
+            # waiting at a cap each trying a write every 50 ms held the others' writes back.
+            while halt is not None and halt.wait and self.short(owners, tokens):
+                if time.monotonic() - waiting_since > wait_s:  # they never settle: give up
+                    raise HaltedError(agent.thread_id, halt.reason)
+                await asyncio.sleep(POLL_S)
+                halt = await db.read(functools.partial(
+                    halt_before_call, thread_id=agent.thread_id, budgets=budgets,
+                    holder=lease.holder, in_flight=self._in_flight(owners)))
