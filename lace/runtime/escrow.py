@@ -57,6 +57,11 @@ class _Held:
     in_flight: int = 0
     asking: int = 0
     """Grant writes not answered yet: their tokens may be in the row already."""
+    waiting: int = 0
+    """Calls of this process that found too little, until they go or give up."""
+    tight: bool = False
+    """The last grant had no spare: what a call leaves over goes back unless a call here
+    waits for it (what others' calls in flight may need is not kept idle here)."""
 
 
 @dataclass
@@ -93,6 +98,7 @@ class Escrow:
                 self._of(owner).asking -= 1
         for owner, count in added.items():
             self._of(owner).granted += count
+            self._of(owner).tight = count <= short[owner]
         return halt
 
     def _in_flight(self, owners: Sequence[str]) -> dict[str, int]:
@@ -111,25 +117,40 @@ class Escrow:
         for owner in taken.owners:
             one = self._of(owner)
             one.in_flight -= taken.tokens
-            if one.in_flight == 0 and one.asking == 0:  # nothing in flight: all goes back
-                one.granted, spent[owner] = 0, None
-            else:
-                one.granted, spent[owner] = max(0, one.granted - used), used
+            if one.in_flight == 0 and one.asking == 0 and one.waiting == 0:
+                one.granted, spent[owner] = 0, None  # nothing in flight here: all goes back
+                continue
+            left_over = one.granted - used - one.in_flight
+            back = used + max(0, left_over) if one.tight and one.waiting == 0 else used
+            one.granted, spent[owner] = max(0, one.granted - back), back
         return spent
 
     async def room_for_call(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
                             estimate: Callable[[], int], wait_s: float) -> Taken:
         """Check the budgets before a model call of `agent`, and take its tokens (settle them
         with `settle`). HaltedError when no call may go, or none could for `wait_s` seconds."""
-        waiting_since: float | None = None
+        halt, owners = await db.read(functools.partial(
+            check_before_call, thread_id=agent.thread_id, budgets=budgets))
+        if halt is not None:
+            raise HaltedError(halt.owner, halt.reason)
+        tokens = estimate() if owners else 0
+        if self.take(owners, tokens):
+            return Taken(owners, tokens)
+        for owner in owners:
+            self._of(owner).waiting += 1
+        try:
+            return await self._wait_for_room(db, agent, lease, budgets, owners, tokens, wait_s)
+        finally:
+            for owner in owners:
+                self._of(owner).waiting -= 1
+
+    async def _wait_for_room(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
+                             owners: list[str], tokens: int, wait_s: float) -> Taken:
+        """Ask for what a call is short of, and while there is no room, look again in reads
+        (hundreds of agents waiting at a cap each trying a write every 50 ms held the others'
+        writes back), taking what calls of this process leave over."""
+        waiting_since = time.monotonic()
         while True:
-            halt, owners = await db.read(functools.partial(
-                check_before_call, thread_id=agent.thread_id, budgets=budgets))
-            if halt is not None:
-                raise HaltedError(halt.owner, halt.reason)
-            tokens = estimate() if owners else 0
-            if self.take(owners, tokens):
-                return Taken(owners, tokens)
             async with self._asking:  # one grant write at a time: the others take from it
                 if self.take(owners, tokens):
                     return Taken(owners, tokens)
@@ -138,15 +159,14 @@ class Escrow:
                     for owner in owners:
                         self._of(owner).in_flight += tokens
                     return Taken(owners, tokens)
-            if not halt.wait:
-                raise HaltedError(halt.owner, halt.reason)
-            waiting_since = waiting_since or time.monotonic()
-            # Looked at again in reads, the write once it may fit: hundreds of agents
-            # waiting at a cap each trying a write every 50 ms held the others' writes back.
-            while halt is not None and halt.wait and self.short(owners, tokens):
+            while halt is not None:
+                if not halt.wait:
+                    raise HaltedError(halt.owner, halt.reason)
                 if time.monotonic() - waiting_since > wait_s:  # they never settle: give up
                     raise HaltedError(agent.thread_id, halt.reason)
                 await asyncio.sleep(POLL_S)
+                if self.take(owners, tokens):
+                    return Taken(owners, tokens)
                 halt = await db.read(functools.partial(
                     halt_before_call, thread_id=agent.thread_id, budgets=budgets,
                     holder=lease.holder, in_flight=self._in_flight(owners)))
