@@ -87,14 +87,15 @@ def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
 
 
 def check_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> tuple[Halt | None, list[str]]:
-    """A reason to make no model call (the agent was stopped, or a cap in its chain is used),
-    and the subtrees whose tokens are capped (`owner`s): a read. The call then takes its
-    tokens from what its process holds for each (`lace.runtime.escrow`), and asks for more
-    (`grant_before_call`) only when that is too little."""
+    """A reason to make no model call (the agent was stopped, or a cap in its chain other
+    than tokens is used), and the subtrees whose tokens are capped (`owner`s): a read, which
+    sums no usage when only tokens are capped. The call then takes its tokens from what its
+    process holds for each (`lace.runtime.escrow`), which is room under the cap, and asks for
+    more (`grant_before_call`, which checks the tokens used) only when that is too little."""
     chain = _chain_agents(tx, thread_id)
     owners = [owner for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain)
               if caps.tokens is not None]
-    return _halt(tx, thread_id, budgets, chain), owners
+    return _halt(tx, thread_id, budgets, chain, tokens=False), owners
 
 
 def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
@@ -153,17 +154,19 @@ def _stopped(agent: Agent) -> Halt | None:
 
 
 def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent], *,
-          aside: Callable[[str], int] | None = None) -> Halt | None:
+          aside: Callable[[str], int] | None = None, tokens: bool = True) -> Halt | None:
     """Why no call may go; with `aside`, the tokens set aside under each owner for calls in
-    flight count as used, and a cap they fill (not yet used) is a halt to `wait` on."""
+    flight count as used, and a cap they fill (not yet used) is a halt to `wait` on; without
+    `tokens`, token caps are left out."""
     stopped = _stopped(chain[thread_id])
     if stopped is not None:
         return stopped
-    for owner, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
-        for dimension, unit in DIMENSIONS:
+    for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain):
+        checked = [(dimension, unit) for dimension, unit in DIMENSIONS
+                   if getattr(caps, dimension) is not None and (tokens or dimension != "tokens")]
+        used = _used(tx, chain[owner]) if checked else {}
+        for dimension, unit in checked:
             cap = getattr(caps, dimension)
-            if cap is None:
-                continue
             where = "session" if "." not in owner else f"subtree of {owner}"
             key = f"[budgets] session_{dimension}" if "." not in owner else "its budget"
             if used[dimension] >= cap:
