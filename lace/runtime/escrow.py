@@ -42,7 +42,7 @@ class HaltedError(Exception):
         self.owner, self.reason = owner, reason
 
 
-@dataclass
+@dataclass(eq=False)  # each call its own, however alike
 class Taken:
     """What a model call took: `tokens` under each of `owners`, until it is `settled`."""
 
@@ -70,6 +70,8 @@ class Escrow:
 
     held: dict[str, _Held] = field(default_factory=dict)
     _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _wanting: list[Taken] = field(default_factory=list)
+    """The calls waiting for `_asking`: its holder asks for them all in one write."""
 
     def _of(self, owner: str) -> _Held:
         return self.held.setdefault(owner, _Held())
@@ -85,8 +87,10 @@ class Escrow:
 
     async def _ask(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
                    owners: list[str], tokens: int) -> Halt | None:
-        """The grant write, for what is short of `tokens` under the owners."""
-        short = self.short(owners, tokens)
+        """The grant write, for what is short of `tokens` under the owners, and of the other
+        calls waiting to ask under them."""
+        short = self.short(owners, tokens + sum(
+            call.tokens for call in self._wanting if call.owners == owners))
         for owner in short:
             self._of(owner).asking += 1
         try:
@@ -151,14 +155,21 @@ class Escrow:
         writes back), taking what calls of this process leave over."""
         waiting_since = time.monotonic()
         while True:
-            async with self._asking:  # one grant write at a time: the others take from it
-                if self.take(owners, tokens):
-                    return Taken(owners, tokens)
-                halt = await self._ask(db, agent, lease, budgets, owners, tokens)
-                if halt is None:  # granted: it goes, even with less than it was short of
-                    for owner in owners:
-                        self._of(owner).in_flight += tokens
-                    return Taken(owners, tokens)
+            wanting = Taken(owners, tokens)
+            self._wanting.append(wanting)
+            try:
+                async with self._asking:  # one grant write at a time, for all that wait
+                    self._wanting.remove(wanting)
+                    if self.take(owners, tokens):
+                        return wanting
+                    halt = await self._ask(db, agent, lease, budgets, owners, tokens)
+                    if halt is None:  # granted: it goes, even with less than it was short of
+                        for owner in owners:
+                            self._of(owner).in_flight += tokens
+                        return wanting
+            finally:
+                if wanting in self._wanting:  # cancelled while waiting for the lock
+                    self._wanting.remove(wanting)
             while halt is not None:
                 if not halt.wait:
                     raise HaltedError(halt.owner, halt.reason)
