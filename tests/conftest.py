@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -17,6 +18,7 @@ import pytest
 
 from lace.core.records import Lease, NewAgent, Thread
 from lace.llm.checks import check_provider
+from lace.runtime import Runtime
 from lace.runtime.tool_runner import call_tool
 from lace.store import Store, open_database
 from lace.tools.base import ToolContext, ToolResult
@@ -246,6 +248,15 @@ def query(db_path: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return postgres.query(str(db_path), sql, *params)
     with sqlite3.connect(db_path) as connection:
         return connection.execute(sql, params).fetchall()
+
+
+async def until_quiet_then_closed(runtime: Runtime, root_id: str, timeout: float = 60) -> None:
+    """Run a session until quiet (`timeout` seconds at most), then stop and close the runtime."""
+    try:
+        await asyncio.wait_for(runtime.run_until_quiet(root_id), timeout)
+    finally:
+        await runtime.stop()
+        runtime.close()
 
 
 def turns_of(db_path: Path | str, thread_id: str) -> int:

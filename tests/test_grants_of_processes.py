@@ -4,7 +4,6 @@ with nothing in flight gives its whole grant back. On both engines."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store, schema
-from tests.conftest import query
+from tests.conftest import query, until_quiet_then_closed
 from tests.scripted import ScriptedModels, reply
 
 pytestmark = pytest.mark.both_engines
@@ -44,11 +43,7 @@ async def a_turn(runtime: Runtime, models: ScriptedModels, owner_tokens: int,
     root = await runtime.open_empty_session("capped", "scripted/root")
     another_process_holds(store, root.id, owner_tokens, expires_in=expires_in)
     await runtime.send(root.id, "go")
-    try:
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await until_quiet_then_closed(runtime, root.id)
     return root.id
 
 

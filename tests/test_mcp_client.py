@@ -19,7 +19,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.events import Warned
 from lace.store import Store
-from tests.conftest import query
+from tests.conftest import query, until_quiet_then_closed
 from tests.mcp_servers.harness import (
     NOTES_SERVER,
     QUICK,
@@ -50,11 +50,7 @@ def calls_in_turn(*calls: tuple[str, dict[str, Any]]) -> Any:
 
 async def run_session(runtime: Runtime, prompt: str = "go") -> str:
     root = await runtime.start_session(prompt, "scripted/root")
-    try:
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-    finally:
-        await runtime.stop()
-        runtime.close()
+    await until_quiet_then_closed(runtime, root.id)
     return root.id
 
 

@@ -21,7 +21,7 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
 from lace.store.budgets import remaining
-from tests.conftest import Caller, query, run_cli, spawn_child
+from tests.conftest import Caller, query, run_cli, spawn_child, until_quiet_then_closed
 from tests.processes import lace_env
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 
@@ -102,13 +102,9 @@ async def test_a_stop_from_another_process_ends_a_running_bash_at_once(
 
 async def quiet_session(runtime: Runtime) -> Thread:
     """A session of `scripted/root` told "go", run until quiet; the runtime then stopped."""
-    try:
-        root = await runtime.start_session("go", "scripted/root")
-        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
-        return root
-    finally:
-        await runtime.stop()
-        runtime.close()
+    root = await runtime.start_session("go", "scripted/root")
+    await until_quiet_then_closed(runtime, root.id)
+    return root
 
 
 async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_call(
