@@ -10,7 +10,8 @@ short (a few statements, well under a millisecond), and a trip to a thread and b
 than the work (about 75 us, plus the two threads taking turns with the GIL). When another
 process holds SQLite's write lock, or (PostgreSQL) a row the batch needs or a write that
 conflicts with it (`Engine.is_conflict`), the batch goes to one store thread instead, which
-waits for the lock or runs the batch again (`Store.write`) while the loop goes on. Work that
+waits for the lock or runs the batch again (`Store.write`) while the loop goes on; the batches
+asked for after it follow it there, so a process's writes commit in the order asked. Work that
 opens its own transactions (`call`) always runs on that thread.
 
 What each committed batch caused (the `Effects` its verbs recorded in the `EffectLog` each work
@@ -253,6 +254,9 @@ class AsyncStore:
         batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         if self._pending:  # the rest commit next, after these callers had their turn
             asyncio.get_running_loop().call_soon(self._flush)
+        if self._waiting:  # after a batch waiting on the thread, never before it: a write
+            self._flush_later(batch)  # may undo what a later one assumes (a grant given back)
+            return
         conflict = self.store.database.kind.is_conflict
         try:
             writer = self._writer_connection()
