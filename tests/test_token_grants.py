@@ -5,19 +5,29 @@ is not counted, and processes sharing one cap pass it by at most one call."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
-from lace.config import Budgets
+import pytest
+
+from lace.config import Budgets, Limits, Settings
 from lace.core.records import Agent, Lease
+from lace.llm.checks import check_model
+from lace.llm.client import default_client
+from lace.llm.types import ScriptedReply
+from lace.runtime import Runtime, open_runtime
+from lace.runtime.assembly import Sharing
 from lace.runtime.database import AsyncStore
-from lace.runtime.escrow import Escrow
+from lace.runtime.escrow import Escrow, HaltedError
 from lace.runtime.turns import record_call
-from lace.store import Store
+from lace.store import Store, open_database
 from lace.store.leases import fenced
 from tests.conftest import new_session, query
+from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 
 CAP = 100_000
 
@@ -84,3 +94,160 @@ async def test_a_grant_asked_while_a_give_back_waits_for_the_lock_is_not_lost(
         db.close()
 
 
+
+
+def sharing_runtime(store: Store, *, serve_all: bool = False, **limits: Any) -> Runtime:
+    """A lace process sharing the database (as `lace run --workers` and `lace worker` do),
+    under one session token cap."""
+    quick = Limits(retry_base_s=0.001, retry_max_s=0.002, max_children=20,
+                   spawns_per_minute=40, **limits)
+    return open_runtime(store, Settings(limits=quick, budgets=Budgets(session_tokens=SHARED_CAP)),
+                        default_client(), check_model=check_model,
+                        sharing=Sharing(feed=store.database.change_feed(), share_work=True,
+                                        serve_all=serve_all, max_agents=4))
+
+
+SHARED_CAP, PER_CALL = 3000, 600
+
+
+@pytest.mark.both_engines
+async def test_two_processes_at_one_cap_pass_it_by_at_most_one_call_and_give_all_back(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    """Two processes (two runtimes, each its own connections and grants) run fifteen helpers
+    of one session, at most four turns each at once: what they use passes the session's cap
+    by at most one call, no call waits out stall_timeout_s, and no grant is left."""
+    other_store = Store(open_database(str(db_path)))
+    first, second = sharing_runtime(store), sharing_runtime(other_store, serve_all=True)
+
+    async def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
+        await asyncio.sleep(0.05)  # the calls overlap
+        task_id = assigned_task(messages)
+        step = ("task_complete", {"task_id": task_id, "message": "done"}) \
+            if "task_add_note" in tools_called(messages) else \
+            ("task_add_note", {"task_id": task_id, "note": "working"})
+        return ScriptedReply(None, [step], prompt_tokens=400, completion_tokens=200)
+
+    models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
+        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
+        for n in range(15)]})) if messages[-1]["role"] == "user" else reply("waiting"))
+    models.on("worker", worker)
+    serving = asyncio.ensure_future(second.serve())
+    started = time.monotonic()
+    try:
+        root = await first.start_session("go", "scripted/root")
+        await asyncio.wait_for(first.run_until_quiet(root.id), 60)
+    finally:
+        await first.stop()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        first.close()
+        second.close()
+        other_store.close()
+    took = time.monotonic() - started
+    (used,), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens) FROM llm_calls")
+    holders = query(db_path, "SELECT DISTINCT lease_holder FROM agent_metadata "
+                             "WHERE lease_holder IS NOT NULL")
+    print(f"used {used} of {SHARED_CAP}, {len(holders)} processes, {took:.2f} s")
+    assert len(holders) == 2  # both processes ran turns
+    assert SHARED_CAP <= used <= SHARED_CAP + PER_CALL
+    assert took < Limits().stall_timeout_s / 10  # nobody waited out a stall
+    assert query(db_path, "SELECT COUNT(*) FROM token_grants") == [(0,)]
+
+
+@pytest.mark.both_engines
+async def test_a_dead_processs_grant_counts_until_its_lease_expires_then_not(
+        store: Store, db_path: Path) -> None:
+    """A process killed while it held the whole cap leaves its row: while its lease is live
+    a call of another process waits for it and gives up after its wait with a clear reason;
+    once the lease expired the grant is not counted and the call goes."""
+    session = new_session(store)
+    process(store, "killed", lease_timeout_s=1.5)
+    with store.transaction() as tx:
+        tx.grants.add(session.id, "killed", CAP)  # all of the cap, for calls never settled
+    process(store, "alive")
+    lease = claimed(store, session.id, "alive")
+    db, escrow, budgets = AsyncStore(store), Escrow(), Budgets(session_tokens=CAP)
+    try:
+        with pytest.raises(HaltedError) as halted:
+            await escrow.room_for_call(db, agent_row(store, session.id), lease, budgets,
+                                       lambda: 1000, 0.2)
+        assert "set aside for the calls in flight" in halted.value.reason
+        assert held_row(db_path, "alive") == 0 and escrow.held[session.id].waiting == 0
+        deadline = time.monotonic() + 10
+        while "killed" in await db.read(lambda tx: tx.processes.live()):
+            assert time.monotonic() < deadline, "the killed process's lease never expired"
+            await asyncio.sleep(0.05)
+        taken = await escrow.room_for_call(db, agent_row(store, session.id), lease, budgets,
+                                           lambda: 1000, 0.2)
+        assert 1000 <= escrow.held[session.id].granted == held_row(db_path, "alive")
+        await db.write(fenced(lease, recorded(lease, escrow.settle(taken, 800), 800)))
+        assert held_row(db_path, "alive") == 0  # nothing in flight: all given back
+        assert query(db_path, "SELECT tokens FROM token_grants WHERE process_id = 'killed'") \
+            == [(CAP,)]  # left until a process registers after it was forgotten
+    finally:
+        db.close()
+
+
+def capped_runtime(store: Store) -> Runtime:
+    quick = Limits(retry_base_s=0.001, retry_max_s=0.002)
+    return open_runtime(store, Settings(limits=quick, budgets=Budgets(session_tokens=CAP)),
+                        default_client(), check_model=check_model)
+
+
+async def until_idle(runtime: Runtime, root_id: str, models: ScriptedModels) -> None:
+    """Wait (with a deadline) until the session's root was answered and no turn runs."""
+    deadline = time.monotonic() + 20
+    while runtime.running or not models.calls_of("root"):
+        assert time.monotonic() < deadline, f"{root_id} kept running"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.both_engines
+async def test_a_call_whose_lease_was_lost_gives_its_grant_back(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    """Another process takes the agent over while its model call runs: the call's row cannot
+    be written (fenced), but what its process was granted must not stay held in the row, where
+    the other processes' calls would wait for it until stall_timeout_s."""
+    runtime = capped_runtime(store)
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        with store.transaction() as tx:
+            (agent,) = [agent for agent in tx.agents.by_ids([session_of(db_path)])]
+            tx.leases.claim(agent, "another-process")
+        return reply("done")
+
+    models.on("root", root)
+    try:
+        session = await runtime.start_session("go", "scripted/root")
+        await until_idle(runtime, session.id, models)
+        assert held_row(db_path, runtime.process_id) == 0
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+def session_of(db_path: Path | str) -> str:
+    (root_id,), = query(db_path, "SELECT thread_id FROM agent_metadata "
+                                 "WHERE parent_thread_id IS NULL")
+    return str(root_id)
+
+
+async def test_a_turn_cancelled_as_it_is_woken_frees_its_slot(
+        store: Store, models: ScriptedModels) -> None:
+    """A budget stop cancels the turns of the subtree, also one woken a moment before whose
+    task never took its first step: its thread must not stay `running` (seen once in about
+    twenty runs of two processes at one cap: `run_until_quiet` never returned)."""
+    runtime = capped_runtime(store)
+    models.on("root", lambda messages: reply("done"))
+    try:
+        session = new_session(store)
+        runtime.scheduler.wake(session.id)
+        runtime.cancel([session.id])  # before the task ran at all
+        deadline = time.monotonic() + 10
+        while runtime.running:
+            assert time.monotonic() < deadline, f"still running: {runtime.running}"
+            await asyncio.sleep(0.02)
+    finally:
+        await runtime.stop()
+        runtime.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -247,8 +248,9 @@ class Scheduler:
                 loop.call_later(self._patience(thread_id), self._look_again, thread_id)
             return
         self._deferred.pop(thread_id, None)
-        self.running[thread_id] = asyncio.create_task(self._drive(thread_id),
-                                                      name=f"lace-turns-{thread_id}")
+        task = asyncio.create_task(self._drive(thread_id), name=f"lace-turns-{thread_id}")
+        self.running[thread_id] = task
+        task.add_done_callback(functools.partial(self._never_ran, thread_id))
 
     def _look_again(self, thread_id: str) -> None:
         """A thread's time left to the others is up: the watch looks at the board soon, and
@@ -306,15 +308,26 @@ class Scheduler:
             if not self._storage_failed(error):
                 raise
         finally:
-            self.running.pop(thread_id, None)
-            self.runner.leases.pop(thread_id, None)
-            self._changed.set()
-            if self._left_some:  # a slot is free for a thread left past max_agents
-                self._left_some = False
-                self.feed.notify()
-            if thread_id in self._wake_again:
-                self._wake_again.discard(thread_id)
-                self.wake(thread_id)
+            self._ended(thread_id)
+
+    def _ended(self, thread_id: str) -> None:
+        """A drive is over: its slot is free, and a wake that came meanwhile starts the next."""
+        self.running.pop(thread_id, None)
+        self.runner.leases.pop(thread_id, None)
+        self._changed.set()
+        if self._left_some:  # a slot is free for a thread left past max_agents
+            self._left_some = False
+            self.feed.notify()
+        if thread_id in self._wake_again:
+            self._wake_again.discard(thread_id)
+            self.wake(thread_id)
+
+    def _never_ran(self, thread_id: str, task: asyncio.Task[None]) -> None:
+        """A drive cancelled before its first step (its agent stopped as it was woken) never
+        ran its `finally`: without this its thread would stay `running` for good, and
+        `run_until_quiet` would never return."""
+        if self.running.get(thread_id) is task:
+            self._ended(thread_id)
 
     def _storage_failed(self, error: Exception) -> bool:
         """Whether `error` is the disk refusing a write (full, read-only). Then the run ends
