@@ -190,7 +190,7 @@ async def test_a_dead_processs_grant_counts_until_its_lease_expires_then_not(
 
 
 def capped_runtime(store: Store) -> Runtime:
-    quick = Limits(retry_base_s=0.001, retry_max_s=0.002)
+    quick = Limits(retry_base_s=0.001, retry_max_s=0.002, lease_timeout_s=2)
     return open_runtime(store, Settings(limits=quick, budgets=Budgets(session_tokens=CAP)),
                         default_client(), check_model=check_model)
 
@@ -210,6 +210,7 @@ async def test_a_call_whose_lease_was_lost_gives_its_grant_back(
     be written (fenced), but what its process was granted must not stay held in the row, where
     the other processes' calls would wait for it until stall_timeout_s."""
     runtime = capped_runtime(store)
+    process(store, "another-process")  # live: the agent is not taken back from it
 
     def root(messages: list[dict[str, Any]]) -> ScriptedReply:
         with store.transaction() as tx:
@@ -221,7 +222,11 @@ async def test_a_call_whose_lease_was_lost_gives_its_grant_back(
     try:
         session = await runtime.start_session("go", "scripted/root")
         await until_idle(runtime, session.id, models)
-        assert held_row(db_path, runtime.process_id) == 0
+        deadline = time.monotonic() + 10  # the heartbeat, every fifth of lease_timeout_s
+        while held_row(db_path, runtime.process_id):
+            assert time.monotonic() < deadline, "the grant stayed held with no call in flight"
+            await asyncio.sleep(0.05)
+        assert runtime.scheduler.runner.escrow.held == {}
     finally:
         await runtime.stop()
         runtime.close()

@@ -231,6 +231,11 @@ class AsyncStore:
     async def write(self, work: Callable[[Tx], T]) -> T:
         """Run `work` in a write transaction, with the other writes asked for in this turn of
         the event loop; returns once they are committed."""
+        return await self.submit(work)
+
+    def submit(self, work: Callable[[Tx], T]) -> asyncio.Future[T]:
+        """`write`, asked for now (not when a task made of it first runs): done once it is
+        committed. A process's writes commit in the order asked."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._pending.append((work, future))
@@ -239,7 +244,7 @@ class AsyncStore:
                 self._draining = asyncio.ensure_future(self._drain())
         elif len(self._pending) == 1:
             loop.call_soon(self._flush)
-        return await future
+        return future
 
     async def _drain(self) -> None:
         """On a server: commit the writes asked for so far in one transaction on the store

@@ -129,6 +129,20 @@ class Escrow:
             one.granted, spent[owner] = max(0, one.granted - back), back
         return spent
 
+    def idle(self) -> Spent:
+        """The grants under which no call of this process is in flight, asking or waiting,
+        to give back whole (with the heartbeat) and forget here. A call that is over gives
+        its grant back itself, but not when the write that would have failed (its lease was
+        lost: the write is fenced) or was never made (the call was cut off before the model
+        answered); the row would keep that grant from the other processes' calls for as
+        long as this process lives. Give back in a write asked for at once: a grant asked
+        for after it commits after it (`AsyncStore` keeps a process's writes in order)."""
+        owners = [owner for owner, one in self.held.items()
+                  if not (one.in_flight or one.asking or one.waiting)]
+        for owner in owners:
+            del self.held[owner]
+        return dict.fromkeys(owners)
+
     async def room_for_call(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
                             estimate: Callable[[], int], wait_s: float) -> Taken:
         """Check the budgets before a model call of `agent`, and take its tokens (settle them

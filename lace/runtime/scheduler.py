@@ -24,7 +24,7 @@ from lace.core.ids import root_of
 from lace.core.records import Lease, Place
 from lace.llm.types import ModelError
 from lace.runtime.database import AsyncStore
-from lace.runtime.escrow import HaltedError
+from lace.runtime.escrow import HaltedError, Spent
 from lace.runtime.events import EventBus, TasksChanged, ThreadSpawned, TurnFailed
 from lace.runtime.sessions import WATCH_POLL_S, quiet, resume_cut_off
 from lace.runtime.turn_end import fail_turn
@@ -147,8 +147,8 @@ class Scheduler:
                 self._changed.set()  # a session quiet here may not be quiet elsewhere
                 if loop.time() >= next_beat:
                     next_beat = loop.time() + beat_every
-                    await self.db.write(
-                        lambda tx: tx.processes.beat(self.process_id, lease_timeout))
+                    await self.db.write(functools.partial(
+                        self._beat, lease_timeout, self.runner.escrow.idle()))
                     await self._take_over()
                 await self._look()
                 await asyncio.sleep(LOOK_GAP_S)  # news meanwhile waits for the next look
@@ -156,6 +156,11 @@ class Scheduler:
                 if not self._storage_failed(error):
                     log.exception("the watch loop failed; trying again")
                 await asyncio.sleep(WATCH_POLL_S)
+
+    def _beat(self, lease_timeout: float, idle: Spent, tx: Tx) -> None:
+        """The heartbeat, giving back the grants this process holds with no call there."""
+        tx.processes.beat(self.process_id, lease_timeout)
+        tx.grants.spend(self.process_id, idle)
 
     async def _take_over(self) -> None:
         """Resume the cut-off agents of every session served (serving all: of every session

@@ -352,9 +352,11 @@ class TurnRunner:
             latency_ms=(time.monotonic() - started) * 1000, **call)
 
     async def _record_cut_call(self, record: Callable[[Tx], None]) -> None:
-        """A model call cut off (stalled, or its agent stopped) still gets its usage row."""
+        """A model call cut off (stalled, or its agent stopped) still gets its usage row,
+        asked for at once: a grant this process asks for next must commit after the
+        give-back in it (`Escrow.settle`)."""
         with contextlib.suppress(LeaseLostError):
-            await asyncio.shield(self.db.write(record))
+            await asyncio.shield(self.db.submit(record))
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.limits.retry_max_s, self.limits.retry_base_s * 2 ** attempt)
