@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -22,11 +23,11 @@ from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.assembly import Sharing
 from lace.runtime.database import AsyncStore
-from lace.runtime.escrow import Escrow, HaltedError
+from lace.runtime.escrow import Escrow, HaltedError, Taken
 from lace.runtime.turns import record_call
 from lace.store import Store, open_database
 from lace.store.leases import fenced
-from tests.conftest import new_session, query
+from tests.conftest import new_session, query, spawn_child
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 
 CAP = 100_000
@@ -96,18 +97,19 @@ async def test_a_grant_asked_while_a_give_back_waits_for_the_lock_is_not_lost(
 
 
 
-def sharing_runtime(store: Store, *, serve_all: bool = False, **limits: Any) -> Runtime:
+def sharing_runtime(store: Store, *, serve_all: bool = False, cap: int = 3000,
+                    **limits: Any) -> Runtime:
     """A lace process sharing the database (as `lace run --workers` and `lace worker` do),
     under one session token cap."""
-    quick = Limits(retry_base_s=0.001, retry_max_s=0.002, max_children=20,
-                   spawns_per_minute=40, **limits)
-    return open_runtime(store, Settings(limits=quick, budgets=Budgets(session_tokens=SHARED_CAP)),
+    quick = Limits(**{"retry_base_s": 0.001, "retry_max_s": 0.002, "max_children": 40,
+                      "spawns_per_minute": 60, **limits})
+    return open_runtime(store, Settings(limits=quick, budgets=Budgets(session_tokens=cap)),
                         default_client(), check_model=check_model,
                         sharing=Sharing(feed=store.database.change_feed(), share_work=True,
                                         serve_all=serve_all, max_agents=4))
 
 
-SHARED_CAP, PER_CALL = 3000, 600
+SHARED_CAP, PER_CALL = 3000, 600  # the default cap of `sharing_runtime`
 
 
 @pytest.mark.both_engines
@@ -256,3 +258,96 @@ async def test_a_turn_cancelled_as_it_is_woken_frees_its_slot(
     finally:
         await runtime.stop()
         runtime.close()
+
+
+@pytest.mark.both_engines
+async def test_two_processes_whose_calls_use_up_to_their_estimate_stay_near_the_cap(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    """Twenty helpers in two processes, each call using between 300 and 4,000 tokens (up to
+    the estimate it took, `reserve_tokens` 4,096 and what it sends): the cap of 60,000 is
+    passed by at most the largest call, no call gives up waiting for room (stall_timeout_s
+    20), and every grant is given back. (A call using more than it took passes the cap by
+    its excess, as every call in flight then may: with `reserve_tokens` 200 the same run
+    used 65,197, the largest call 3,931.)"""
+    cap, stall = 60_000, 20.0
+    rng = random.Random(7)
+    other_store = Store(open_database(str(db_path)))
+    first, second = (sharing_runtime(one, cap=cap, serve_all=serve_all, stall_timeout_s=stall)
+                     for one, serve_all in ((store, False), (other_store, True)))
+
+    async def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
+        await asyncio.sleep(rng.uniform(0.0, 0.05))
+        task_id = assigned_task(messages)
+        notes = tools_called(messages).count("task_add_note")
+        step = ("task_complete", {"task_id": task_id, "message": "done"}) if notes >= 3 else \
+            ("task_add_note", {"task_id": task_id, "note": "working"})
+        return ScriptedReply(None, [step], prompt_tokens=rng.randint(200, 3000),
+                             completion_tokens=rng.randint(100, 1000))  # < reserve_tokens
+
+    models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
+        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
+        for n in range(20)]})) if messages[-1]["role"] == "user" else reply("waiting"))
+    models.on("worker", worker)
+    serving = asyncio.ensure_future(second.serve())
+    started = time.monotonic()
+    try:
+        root = await first.start_session("go", "scripted/root")
+        await asyncio.wait_for(first.run_until_quiet(root.id), 120)
+    finally:
+        await first.stop()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        first.close()
+        second.close()
+        other_store.close()
+    took = time.monotonic() - started
+    (used, largest, calls), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens), "
+                                    "MAX(prompt_tokens + completion_tokens), COUNT(*) "
+                                    "FROM llm_calls")
+    reasons = {reason for (reason,) in query(
+        db_path, "SELECT DISTINCT stop_reason FROM agent_metadata WHERE stop_reason IS NOT NULL")}
+    print(f"used {used} of {cap} in {calls} calls (largest {largest}), {took:.2f} s, {reasons}")
+    assert cap <= used <= cap + largest
+    assert all(reason.startswith("budget reached: session used") for reason in reasons)
+    assert took < stall
+    assert query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") == [(0,)]
+
+
+@pytest.mark.both_engines
+async def test_processes_holding_leftovers_do_not_each_pass_the_cap(
+        store: Store, db_path: Path) -> None:
+    """Two processes, each keeping what its grant has left over (a call in flight there),
+    each send a call that finds too little room and goes with what is left: the first one's
+    row must cover all it took, or the other sees room that is not there and goes too, and
+    the cap is passed by more than one call. Calls of 3,000 tokens under a cap of 10,000."""
+    session = new_session(store)
+    child = spawn_child(store, session.id)
+    for name in ("a", "b"):
+        process(store, name)
+    leases = {"a": claimed(store, session.id, "a"), "b": claimed(store, child, "b")}
+    dbs = {name: AsyncStore(store) for name in leases}
+    escrows = {name: Escrow() for name in leases}
+    budgets, per_call, cap = Budgets(session_tokens=10_000), 3000, 10_000
+
+    async def call(name: str) -> Taken | None:
+        lease = leases[name]
+        try:
+            return await escrows[name].room_for_call(
+                dbs[name], agent_row(store, lease.thread_id), lease, budgets,
+                lambda: per_call, 0.3)
+        except HaltedError:
+            return None
+
+    try:
+        taken = [(name, await call(name)) for name in ("a", "b", "a", "b", "a", "b")]
+        went = [(name, one) for name, one in taken if one is not None]
+        for name, one in went:  # each uses all it took
+            lease = leases[name]
+            await dbs[name].write(fenced(lease, recorded(
+                lease, escrows[name].settle(one, per_call), per_call)))
+        (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
+        assert cap <= used <= cap + per_call, [name for name, _ in went]
+    finally:
+        for db in dbs.values():
+            db.close()

@@ -60,8 +60,10 @@ class _Held:
     waiting: int = 0
     """Calls of this process that found too little, until they go or give up."""
     tight: bool = False
-    """The last grant had no spare: what a call leaves over goes back unless a call here
-    waits for it (what others' calls in flight may need is not kept idle here)."""
+    """The last grant had no spare: what a call leaves over goes back (what others' calls
+    may need is not kept idle here), also while a call here waits: a grant past the room
+    left (`grant_before_call`) kept for a call that needs more than it would fill the cap
+    for the other processes, which then wait for each other until stall_timeout_s."""
 
 
 @dataclass
@@ -125,7 +127,7 @@ class Escrow:
                 one.granted, spent[owner] = 0, None  # nothing in flight here: all goes back
                 continue
             left_over = one.granted - used - one.in_flight
-            back = used + max(0, left_over) if one.tight and one.waiting == 0 else used
+            back = used + max(0, left_over) if one.tight else used
             one.granted, spent[owner] = max(0, one.granted - back), back
         return spent
 
