@@ -351,3 +351,82 @@ async def test_processes_holding_leftovers_do_not_each_pass_the_cap(
     finally:
         for db in dbs.values():
             db.close()
+
+
+@pytest.mark.both_engines
+async def test_a_subtree_budget_under_the_session_cap_holds_in_two_processes(
+        store: Store, db_path: Path) -> None:
+    """A helper spawned with a budget of 5,000 tokens (its process `a`) under a session cap
+    of 20,000 that the root's process `b` shares: the helper's second call goes with less
+    than its subtree has left, its third waits and gives up; the root's call goes beside
+    them; once all are over the subtree passed its cap by at most one call, no grant is
+    left, and the helper's next call is refused by its budget."""
+    session = new_session(store)
+    child = spawn_child(store, session.id)
+    with store.transaction() as tx:
+        tx.agents.update(child, budget={"tokens": 5000})
+    for name in ("a", "b"):
+        process(store, name)
+    leases = {"a": claimed(store, child, "a"), "b": claimed(store, session.id, "b")}
+    dbs = {name: AsyncStore(store) for name in leases}
+    escrows = {name: Escrow() for name in leases}
+    budgets, per_call = Budgets(session_tokens=20_000), 3000
+
+    async def call(name: str) -> Taken | None:
+        lease = leases[name]
+        try:
+            return await escrows[name].room_for_call(
+                dbs[name], agent_row(store, lease.thread_id), lease, budgets,
+                lambda: per_call, 0.3)
+        except HaltedError as halted:
+            if "set aside for the calls in flight" not in halted.reason:
+                raise  # not a wait given up
+            return None
+
+    try:
+        taken = [(name, await call(name)) for name in ("a", "a", "a", "b")]
+        went = [(name, one) for name, one in taken if one is not None]
+        assert [name for name, _ in went] == ["a", "a", "b"]
+        for name, one in went:
+            lease = leases[name]
+            await dbs[name].write(fenced(lease, recorded(
+                lease, escrows[name].settle(one, per_call), per_call)))
+        (child_used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls "
+                                        "WHERE thread_id = ?", child)
+        assert 5000 <= child_used <= 5000 + per_call
+        assert query(db_path, "SELECT COUNT(*) FROM token_grants") == [(0,)]
+        with pytest.raises(HaltedError) as refused:
+            await call("a")
+        assert refused.value.owner == child and "budget reached" in refused.value.reason
+    finally:
+        for db in dbs.values():
+            db.close()
+
+
+@pytest.mark.both_engines
+async def test_a_stalled_call_gives_its_tokens_back(
+        store: Store, models: ScriptedModels, db_path: Path) -> None:
+    """A model call that makes no progress is cut off by the watchdog: its usage row says so,
+    nothing stays in flight, and no grant is left."""
+    runtime = open_runtime(store, Settings(
+        limits=Limits(retry_base_s=0.001, retry_max_s=0.002, stall_timeout_s=0.5,
+                      lease_timeout_s=2),
+        budgets=Budgets(session_tokens=CAP)), default_client(), check_model=check_model)
+
+    async def silent(messages: list[dict[str, Any]]) -> ScriptedReply:
+        await asyncio.sleep(30)
+        return reply("too late")
+
+    models.on("root", silent)
+    try:
+        session = await runtime.start_session("go", "scripted/root")
+        deadline = time.monotonic() + 20
+        while runtime.running or held_row(db_path, runtime.process_id) \
+                or runtime.scheduler.runner.escrow.held:
+            assert time.monotonic() < deadline, runtime.scheduler.runner.escrow
+            await asyncio.sleep(0.05)
+        assert query(db_path, "SELECT error FROM llm_calls WHERE thread_id = ?",
+                     session.id) == [("stalled (watchdog)",)]
+    finally:
+        await runtime.stop()
+        runtime.close()
