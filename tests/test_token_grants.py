@@ -430,3 +430,36 @@ async def test_a_stalled_call_gives_its_tokens_back(
     finally:
         await runtime.stop()
         runtime.close()
+
+
+@pytest.mark.both_engines
+async def test_calls_waiting_to_ask_together_do_not_all_go_past_the_cap(
+        store: Store, db_path: Path) -> None:
+    """Four calls of 4,000 tokens at once in one process under a cap of 10,000: the first
+    asks for them all (the others wait for its write), gets less than that, and goes; the
+    grant past the room left covers that one call alone, so at most one call passes the
+    cap, and the last waits and gives up."""
+    session = new_session(store)
+    process(store, "p1")
+    lease = claimed(store, session.id, "p1")
+    db, escrow, budgets, per_call, cap = AsyncStore(store), Escrow(), Budgets(
+        session_tokens=10_000), 4000, 10_000
+    agent = agent_row(store, session.id)
+
+    async def call() -> Taken | None:
+        try:
+            return await escrow.room_for_call(db, agent, lease, budgets, lambda: per_call, 0.3)
+        except HaltedError:
+            return None
+
+    try:
+        went = [one for one in await asyncio.gather(*(call() for _ in range(4)))
+                if one is not None]
+        for one in went:
+            await db.write(fenced(lease, recorded(lease, escrow.settle(one, per_call),
+                                                  per_call)))
+        (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
+        assert cap <= used <= cap + per_call, len(went)
+        assert query(db_path, "SELECT COUNT(*) FROM token_grants") == [(0,)]
+    finally:
+        db.close()

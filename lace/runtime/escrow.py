@@ -98,7 +98,8 @@ class Escrow:
         try:
             halt, added = await db.write(fenced(lease, functools.partial(
                 grant_before_call, thread_id=agent.thread_id, budgets=budgets,
-                holder=lease.holder, in_flight=self._in_flight(owners), short=short)))
+                holder=lease.holder, in_flight=self._in_flight(owners), short=short,
+                going=self.short(owners, tokens))))
         finally:
             for owner in short:
                 self._of(owner).asking -= 1

@@ -122,16 +122,20 @@ their tokens without a write, and no process holds much of what others may need.
 
 def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
                       in_flight: Mapping[str, int], short: Mapping[str, int],
+                      going: Mapping[str, int] | None = None,
                       ) -> tuple[Halt | None, dict[str, int]]:
     """`halt_before_call`, and when the call may go ahead, the tokens set aside for process
     `holder` under each capped `owner` that it is `short` of (with a spare, `SPARE_SHARE`):
-    returns the halt, or what was added to each grant. With less room left than it is short
-    of, the call still goes (used then passes the cap by at most this call: the others' calls
-    in flight are covered by what their processes hold), and its grant covers all it is short
-    of, past the cap: another process that keeps what its grant left over, counted as free
-    for its own calls (`_aside`), must see the cap filled and wait, not go with less too
-    (before, each such process could pass the cap by a call); with no room left it waits
-    while calls are in flight, and stops once the tokens are used."""
+    returns the halt, or what was added to each grant. `going` is what the asking call alone
+    is short of (`short` may add the process's other calls waiting to ask; by default it is
+    `short`). With less room left than it is short of, the call still goes (used then passes
+    the cap by at most this call: the others' calls in flight are covered by what their
+    processes hold), and its grant covers all it alone is short of, past the cap: another
+    process that keeps what its grant left over, counted as free for its own calls
+    (`_aside`), must see the cap filled and wait, not go with less too (before, each such
+    process could pass the cap by a call); with no room left it waits while calls are in
+    flight, and stops once the tokens are used."""
+    going = short if going is None else going
     chain = _chain_agents(tx, thread_id)
     halt = _halt(tx, thread_id, budgets, chain,
                  aside=functools.partial(_aside, tx, holder, in_flight))
@@ -144,7 +148,7 @@ def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
         need = short[owner]
         room = int(caps.tokens - used["tokens"]) - tx.grants.held(owner, holder)[0]
         spare = min((room - need) // SPARE_SHARE, need * SPARE_CALLS) if room > need else 0
-        added[owner] = need + spare  # all of it, also past the room left: see below
+        added[owner] = need + spare if room >= need else max(0, room, going.get(owner, 0))
         if added[owner]:
             tx.grants.add(owner, holder, added[owner])
     return None, added
