@@ -29,6 +29,17 @@ def plausible_tokens(value: Any) -> int | None:
     return int(value) if 0 <= value <= MAX_CALL_TOKENS else None
 
 
+def held_tokens(value: Any) -> int:
+    """A token count from outside held within [0, MAX_CALL_TOKENS]: what a call is counted
+    to have used. Past the bound it is the bound, and anything else none, so a figure no
+    client checked still counts and can never give tokens back."""
+    checked = plausible_tokens(value)
+    if checked is not None:
+        return checked
+    positive = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return MAX_CALL_TOKENS if positive else 0  # NaN, negatives and non-numbers: none
+
+
 def plausible_cost(value: Any) -> float | None:
     """A price in USD from outside, or None when it is missing or absurd (as for tokens)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

@@ -18,7 +18,7 @@ from lace.config import AcpAgent, Budgets, Limits
 from lace.core.assignee import ACP_PROVIDER
 from lace.core.ids import depth_of, root_of
 from lace.core.records import Agent, Lease, Place
-from lace.core.usage import estimate_tokens, schema_characters
+from lace.core.usage import estimate_tokens, held_tokens, schema_characters
 from lace.llm.types import ModelClient, ModelError, ModelReply, session_tree
 from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
@@ -325,8 +325,8 @@ class TurnRunner:
                 continue
             else:
                 empty = not reply.content and not reply.tool_calls
-                usage = recorded(
-                    used=reply.prompt_tokens + reply.completion_tokens,
+                usage = recorded(  # a provider's counts held as the row holds them
+                    used=held_tokens(reply.prompt_tokens) + held_tokens(reply.completion_tokens),
                     prompt_tokens=reply.prompt_tokens,
                     completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
                     cache_read_tokens=reply.cache_read_tokens,

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from lace.core.clock import now_iso
 from lace.core.secrets import mask
 from lace.core.usage import (
-    MAX_CALL_TOKENS,
     CallGroup,
     Usage,
+    held_tokens,
     plausible_cost,
     plausible_tokens,
 )
@@ -25,14 +25,6 @@ from lace.store.rows import Rows
 def _whole_sum(column: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
     """SUM of a BIGINT column as a whole number: PostgreSQL's SUM of one is NUMERIC."""
     return sa.cast(sa.func.sum(column), sa.BigInteger)
-
-
-def _held(tokens: int) -> int:
-    """A token count within [0, MAX_CALL_TOKENS]."""
-    checked = plausible_tokens(tokens)
-    if checked is not None:
-        return checked
-    return MAX_CALL_TOKENS if tokens > 0 else 0  # past the bound (NaN and negatives: none)
 
 
 def _part(tokens: int | None, whole: int) -> int | None:
@@ -59,7 +51,8 @@ class UsageRows(Rows):
         totals. Counts and cost are held to what a call can be (`MAX_CALL_TOKENS`, ...), so a
         figure no client checked is still recorded and cannot lower a total; a cost that is
         unknown (None) or absurd is NULL, and adds nothing to the agent's known cost."""
-        prompt_tokens, completion_tokens = _held(prompt_tokens), _held(completion_tokens)
+        prompt_tokens = held_tokens(prompt_tokens)
+        completion_tokens = held_tokens(completion_tokens)
         cost = plausible_cost(cost_usd)
         now = now_iso()
         error = None if error is None else mask(error, credential_values())
