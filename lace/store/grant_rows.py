@@ -20,6 +20,10 @@ SPEND = Prepared(_grants.update().where(
     _grants.c.process_id == sa.bindparam("holder")).values(
         tokens=sa.case((_grants.c.tokens > sa.bindparam("spent"),
                         _grants.c.tokens - sa.bindparam("spent")), else_=0)))
+HELD = Prepared(sa.select(_grants.c.process_id, _grants.c.tokens)
+                .join(schema.processes, schema.processes.c.id == _grants.c.process_id)
+                .where(_grants.c.owner == sa.bindparam("grant_owner"),
+                       schema.processes.c.expires_at >= sa.bindparam("now")))
 GIVE_BACK = Prepared(_grants.delete().where(_grants.c.owner == sa.bindparam("grant_owner"),
                                             _grants.c.process_id == sa.bindparam("holder")))
 
@@ -37,13 +41,9 @@ class GrantRows(Rows):
     def held(self, owner: str, holder: str) -> tuple[int, int]:
         """What the live processes hold for `owner`'s subtree together, and what `holder`
         holds of it."""
-        processes = schema.processes
-        rows = self._execute(
-            sa.select(_grants.c.process_id, _grants.c.tokens)
-            .join(processes, processes.c.id == _grants.c.process_id)
-            .where(_grants.c.owner == owner, processes.c.expires_at >= time.time())).all()
-        return (sum(int(row.tokens) for row in rows),
-                sum(int(row.tokens) for row in rows if row.process_id == holder))
+        rows = HELD.rows(self.raw, {"grant_owner": owner, "now": time.time()})
+        return (sum(int(row["tokens"]) for row in rows),
+                sum(int(row["tokens"]) for row in rows if row["process_id"] == holder))
 
     def add(self, owner: str, holder: str, tokens: int) -> None:
         """Set `tokens` more aside for process `holder` under `owner`'s cap."""
