@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from lace.config import Budgets, Limits, Settings
+from lace.core.records import Thread
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store, schema
-from tests.conftest import query, until_quiet_then_closed
+from lace.store.budgets import check_before_call
+from lace.store.leases import LeaseLostError
+from tests.conftest import lost_and_held_leases, query, spawn_child, until_quiet_then_closed
 from tests.scripted import ScriptedModels, reply
 
 pytestmark = pytest.mark.both_engines
@@ -77,3 +80,16 @@ async def test_what_is_left_beside_a_live_grant_is_taken_and_given_back(
         ("idle",)]
     assert query(db_path, "SELECT process_id, tokens FROM token_grants") == [
         ("other", CAP // 2)]  # this process, with no call in flight, holds nothing
+
+
+def test_a_process_paused_past_its_lease_makes_no_call_with_what_it_held(
+        store: Store, session: Thread) -> None:
+    """The read before each model call checks the lease: a call would otherwise take tokens
+    its process still held here, though the grant stopped counting for the others."""
+    child = spawn_child(store, session.id)
+    lost, held = lost_and_held_leases(store, child)
+    with store.reading() as tx:
+        assert check_before_call(tx, child, Budgets(session_tokens=CAP), held) == (
+            None, [session.id])
+    with store.reading() as tx, pytest.raises(LeaseLostError):
+        check_before_call(tx, child, Budgets(session_tokens=CAP), lost)

@@ -151,7 +151,7 @@ class Escrow:
         """Check the budgets before a model call of `agent`, and take its tokens (settle them
         with `settle`). HaltedError when no call may go, or none could for `wait_s` seconds."""
         halt, owners = await db.read(functools.partial(
-            check_before_call, thread_id=agent.thread_id, budgets=budgets))
+            check_before_call, thread_id=agent.thread_id, budgets=budgets, lease=lease))
         if halt is not None:
             raise HaltedError(halt.owner, halt.reason)
         tokens = estimate() if owners else 0

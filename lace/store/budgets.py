@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from lace.config import Budget, Budgets
 from lace.core.clock import seconds_since
 from lace.core.providers import LOCAL_PROVIDERS
-from lace.core.records import Agent
+from lace.core.records import Agent, Lease
 from lace.store.tx import Tx
 
 DIMENSIONS = (("tokens", "tokens"), ("cost_usd", "USD"), ("turns", "turns"),
@@ -86,13 +86,18 @@ def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
     return left
 
 
-def check_before_call(tx: Tx, thread_id: str, budgets: Budgets) -> tuple[Halt | None, list[str]]:
+def check_before_call(tx: Tx, thread_id: str, budgets: Budgets, lease: Lease | None = None,
+                      ) -> tuple[Halt | None, list[str]]:
     """A reason to make no model call (the agent was stopped, or a cap in its chain other
     than tokens is used), and the subtrees whose tokens are capped (`owner`s): a read, which
     sums no usage when only tokens are capped. The call then takes its tokens from what its
     process holds for each (`lace.runtime.escrow`), which is room under the cap, and asks for
-    more (`grant_before_call`, which checks the tokens used) only when that is too little."""
+    more (`grant_before_call`, which checks the tokens used) only when that is too little.
+    LeaseLostError once the agent's `lease` is another's: a process paused past it makes
+    no call with what it held (the write that asks for more is fenced too)."""
     chain = _chain_agents(tx, thread_id)
+    if lease is not None:
+        tx.leases.check(lease)
     owners = [owner for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain)
               if caps.tokens is not None]
     return _halt(tx, thread_id, budgets, chain, tokens=False), owners
