@@ -72,6 +72,7 @@ class Escrow:
 
     held: dict[str, _Held] = field(default_factory=dict)
     _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _looks: dict[tuple[str, ...], asyncio.Future[Halt | None]] = field(default_factory=dict)
     _wanting: list[Taken] = field(default_factory=list)
     """The calls waiting for `_asking`: its holder asks for them all in one write."""
 
@@ -187,14 +188,31 @@ class Escrow:
             finally:
                 if wanting in self._wanting:  # cancelled while waiting for the lock
                     self._wanting.remove(wanting)
-            while halt is not None:
-                if not halt.wait:
-                    raise HaltedError(halt.owner, halt.reason)
+            if not halt.wait:  # this call's own check: used up, or its agent stopped
+                raise HaltedError(halt.owner, halt.reason)
+            while halt is not None and halt.wait:  # until a look shows room: ask again
                 if time.monotonic() - waiting_since > wait_s:  # they never settle: give up
                     raise HaltedError(agent.thread_id, halt.reason)
-                await asyncio.sleep(POLL_S)
+                halt = await self._look(db, agent, lease, budgets, owners)
                 if self.take(owners, tokens):
                     return Taken(owners, tokens)
-                halt = await db.read(functools.partial(
-                    halt_before_call, thread_id=agent.thread_id, budgets=budgets,
-                    holder=lease.holder, in_flight=self._in_flight(owners)))
+
+    async def _look(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
+                    owners: list[str]) -> Halt | None:
+        """In POLL_S, whether there is room under the owners: one read for all the calls of
+        this process waiting under them (hundreds may wait at a cap; a read each every 50 ms
+        was half a core). Only a hint, read along one waiting agent's chain: each call then
+        asks in its own write, which checks its own."""
+        key = tuple(owners)
+        look = self._looks.get(key)
+        if look is None or look.done():
+            look = self._looks[key] = asyncio.ensure_future(
+                self._look_later(db, agent.thread_id, lease.holder, budgets, owners))
+        return await asyncio.shield(look)
+
+    async def _look_later(self, db: AsyncStore, thread_id: str, holder: str, budgets: Budgets,
+                          owners: list[str]) -> Halt | None:
+        await asyncio.sleep(POLL_S)
+        return await db.read(functools.partial(
+            halt_before_call, thread_id=thread_id, budgets=budgets, holder=holder,
+            in_flight=self._in_flight(owners)))
