@@ -58,15 +58,15 @@ def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.P
 
 @contextmanager
 def fan_out_run(tmp_path: Path, url: str, lease_timeout_s: str,
-                latency_s: float = LATENCY_S) -> Iterator[
+                latency_s: float = LATENCY_S, **settings: str) -> Iterator[
         tuple[FakeOpenAI, dict[str, subprocess.Popen[bytes]], str]]:
-    """Two workers (`a`, `b`) on `url` with leases of `lease_timeout_s`, ready, and a 30-task
-    fan-out started by `lace run --detach`: the model server, the workers by name and the
-    session's root."""
+    """Two workers (`a`, `b`) on `url` with leases of `lease_timeout_s` (and `settings`, as
+    LACE_ variables), ready, and a 30-task fan-out started by `lace run --detach`: the model
+    server, the workers by name and the session's root."""
     Store(open_database(url)).close()
     with FakeOpenAI(fan_out, latency_s=latency_s, backlog=512) as server, ExitStack() as stack:
         env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-fake-key", **LIMITS,
-               "LACE_LIMITS__LEASE_TIMEOUT_S": lease_timeout_s}
+               "LACE_LIMITS__LEASE_TIMEOUT_S": lease_timeout_s, **settings}
         workers = {name: stack.enter_context(worker(tmp_path, url, name=name, **env))
                    for name in ("a", "b")}
         ready(url, len(workers))
@@ -175,6 +175,51 @@ def test_a_worker_killed_while_the_others_connections_drop_is_taken_over(
         stop_cleanly(tmp_path, {"b": workers["b"]})
     assert_exactly_once(postgres_url)
     assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the other
+
+
+TIGHT_CAP = 20_000
+"""A session cap that two of the fan-out's calls fill at once (each sets aside its estimate,
+about 9,000 tokens), though the whole run uses a few thousand: what a process holds of it
+decides whether another's calls may go."""
+
+
+def tokens_held_by(url: str, pid: int) -> int:
+    """What the lace process `pid` holds of the session's tokens (`token_grants`)."""
+    return int(value(url, "SELECT COALESCE(SUM(g.tokens), 0) FROM token_grants g JOIN "
+                          "processes p ON p.id = g.process_id WHERE p.pid = ?", pid))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_holding_the_tokens_of_a_tight_cap_gives_them_up_with_its_lease(
+        tmp_path: Path, postgres_url: str) -> None:
+    """SIGKILL the only worker while it holds most of the cap, then start another: the dead
+    worker's grant counts until its lease expires, then the new worker's calls get the
+    tokens, and the fan-out ends within the cap, no call having given up waiting."""
+    Store(open_database(postgres_url)).close()
+    settings = {"OPENAI_API_KEY": "sk-fake-key", **LIMITS, "LACE_LIMITS__LEASE_TIMEOUT_S":
+                TAKEN_OVER, "LACE_BUDGETS__SESSION_TOKENS": str(TIGHT_CAP)}
+    with FakeOpenAI(fan_out, latency_s=LATENCY_S, backlog=512) as server:
+        settings["OPENAI_BASE_URL"] = server.base_url
+        with worker(tmp_path, postgres_url, name="a", **settings) as first:
+            ready(postgres_url, 1)
+            detached = lace_process(tmp_path, server, "run", "--detach", "--db", postgres_url,
+                                    "--model", "openai/root", "Fan out.")
+            out, err = detached.communicate(timeout=120)
+            assert detached.returncode == 0, err
+            waited = waiting(tmp_path, server, postgres_url, out.strip())
+            wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2
+                     and tokens_held_by(postgres_url, first.pid) > TIGHT_CAP // 2,
+                     "the run under way, the worker to kill holding most of the cap")
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        with worker(tmp_path, postgres_url, name="b", **settings) as second:
+            assert_answered(waited)
+            stop_cleanly(tmp_path, {"b": second})
+    assert_exactly_once(postgres_url)
+    calls = [int(used) for (used,) in rows(
+        postgres_url, "SELECT prompt_tokens + completion_tokens FROM llm_calls")]
+    assert sum(calls) <= TIGHT_CAP
+    assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the new one
 
 
 def database_at(url: str) -> Database:
