@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Awaitable, Callable
@@ -69,3 +70,22 @@ def dutiful_worker(result: str = "the result") -> Handler:
         return reply("finished")
 
     return handle
+
+
+def creating_root(parts: int) -> Handler:
+    """A root that creates `parts` tasks for `new:scripted/worker` helpers at the person's
+    message, then only waits."""
+    return lambda messages: reply(None, ("task_create", {"tasks": [
+        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
+        for n in range(parts)]})) if messages[-1]["role"] == "user" else reply("waiting")
+
+
+async def overlapping_worker(messages: list[dict[str, Any]]) -> ScriptedReply:
+    """A helper whose calls overlap (each takes 50 ms) and use 600 tokens: a note on its task,
+    then its completion, each step again until it is done."""
+    await asyncio.sleep(0.05)
+    task_id = assigned_task(messages)
+    step = ("task_complete", {"task_id": task_id, "message": "done"}) \
+        if "task_add_note" in tools_called(messages) else \
+        ("task_add_note", {"task_id": task_id, "note": "working"})
+    return ScriptedReply(None, [step], prompt_tokens=400, completion_tokens=200)

@@ -23,7 +23,14 @@ from lace.store import Store
 from lace.store.budgets import remaining
 from tests.conftest import Caller, query, run_cli, spawn_child, until_quiet_then_closed
 from tests.processes import lace_env
-from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
+from tests.scripted import (
+    ScriptedModels,
+    assigned_task,
+    creating_root,
+    overlapping_worker,
+    reply,
+    tools_called,
+)
 
 pytestmark = pytest.mark.both_engines
 
@@ -114,18 +121,8 @@ async def test_fifteen_agents_at_once_overshoot_a_session_cap_by_at_most_one_cal
                          limits=Limits(retry_base_s=0.001, retry_max_s=0.002,
                                        max_children=20, spawns_per_minute=20))
 
-    async def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
-        await asyncio.sleep(0.05)  # the calls overlap
-        task_id = assigned_task(messages)
-        step = ("task_complete", {"task_id": task_id, "message": "done"}) \
-            if "task_add_note" in tools_called(messages) else \
-            ("task_add_note", {"task_id": task_id, "note": "working"})
-        return ScriptedReply(None, [step], prompt_tokens=400, completion_tokens=200)
-
-    models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
-        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
-        for n in range(15)]})) if messages[-1]["role"] == "user" else reply("waiting"))
-    models.on("worker", worker)
+    models.on("root", creating_root(15))
+    models.on("worker", overlapping_worker)
     root = await quiet_session(runtime)
     (used,), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens) FROM llm_calls")
     assert cap <= used <= cap + per_call

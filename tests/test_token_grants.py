@@ -28,7 +28,14 @@ from lace.runtime.turns import record_call
 from lace.store import Store, open_database
 from lace.store.leases import fenced
 from tests.conftest import new_session, query, spawn_child
-from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
+from tests.scripted import (
+    ScriptedModels,
+    assigned_task,
+    creating_root,
+    overlapping_worker,
+    reply,
+    tools_called,
+)
 
 CAP = 100_000
 
@@ -112,6 +119,26 @@ def sharing_runtime(store: Store, *, serve_all: bool = False, cap: int = 3000,
 SHARED_CAP, PER_CALL = 3000, 600  # the default cap of `sharing_runtime`
 
 
+async def in_two_processes(first: Runtime, second: Runtime, other_store: Store,
+                           timeout: float) -> float:
+    """Seconds a session of `scripted/root` told "go" took to be quiet, started by `first`
+    while `second` serves every session beside it; both then closed."""
+    serving = asyncio.ensure_future(second.serve())
+    started = time.monotonic()
+    try:
+        root = await first.start_session("go", "scripted/root")
+        await asyncio.wait_for(first.run_until_quiet(root.id), timeout)
+    finally:
+        await first.stop()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        first.close()
+        second.close()
+        other_store.close()
+    return time.monotonic() - started
+
+
 @pytest.mark.both_engines
 async def test_two_processes_at_one_cap_pass_it_by_at_most_one_call_and_give_all_back(
         store: Store, models: ScriptedModels, db_path: Path) -> None:
@@ -121,32 +148,9 @@ async def test_two_processes_at_one_cap_pass_it_by_at_most_one_call_and_give_all
     other_store = Store(open_database(str(db_path)))
     first, second = sharing_runtime(store), sharing_runtime(other_store, serve_all=True)
 
-    async def worker(messages: list[dict[str, Any]]) -> ScriptedReply:
-        await asyncio.sleep(0.05)  # the calls overlap
-        task_id = assigned_task(messages)
-        step = ("task_complete", {"task_id": task_id, "message": "done"}) \
-            if "task_add_note" in tools_called(messages) else \
-            ("task_add_note", {"task_id": task_id, "note": "working"})
-        return ScriptedReply(None, [step], prompt_tokens=400, completion_tokens=200)
-
-    models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
-        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
-        for n in range(15)]})) if messages[-1]["role"] == "user" else reply("waiting"))
-    models.on("worker", worker)
-    serving = asyncio.ensure_future(second.serve())
-    started = time.monotonic()
-    try:
-        root = await first.start_session("go", "scripted/root")
-        await asyncio.wait_for(first.run_until_quiet(root.id), 60)
-    finally:
-        await first.stop()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        first.close()
-        second.close()
-        other_store.close()
-    took = time.monotonic() - started
+    models.on("root", creating_root(15))
+    models.on("worker", overlapping_worker)
+    took = await in_two_processes(first, second, other_store, 60)
     (used,), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens) FROM llm_calls")
     holders = query(db_path, "SELECT DISTINCT lease_holder FROM agent_metadata "
                              "WHERE lease_holder IS NOT NULL")
@@ -284,24 +288,9 @@ async def test_two_processes_whose_calls_use_up_to_their_estimate_stay_near_the_
         return ScriptedReply(None, [step], prompt_tokens=rng.randint(200, 3000),
                              completion_tokens=rng.randint(100, 1000))  # < reserve_tokens
 
-    models.on("root", lambda messages: reply(None, ("task_create", {"tasks": [
-        {"title": f"Part {n}", "prompt": "p", "assigned_to": "new:scripted/worker"}
-        for n in range(20)]})) if messages[-1]["role"] == "user" else reply("waiting"))
+    models.on("root", creating_root(20))
     models.on("worker", worker)
-    serving = asyncio.ensure_future(second.serve())
-    started = time.monotonic()
-    try:
-        root = await first.start_session("go", "scripted/root")
-        await asyncio.wait_for(first.run_until_quiet(root.id), 120)
-    finally:
-        await first.stop()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        first.close()
-        second.close()
-        other_store.close()
-    took = time.monotonic() - started
+    took = await in_two_processes(first, second, other_store, 120)
     (used, largest, calls), = query(db_path, "SELECT SUM(prompt_tokens + completion_tokens), "
                                     "MAX(prompt_tokens + completion_tokens), COUNT(*) "
                                     "FROM llm_calls")
@@ -312,6 +301,15 @@ async def test_two_processes_whose_calls_use_up_to_their_estimate_stay_near_the_
     assert all(reason.startswith("budget reached: session used") for reason in reasons)
     assert took < stall
     assert query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") == [(0,)]
+
+
+async def used_all_they_took(went: list[tuple[str, Taken]], leases: dict[str, Lease],
+                             dbs: dict[str, AsyncStore], escrows: dict[str, Escrow]) -> None:
+    """Record each call that went (process name, what it took) as having used all it took."""
+    for name, one in went:
+        lease = leases[name]
+        await dbs[name].write(fenced(lease, recorded(
+            lease, escrows[name].settle(one, one.tokens), one.tokens)))
 
 
 @pytest.mark.both_engines
@@ -342,10 +340,7 @@ async def test_processes_holding_leftovers_do_not_each_pass_the_cap(
     try:
         taken = [(name, await call(name)) for name in ("a", "b", "a", "b", "a", "b")]
         went = [(name, one) for name, one in taken if one is not None]
-        for name, one in went:  # each uses all it took
-            lease = leases[name]
-            await dbs[name].write(fenced(lease, recorded(
-                lease, escrows[name].settle(one, per_call), per_call)))
+        await used_all_they_took(went, leases, dbs, escrows)
         (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
         assert cap <= used <= cap + per_call, [name for name, _ in went]
     finally:
@@ -387,10 +382,7 @@ async def test_a_subtree_budget_under_the_session_cap_holds_in_two_processes(
         taken = [(name, await call(name)) for name in ("a", "a", "a", "b")]
         went = [(name, one) for name, one in taken if one is not None]
         assert [name for name, _ in went] == ["a", "a", "b"]
-        for name, one in went:
-            lease = leases[name]
-            await dbs[name].write(fenced(lease, recorded(
-                lease, escrows[name].settle(one, per_call), per_call)))
+        await used_all_they_took(went, leases, dbs, escrows)
         (child_used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls "
                                         "WHERE thread_id = ?", child)
         assert 5000 <= child_used <= 5000 + per_call
