@@ -110,11 +110,15 @@ def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
     `in_flight` under each owner. Whether a call may go (a call waiting for room looks
     with it)."""
     return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id),
-                 aside=functools.partial(_aside, tx, holder, in_flight))
+                 aside=functools.partial(_aside, functools.partial(tx.grants.held, holder=holder),
+                                         in_flight))
 
 
-def _aside(tx: Tx, holder: str, in_flight: Mapping[str, int], owner: str) -> int:
-    total, mine = tx.grants.held(owner, holder)
+def _aside(held: Callable[[str], tuple[int, int]], in_flight: Mapping[str, int],
+           owner: str) -> int:
+    """Of what the processes hold under `owner` (`held`: all, and this process's), what is
+    set aside for calls in flight: all the others hold, and this process's calls `in_flight`."""
+    total, mine = held(owner)
     return total - mine + min(mine, in_flight.get(owner, 0))
 
 
@@ -142,8 +146,8 @@ def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
     flight, and stops once the tokens are used."""
     going = short if going is None else going
     chain = _chain_agents(tx, thread_id)
-    halt = _halt(tx, thread_id, budgets, chain,
-                 aside=functools.partial(_aside, tx, holder, in_flight))
+    held = functools.cache(functools.partial(tx.grants.held, holder=holder))  # read once each
+    halt = _halt(tx, thread_id, budgets, chain, aside=functools.partial(_aside, held, in_flight))
     if halt is not None:
         return halt, {}
     added: dict[str, int] = {}
@@ -151,7 +155,7 @@ def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
         if caps.tokens is None or short.get(owner, 0) <= 0:
             continue
         need = short[owner]
-        room = int(caps.tokens - used["tokens"]) - tx.grants.held(owner, holder)[0]
+        room = int(caps.tokens - used["tokens"]) - held(owner)[0]
         spare = min((room - need) // SPARE_SHARE, need * SPARE_CALLS) if room > need else 0
         added[owner] = need + spare if room >= need else max(0, room, going.get(owner, 0))
         if added[owner]:
