@@ -26,6 +26,7 @@ from lace.runtime.database import AsyncStore
 from lace.runtime.escrow import Escrow, HaltedError, Taken
 from lace.runtime.turns import record_call
 from lace.store import Store, open_database
+from lace.store.budgets import SPARE_CALLS
 from lace.store.leases import fenced
 from tests.conftest import new_session, query, spawn_child
 from tests.scripted import (
@@ -455,3 +456,47 @@ async def test_calls_waiting_to_ask_together_do_not_all_go_past_the_cap(
         assert query(db_path, "SELECT COUNT(*) FROM token_grants") == [(0,)]
     finally:
         db.close()
+
+
+@pytest.mark.both_engines
+async def test_a_process_whose_calls_are_over_keeps_no_more_than_a_spare_from_the_others(
+        store: Store, db_path: Path) -> None:
+    """Process `a` sends 50 calls of 10,000 tokens at once under a cap of 2,000,000 (one
+    grant write asks for them all), and all but one are over; process `b` then sends 150.
+    `a` may keep a spare for its next calls, not the grant of the 50 (nor a quarter of the
+    room, the spare of a grant for 50): with it kept idle, `b`'s calls past the room left
+    waited while the cap was not used (in a fan-out, one process held half of the default
+    cap with one call in flight while another's calls waited)."""
+    session = new_session(store)
+    child = spawn_child(store, session.id)
+    for name in ("a", "b"):
+        process(store, name)
+    leases = {"a": claimed(store, session.id, "a"), "b": claimed(store, child, "b")}
+    dbs = {name: AsyncStore(store) for name in leases}
+    escrows = {name: Escrow() for name in leases}
+    budgets, per_call = Budgets(session_tokens=2_000_000), 10_000
+
+    async def calls(name: str, count: int) -> list[Taken | None]:
+        lease = leases[name]
+        agent = agent_row(store, lease.thread_id)
+
+        async def call() -> Taken | None:
+            try:
+                return await escrows[name].room_for_call(
+                    dbs[name], agent, lease, budgets, lambda: per_call, 0.3)
+            except HaltedError:
+                return None
+        return list(await asyncio.gather(*(call() for _ in range(count))))
+
+    try:
+        first = await calls("a", 50)
+        assert None not in first
+        for one in first[1:]:
+            assert one is not None
+            await dbs["a"].write(fenced(leases["a"], recorded(
+                leases["a"], escrows["a"].settle(one, 10), 10)))
+        assert held_row(db_path, "a") <= (1 + SPARE_CALLS) * per_call
+        assert None not in await calls("b", 150)
+    finally:
+        for db in dbs.values():
+            db.close()

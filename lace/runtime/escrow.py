@@ -20,6 +20,7 @@ from lace.config import Budgets
 from lace.core.records import Agent, Lease
 from lace.runtime.database import AsyncStore
 from lace.store.budgets import (
+    SPARE_CALLS,
     Halt,
     check_before_call,
     grant_before_call,
@@ -49,6 +50,8 @@ class Taken:
     owners: list[str]
     tokens: int
     settled: bool = False
+    refused: Halt | None = None
+    """Waiting to ask, it was in a grant write that found no room: it looks, not asks again."""
 
 
 @dataclass
@@ -59,11 +62,12 @@ class _Held:
     """Grant writes not answered yet: their tokens may be in the row already."""
     waiting: int = 0
     """Calls of this process that found too little, until they go or give up."""
-    tight: bool = False
-    """The last grant had no spare: what a call leaves over goes back (what others' calls
-    may need is not kept idle here), also while a call here waits: a grant past the room
-    left (`grant_before_call`) kept for a call that needs more than it would fill the cap
-    for the other processes, which then wait for each other until stall_timeout_s."""
+    spare: int = 0
+    """The spare of the last grant: at most this much (in whole calls) of what calls leave
+    over is kept idle here for this process's next calls; the rest goes back. With none (a
+    grant at the room left), all goes back, also while a call here waits: a leftover kept
+    for a call that needs more than it would fill the cap for the other processes, which
+    then wait for each other until stall_timeout_s."""
 
 
 @dataclass
@@ -92,8 +96,8 @@ class Escrow:
                    owners: list[str], tokens: int) -> Halt | None:
         """The grant write, for what is short of `tokens` under the owners, and of the other
         calls waiting to ask under them."""
-        short = self.short(owners, tokens + sum(
-            call.tokens for call in self._wanting if call.owners == owners))
+        along = [call for call in self._wanting if call.owners == owners]
+        short = self.short(owners, tokens + sum(call.tokens for call in along))
         for owner in short:
             self._of(owner).asking += 1
         try:
@@ -106,7 +110,10 @@ class Escrow:
                 self._of(owner).asking -= 1
         for owner, count in added.items():
             self._of(owner).granted += count
-            self._of(owner).tight = count <= short[owner]
+            self._of(owner).spare = max(0, count - short[owner])
+        if halt is not None and halt.wait:
+            for call in along:
+                call.refused = halt
         return halt
 
     def _in_flight(self, owners: Sequence[str]) -> dict[str, int]:
@@ -128,10 +135,22 @@ class Escrow:
             if one.in_flight == 0 and one.asking == 0 and one.waiting == 0:
                 one.granted, spent[owner] = 0, None  # nothing in flight here: all goes back
                 continue
-            left_over = one.granted - used - one.in_flight
-            back = used + max(0, left_over) if one.tight else used
+            left_over = max(0, one.granted - used - one.in_flight)
+            back = used + left_over - self._kept(one, left_over, taken.tokens)
             one.granted, spent[owner] = max(0, one.granted - back), back
         return spent
+
+    @staticmethod
+    def _kept(one: _Held, left_over: int, call: int) -> int:
+        """Of what is left over, what stays here: whole calls of `call` tokens, for the calls
+        waiting here and a spare for the next (at most the last grant's, at most SPARE_CALLS);
+        held idle, more would keep the others' calls waiting while the cap is not used (one
+        process held half of a 2,000,000 cap with one call in flight, 50 calls waiting in
+        another)."""
+        if not one.spare or not call:
+            return 0
+        wanted = one.waiting * call + min(one.spare, SPARE_CALLS * call)
+        return min(left_over, wanted) // call * call
 
     def idle(self) -> Spent:
         """The grants under which no call of this process is in flight, asking or waiting,
@@ -180,7 +199,8 @@ class Escrow:
                     self._wanting.remove(wanting)
                     if self.take(owners, tokens):
                         return wanting
-                    halt = await self._ask(db, agent, lease, budgets, owners, tokens)
+                    halt = wanting.refused or await self._ask(
+                        db, agent, lease, budgets, owners, tokens)
                     if halt is None:  # granted: it goes, even with less than it was short of
                         for owner in owners:
                             self._of(owner).in_flight += tokens
@@ -216,3 +236,4 @@ class Escrow:
         return await db.read(functools.partial(
             halt_before_call, thread_id=thread_id, budgets=budgets, holder=holder,
             in_flight=self._in_flight(owners)))
+

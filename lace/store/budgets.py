@@ -124,9 +124,11 @@ def _aside(held: Callable[[str], tuple[int, int]], in_flight: Mapping[str, int],
 
 SPARE_SHARE = 4
 SPARE_CALLS = 8
-"""A grant adds to what a call is short of a spare for the process's next calls: a quarter of
-the room left after it, at most eight times what the call was short of; so calls mostly take
-their tokens without a write, and no process holds much of what others may need."""
+"""A grant adds to what its calls are short of a spare for the process's next calls: a quarter
+of the room left after them, at most eight times what the asking call alone was short of (not
+eight times all its process's waiting calls: two processes asking for fifty calls each held
+half of the room idle while the others' calls waited); so calls mostly take their tokens
+without a write, and no process holds much of what others may need."""
 
 
 def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
@@ -156,7 +158,8 @@ def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
             continue
         need = short[owner]
         room = int(caps.tokens - used["tokens"]) - held(owner)[0]
-        spare = min((room - need) // SPARE_SHARE, need * SPARE_CALLS) if room > need else 0
+        spare = (min((room - need) // SPARE_SHARE, going.get(owner, 0) * SPARE_CALLS)
+                 if room > need else 0)
         added[owner] = need + spare if room >= need else max(0, room, going.get(owner, 0))
         if added[owner]:
             tx.grants.add(owner, holder, added[owner])
