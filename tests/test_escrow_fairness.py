@@ -1,0 +1,226 @@
+"""The escrow's fairness (a process keeps idle at most a spare of whole calls) attacked with
+mixed calls, nested caps and several processes over one store: the caps are passed by at most
+one call, no call gives up waiting while the cap is not reached, and what a process counts as
+granted is never more than its row."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from lace.config import Budgets
+from lace.core.records import Agent, Lease
+from lace.runtime.database import AsyncStore
+from lace.runtime.escrow import Escrow, HaltedError, Taken
+from lace.runtime.turns import record_call
+from lace.store import Store
+from lace.store.leases import fenced
+from tests.conftest import new_session, query, spawn_child
+
+SESSION_CAP, SUBTREE_CAP, LARGEST = 150_000, 40_000, 12_000
+
+
+def registered(store: Store, process_id: str) -> None:
+    with store.transaction() as tx:
+        tx.processes.register(process_id, 60)
+
+
+def claimed(store: Store, thread_id: str, holder: str) -> tuple[Agent, Lease]:
+    with store.transaction() as tx:
+        agent = tx.agents.get(thread_id)
+        return agent, tx.leases.claim(agent, holder)
+
+
+@dataclass
+class Outcome:
+    went: int = 0
+    reasons: list[str] = field(default_factory=list)
+    above_row: list[str] = field(default_factory=list)
+
+
+async def calls_of(name: str, agent: Agent, lease: Lease, db: AsyncStore, escrow: Escrow,
+                   budgets: Budgets, rng: random.Random, outcome: Outcome) -> None:
+    """Calls one after another of 300 to 12,000 tokens, each using half to all of its
+    estimate, until one is refused."""
+    while True:
+        estimate = rng.choice((300, 300, 1000, 4000, LARGEST))
+        try:
+            taken = await escrow.room_for_call(db, agent, lease, budgets,
+                                               functools.partial(int, estimate), 10)
+        except HaltedError as halted:
+            outcome.reasons.append(halted.reason)
+            return
+        outcome.went += 1
+        await asyncio.sleep(rng.uniform(0, 0.01))  # the model answers
+        used = rng.randint(estimate // 2, estimate)
+        await db.write(fenced(lease, functools.partial(
+            record_call, thread_id=lease.thread_id, holder=lease.holder,
+            spent=escrow.settle(taken, used), model="demo/worker", prompt_tokens=used,
+            completion_tokens=0, cost_usd=0.0, latency_ms=1.0)))
+
+
+async def heartbeats(holder: str, db: AsyncStore, escrow: Escrow) -> None:
+    """What the scheduler's heartbeat does (every fifth of a lease timeout of 3 s): give back
+    the grants under which this process has no call in flight, asking or waiting."""
+    while True:
+        await asyncio.sleep(0.6)
+        await db.write(functools.partial(lambda idle, tx: tx.grants.spend(holder, idle),
+                                         escrow.idle()))
+
+
+async def rows_cover_what_is_counted(escrows: dict[str, Escrow], db_path: Path,
+                                     outcome: Outcome) -> None:
+    """Every few ms, that no process counts more granted under an owner than its row."""
+    while True:
+        rows = {(owner, holder): tokens for owner, holder, tokens in await asyncio.to_thread(
+            query, db_path, "SELECT grant_owner, process_id, tokens FROM token_grants")}
+        for holder, escrow in escrows.items():
+            for owner, one in list(escrow.held.items()):
+                # a grant counted here committed before the read; a give-back may be pending
+                if one.asking == 0 and one.granted > rows.get((owner, holder), 0):
+                    outcome.above_row.append(f"{holder} {owner}: {one.granted} > "
+                                             f"{rows.get((owner, holder), 0)}")
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.both_engines
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_three_processes_of_mixed_calls_under_nested_caps(
+        store: Store, db_path: Path, seed: int) -> None:
+    """Three processes, five agents: `a` runs a helper with a subtree budget of 40,000 and the
+    root, `b` that helper's own helper (the same two caps), `c` the root's other helper and
+    the root again; four calls at once per agent, each 300 to 12,000 tokens. Each cap is
+    passed by at most its largest call, every call that stops was stopped by a cap reached
+    (none gave up waiting, 10 s), and no grant is left."""
+    rng = random.Random(seed)
+    session = new_session(store)
+    helper = spawn_child(store, session.id)
+    with store.transaction() as tx:
+        tx.agents.update(helper, budget={"tokens": SUBTREE_CAP})
+    nested, other = spawn_child(store, helper), spawn_child(store, session.id)
+    runs = {"a": [helper, session.id], "b": [nested], "c": [other]}
+    for name in runs:
+        registered(store, name)
+    dbs = {name: AsyncStore(store) for name in runs}
+    escrows = {name: Escrow() for name in runs}
+    budgets, outcome = Budgets(session_tokens=SESSION_CAP), Outcome()
+    agents = [(name, *claimed(store, thread_id, name))
+              for name, threads in runs.items() for thread_id in threads]
+    watching = [asyncio.ensure_future(rows_cover_what_is_counted(escrows, db_path, outcome)),
+                *(asyncio.ensure_future(heartbeats(name, dbs[name], escrows[name]))
+                  for name in runs)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(
+            calls_of(name, agent, lease, dbs[name], escrows[name], budgets,
+                     random.Random(rng.random()), outcome)
+            for name, agent, lease in agents for _ in range(4))), 120)
+        deadline = time.monotonic() + 5  # the heartbeats give back what the halted calls held
+        while query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") != [(0,)]:
+            assert time.monotonic() < deadline, query(db_path, "SELECT * FROM token_grants")
+            await asyncio.sleep(0.05)
+    finally:
+        for task in watching:
+            task.cancel()
+        await asyncio.gather(*watching, return_exceptions=True)
+        for db in dbs.values():
+            db.close()
+    (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
+    (subtree,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls "
+                                 "WHERE thread_id IN (?, ?)", helper, nested)
+    gave_up = [reason for reason in outcome.reasons if "budget reached" not in reason]
+    print(f"seed {seed}: {outcome.went} calls, used {used} of {SESSION_CAP}, subtree "
+          f"{subtree} of {SUBTREE_CAP}, gave up {len(gave_up)}")
+    assert not outcome.above_row, outcome.above_row[:5]
+    assert not gave_up, gave_up[:3]
+    assert SUBTREE_CAP <= subtree <= SUBTREE_CAP + LARGEST or used >= SESSION_CAP
+    assert used <= SESSION_CAP + LARGEST
+
+
+async def until_refused_or_done(escrow: Escrow, owner: str, call: asyncio.Future[Taken],
+                                ) -> None:
+    """Wait (with a deadline) until `call` went or gave up, or waits having been refused."""
+    deadline = time.monotonic() + 10
+    while not call.done():
+        one = escrow.held[owner]
+        if one.waiting and not one.asking:
+            return
+        assert time.monotonic() < deadline, vars(one)
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.both_engines
+async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each_other(
+        store: Store, db_path: Path) -> None:
+    """Under a cap of 100,000, processes `y` and `z` each send a call of 1,000 tokens (each
+    granted 9,000: a spare of 8,000); `x` then uses 80,000 in calls of 10,000 and sends one more,
+    past the room left. `y` and `z` each send a call of 12,000, which finds the cap filled
+    and waits; their calls of 1,000 and `x`'s are over. Then 8,000 of the cap is left and
+    nothing is in flight: one of the two waiting calls must go (past the cap by at most
+    itself). Before, each kept its spare of 8,000 idle for its waiting call (too small for
+    it), which filled the cap for the other: both waited until they gave up (stall_timeout_s),
+    the heartbeat giving back nothing (a call waits there)."""
+    session = new_session(store)
+    threads = {"x": session.id, "y": spawn_child(store, session.id),
+               "z": spawn_child(store, session.id)}
+    for name in threads:
+        registered(store, name)
+    runs = {name: claimed(store, thread_id, name) for name, thread_id in threads.items()}
+    dbs = {name: AsyncStore(store) for name in threads}
+    escrows = {name: Escrow() for name in threads}
+    budgets, cap = Budgets(session_tokens=100_000), 100_000
+
+    async def call(name: str, tokens: int, wait_s: float = 2) -> Taken:
+        agent, lease = runs[name]
+        return await escrows[name].room_for_call(dbs[name], agent, lease, budgets,
+                                                 lambda: tokens, wait_s)
+
+    async def over(name: str, taken: Taken, used: int) -> None:
+        lease = runs[name][1]
+        await dbs[name].write(fenced(lease, functools.partial(
+            record_call, thread_id=lease.thread_id, holder=lease.holder,
+            spent=escrows[name].settle(taken, used), model="demo/worker", prompt_tokens=used,
+            completion_tokens=0, cost_usd=0.0, latency_ms=1.0)))
+
+    beating = [asyncio.ensure_future(heartbeats(name, dbs[name], escrows[name]))
+               for name in threads]
+    try:
+        small = {name: await call(name, 1000) for name in ("y", "z")}
+        assert [held_of(db_path, name) for name in ("y", "z")] == [9000, 9000]
+        for _ in range(8):
+            await over("x", await call("x", 10_000), 10_000)
+        past = await call("x", 10_000)  # 2,000 of room left: it goes, granted past the cap
+        waiting = {name: asyncio.ensure_future(call(name, 12_000)) for name in ("y", "z")}
+        for name, one in waiting.items():
+            await until_refused_or_done(escrows[name], session.id, one)
+        for name, taken in small.items():
+            await over(name, taken, 1000)
+        await over("x", past, 10_000)
+        went, reasons = [], []
+        for name, one in waiting.items():
+            try:
+                went.append((name, await asyncio.wait_for(one, 10)))
+            except HaltedError as halted:
+                reasons.append(halted.reason)
+        for name, taken in went:
+            await over(name, taken, 12_000)
+    finally:
+        for task in beating:
+            task.cancel()
+        await asyncio.gather(*beating, return_exceptions=True)
+        for db in dbs.values():
+            db.close()
+    (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
+    assert went, reasons
+    assert cap <= used <= cap + 12_000
+    assert query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") == [(0,)]
+
+
+def held_of(db_path: Path, holder: str) -> int:
+    rows = query(db_path, "SELECT tokens FROM token_grants WHERE process_id = ?", holder)
+    return int(rows[0][0]) if rows else 0
