@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lace.config import Budgets
@@ -27,6 +27,7 @@ from lace.store.budgets import (
     halt_before_call,
 )
 from lace.store.leases import fenced
+from lace.store.tx import Tx
 
 POLL_S = 0.05
 """How often a call waiting for room under a cap looks again (a read)."""
@@ -213,9 +214,31 @@ class Escrow:
             while halt is not None and halt.wait:  # until a look shows room: ask again
                 if time.monotonic() - waiting_since > wait_s:  # they never settle: give up
                     raise HaltedError(agent.thread_id, halt.reason)
+                if self.take(owners, tokens):
+                    return Taken(owners, tokens)
+                await self._give_back_idle(db, lease.holder, owners)
                 halt = await self._look(db, agent, lease, budgets, owners)
                 if self.take(owners, tokens):
                     return Taken(owners, tokens)
+
+    async def _give_back_idle(self, db: AsyncStore, holder: str, owners: list[str]) -> None:
+        """Give back what this process holds under the owners past its calls in flight: a
+        call here found the cap filled and cannot take it. Kept idle (a spare, or whole calls
+        kept for the calls waiting here), it fills the cap for the other processes, whose
+        calls wait the same way: two processes each keeping 8,000 for a call of 12,000 waited
+        for each other until stall_timeout_s with 8,000 of the cap left and nothing in
+        flight, the heartbeat giving back nothing (a call waits there). Under `_asking`: a
+        grant write not answered yet was asked for with what is held here counted."""
+        async with self._asking:
+            idle = {owner: self._of(owner).granted - self._of(owner).in_flight
+                    for owner in owners}
+            idle = {owner: count for owner, count in idle.items() if count > 0}
+            for owner, count in idle.items():
+                self._of(owner).granted -= count
+            given = db.submit(functools.partial(_spend, holder=holder, spent=idle)) \
+                if idle else None
+        if given is not None:
+            await given
 
     async def _look(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
                     owners: list[str]) -> Halt | None:
@@ -237,3 +260,6 @@ class Escrow:
             halt_before_call, thread_id=thread_id, budgets=budgets, holder=holder,
             in_flight=self._in_flight(owners)))
 
+
+def _spend(tx: Tx, holder: str, spent: Mapping[str, int | None]) -> None:
+    tx.grants.spend(holder, spent)
