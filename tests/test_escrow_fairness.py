@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +225,65 @@ async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each
     assert query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") == [(0,)]
 
 
-def held_of(db_path: Path, holder: str) -> int:
-    rows = query(db_path, "SELECT tokens FROM token_grants WHERE process_id = ?", holder)
-    return int(rows[0][0]) if rows else 0
+def held_of(db_path: Path, holder: str, owner: str | None = None) -> int:
+    rows = [(tokens,) for row_owner, tokens in query(
+        db_path, "SELECT owner, tokens FROM token_grants WHERE process_id = ?", holder)
+        if owner in (None, row_owner)]
+    return sum(int(tokens) for tokens, in rows)
+
+
+async def test_a_call_granted_under_one_cap_is_still_covered_under_the_other(
+        store: Store, db_path: Path) -> None:
+    """A helper with a budget of 40,000 under a session cap of 100,000: a call of 12,000
+    whose process holds enough under the session (a whole call kept from the last) but too
+    little under the helper asks for the helper's tokens alone; while that write waits for
+    the lock, the process's call of 300 is over, and keeping only whole calls of 300 it
+    gives back most of the session's tokens, which the asking call was counting on. The
+    asking call must not then go with its session tokens covered by no grant: another
+    process would see them as room, and the cap could be passed by more than one call.
+    (SQLite: the lock held by another connection keeps the grant write waiting.)"""
+    session = new_session(store)
+    helper = spawn_child(store, session.id)
+    with store.transaction() as tx:
+        tx.agents.update(helper, budget={"tokens": SUBTREE_CAP})
+    registered(store, "p")
+    agent, lease = claimed(store, helper, "p")
+    db, escrow, budgets = AsyncStore(store), Escrow(), Budgets(session_tokens=100_000)
+
+    async def call(tokens: int) -> Taken:
+        return await escrow.room_for_call(db, agent, lease, budgets,
+                                          functools.partial(int, tokens), 2)
+
+    async def over(taken: Taken, used: int) -> None:
+        await db.write(fenced(lease, functools.partial(
+            record_call, thread_id=helper, holder="p", spent=escrow.settle(taken, used),
+            model="demo/worker", prompt_tokens=used, completion_tokens=0, cost_usd=0.0,
+            latency_ms=1.0)))
+
+    try:
+        first = await call(12_000)  # granted 34,000 under the session, 19,000 under helper
+        small = await call(300)
+        await over(first, 12_000)  # keeps one whole call of 12,000 under the session
+        assert escrow.held[session.id].granted == 12_300
+        assert escrow.held[helper].granted == 300
+        other = sqlite3.connect(db_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writes: the grant write waits
+        asking = asyncio.ensure_future(call(12_000))
+        deadline = time.monotonic() + 10
+        while not escrow.held[helper].asking:
+            assert time.monotonic() < deadline, "the call never asked"
+            await asyncio.sleep(0.001)
+        assert not escrow.held[session.id].asking  # enough held there
+        settled = asyncio.ensure_future(over(small, 300))  # over while the grant waits
+        other.execute("COMMIT")
+        other.close()
+        taken = await asyncio.wait_for(asking, 10)
+        await asyncio.wait_for(settled, 10)
+        for owner in (session.id, helper):
+            one = escrow.held[owner]
+            assert one.in_flight <= one.granted <= held_of(db_path, "p", owner), \
+                (owner, vars(one))
+        await over(taken, 12_000)
+        assert query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") == [(0,)]
+    finally:
+        db.close()
