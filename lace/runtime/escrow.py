@@ -202,10 +202,11 @@ class Escrow:
                         return wanting
                     halt = wanting.refused or await self._ask(
                         db, agent, lease, budgets, owners, tokens)
-                    if halt is None:  # granted: it goes, even with less than it was short of
-                        for owner in owners:
-                            self._of(owner).in_flight += tokens
-                        return wanting
+                    if halt is None:  # granted all it alone was short of: it goes
+                        if self.take(owners, tokens):
+                            return wanting
+                        continue  # calls here that were over meanwhile gave back what it
+                        # counted on (under an owner it did not ask under): ask again
             finally:
                 if wanting in self._wanting:  # cancelled while waiting for the lock
                     self._wanting.remove(wanting)
