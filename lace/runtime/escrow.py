@@ -211,7 +211,8 @@ class Escrow:
                 if wanting in self._wanting:  # cancelled while waiting for the lock
                     self._wanting.remove(wanting)
             if not halt.wait:  # this call's own check: used up, or its agent stopped
-                raise HaltedError(halt.owner, halt.reason)
+                await self._give_back_idle(db, lease.holder, owners)  # not the heartbeat's
+                raise HaltedError(halt.owner, halt.reason)  # (seconds), while others wait
             while halt is not None and halt.wait:  # until a look shows room: ask again
                 if time.monotonic() - waiting_since > wait_s:  # they never settle: give up
                     raise HaltedError(agent.thread_id, halt.reason)
