@@ -44,6 +44,7 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)
     above_row: list[str] = field(default_factory=list)
     looks: int = 0
+    longest_wait: float = 0.0
 
 
 async def calls_of(name: str, agent: Agent, lease: Lease, db: AsyncStore, escrow: Escrow,
@@ -52,12 +53,15 @@ async def calls_of(name: str, agent: Agent, lease: Lease, db: AsyncStore, escrow
     estimate, until one is refused."""
     while True:
         estimate = rng.choice((300, 300, 1000, 4000, LARGEST))
+        asked = time.monotonic()
         try:
             taken = await escrow.room_for_call(db, agent, lease, budgets,
                                                functools.partial(int, estimate), 10)
         except HaltedError as halted:
             outcome.reasons.append(halted.reason)
             return
+        finally:
+            outcome.longest_wait = max(outcome.longest_wait, time.monotonic() - asked)
         outcome.went += 1
         await asyncio.sleep(rng.uniform(0, 0.01))  # the model answers
         used = rng.randint(estimate // 2, estimate)
@@ -133,7 +137,8 @@ async def test_three_processes_of_mixed_calls_under_nested_caps(
                                  "WHERE thread_id IN (?, ?)", helper, nested)
     gave_up = [reason for reason in outcome.reasons if "budget reached" not in reason]
     print(f"seed {seed}: {outcome.went} calls, used {used} of {SESSION_CAP}, subtree "
-          f"{subtree} of {SUBTREE_CAP}, gave up {len(gave_up)}, rows read {outcome.looks}")
+          f"{subtree} of {SUBTREE_CAP}, gave up {len(gave_up)}, rows read {outcome.looks}, "
+          f"longest wait {outcome.longest_wait:.2f} s")
     assert outcome.looks > 10 and not outcome.above_row, outcome.above_row[:5]
     assert not gave_up, gave_up[:3]
     assert SUBTREE_CAP <= subtree <= SUBTREE_CAP + LARGEST or used >= SESSION_CAP
