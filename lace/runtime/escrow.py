@@ -231,16 +231,20 @@ class Escrow:
         for each other until stall_timeout_s with 8,000 of the cap left and nothing in
         flight, the heartbeat giving back nothing (a call waits there). Under `_asking`: a
         grant write not answered yet was asked for with what is held here counted."""
+        if not self._idle(owners):  # most looks: no lock to wait for (hundreds may wait)
+            return
         async with self._asking:
-            idle = {owner: self._of(owner).granted - self._of(owner).in_flight
-                    for owner in owners}
-            idle = {owner: count for owner, count in idle.items() if count > 0}
+            idle = self._idle(owners)
             for owner, count in idle.items():
                 self._of(owner).granted -= count
             given = db.submit(functools.partial(_spend, holder=holder, spent=idle)) \
                 if idle else None
         if given is not None:
             await given
+
+    def _idle(self, owners: Sequence[str]) -> dict[str, int]:
+        idle = {owner: self._of(owner).granted - self._of(owner).in_flight for owner in owners}
+        return {owner: count for owner, count in idle.items() if count > 0}
 
     async def _look(self, db: AsyncStore, agent: Agent, lease: Lease, budgets: Budgets,
                     owners: list[str]) -> Halt | None:
