@@ -19,23 +19,17 @@ from lace.config import Budgets
 from lace.core.records import Agent, Lease
 from lace.runtime.database import AsyncStore
 from lace.runtime.escrow import Escrow, HaltedError, Taken
-from lace.runtime.turns import record_call
 from lace.store import Store
 from lace.store.leases import fenced
 from tests.conftest import new_session, query, spawn_child
+from tests.grants import agent_row, claimed, process, recorded
 
 SESSION_CAP, SUBTREE_CAP, LARGEST = 150_000, 40_000, 12_000
 
 
-def registered(store: Store, process_id: str) -> None:
-    with store.transaction() as tx:
-        tx.processes.register(process_id, 60)
-
-
-def claimed(store: Store, thread_id: str, holder: str) -> tuple[Agent, Lease]:
-    with store.transaction() as tx:
-        agent = tx.agents.get(thread_id)
-        return agent, tx.leases.claim(agent, holder)
+def claimed_agent(store: Store, thread_id: str, holder: str) -> tuple[Agent, Lease]:
+    lease = claimed(store, thread_id, holder)
+    return agent_row(store, thread_id), lease
 
 
 @dataclass
@@ -65,10 +59,7 @@ async def calls_of(name: str, agent: Agent, lease: Lease, db: AsyncStore, escrow
         outcome.went += 1
         await asyncio.sleep(rng.uniform(0, 0.01))  # the model answers
         used = rng.randint(estimate // 2, estimate)
-        await db.write(fenced(lease, functools.partial(
-            record_call, thread_id=lease.thread_id, holder=lease.holder,
-            spent=escrow.settle(taken, used), model="demo/worker", prompt_tokens=used,
-            completion_tokens=0, cost_usd=0.0, latency_ms=1.0)))
+        await db.write(fenced(lease, recorded(lease, escrow.settle(taken, used), used)))
 
 
 async def heartbeats(holder: str, db: AsyncStore, escrow: Escrow) -> None:
@@ -114,11 +105,11 @@ async def test_three_processes_of_mixed_calls_under_nested_caps(
     nested, other = spawn_child(store, helper), spawn_child(store, session.id)
     runs = {"a": [helper, session.id], "b": [nested], "c": [other]}
     for name in runs:
-        registered(store, name)
+        process(store, name)
     dbs = {name: AsyncStore(store) for name in runs}
     escrows = {name: Escrow() for name in runs}
     budgets, outcome = Budgets(session_tokens=SESSION_CAP), Outcome()
-    agents = [(name, *claimed(store, thread_id, name))
+    agents = [(name, *claimed_agent(store, thread_id, name))
               for name, threads in runs.items() for thread_id in threads]
     watching = [asyncio.ensure_future(rows_cover_what_is_counted(escrows, db_path, outcome))]
     try:
@@ -174,8 +165,8 @@ async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each
     threads = {"x": session.id, "y": spawn_child(store, session.id),
                "z": spawn_child(store, session.id)}
     for name in threads:
-        registered(store, name)
-    runs = {name: claimed(store, thread_id, name) for name, thread_id in threads.items()}
+        process(store, name)
+    runs = {name: claimed_agent(store, thread_id, name) for name, thread_id in threads.items()}
     dbs = {name: AsyncStore(store) for name in threads}
     escrows = {name: Escrow() for name in threads}
     budgets, cap = Budgets(session_tokens=100_000), 100_000
@@ -187,10 +178,8 @@ async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each
 
     async def over(name: str, taken: Taken, used: int) -> None:
         lease = runs[name][1]
-        await dbs[name].write(fenced(lease, functools.partial(
-            record_call, thread_id=lease.thread_id, holder=lease.holder,
-            spent=escrows[name].settle(taken, used), model="demo/worker", prompt_tokens=used,
-            completion_tokens=0, cost_usd=0.0, latency_ms=1.0)))
+        await dbs[name].write(fenced(lease, recorded(lease, escrows[name].settle(taken, used),
+                                                     used)))
 
     beating = [asyncio.ensure_future(heartbeats(name, dbs[name], escrows[name]))
                for name in threads]
@@ -247,8 +236,8 @@ async def test_a_call_granted_under_one_cap_is_still_covered_under_the_other(
     helper = spawn_child(store, session.id)
     with store.transaction() as tx:
         tx.agents.update(helper, budget={"tokens": SUBTREE_CAP})
-    registered(store, "p")
-    agent, lease = claimed(store, helper, "p")
+    process(store, "p")
+    agent, lease = claimed_agent(store, helper, "p")
     db, escrow, budgets = AsyncStore(store), Escrow(), Budgets(session_tokens=100_000)
 
     async def call(tokens: int) -> Taken:
@@ -256,10 +245,7 @@ async def test_a_call_granted_under_one_cap_is_still_covered_under_the_other(
                                           functools.partial(int, tokens), 2)
 
     async def over(taken: Taken, used: int) -> None:
-        await db.write(fenced(lease, functools.partial(
-            record_call, thread_id=helper, holder="p", spent=escrow.settle(taken, used),
-            model="demo/worker", prompt_tokens=used, completion_tokens=0, cost_usd=0.0,
-            latency_ms=1.0)))
+        await db.write(fenced(lease, recorded(lease, escrow.settle(taken, used), used)))
 
     try:
         first = await call(12_000)  # granted 34,000 under the session, 19,000 under helper

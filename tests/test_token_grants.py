@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import random
 import sqlite3
 import time
@@ -16,7 +15,6 @@ from typing import Any
 import pytest
 
 from lace.config import Budgets, Limits, Settings
-from lace.core.records import Agent, Lease
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
@@ -24,11 +22,19 @@ from lace.runtime import Runtime, open_runtime
 from lace.runtime.assembly import Sharing
 from lace.runtime.database import AsyncStore
 from lace.runtime.escrow import Escrow, HaltedError, Taken
-from lace.runtime.turns import record_call
 from lace.store import Store, open_database
 from lace.store.budgets import SPARE_CALLS
 from lace.store.leases import fenced
 from tests.conftest import new_session, query, spawn_child
+from tests.grants import (
+    Processes,
+    agent_row,
+    claimed,
+    held_row,
+    process,
+    processes,
+    recorded,
+)
 from tests.scripted import (
     ScriptedModels,
     assigned_task,
@@ -39,32 +45,6 @@ from tests.scripted import (
 )
 
 CAP = 100_000
-
-
-def held_row(db_path: Path | str, holder: str) -> int:
-    rows = query(db_path, "SELECT tokens FROM token_grants WHERE process_id = ?", holder)
-    return int(rows[0][0]) if rows else 0
-
-
-def process(store: Store, process_id: str, lease_timeout_s: float = 60) -> None:
-    with store.transaction() as tx:
-        tx.processes.register(process_id, lease_timeout_s)
-
-
-def agent_row(store: Store, thread_id: str) -> Agent:
-    with store.transaction() as tx:
-        return tx.agents.get(thread_id)
-
-
-def claimed(store: Store, thread_id: str, holder: str) -> Lease:
-    with store.transaction() as tx:
-        return tx.leases.claim(tx.agents.get(thread_id), holder)
-
-
-def recorded(lease: Lease, spent: dict[str, int | None], used: int) -> functools.partial[None]:
-    return functools.partial(record_call, thread_id=lease.thread_id, holder=lease.holder,
-                             spent=spent, model="demo/coordinator", prompt_tokens=used,
-                             completion_tokens=0, cost_usd=0.0, latency_ms=1.0)
 
 
 async def test_a_grant_asked_while_a_give_back_waits_for_the_lock_is_not_lost(
@@ -304,13 +284,12 @@ async def test_two_processes_whose_calls_use_up_to_their_estimate_stay_near_the_
     assert query(db_path, "SELECT COALESCE(SUM(tokens), 0) FROM token_grants") == [(0,)]
 
 
-async def used_all_they_took(went: list[tuple[str, Taken]], leases: dict[str, Lease],
-                             dbs: dict[str, AsyncStore], escrows: dict[str, Escrow]) -> None:
+async def used_all_they_took(went: list[tuple[str, Taken]], two: Processes) -> None:
     """Record each call that went (process name, what it took) as having used all it took."""
     for name, one in went:
-        lease = leases[name]
-        await dbs[name].write(fenced(lease, recorded(
-            lease, escrows[name].settle(one, one.tokens), one.tokens)))
+        lease = two.leases[name]
+        await two.dbs[name].write(fenced(lease, recorded(
+            lease, two.escrows[name].settle(one, one.tokens), one.tokens)))
 
 
 @pytest.mark.both_engines
@@ -322,18 +301,14 @@ async def test_processes_holding_leftovers_do_not_each_pass_the_cap(
     the cap is passed by more than one call. Calls of 3,000 tokens under a cap of 10,000."""
     session = new_session(store)
     child = spawn_child(store, session.id)
-    for name in ("a", "b"):
-        process(store, name)
-    leases = {"a": claimed(store, session.id, "a"), "b": claimed(store, child, "b")}
-    dbs = {name: AsyncStore(store) for name in leases}
-    escrows = {name: Escrow() for name in leases}
+    two = processes(store, {"a": session.id, "b": child})
     budgets, per_call, cap = Budgets(session_tokens=10_000), 3000, 10_000
 
     async def call(name: str) -> Taken | None:
-        lease = leases[name]
+        lease = two.leases[name]
         try:
-            return await escrows[name].room_for_call(
-                dbs[name], agent_row(store, lease.thread_id), lease, budgets,
+            return await two.escrows[name].room_for_call(
+                two.dbs[name], agent_row(store, lease.thread_id), lease, budgets,
                 lambda: per_call, 0.3)
         except HaltedError:
             return None
@@ -341,12 +316,11 @@ async def test_processes_holding_leftovers_do_not_each_pass_the_cap(
     try:
         taken = [(name, await call(name)) for name in ("a", "b", "a", "b", "a", "b")]
         went = [(name, one) for name, one in taken if one is not None]
-        await used_all_they_took(went, leases, dbs, escrows)
+        await used_all_they_took(went, two)
         (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
         assert cap <= used <= cap + per_call, [name for name, _ in went]
     finally:
-        for db in dbs.values():
-            db.close()
+        two.close()
 
 
 @pytest.mark.both_engines
@@ -361,18 +335,14 @@ async def test_a_subtree_budget_under_the_session_cap_holds_in_two_processes(
     child = spawn_child(store, session.id)
     with store.transaction() as tx:
         tx.agents.update(child, budget={"tokens": 5000})
-    for name in ("a", "b"):
-        process(store, name)
-    leases = {"a": claimed(store, child, "a"), "b": claimed(store, session.id, "b")}
-    dbs = {name: AsyncStore(store) for name in leases}
-    escrows = {name: Escrow() for name in leases}
+    two = processes(store, {"a": child, "b": session.id})
     budgets, per_call = Budgets(session_tokens=20_000), 3000
 
     async def call(name: str) -> Taken | None:
-        lease = leases[name]
+        lease = two.leases[name]
         try:
-            return await escrows[name].room_for_call(
-                dbs[name], agent_row(store, lease.thread_id), lease, budgets,
+            return await two.escrows[name].room_for_call(
+                two.dbs[name], agent_row(store, lease.thread_id), lease, budgets,
                 lambda: per_call, 0.3)
         except HaltedError as halted:
             if "set aside for the calls in flight" not in halted.reason:
@@ -383,7 +353,7 @@ async def test_a_subtree_budget_under_the_session_cap_holds_in_two_processes(
         taken = [(name, await call(name)) for name in ("a", "a", "a", "b")]
         went = [(name, one) for name, one in taken if one is not None]
         assert [name for name, _ in went] == ["a", "a", "b"]
-        await used_all_they_took(went, leases, dbs, escrows)
+        await used_all_they_took(went, two)
         (child_used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls "
                                         "WHERE thread_id = ?", child)
         assert 5000 <= child_used <= 5000 + per_call
@@ -392,8 +362,7 @@ async def test_a_subtree_budget_under_the_session_cap_holds_in_two_processes(
             await call("a")
         assert refused.value.owner == child and "budget reached" in refused.value.reason
     finally:
-        for db in dbs.values():
-            db.close()
+        two.close()
 
 
 @pytest.mark.both_engines
@@ -469,21 +438,17 @@ async def test_a_process_whose_calls_are_over_keeps_no_more_than_a_spare_from_th
     cap with one call in flight while another's calls waited)."""
     session = new_session(store)
     child = spawn_child(store, session.id)
-    for name in ("a", "b"):
-        process(store, name)
-    leases = {"a": claimed(store, session.id, "a"), "b": claimed(store, child, "b")}
-    dbs = {name: AsyncStore(store) for name in leases}
-    escrows = {name: Escrow() for name in leases}
+    two = processes(store, {"a": session.id, "b": child})
     budgets, per_call = Budgets(session_tokens=2_000_000), 10_000
 
     async def calls(name: str, count: int) -> list[Taken | None]:
-        lease = leases[name]
+        lease = two.leases[name]
         agent = agent_row(store, lease.thread_id)
 
         async def call() -> Taken | None:
             try:
-                return await escrows[name].room_for_call(
-                    dbs[name], agent, lease, budgets, lambda: per_call, 0.3)
+                return await two.escrows[name].room_for_call(
+                    two.dbs[name], agent, lease, budgets, lambda: per_call, 0.3)
             except HaltedError:
                 return None
         return list(await asyncio.gather(*(call() for _ in range(count))))
@@ -493,10 +458,9 @@ async def test_a_process_whose_calls_are_over_keeps_no_more_than_a_spare_from_th
         assert None not in first
         for one in first[1:]:
             assert one is not None
-            await dbs["a"].write(fenced(leases["a"], recorded(
-                leases["a"], escrows["a"].settle(one, 10), 10)))
+            await two.dbs["a"].write(fenced(two.leases["a"], recorded(
+                two.leases["a"], two.escrows["a"].settle(one, 10), 10)))
         assert held_row(db_path, "a") <= (1 + SPARE_CALLS) * per_call
         assert None not in await calls("b", 150)
     finally:
-        for db in dbs.values():
-            db.close()
+        two.close()
