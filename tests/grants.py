@@ -7,11 +7,13 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from lace.config import Budgets
 from lace.core.records import Agent, Lease
 from lace.runtime.database import AsyncStore
-from lace.runtime.escrow import Escrow
+from lace.runtime.escrow import Escrow, Taken
 from lace.runtime.turns import record_call
 from lace.store import Store
+from lace.store.leases import fenced
 from tests.conftest import query
 
 
@@ -48,9 +50,23 @@ class Processes:
     """Lace processes by name over one store, each holding one agent: its lease, its
     `AsyncStore` and its `Escrow`."""
 
+    store: Store
     leases: dict[str, Lease]
     dbs: dict[str, AsyncStore]
     escrows: dict[str, Escrow]
+
+    async def call(self, name: str, budgets: Budgets, tokens: int, wait_s: float) -> Taken:
+        """Room for a model call of `tokens` by process `name`'s agent (HaltedError if none)."""
+        lease = self.leases[name]
+        return await self.escrows[name].room_for_call(
+            self.dbs[name], agent_row(self.store, lease.thread_id), lease, budgets,
+            lambda: tokens, wait_s)
+
+    async def over(self, name: str, taken: Taken, used: int) -> None:
+        """Process `name`'s call is over, having used `used` tokens: recorded and settled."""
+        lease = self.leases[name]
+        await self.dbs[name].write(fenced(lease, recorded(
+            lease, self.escrows[name].settle(taken, used), used)))
 
     def close(self) -> None:
         for db in self.dbs.values():
@@ -62,5 +78,5 @@ def processes(store: Store, holding: dict[str, str]) -> Processes:
     for name in holding:
         process(store, name)
     leases = {name: claimed(store, thread_id, name) for name, thread_id in holding.items()}
-    return Processes(leases, {name: AsyncStore(store) for name in leases},
+    return Processes(store, leases, {name: AsyncStore(store) for name in leases},
                      {name: Escrow() for name in leases})

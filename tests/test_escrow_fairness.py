@@ -22,7 +22,7 @@ from lace.runtime.escrow import Escrow, HaltedError, Taken
 from lace.store import Store
 from lace.store.leases import fenced
 from tests.conftest import new_session, query, spawn_child
-from tests.grants import agent_row, claimed, process, recorded
+from tests.grants import agent_row, claimed, process, processes, recorded
 
 SESSION_CAP, SUBTREE_CAP, LARGEST = 150_000, 40_000, 12_000
 
@@ -164,24 +164,14 @@ async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each
     session = new_session(store)
     threads = {"x": session.id, "y": spawn_child(store, session.id),
                "z": spawn_child(store, session.id)}
-    for name in threads:
-        process(store, name)
-    runs = {name: claimed_agent(store, thread_id, name) for name, thread_id in threads.items()}
-    dbs = {name: AsyncStore(store) for name in threads}
-    escrows = {name: Escrow() for name in threads}
+    three = processes(store, threads)
     budgets, cap = Budgets(session_tokens=100_000), 100_000
 
     async def call(name: str, tokens: int, wait_s: float = 2) -> Taken:
-        agent, lease = runs[name]
-        return await escrows[name].room_for_call(dbs[name], agent, lease, budgets,
-                                                 lambda: tokens, wait_s)
+        return await three.call(name, budgets, tokens, wait_s)
 
-    async def over(name: str, taken: Taken, used: int) -> None:
-        lease = runs[name][1]
-        await dbs[name].write(fenced(lease, recorded(lease, escrows[name].settle(taken, used),
-                                                     used)))
-
-    beating = [asyncio.ensure_future(heartbeats(name, dbs[name], escrows[name]))
+    over = three.over
+    beating = [asyncio.ensure_future(heartbeats(name, three.dbs[name], three.escrows[name]))
                for name in threads]
     try:
         small = {name: await call(name, 1000) for name in ("y", "z")}
@@ -191,7 +181,7 @@ async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each
         past = await call("x", 10_000)  # 2,000 of room left: it goes, granted past the cap
         waiting = {name: asyncio.ensure_future(call(name, 12_000)) for name in ("y", "z")}
         for name, one in waiting.items():
-            await until_refused_or_done(escrows[name], session.id, one)
+            await until_refused_or_done(three.escrows[name], session.id, one)
         for name, taken in small.items():
             await over(name, taken, 1000)
         await over("x", past, 10_000)
@@ -207,8 +197,7 @@ async def test_processes_keeping_spares_for_calls_that_wait_do_not_wait_for_each
         for task in beating:
             task.cancel()
         await asyncio.gather(*beating, return_exceptions=True)
-        for db in dbs.values():
-            db.close()
+        three.close()
     (used,), = query(db_path, "SELECT SUM(prompt_tokens) FROM llm_calls")
     assert went, reasons
     assert cap <= used <= cap + 12_000

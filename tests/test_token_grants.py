@@ -287,9 +287,7 @@ async def test_two_processes_whose_calls_use_up_to_their_estimate_stay_near_the_
 async def used_all_they_took(went: list[tuple[str, Taken]], two: Processes) -> None:
     """Record each call that went (process name, what it took) as having used all it took."""
     for name, one in went:
-        lease = two.leases[name]
-        await two.dbs[name].write(fenced(lease, recorded(
-            lease, two.escrows[name].settle(one, one.tokens), one.tokens)))
+        await two.over(name, one, one.tokens)
 
 
 @pytest.mark.both_engines
@@ -305,11 +303,8 @@ async def test_processes_holding_leftovers_do_not_each_pass_the_cap(
     budgets, per_call, cap = Budgets(session_tokens=10_000), 3000, 10_000
 
     async def call(name: str) -> Taken | None:
-        lease = two.leases[name]
         try:
-            return await two.escrows[name].room_for_call(
-                two.dbs[name], agent_row(store, lease.thread_id), lease, budgets,
-                lambda: per_call, 0.3)
+            return await two.call(name, budgets, per_call, 0.3)
         except HaltedError:
             return None
 
@@ -339,11 +334,8 @@ async def test_a_subtree_budget_under_the_session_cap_holds_in_two_processes(
     budgets, per_call = Budgets(session_tokens=20_000), 3000
 
     async def call(name: str) -> Taken | None:
-        lease = two.leases[name]
         try:
-            return await two.escrows[name].room_for_call(
-                two.dbs[name], agent_row(store, lease.thread_id), lease, budgets,
-                lambda: per_call, 0.3)
+            return await two.call(name, budgets, per_call, 0.3)
         except HaltedError as halted:
             if "set aside for the calls in flight" not in halted.reason:
                 raise  # not a wait given up
@@ -442,13 +434,9 @@ async def test_a_process_whose_calls_are_over_keeps_no_more_than_a_spare_from_th
     budgets, per_call = Budgets(session_tokens=2_000_000), 10_000
 
     async def calls(name: str, count: int) -> list[Taken | None]:
-        lease = two.leases[name]
-        agent = agent_row(store, lease.thread_id)
-
         async def call() -> Taken | None:
             try:
-                return await two.escrows[name].room_for_call(
-                    two.dbs[name], agent, lease, budgets, lambda: per_call, 0.3)
+                return await two.call(name, budgets, per_call, 0.3)
             except HaltedError:
                 return None
         return list(await asyncio.gather(*(call() for _ in range(count))))
@@ -458,8 +446,7 @@ async def test_a_process_whose_calls_are_over_keeps_no_more_than_a_spare_from_th
         assert None not in first
         for one in first[1:]:
             assert one is not None
-            await two.dbs["a"].write(fenced(two.leases["a"], recorded(
-                two.leases["a"], two.escrows["a"].settle(one, 10), 10)))
+            await two.over("a", one, 10)
         assert held_row(db_path, "a") <= (1 + SPARE_CALLS) * per_call
         assert None not in await calls("b", 150)
     finally:
