@@ -133,6 +133,35 @@ def test_a_session_imported_twice_gets_new_ids_rewritten_everywhere(
                          "NULL", new_root) == [(0,)]
 
 
+def test_a_session_imported_beside_its_original_leaves_room_for_new_rows(
+        db_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The imported rows take ids after the database's own; every row written after them gets
+    an id of its own too (on PostgreSQL an id given explicitly does not move the table's
+    sequence: the rows written next took the imported ids, and failed)."""
+    file = tmp_path / "session.json"
+    root = demo_session(capsys, db_path)
+    export(capsys, db_path, root, "-o", str(file))
+    code, out, err = run_cli(capsys, "import", str(file), "--db", str(db_path))
+    assert code == 0, err
+    copy = out.split(" as ", 1)[1].split()[0]
+    before = {table: query(db_path, f"SELECT MAX(id) FROM {table}")[0][0]
+              for table in ("inbox", "events")}
+    code, _out, err = run_cli(capsys, "task", "add", "Check it", "--assign", f"{copy}.1",
+                              "--session", copy, "--db", str(db_path))
+    assert code == 0, err
+    opened = Store(open_database(str(db_path)))
+    try:
+        for _ in range(3):
+            with opened.transaction() as tx:
+                tx.inbox.post(copy, sender="human", kind="message", text="and another")
+                tx.events.append(copy, "user_message", {"text": "and another"})
+    finally:
+        opened.close()
+    for table, highest in before.items():
+        added = query(db_path, f"SELECT id FROM {table} WHERE id > ? ORDER BY id", highest)
+        assert len(added) >= 3, (table, added)
+
+
 def test_a_plan_exported_while_a_task_waits_goes_on_where_it_is_imported(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A task waiting for the person's, with its agent planned: imported (into a new database,

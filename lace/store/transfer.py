@@ -163,6 +163,21 @@ def _next_id(tx: Tx, table: sa.Table) -> int:
     return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
 
 
+def _ids_taken(tx: Tx, tables: tuple[sa.Table, ...]) -> None:
+    """On PostgreSQL, move each table's id sequence past the ids the import wrote itself: an
+    id given explicitly leaves the sequence where it was, and the rows written next would take
+    the imported ids (and fail). Never moved back: a concurrent writer may hold the values past
+    the highest id (SQLite takes the highest id plus one by itself)."""
+    if tx.connection.dialect.name != "postgresql":
+        return
+    for table in tables:
+        tx.connection.execute(sa.text(
+            "SELECT setval(pg_get_serial_sequence(:table, 'id'), GREATEST("
+            f"(SELECT MAX(id) FROM {table.name}), "
+            "pg_sequence_last_value(pg_get_serial_sequence(:table, 'id')::regclass)))"),
+            {"table": table.name})
+
+
 _NO_CALLS = {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
 
 
@@ -234,5 +249,6 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
                         (schema.task_dependencies, data["task_dependencies"])):
         if rows:
             tx.connection.execute(table.insert(), rows)
+    _ids_taken(tx, (schema.inbox, schema.events))
     return Imported(session=str(data["session"]), approvals_dropped=len(data["approvals"]),
                     plans_reset=plans_reset)
