@@ -310,19 +310,16 @@ def test_lace_run_with_two_workers_spreads_a_fan_out_and_leaves_no_worker(
 
 
 def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list[int]]:
-    """`lace run --workers 2 ... MANY_PROMPT` whose demo model never answers, once it started
-    its two workers (forked by one `lace worker --processes 2`); the run and the pids of its
-    workers and of the process that forked them."""
+    """`lace run --workers 2 ... MANY_PROMPT` whose demo model never answers, once it forked
+    its two workers; the run and the pids of its workers."""
     home = tmp_path / "home"
     new_database(tmp_path)
     with (tmp_path / "run.log").open("wb") as log:
         run = lace_popen([sys.executable, "-m", "lace", "run", "--workers", "2", *argv,
                                 MANY_PROMPT], stdout=subprocess.DEVNULL, stderr=log,
                                env=lace_env(home, LACE_DEMO_DELAY="600", PYTHONFAULTHANDLER="1"))
-    wait_for(lambda: len(workers_of(run.pid)) == 1, "the run's supervisor of workers")
-    (supervisor,) = workers_of(run.pid)
-    wait_for(lambda: len(workers_of(supervisor)) == 2, "the run's two workers")
-    return run, [supervisor, *workers_of(supervisor)]
+    wait_for(lambda: len(workers_of(run.pid, named=False)) == 2, "the run's two workers")
+    return run, workers_of(run.pid, named=False)
 
 
 def ended(run: subprocess.Popen[bytes], tmp_path: Path) -> int:
@@ -337,15 +334,15 @@ def ended(run: subprocess.Popen[bytes], tmp_path: Path) -> int:
 
 
 def started_for(workspace: Path) -> list[int]:
-    """The live processes whose command line names `workspace` and --for-run: the workers a
-    run with that workspace started."""
+    """The live processes whose command line names `workspace` and --workers: a run with that
+    workspace and the workers it forked (which keep its command line)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             command = (entry / "cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
             continue
-        if b"--for-run" in command and str(workspace).encode() in command \
+        if b"--workers" in command and str(workspace).encode() in command \
                 and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
@@ -395,10 +392,41 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(tmp_path: Path, signum:
     assert left == (0 if signum == signal.SIGINT else 1)  # a killed run leaves its own row
 
 
+def pipes_held(pid: int) -> set[str]:
+    """The pipes process `pid` has an end of (`pipe:[inode]`, the same for both ends)."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if (target := os.readlink(fd)).startswith("pipe:"):
+                held.add(target)
+    return held
+
+
+@pytest.mark.slow
+def test_each_worker_of_a_run_holds_its_own_pipe_from_the_run_and_no_other(
+        tmp_path: Path) -> None:
+    """A worker sees its stdin end when the run ends (where no signal of the run's death
+    reaches it) only if no other worker holds an end of that pipe too."""
+    run, pids = start_run(tmp_path)
+    try:
+        stdins = {pid: os.readlink(f"/proc/{pid}/fd/0") for pid in pids}
+        assert len(set(stdins.values())) == 2, stdins
+        assert all(stdin.startswith("pipe:") for stdin in stdins.values()), stdins
+        assert set(stdins.values()) <= pipes_held(run.pid)  # the run writes to each
+        for pid in pids:
+            assert not pipes_held(pid) & (set(stdins.values()) - {stdins[pid]}), pid
+    finally:
+        run.kill()
+        run.wait()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
     run, pids = start_run(tmp_path)
-    supervisor, killed = pids[0], pids[1]
+    killed = pids[0]
     try:
         ready(tmp_path / "home" / "lace.db", 3)
         os.kill(killed, signal.SIGKILL)
@@ -412,7 +440,7 @@ def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
     log = (tmp_path / "run.log").read_text()
     named = [line for line in log.splitlines() if "ended with exit code" in line]
-    assert named and (str(killed) in named[0] or str(supervisor) in named[0]), log
+    assert named and str(killed) in named[0], log
 
 
 @pytest.mark.slow
@@ -424,11 +452,11 @@ def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_wor
                          stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
                          env=lace_env(tmp_path / "home", LACE_DEMO_DELAY="600"))
     try:
-        wait_for(lambda: len(workers_of(run.pid)) == 1, "the run's supervisor of workers")
-        (supervisor,) = workers_of(run.pid)
+        wait_for(lambda: len(workers_of(run.pid, named=False)) == 2, "the run's two workers")
+        forked = workers_of(run.pid, named=False)
         os.killpg(run.pid, signal.SIGINT)  # Ctrl+C: the terminal signals the whole group
         assert ended(run, tmp_path) == 130
-        wait_for(lambda: not alive(supervisor), "the supervisor to end")
+        wait_for(lambda: not any(alive(pid) for pid in forked), "the workers to end")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)

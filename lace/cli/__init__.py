@@ -123,5 +123,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_reporting_errors(args)
 
 
+def leave(code: int) -> NoReturn:
+    """Leave at once with `code`: every write is committed and the store closed by then, so
+    tearing the interpreter down (a second or more with litellm imported) is only waiting.
+    Output is flushed first, and a command an agent started that is still running is killed
+    (`os._exit` skips `atexit`)."""
+    import logging
+
+    process_groups = sys.modules.get("lace.tools.process_groups")
+    if process_groups is not None:  # only a process that imported it started commands
+        process_groups.kill_running_commands()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):  # a reader that went away must not change the code
+        with contextlib.suppress(OSError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,7 @@
 """The worker processes `lace worker --processes N` forks after its one start-up, and the
 process that forked them: it forwards SIGINT and SIGTERM to them, names each that fails as it
-ends, and exits with the first failure's code; each of them stops when it dies (on Linux)."""
+ends, and exits with the first failure's code; each of them stops when it dies (on Linux).
+And those `lace run --workers N` forks from itself (`fork_for_run`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import ctypes
 import os
 import signal
 import sys
+import threading
+from typing import NamedTuple
 
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal this process gets when the process that forked it ends."""
@@ -38,6 +41,65 @@ def fork_workers(count: int) -> list[int]:
         raise
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
+
+
+class RunWorker(NamedTuple):
+    """A worker `lace run --workers` forked: its pid, and the write end of its stdin."""
+
+    pid: int
+    stdin: int
+
+
+def fork_for_run(count: int) -> list[RunWorker] | None:
+    """Fork the `count` workers of `lace run --workers` from the run itself, once it imported
+    what they need (the model SDK, the database driver: the second of a core each `lace
+    worker` process spent on them): the workers in the run, None in each worker. Each gets a
+    process group of its own (Ctrl+C is the run's), its stdin a pipe from the run (the
+    session's id, then its end when the run ends), and /dev/null as its stdout. The run has
+    no other thread yet, and no connection open, so a fork is safe."""
+    if threading.active_count() > 1:
+        raise RuntimeError("lace forks its workers before it starts a thread")
+    stopping = {signal.SIGINT, signal.SIGTERM}
+    pipes = [os.pipe() for _ in range(count)]
+    run = os.getpid()
+    forked: list[RunWorker] = []
+    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+    try:
+        for read, write in pipes:
+            if (pid := os.fork()) == 0:
+                _become_run_worker(read, pipes, run)
+                return None
+            forked.append(RunWorker(pid, write))
+    except OSError:  # no more processes: stop those already forked
+        _stop([worker.pid for worker in forked])
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
+        if os.getpid() == run:
+            for read, write in pipes:
+                os.close(read)
+                if write not in {worker.stdin for worker in forked}:
+                    os.close(write)
+    return forked
+
+
+def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int) -> None:
+    """In a worker the run just forked: its process group, stdin and stdout, and no end of the
+    other workers' pipes (each must see its own end when the run ends). It never goes back into
+    the run's code: a failure here, or the run already dead, ends it."""
+    try:
+        os.setpgid(0, 0)
+        os.dup2(stdin, sys.stdin.fileno())
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), sys.stdout.fileno())
+        for ends in pipes:
+            for end in ends:
+                os.close(end)
+        _stops_with(run)
+    except SystemExit:
+        os._exit(0)
+    except BaseException:
+        os._exit(1)
 
 
 def _stops_with(supervisor: int) -> None:

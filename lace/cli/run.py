@@ -52,17 +52,16 @@ def run_command(args: argparse.Namespace) -> int:
         _refuse_with_detach(args)
     settings = runtime_settings(args)
     model = usable_model(args.model or settings.model)
+    from lace.cli.worker import Workers
     from lace.llm.openai_client import served_directly
 
-    if served_directly(model):  # as the client will route it: only these need the SDK
+    workers, count = Workers(), int(getattr(args, "workers", 0))  # `lace resume`: none
+    if count:  # refused with --detach; forked from here once it imported the SDK
+        workers.start(args, database_url(getattr(args, "db", None)), count)
+    elif served_directly(model):  # as the client will route it: only these need the SDK
         from lace.llm.openai_sdk import start_import
 
         start_import()  # half a second of CPU, meanwhile
-    from lace.cli.worker import Workers
-
-    workers, count = Workers(), int(getattr(args, "workers", 0))  # `lace resume`: none
-    if count:  # refused with --detach
-        workers.start(args, database_url(getattr(args, "db", None)), count)
     try:
         board = board_of(args, create=args.continue_thread is None)
         if detach:

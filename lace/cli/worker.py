@@ -8,12 +8,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
+import traceback
+from typing import NoReturn
 
 from lace.cli.board import board_of
-from lace.cli.forked import fork_workers, supervise
+from lace.cli.forked import RunWorker, fork_for_run, fork_workers, supervise
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
@@ -121,75 +122,122 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
 
 
 class Workers:
-    """The `lace worker` processes of one `lace run --workers N`: one `lace worker --processes
-    N`, started first thing so that its start-up overlaps the run's, which forks them once the
-    run names its session. They end with the run however it ends: stopped by it (SIGTERM, then
-    SIGKILL after GRACE_S), or, should the run be killed, at the end of their stdin, a pipe
-    from the run."""
+    """The workers of one `lace run --workers N`, forked from the run first thing, once it
+    imported what they need, so that their start-up overlaps the run's and costs no imports of
+    their own (`fork_for_run`); each serves the session the run names on its stdin. They end
+    with the run however it ends: stopped by it (SIGTERM, then SIGKILL after GRACE_S), or,
+    should the run be killed, at the end of their stdin (and, on Linux, by the signal its
+    death sends them)."""
 
     def __init__(self) -> None:
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.ended_alone: list[subprocess.Popen[bytes]] | None = None
-        """Those that had ended when the run first asked them to stop: the failures to name
-        (one the run's own SIGTERM ended, however it ended, is not one)."""
+        self.processes: list[RunWorker] = []
+        self._codes: dict[int, int] = {}  # the exit code of each worker reaped
+        self.ended_alone: list[int] | None = None
+        """The pids of those that had ended when the run first asked them to stop: the
+        failures to name (one the run's own SIGTERM ended, however it ended, is not one)."""
 
     def start(self, args: argparse.Namespace, database_url: str, count: int) -> None:
-        """Start `count` workers, with the run's workspace and tool flags (and its environment
-        and folder, so its settings); they wait for `serve`."""
-        argv = [sys.executable, "-m", "lace", "worker", "--processes", str(count),
-                "--workspace", str(workspace_of(args)), "--for-run",
+        """Fork `count` workers, with the run's workspace and tool flags (and its environment
+        and folder, so its settings, and the database in LACE_DB: a URL never goes on a
+        command line); they wait for `serve`."""
+        argv = ["worker", "--workspace", str(workspace_of(args)), "--for-run",
                 *(["--yes"] if args.yes else []), *(["--read-only"] if args.read_only else [])]
-        env = {**os.environ, "LACE_DB": database_url}  # not in argv: ps shows argv to anyone
-        self.processes.append(subprocess.Popen(  # a group of its own: Ctrl+C is the run's
-            argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, process_group=0))
+        model_client().warm_up(litellm_too=False)
+        load_driver(database_url)
+        forked = fork_for_run(count)
+        if forked is None:
+            os.environ["LACE_DB"] = database_url
+            _serve_then_exit(argv)
+        self.processes = forked
 
     def serve(self, root_id: str) -> None:
         """Name the session to the workers (one that ended already is reported by `stop`)."""
         for process in self.processes:
-            if process.stdin is not None:
-                with contextlib.suppress(BrokenPipeError):
-                    process.stdin.write(f"{root_id}\n".encode())
-                    process.stdin.flush()
+            with contextlib.suppress(OSError):  # it ended: its pipe has no reader
+                os.write(process.stdin, f"{root_id}\n".encode())
 
     def abandon(self) -> None:
         """A run that ends before its session: the workers, given no session, are stopped at
         once (SIGTERM, and the end of their stdin); waited for (killed after GRACE_S)."""
-        for process in self.processes:
-            if process.stdin is not None:
-                process.stdin.close()
-            process.terminate()  # no session, nothing to finish: not worth its imports
-            try:
-                process.wait(GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        self._close_stdin()
+        self.terminate()
+        self._wait(GRACE_S)
         self.processes.clear()
 
     def terminate(self) -> None:
         """Ask every worker still running to stop (its running turns become interrupted)."""
+        self._reap()
         if self.ended_alone is None:
-            self.ended_alone = [process for process in self.processes if process.poll() is not None]
+            self.ended_alone = list(self._codes)
         for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
+            if process.pid not in self._codes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
 
     async def stop(self) -> None:
         """Stop every worker and wait for it; kill those still running after GRACE_S; name
         those that had failed before."""
         self.terminate()
         deadline = time.monotonic() + GRACE_S
-        while any(process.poll() is None for process in self.processes):
-            if time.monotonic() > deadline:
-                for process in self.processes:
-                    if process.poll() is None:
-                        process.kill()
-                        process.wait()
-                break
+        while self._reap() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for process in self.processes:
-            if process.stdin is not None:
-                process.stdin.close()
-            if process in (self.ended_alone or ()) and process.returncode != 0:
-                print(f"lace: worker pid {process.pid} ended with exit code "
-                      f"{process.returncode}", file=sys.stderr)
+        self._wait(0)
+        self._close_stdin()
+        for pid in self.ended_alone or ():
+            if self._codes[pid] != 0:
+                print(f"lace: worker pid {pid} ended with exit code {self._codes[pid]}",
+                      file=sys.stderr)
         self.processes.clear()
+
+    def _reap(self) -> list[int]:
+        """Collect the exit code of each worker that ended; the pids of those still running."""
+        running = []
+        for process in self.processes:
+            if process.pid in self._codes:
+                continue
+            code = _exit_code(process.pid, os.WNOHANG)
+            if code is None:
+                running.append(process.pid)
+            else:
+                self._codes[process.pid] = code
+        return running
+
+    def _wait(self, grace_s: float) -> None:
+        """Wait for every worker, killing those still running after `grace_s`."""
+        deadline = time.monotonic() + grace_s
+        while (running := self._reap()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self._codes[pid] = _exit_code(pid, 0) or 0
+
+    def _close_stdin(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                os.close(process.stdin)
+
+
+def _exit_code(pid: int, options: int) -> int | None:
+    """The exit code of worker `pid` (-N when signal N ended it), None while it runs (with
+    WNOHANG); 0 when another wait reaped it first."""
+    try:
+        found, status = os.waitpid(pid, options)
+    except ChildProcessError:
+        return 0
+    return os.waitstatus_to_exitcode(status) if found else None
+
+
+def _serve_then_exit(argv: list[str]) -> NoReturn:
+    """In a forked worker: run `lace worker` with `argv` as the command line does, then leave
+    at once, as `lace` does (`leave`)."""
+    from lace.cli import leave, main
+
+    try:
+        code = main(argv)
+    except SystemExit as stopped:  # stopped while it waited for the session (or its end)
+        code = stopped.code if isinstance(stopped.code, int) else int(stopped.code is not None)
+    except BaseException:  # as Python would show it, had the worker been a program of its own
+        traceback.print_exc()
+        code = 1
+    leave(code)

@@ -50,7 +50,7 @@ def signal_group(group: int, signal_number: int) -> bool:
 @atexit.register
 def kill_running_commands() -> None:
     """SIGKILL every command still running: run by `atexit`, and called by `lace`'s own exit
-    (`lace.__main__.entry`), which leaves with `os._exit` and so skips `atexit`."""
+    (`lace.cli.leave`), which leaves with `os._exit` and so skips `atexit`."""
     for group, owner in list(_live_groups.items()):
         if owner == os.getpid():  # a forked child exiting leaves its parent's commands alone
             signal_group(group, signal.SIGKILL)
