@@ -369,6 +369,28 @@ def test_an_archived_task_waits_and_blocks_no_more(call: Caller) -> None:
     assert call("task_list", {}).text == f"○ {first} [medium] First → unassigned [pending]"
 
 
+def test_a_helper_planned_by_an_agent_stopped_since_is_not_spawned_when_released(
+        call: Caller, db_path: Path, store: Store, session: Thread) -> None:
+    """A person stops an agent whose plan still waits: completing the blocker starts no helper
+    under it (the stop holds until a person resumes it); the task is left for it, with why."""
+    coordinator = spawn_child(store, session.id)
+    first, later = plan(call, {"title": "First", "assigned_to": "human"},
+                        {"title": "Later", "assigned_to": "new:scripted/worker",
+                         "blocked_by": ["#1"]}, actor=coordinator)
+    with store.transaction() as tx:
+        tx.lifecycle.stop_subtree(coordinator, reason="enough for today", by_person=True)
+    completed = agent_call(store, session, "human", "task_complete",
+                           {"task_id": first, "message": "first done"})
+    assert not completed.is_error, completed.text
+    assert query(db_path, "SELECT COUNT(*) FROM agent_metadata WHERE parent_thread_id = ?",
+                 coordinator) == [(0,)]
+    assert query(db_path, "SELECT status, assigned_to, held_assignment FROM tasks WHERE id = ?",
+                 later) == [("pending", None, None)]
+    (note,), = query(db_path, "SELECT content FROM task_notes WHERE task_id = ?", later)
+    assert note.startswith("Not started: Spawn refused:") and coordinator in note
+    assert "stopped" in note and "enough for today" in note
+
+
 def test_a_spawn_refused_at_release_does_not_fail_the_completion(
         store: Store, db_path: Path, session: Thread) -> None:
     tight = ToolContext(thread_id=session.id, session_id=session.id,

@@ -266,7 +266,9 @@ class AssignmentRules:
             self._assign_to_agent(task, notifications.LACE_SENDER)
             return task
         try:
-            after = self._spawn(task, AgentPlan.from_json(held["agent"]))
+            plan = AgentPlan.from_json(held["agent"])
+            self._check_parent_runs(plan.parent_id)
+            after = self._spawn(task, plan)
         except SpawnRefusedError as refusal:
             self.tasks.set_fields(task_id, assigned_to=None)
             self.notes.insert(task_id, notifications.LACE_SENDER, f"Not started: {refusal}")
@@ -276,6 +278,15 @@ class AssignmentRules:
             return replace(task, assigned_to=None)
         self._assign_to_agent(after, notifications.LACE_SENDER)
         return after
+
+    def _check_parent_runs(self, parent_id: str) -> None:
+        """Refuse a helper an agent planned while it ran, now that it is stopped: the stop
+        holds for everything below it until it is resumed."""
+        parent = self.agents.find(parent_id)
+        if parent is not None and parent.status == "stopped":
+            raise SpawnRefusedError(
+                f"Spawn refused: {parent_id}, which planned this helper, is stopped "
+                f"({parent.stop_reason}); assign the task again once it is resumed.")
 
     def settle_dependents(self, blocker: Task, actor: str, reason: str | None = None) -> None:
         """What a blocker's new status means for the tasks that wait for it: completed, the
