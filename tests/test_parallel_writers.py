@@ -85,6 +85,25 @@ def test_writers_that_read_what_the_other_writes_commit_as_if_in_turn(
     assert len(attempts) == 3  # the one that lost ran again and saw the other's note
 
 
+def test_two_children_added_to_one_parent_at_once_get_the_next_two_ids(
+        pg_store: Store, migrated_postgres_url: str) -> None:
+    """Two spawns under one parent in two processes at once (an agent's task_create, and the
+    release of a helper it planned, by a blocker completed elsewhere): each reads the highest
+    child and takes the next id; the later must be run again, not fail on the key."""
+    session = new_session(pg_store)
+    waiting = ("SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+               "AND datname = current_database()")
+    with ThreadPoolExecutor(1) as pool:
+        with pg_store.transaction() as tx:
+            first = tx.threads.create_child(session.id).id
+            other = pool.submit(pg_store.write,
+                                lambda tx: tx.threads.create_child(session.id).id)
+            wait_for(lambda: other.done() or value(migrated_postgres_url, waiting) > 0,
+                     "the second spawn to wait for the first's id")
+        second = other.result(timeout=30)
+    assert (first, second) == (f"{session.id}.1", f"{session.id}.2")
+
+
 def parts_then_sum(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
     """The root creates PARTS tasks and one that waits for all of them, each for a
     `new:openai/worker`; every worker notes, then completes its task."""
