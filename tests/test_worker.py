@@ -444,6 +444,26 @@ def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_run_that_times_out_names_the_worker_that_died_alone_once(tmp_path: Path) -> None:
+    """The run stops its workers twice (before it reports, and as it leaves): a failure is
+    still one line."""
+    run, pids = start_run(tmp_path, "--timeout", "20")
+    killed = pids[0]
+    try:
+        ready(tmp_path / "home" / "lace.db", 3)
+        os.kill(killed, signal.SIGKILL)
+        assert ended(run, tmp_path) == 3
+    finally:
+        run.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    log = (tmp_path / "run.log").read_text()
+    named = [line for line in log.splitlines() if "ended with exit code" in line]
+    assert named == [f"lace: worker pid {killed} ended with exit code -9"], log
+
+
+@pytest.mark.slow
 def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_worker(
         tmp_path: Path) -> None:
     new_database(tmp_path)

@@ -176,7 +176,10 @@ class Workers:
 
     async def stop(self) -> None:
         """Stop every worker and wait for it; kill those still running after GRACE_S; name
-        those that had failed before."""
+        those that had failed before (once: a run stops them before it reports, and again as
+        it leaves)."""
+        if not self.processes:
+            return
         self.terminate()
         deadline = time.monotonic() + GRACE_S
         while self._reap() and time.monotonic() < deadline:
