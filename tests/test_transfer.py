@@ -8,15 +8,22 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from lace.cli.transfer import MAX_IMPORT_BYTES
 from lace.store import Store, open_database
 from tests.conftest import query, run_cli
+from tests.lace_forks import lace_popen
+from tests.processes import lace_env
+from tests.workers import wait_for
 
 pytestmark = pytest.mark.both_engines
 
@@ -360,3 +367,55 @@ def test_the_documented_schema_is_the_one_lace_import_checks() -> None:
     pinned = Path(__file__).parent.parent / "docs" / "export.schema.json"
     assert json.loads(pinned.read_text()) == SessionDocument.model_json_schema(), (
         "regenerate docs/export.schema.json and describe the change in docs/export.md")
+
+
+def test_an_import_beside_a_live_writer_leaves_the_writer_ids_of_its_own(
+        postgres_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL: a process posting to an inbox while an import into the same database is
+    under way (its rows written, not yet committed) gets an id no imported row takes, and
+    both commit: neither fails with a duplicate key."""
+    file = tmp_path / "session.json"
+    root = demo_session(capsys, postgres_url)
+    export(capsys, postgres_url, root, "-o", str(file))
+    assert query(postgres_url, "SELECT COUNT(*) FROM llm_calls")[0][0] > 0  # the import's last
+    with psycopg.connect(postgres_url, autocommit=True) as holder:
+        holder.execute("BEGIN")
+        holder.execute("LOCK TABLE llm_calls IN EXCLUSIVE MODE")  # the import waits there
+        importing = lace_popen([sys.executable, "-m", "lace", "import", str(file), "--db",
+                                postgres_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=lace_env(tmp_path / "home"), text=True)
+        try:
+            wait_for(lambda: waiting_on_locks(postgres_url) == 1, "the import to wait")
+            writer = Store(open_database(postgres_url))
+            posted: list[object] = []
+            posting = threading.Thread(target=lambda: posted.append(_post_or_fail(writer, root)))
+            posting.start()
+            wait_for(lambda: posted or waiting_on_locks(postgres_url) == 2,
+                     "the post to be written or to wait")
+            holder.execute("ROLLBACK")
+            posting.join(60)
+            writer.close()
+            _out, err = importing.communicate(timeout=60)
+        finally:
+            importing.kill()
+    assert importing.returncode == 0, err
+    assert posted == [None], posted
+    for table in ("inbox", "events"):
+        ids = [row[0] for row in query(postgres_url, f"SELECT id FROM {table}")]
+        assert len(ids) == len(set(ids)), table
+
+
+def waiting_on_locks(url: str) -> int:
+    """How many connections to `url`'s database wait for a lock."""
+    return int(query(url, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = "
+                          "current_database() AND wait_event_type = 'Lock'")[0][0])
+
+
+def _post_or_fail(store: Store, root: str) -> object:
+    """A message posted to `root` as a live process posts one: None, or the error it met."""
+    try:
+        store.write(lambda tx: tx.inbox.post(root, sender="human", kind="message",
+                                             text="while it imports"))
+    except Exception as error:  # what the test reports
+        return error
+    return None

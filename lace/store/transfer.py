@@ -149,33 +149,30 @@ def _rewriter(renamed: dict[str, str]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda match: renamed[match.group()], text)
 
 
-def _inbox_ids(base: int, old: list[int]) -> dict[int, int]:
-    """New ids for a document's inbox rows from `base` on, in their order: their gaps (the rows
-    folded into a batch's notice) kept, unless the ids span far more than their number (a
-    file's odd ids), which are numbered one after another."""
+def _inbox_ids(tx: Tx, old: list[int]) -> dict[int, int]:
+    """New ids for a document's inbox rows, in their order: their gaps (the rows folded into a
+    batch's notice) kept, unless the ids span far more than their number (a file's odd ids),
+    which are numbered one after another."""
     ordered = sorted(old)
     if ordered and ordered[-1] - ordered[0] <= 2 * len(ordered) + 1000:
-        return {row_id: base + row_id - ordered[0] for row_id in ordered}
-    return {row_id: base + number for number, row_id in enumerate(ordered)}
+        fresh = _fresh_ids(tx, schema.inbox, ordered[-1] - ordered[0] + 1)
+        return {row_id: fresh[row_id - ordered[0]] for row_id in ordered}
+    return dict(zip(ordered, _fresh_ids(tx, schema.inbox, len(ordered)), strict=True))
 
 
-def _next_id(tx: Tx, table: sa.Table) -> int:
-    return int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
-
-
-def _ids_taken(tx: Tx, tables: tuple[sa.Table, ...]) -> None:
-    """On PostgreSQL, move each table's id sequence past the ids the import wrote itself: an
-    id given explicitly leaves the sequence where it was, and the rows written next would take
-    the imported ids (and fail). Never moved back: a concurrent writer may hold the values past
-    the highest id (SQLite takes the highest id plus one by itself)."""
-    if tx.connection.dialect.name != "postgresql":
-        return
-    for table in tables:
-        tx.connection.execute(sa.text(
-            "SELECT setval(pg_get_serial_sequence(:table, 'id'), GREATEST("
-            f"(SELECT MAX(id) FROM {table.name}), "
-            "pg_sequence_last_value(pg_get_serial_sequence(:table, 'id')::regclass)))"),
-            {"table": table.name})
+def _fresh_ids(tx: Tx, table: sa.Table, count: int) -> list[int]:
+    """`count` ids, ascending, that no other row of `table` takes. On PostgreSQL drawn from the
+    table's sequence: a process writing beside the import (its rows not yet committed) draws
+    other ids, and so do the rows written after it (an id given explicitly would leave the
+    sequence behind); on SQLite those after the highest (its writes run one at a time)."""
+    if not count:
+        return []
+    if tx.connection.dialect.name == "postgresql":
+        return sorted(tx.connection.execute(sa.text(
+            "SELECT nextval(pg_get_serial_sequence(:table, 'id')) "
+            "FROM generate_series(1, :count)"), {"table": table.name, "count": count}).scalars())
+    first = int(tx.connection.execute(sa.select(sa.func.max(table.c.id))).scalar() or 0) + 1
+    return list(range(first, first + count))
 
 
 _NO_CALLS = {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
@@ -221,12 +218,12 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
     if renamed:  # each is a copy of the whole session
         data = map_strings(data, _rewriter(renamed))
     data = mask_data(data, credential_values())
-    inbox_base, event_base = _next_id(tx, schema.inbox), _next_id(tx, schema.events)
-    inbox_ids = _inbox_ids(inbox_base, [item["id"] for item in data["inbox"]])
+    inbox_ids = _inbox_ids(tx, [item["id"] for item in data["inbox"]])
     for item in data["inbox"]:
         item["id"] = inbox_ids[item["id"]]
-    for number, event in enumerate(data["events"]):
-        event["id"] = event_base + number
+    for event, event_id in zip(data["events"], _fresh_ids(tx, schema.events, len(data["events"])),
+                               strict=True):
+        event["id"] = event_id
         if "inbox_id" in event["data"]:
             event["data"]["inbox_id"] = inbox_ids[event["data"]["inbox_id"]]
         if isinstance(event["data"].get("inbox_ids"), list):
@@ -249,6 +246,5 @@ def import_session(tx: Tx, document: SessionDocument) -> Imported:
                         (schema.task_dependencies, data["task_dependencies"])):
         if rows:
             tx.connection.execute(table.insert(), rows)
-    _ids_taken(tx, (schema.inbox, schema.events))
     return Imported(session=str(data["session"]), approvals_dropped=len(data["approvals"]),
                     plans_reset=plans_reset)
