@@ -464,6 +464,23 @@ def test_a_run_that_times_out_names_the_worker_that_died_alone_once(tmp_path: Pa
 
 
 @pytest.mark.slow
+def test_the_workers_of_a_run_whose_stdout_is_closed_still_serve(tmp_path: Path) -> None:
+    """A run started with its standard output closed (`>&-`: no file behind descriptor 1, so
+    Python's sys.stdout is None) forks workers that serve all the same: each gets its own
+    stdin and /dev/null by descriptor number."""
+    db = new_database(tmp_path)
+    command = " ".join([sys.executable, "-m", "lace", "run", "--workers", "2", "--timeout", "60",
+                        f"'{MANY_PROMPT}'", ">&-"])
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
+                         env=lace_env(tmp_path / "home"))
+    assert "ended with exit code" not in run.stderr, run.stderr
+    assert len(re.findall(r"lace worker \w+ \(pid \d+\) runs the agents", run.stderr)) == 2, \
+        run.stderr
+    root_id = run.stderr.split("Session ", 1)[1].split()[0]
+    assert done(db, root_id), run.stderr
+
+
+@pytest.mark.slow
 def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_worker(
         tmp_path: Path) -> None:
     new_database(tmp_path)

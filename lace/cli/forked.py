@@ -13,6 +13,8 @@ import sys
 import threading
 from typing import NamedTuple
 
+STDIN, STDOUT = 0, 1
+"""The descriptors a worker `lace run` forks reads its session from, and writes nothing to."""
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal this process gets when the process that forked it ends."""
 
@@ -89,11 +91,13 @@ def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int) -> No
     the run's code: a failure here, or the run already dead, ends it."""
     try:
         os.setpgid(0, 0)
-        os.dup2(stdin, sys.stdin.fileno())
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), sys.stdout.fileno())
-        for ends in pipes:
-            for end in ends:
+        if stdin != STDIN:  # by number: the run's own may be closed (sys.stdin None, `<&-`)
+            os.dup2(stdin, STDIN)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != STDOUT:  # or closed (`>&-`), where an end of a pipe may sit now
+            os.dup2(devnull, STDOUT)
+        for end in {end for ends in pipes for end in ends} | {devnull}:
+            if end not in (STDIN, STDOUT):  # those were replaced above, or are its own
                 os.close(end)
         _stops_with(run)
     except SystemExit:

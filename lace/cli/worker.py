@@ -14,7 +14,7 @@ import traceback
 from typing import NoReturn
 
 from lace.cli.board import board_of
-from lace.cli.forked import RunWorker, fork_for_run, fork_workers, supervise
+from lace.cli.forked import STDIN, RunWorker, fork_for_run, fork_workers, supervise
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
@@ -70,7 +70,7 @@ def _session_of_the_run() -> str:
     run ends, is left for every worker to see. The end before a line: the run ended first."""
     line = b""
     while not line.endswith(b"\n") and len(line) < MAX_SESSION_LINE:
-        byte = os.read(sys.stdin.fileno(), 1)
+        byte = os.read(STDIN, 1)
         if not byte:
             raise SystemExit(0)
         line += byte
@@ -99,11 +99,11 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
         loop.add_signal_handler(signum, lambda: main.cancelling() or main.cancel())
     if args.for_run:
         def read_stdin() -> None:
-            if not os.read(sys.stdin.fileno(), 4096):  # the run that started it has ended
-                loop.remove_reader(sys.stdin.fileno())
+            if not os.read(STDIN, 4096):  # the run that started it has ended
+                loop.remove_reader(STDIN)
                 main.cancel()
 
-        loop.add_reader(sys.stdin.fileno(), read_stdin)
+        loop.add_reader(STDIN, read_stdin)
     try:
         client = model_client()  # its SDK imported before this process takes agents
         await asyncio.to_thread(client.warm_up, litellm_too=False)
