@@ -464,16 +464,18 @@ def test_a_run_that_times_out_names_the_worker_that_died_alone_once(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_the_workers_of_a_run_whose_stdout_is_closed_still_serve(tmp_path: Path) -> None:
-    """A run started with its standard output closed (`>&-`: no file behind descriptor 1, so
-    Python's sys.stdout is None) forks workers that serve all the same: each gets its own
-    stdin and /dev/null by descriptor number."""
+def test_a_run_with_its_stdin_and_stdout_closed_runs_its_workers_and_ends_cleanly(
+        tmp_path: Path) -> None:
+    """A run started with standard input and output closed (`<&- >&-`: Python's sys.stdin and
+    sys.stdout are None, and the run's first pipe takes descriptors 0 and 1) forks workers
+    that serve all the same, and neither they nor the run end with a traceback."""
     db = new_database(tmp_path)
     command = " ".join([sys.executable, "-m", "lace", "run", "--workers", "2", "--timeout", "60",
-                        f"'{MANY_PROMPT}'", ">&-"])
+                        f"'{MANY_PROMPT}'", "<&-", ">&-"])
     run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
                          env=lace_env(tmp_path / "home"))
-    assert "ended with exit code" not in run.stderr, run.stderr
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "ended with exit code" not in run.stderr, run.stderr
     assert len(re.findall(r"lace worker \w+ \(pid \d+\) runs the agents", run.stderr)) == 2, \
         run.stderr
     root_id = run.stderr.split("Session ", 1)[1].split()[0]

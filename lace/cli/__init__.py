@@ -136,7 +136,8 @@ def leave(code: int) -> NoReturn:
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):  # a reader that went away must not change the code
         with contextlib.suppress(OSError):
-            stream.flush()
+            if stream is not None:  # None: started with it closed (`>&-`)
+                stream.flush()
     os._exit(code)
 
 

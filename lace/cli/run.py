@@ -221,7 +221,7 @@ async def _run_until_quiet_everywhere(runtime: Runtime, board: Board, root_id: s
 
 def _ask_on_the_terminal(runtime: Runtime) -> asyncio.Task[None] | None:
     """When a person started the run at a terminal, approval requests are asked there too."""
-    if not sys.stdin.isatty():
+    if sys.stdin is None or not sys.stdin.isatty():  # `<&-`: no stdin at all
         return None
     from lace.cli.asking import TerminalAnswers
 

@@ -243,4 +243,7 @@ def _serve_then_exit(argv: list[str]) -> NoReturn:
     except BaseException:  # as Python would show it, had the worker been a program of its own
         traceback.print_exc()
         code = 1
-    leave(code)
+    try:
+        leave(code)
+    finally:  # never back into the run's code, whatever leaving met
+        os._exit(code)
