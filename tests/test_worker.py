@@ -483,6 +483,31 @@ def test_a_run_with_its_stdin_and_stdout_closed_runs_its_workers_and_ends_cleanl
 
 
 @pytest.mark.slow
+def test_a_run_interrupted_while_it_forks_its_workers_leaves_none_behind(tmp_path: Path) -> None:
+    """Ctrl+C held while the run forks (signals are blocked meanwhile) arrives once it is done:
+    the run ends with 130, and only once every worker it forked is gone."""
+    new_database(tmp_path)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with (tmp_path / "run.log").open("wb") as log:
+        run = subprocess.Popen(  # its own interpreter: the workers keep its command line
+            [sys.executable, "-m", "lace", "run", "--workers", "16", "--workspace",
+             str(workspace), MANY_PROMPT], stdout=subprocess.DEVNULL, stderr=log,
+            start_new_session=True, env=lace_env(tmp_path / "home", LACE_DEMO_DELAY="600"))
+    try:
+        wait_for(lambda: workers_of(run.pid, named=False), "the run's first worker")
+        os.killpg(run.pid, signal.SIGINT)  # while it forks the other fifteen
+        assert ended(run, tmp_path) == 130
+        assert started_for(workspace) == [], (tmp_path / "run.log").read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        for pid in started_for(workspace):
+            os.kill(pid, signal.SIGKILL)
+    assert "Traceback" not in (tmp_path / "run.log").read_text()
+
+
+@pytest.mark.slow
 def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_worker(
         tmp_path: Path) -> None:
     new_database(tmp_path)

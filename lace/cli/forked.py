@@ -69,26 +69,43 @@ def fork_for_run(count: int) -> list[RunWorker] | None:
     try:
         for read, write in pipes:
             if (pid := os.fork()) == 0:
-                _become_run_worker(read, pipes, run)
+                _become_run_worker(read, pipes, run, stopping)
                 return None
             forked.append(RunWorker(pid, write))
     except OSError:  # no more processes: stop those already forked
         _stop([worker.pid for worker in forked])
         raise
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
         if os.getpid() == run:
             for read, write in pipes:
                 os.close(read)
                 if write not in {worker.stdin for worker in forked}:
                     os.close(write)
+            _unblock_or_end(stopping, forked)
     return forked
 
 
-def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int) -> None:
+def _unblock_or_end(stopping: set[signal.Signals], forked: list[RunWorker]) -> None:
+    """Let the signals held while the run forked arrive; should one end the run (Ctrl+C:
+    KeyboardInterrupt), end every worker first: none has a session, nor anything to finish."""
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
+    except BaseException:
+        for worker in forked:
+            os.close(worker.stdin)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(worker.pid, 0)
+        raise
+
+
+def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int,
+                       stopping: set[signal.Signals]) -> None:
     """In a worker the run just forked: its process group, stdin and stdout, and no end of the
-    other workers' pipes (each must see its own end when the run ends). It never goes back into
-    the run's code: a failure here, or the run already dead, ends it."""
+    other workers' pipes (each must see its own end when the run ends), then the `stopping`
+    signals the fork held. It never goes back into the run's code: a failure here, the run
+    already dead, or Ctrl+C sent to it meanwhile ends it."""
     try:
         os.setpgid(0, 0)
         if stdin != STDIN:  # by number: the run's own may be closed (sys.stdin None, `<&-`)
@@ -100,6 +117,7 @@ def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int) -> No
             if end not in (STDIN, STDOUT):  # those were replaced above, or are its own
                 os.close(end)
         _stops_with(run)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
     except SystemExit:
         os._exit(0)
     except BaseException:
