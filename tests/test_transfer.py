@@ -419,3 +419,31 @@ def _post_or_fail(store: Store, root: str) -> object:
     except Exception as error:  # what the test reports
         return error
     return None
+
+
+def test_an_import_into_a_postgres_database_whose_sequences_ran_ahead_takes_ids_past_them(
+        migrated_postgres_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL: rows deleted (or rolled back) leave a sequence past MAX(id); an import takes
+    ids after the sequence, and rows written after it take ids after the import's."""
+    source = tmp_path / "source.db"
+    root = demo_session(capsys, source)
+    file = tmp_path / "session.json"
+    export(capsys, source, root, "-o", str(file))
+    url = migrated_postgres_url
+    for table in ("inbox", "events"):
+        query(url, f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), 500)")
+    code, _out, err = run_cli(capsys, "import", str(file), "--db", url)
+    assert code == 0, err
+    imported = {table: [row[0] for row in query(url, f"SELECT id FROM {table} ORDER BY id")]
+                for table in ("inbox", "events")}
+    assert all(ids and ids[0] > 500 for ids in imported.values()), imported
+    opened = Store(open_database(url))
+    try:
+        with opened.transaction() as tx:
+            tx.inbox.post(root, sender="human", kind="message", text="and another")
+            tx.events.append(root, "user_message", {"text": "and another"})
+    finally:
+        opened.close()
+    for table, ids in imported.items():
+        added = query(url, f"SELECT id FROM {table} WHERE id > ?", max(ids))
+        assert len(added) == 1, (table, added)
