@@ -508,6 +508,32 @@ def test_a_run_interrupted_while_it_forks_its_workers_leaves_none_behind(tmp_pat
 
 
 @pytest.mark.slow
+def test_a_runs_worker_that_dies_is_reaped_and_named_while_the_run_goes_on(
+        tmp_path: Path) -> None:
+    """As `lace worker --processes` does: a person learns of the failure when it happens, not
+    when the run ends (hours later, perhaps), and no zombie waits that long."""
+    run, pids = start_run(tmp_path)
+    killed = pids[0]
+    try:
+        ready(tmp_path / "home" / "lace.db", 3)
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: not Path(f"/proc/{killed}").exists(), "the killed worker to be reaped",
+                 timeout=15)
+        wait_for(lambda: f"pid {killed}" in (tmp_path / "run.log").read_text(),
+                 "the run to name the worker that died", timeout=15)
+        assert run.poll() is None
+        run.send_signal(signal.SIGTERM)
+        assert ended(run, tmp_path) == 143
+    finally:
+        run.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    log = (tmp_path / "run.log").read_text()
+    assert log.count("ended with exit code") == 1, log
+
+
+@pytest.mark.slow
 def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_worker(
         tmp_path: Path) -> None:
     new_database(tmp_path)

@@ -23,6 +23,8 @@ from lace.runtime.board import Board
 from lace.runtime.databases import load_driver, when_reachable
 from lace.runtime.public import DaemonThreads
 
+WATCH_S = 0.5
+"""How often the run looks for a worker that ended (a waitpid each), to name it then."""
 GRACE_S = 10.0
 """How long a worker has to stop after SIGTERM before it is killed: it takes milliseconds, but
 seconds on a swamped machine, and a killed worker leaves its agents held until its lease runs
@@ -132,6 +134,8 @@ class Workers:
     def __init__(self) -> None:
         self.processes: list[RunWorker] = []
         self._codes: dict[int, int] = {}  # the exit code of each worker reaped
+        self._named: set[int] = set()  # the failures named already
+        self._watching: asyncio.Task[None] | None = None
         self.ended_alone: list[int] | None = None
         """The pids of those that had ended when the run first asked them to stop: the
         failures to name (one the run's own SIGTERM ended, however it ended, is not one)."""
@@ -151,10 +155,28 @@ class Workers:
         self.processes = forked
 
     def serve(self, root_id: str) -> None:
-        """Name the session to the workers (one that ended already is reported by `stop`)."""
+        """Name the session to the workers, then reap and name each that fails as it ends,
+        until `stop` (in the run's event loop)."""
         for process in self.processes:
             with contextlib.suppress(OSError):  # it ended: its pipe has no reader
                 os.write(process.stdin, f"{root_id}\n".encode())
+        if self.processes:
+            self._watching = asyncio.get_running_loop().create_task(
+                self._name_as_they_end(), name="lace-run-workers")
+
+    async def _name_as_they_end(self) -> None:
+        while self._reap():
+            self._name_failures(list(self._codes))
+            await asyncio.sleep(WATCH_S)
+        self._name_failures(list(self._codes))
+
+    def _name_failures(self, pids: list[int]) -> None:
+        """One line on stderr for each of `pids` that failed, unless named already."""
+        for pid in pids:
+            if self._codes[pid] != 0 and pid not in self._named:
+                self._named.add(pid)
+                print(f"lace: worker pid {pid} ended with exit code {self._codes[pid]}",
+                      file=sys.stderr)
 
     def abandon(self) -> None:
         """A run that ends before its session: the workers, given no session, are stopped at
@@ -165,7 +187,10 @@ class Workers:
         self.processes.clear()
 
     def terminate(self) -> None:
-        """Ask every worker still running to stop (its running turns become interrupted)."""
+        """Ask every worker still running to stop (its running turns become interrupted):
+        one that fails from now on is not named (the run stopped it)."""
+        if self._watching is not None:
+            self._watching.cancel()
         self._reap()
         if self.ended_alone is None:
             self.ended_alone = list(self._codes)
@@ -186,10 +211,7 @@ class Workers:
             await asyncio.sleep(0.01)
         self._wait(0)
         self._close_stdin()
-        for pid in self.ended_alone or ():
-            if self._codes[pid] != 0:
-                print(f"lace: worker pid {pid} ended with exit code {self._codes[pid]}",
-                      file=sys.stderr)
+        self._name_failures(self.ended_alone or [])
         self.processes.clear()
 
     def _reap(self) -> list[int]:
