@@ -50,6 +50,19 @@ def demo_session(capsys: pytest.CaptureFixture[str], db: Path) -> str:
     return root
 
 
+def post_and_append(db: Path | str, thread_id: str, times: int = 1) -> None:
+    """Write an inbox row and an event of `thread_id`, `times` times, as lace does after an
+    import."""
+    opened = Store(open_database(str(db)))
+    try:
+        for _ in range(times):
+            with opened.transaction() as tx:
+                tx.inbox.post(thread_id, sender="human", kind="message", text="and another")
+                tx.events.append(thread_id, "user_message", {"text": "and another"})
+    finally:
+        opened.close()
+
+
 def rows(db: Path, table: str, where: str = "1", *params: Any) -> list[dict[str, Any]]:
     """Every row of a table as a dict, without its lease columns and its own integer id (for
     tables nothing refers to by id)."""
@@ -156,14 +169,7 @@ def test_a_session_imported_beside_its_original_leaves_room_for_new_rows(
     code, _out, err = run_cli(capsys, "task", "add", "Check it", "--assign", f"{copy}.1",
                               "--session", copy, "--db", str(db_path))
     assert code == 0, err
-    opened = Store(open_database(str(db_path)))
-    try:
-        for _ in range(3):
-            with opened.transaction() as tx:
-                tx.inbox.post(copy, sender="human", kind="message", text="and another")
-                tx.events.append(copy, "user_message", {"text": "and another"})
-    finally:
-        opened.close()
+    post_and_append(db_path, copy, times=3)
     for table, highest in before.items():
         added = query(db_path, f"SELECT id FROM {table} WHERE id > ? ORDER BY id", highest)
         assert len(added) >= 3, (table, added)
@@ -437,13 +443,7 @@ def test_an_import_into_a_postgres_database_whose_sequences_ran_ahead_takes_ids_
     imported = {table: [row[0] for row in query(url, f"SELECT id FROM {table} ORDER BY id")]
                 for table in ("inbox", "events")}
     assert all(ids and ids[0] > 500 for ids in imported.values()), imported
-    opened = Store(open_database(url))
-    try:
-        with opened.transaction() as tx:
-            tx.inbox.post(root, sender="human", kind="message", text="and another")
-            tx.events.append(root, "user_message", {"text": "and another"})
-    finally:
-        opened.close()
+    post_and_append(url, root)
     for table, ids in imported.items():
         added = query(url, f"SELECT id FROM {table} WHERE id > ?", max(ids))
         assert len(added) == 1, (table, added)

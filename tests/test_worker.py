@@ -13,7 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +309,20 @@ def test_lace_run_with_two_workers_spreads_a_fan_out_and_leaves_no_worker(
     assert rows(db, "SELECT id FROM processes") == []
 
 
+@contextlib.contextmanager
+def started_run(tmp_path: Path, *argv: str) -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
+    """`start_run`, and after the block the run and its workers killed if still running."""
+    run, pids = start_run(tmp_path, *argv)
+    try:
+        yield run, pids
+    finally:
+        run.kill()
+        run.wait()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list[int]]:
     """`lace run --workers 2 ... MANY_PROMPT` whose demo model never answers, once it forked
     its two workers; the run and the pids of its workers."""
@@ -376,17 +390,11 @@ def test_a_timeout_stops_the_runs_workers(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
 def test_no_worker_outlives_an_interrupted_or_killed_run(tmp_path: Path, signum: int) -> None:
-    run, pids = start_run(tmp_path)
-    try:
+    with started_run(tmp_path) as (run, pids):
         ready(tmp_path / "home" / "lace.db", 3)
         os.kill(run.pid, signum)
         assert ended(run, tmp_path) == (130 if signum == signal.SIGINT else -signal.SIGKILL)
         wait_for(lambda: not any(alive(pid) for pid in pids), "the workers to end")
-    finally:
-        run.kill()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
     db = tmp_path / "home" / "lace.db"
     left = value(db, "SELECT COUNT(*) FROM processes")
     assert left == (0 if signum == signal.SIGINT else 1)  # a killed run leaves its own row
@@ -407,37 +415,24 @@ def test_each_worker_of_a_run_holds_its_own_pipe_from_the_run_and_no_other(
         tmp_path: Path) -> None:
     """A worker sees its stdin end when the run ends (where no signal of the run's death
     reaches it) only if no other worker holds an end of that pipe too."""
-    run, pids = start_run(tmp_path)
-    try:
+    with started_run(tmp_path) as (run, pids):
         stdins = {pid: os.readlink(f"/proc/{pid}/fd/0") for pid in pids}
         assert len(set(stdins.values())) == 2, stdins
         assert all(stdin.startswith("pipe:") for stdin in stdins.values()), stdins
         assert set(stdins.values()) <= pipes_held(run.pid)  # the run writes to each
         for pid in pids:
             assert not pipes_held(pid) & (set(stdins.values()) - {stdins[pid]}), pid
-    finally:
-        run.kill()
-        run.wait()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
 def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
-    run, pids = start_run(tmp_path)
-    killed = pids[0]
-    try:
+    with started_run(tmp_path) as (run, pids):
+        killed = pids[0]
         ready(tmp_path / "home" / "lace.db", 3)
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: not alive(killed), "the killed worker to end")
         run.send_signal(signal.SIGTERM)
         assert ended(run, tmp_path) == 143
-    finally:
-        run.kill()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
     log = (tmp_path / "run.log").read_text()
     named = [line for line in log.splitlines() if "ended with exit code" in line]
     assert named and str(killed) in named[0], log
@@ -447,17 +442,11 @@ def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
 def test_a_run_that_times_out_names_the_worker_that_died_alone_once(tmp_path: Path) -> None:
     """The run stops its workers twice (before it reports, and as it leaves): a failure is
     still one line."""
-    run, pids = start_run(tmp_path, "--timeout", "20")
-    killed = pids[0]
-    try:
+    with started_run(tmp_path, "--timeout", "20") as (run, pids):
+        killed = pids[0]
         ready(tmp_path / "home" / "lace.db", 3)
         os.kill(killed, signal.SIGKILL)
         assert ended(run, tmp_path) == 3
-    finally:
-        run.kill()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
     log = (tmp_path / "run.log").read_text()
     named = [line for line in log.splitlines() if "ended with exit code" in line]
     assert named == [f"lace: worker pid {killed} ended with exit code -9"], log
@@ -512,9 +501,8 @@ def test_a_runs_worker_that_dies_is_reaped_and_named_while_the_run_goes_on(
         tmp_path: Path) -> None:
     """As `lace worker --processes` does: a person learns of the failure when it happens, not
     when the run ends (hours later, perhaps), and no zombie waits that long."""
-    run, pids = start_run(tmp_path)
-    killed = pids[0]
-    try:
+    with started_run(tmp_path) as (run, pids):
+        killed = pids[0]
         ready(tmp_path / "home" / "lace.db", 3)
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: not Path(f"/proc/{killed}").exists(), "the killed worker to be reaped",
@@ -524,11 +512,6 @@ def test_a_runs_worker_that_dies_is_reaped_and_named_while_the_run_goes_on(
         assert run.poll() is None
         run.send_signal(signal.SIGTERM)
         assert ended(run, tmp_path) == 143
-    finally:
-        run.kill()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
     log = (tmp_path / "run.log").read_text()
     assert log.count("ended with exit code") == 1, log
 
