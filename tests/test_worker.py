@@ -400,6 +400,26 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(tmp_path: Path, signum:
     assert left == (0 if signum == signal.SIGINT else 1)  # a killed run leaves its own row
 
 
+def state(pid: int) -> str:
+    """The state letter of process `pid` (`T`: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.slow
+def test_ctrl_z_stops_a_runs_workers_with_it_and_fg_goes_on_with_them(tmp_path: Path) -> None:
+    """The workers are not in the run's process group (Ctrl+C is the run's to handle): Ctrl+Z
+    must still stop them, or they go on calling models while the person thinks all stopped."""
+    with started_run(tmp_path) as (run, pids):
+        ready(tmp_path / "home" / "lace.db", 3)
+        os.kill(run.pid, signal.SIGTSTP)  # what the terminal sends the run's group on Ctrl+Z
+        wait_for(lambda: [state(pid) for pid in (run.pid, *pids)] == ["T"] * 3,
+                 "the run and both workers to be stopped")
+        os.kill(run.pid, signal.SIGCONT)  # `fg`
+        wait_for(lambda: "T" not in [state(pid) for pid in (run.pid, *pids)],
+                 "the run and both workers to go on")
+        assert run.poll() is None and all(alive(pid) for pid in pids)
+
+
 def pipes_held(pid: int) -> set[str]:
     """The pipes process `pid` has an end of (`pipe:[inode]`, the same for both ends)."""
     held = set()

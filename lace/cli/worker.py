@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import NoReturn
@@ -161,8 +162,28 @@ class Workers:
             with contextlib.suppress(OSError):  # it ended: its pipe has no reader
                 os.write(process.stdin, f"{root_id}\n".encode())
         if self.processes:
-            self._watching = asyncio.get_running_loop().create_task(
-                self._name_as_they_end(), name="lace-run-workers")
+            loop = asyncio.get_running_loop()
+            self._watching = loop.create_task(self._name_as_they_end(), name="lace-run-workers")
+            loop.add_signal_handler(signal.SIGTSTP, self._suspend_together)
+
+    def _suspend_together(self) -> None:
+        """Ctrl+Z: the workers, in process groups of their own, stop with the run, and go on
+        when it does (`fg`), instead of calling models meanwhile. The run stops itself as the
+        terminal would have (SIGTSTP's own action, sent to this thread: it stops before
+        anything after it runs)."""
+        loop = asyncio.get_running_loop()
+        running = self._reap()
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        loop.remove_signal_handler(signal.SIGTSTP)
+        try:
+            signal.pthread_kill(threading.get_ident(), signal.SIGTSTP)
+        finally:
+            loop.add_signal_handler(signal.SIGTSTP, self._suspend_together)
+            for pid in running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     async def _name_as_they_end(self) -> None:
         while self._reap():
