@@ -41,13 +41,17 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="re
 HELD = "('running', 'waiting')"
 
 
+def state(pid: int) -> str:
+    """The state letter of process `pid` (`T`: stopped, `Z`: dead, not yet reaped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return state(pid) != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def workers_of(pid: int, named: bool = True) -> list[int]:
@@ -398,11 +402,6 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(tmp_path: Path, signum:
     db = tmp_path / "home" / "lace.db"
     left = value(db, "SELECT COUNT(*) FROM processes")
     assert left == (0 if signum == signal.SIGINT else 1)  # a killed run leaves its own row
-
-
-def state(pid: int) -> str:
-    """The state letter of process `pid` (`T`: stopped)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 @pytest.mark.slow
