@@ -146,6 +146,41 @@ async def test_a_turn_frozen_in_a_tool_while_its_lease_is_taken_commits_nothing(
         runtime.close()
 
 
+async def test_a_model_call_whose_lease_was_taken_meanwhile_still_counts_what_it_used(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    runtime = open_runtime(store, Settings(), default_client(), check_model=check_model,
+                           workspace=tmp_path)
+    in_call, answer = asyncio.Event(), asyncio.Event()
+
+    async def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        in_call.set()
+        await answer.wait()  # the provider answers (and bills) after the takeover
+        return ScriptedReply("never recorded", prompt_tokens=1234, completion_tokens=56,
+                             cost_usd=0.0789)
+
+    models.on("root", root)
+    try:
+        session = await runtime.start_session("go", "scripted/root")
+        async with asyncio.timeout(10):
+            await in_call.wait()
+        with store.transaction() as tx:  # another (live) process takes the agent over
+            tx.processes.register("another-process", 60.0)
+            tx.agents.update(session.id, status="running", lease_holder="another-process",
+                             lease_epoch=tx.agents.get(session.id).lease_epoch + 1)
+        answer.set()
+        async with asyncio.timeout(10):
+            await runtime.run_until_quiet(session.id)
+        assert query(db_path, "SELECT prompt_tokens, completion_tokens, cost_usd FROM "
+                              "llm_calls WHERE thread_id = ?", session.id) == [(1234, 56, 0.0789)]
+        assert query(db_path, "SELECT tokens_in, tokens_out, cost_usd, lease_holder FROM "
+                              "agent_metadata") == [(1234, 56, 0.0789, "another-process")]
+        assert query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'agent_message'") \
+            == [(0,)]  # the reply itself is not written: only what it cost
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
 def pause_inside_a_write(pid: int, url: str) -> None:
     """SIGSTOP `pid` at a moment it holds lace's write lock on PostgreSQL (the only lace
     process running, so any advisory lock granted is its)."""

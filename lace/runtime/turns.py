@@ -161,8 +161,8 @@ class TurnRunner:
             agent, reply, usage = await self._call_on_some_model(agent, lease, messages, tools)
             message = reply.message()
             messages.append(message)
-            await self.db.write(fenced(lease, functools.partial(
-                self._record_reply, thread_id=thread_id, message=message, usage=usage)))
+            await self._write_billed(lease, usage, functools.partial(
+                self._record_reply, thread_id=thread_id, message=message, usage=usage))
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 if await self._sent_back(agent, lease, messages, reply.content):
@@ -337,7 +337,7 @@ class TurnRunner:
                 if not taken.settled:  # ended otherwise: what it took is free again here
                     self.escrow.settle(taken, 0)
             if empty and attempt < min(self.limits.model_retries, EMPTY_ANSWER_RETRIES):
-                await self.db.write(fenced(lease, usage))
+                await self._write_billed(lease, usage, usage)
                 await asyncio.sleep(self._backoff(attempt))
                 attempt += 1
                 continue
@@ -350,6 +350,18 @@ class TurnRunner:
             record_call, thread_id=agent.thread_id, holder=lease.holder,
             spent=self.escrow.settle(taken, used), model=agent.model_name,
             latency_ms=(time.monotonic() - started) * 1000, **call)
+
+    async def _write_billed(self, lease: Lease, usage: Callable[[Tx], None],
+                            work: Callable[[Tx], None]) -> None:
+        """`work` (which records a call's `usage`) under `lease`; once the lease is lost, the
+        usage alone: the provider billed the call whoever holds the agent now, so its tokens
+        and cost still count (the session's bill and its caps), though nothing else of the
+        call is written."""
+        try:
+            await self.db.write(fenced(lease, work))
+        except LeaseLostError:
+            await self.db.write(usage)
+            raise
 
     async def _record_cut_call(self, record: Callable[[Tx], None]) -> None:
         """A model call cut off (stalled, or its agent stopped) still gets its usage row,
