@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -456,3 +459,55 @@ def test_the_checks_lace_answers_itself_stay_on_the_loop() -> None:
     from lace.llm.checks import quick_model_check
 
     assert all(quick_model_check(provider) for provider in ("demo", "openai", "acp"))
+
+
+NEW_PROFILE = """
+import sqlite3
+import sys
+from pathlib import Path
+
+from lace.config import Profile, Settings
+from lace.runtime.board import open_board
+
+
+class ProbeAtImport:
+    \"\"\"When litellm is first imported: could another connection write to the database?\"\"\"
+
+    writable: list[bool] = []
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "litellm":
+            probe = sqlite3.connect(sys.argv[1], timeout=0)
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                self.writable.append(True)
+            except sqlite3.OperationalError:  # locked: lace holds the write lock
+                self.writable.append(False)
+            finally:
+                probe.close()
+        return None
+
+
+board = open_board(sys.argv[1], settings=Settings(profiles={"reviewer": Profile(
+    system_prompt="Review what you are given.")}))
+board.start_session("go", "anthropic/claude-sonnet-4-5", Path.cwd())
+assert "litellm" not in sys.modules, "imported before the person's call"
+sys.meta_path.insert(0, ProbeAtImport())
+task = board.create_task("t", assigned_to="new:reviewer")
+print(task.assigned_to, ProbeAtImport.writable)
+"""
+
+
+def test_a_persons_new_profile_checks_the_roots_model_before_the_write(
+        tmp_path: Path) -> None:
+    """A person's `new:<profile>` of a profile with no model takes the session root's model:
+    its first check imports litellm (seconds), which inside the write transaction held the
+    database's write lock that long."""
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-not-real", "LACE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", NEW_PROFILE, str(tmp_path / "lace.db")],
+                          capture_output=True, text=True, timeout=120, check=False, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assigned, writable = done.stdout.split(" ", 1)
+    assert assigned.endswith(".1"), done.stdout  # the helper was planned on the root's model
+    assert writable.strip() == "[True]", done.stdout  # imported once, outside the write

@@ -51,6 +51,9 @@ class ToolContext:
     quick_model_check: Callable[[str], bool] | None = None
     """Whether `check_model` answers at once now for a provider (None: not known, so the tools
     that check a model check it in a thread before their write transaction, as when not)."""
+    creator_model: tuple[str, str] | None = None
+    """`provider, model` a bare `new:` of this caller takes, when known before its write (the
+    person's: the session root's), so that its check too runs before the write."""
     profiles: Mapping[str, Profile] = field(default_factory=dict)
     tools: tuple[str, ...] | None = None
     """The caller's own tools; None for the person, who may hand out any tool."""

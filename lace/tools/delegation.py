@@ -131,7 +131,8 @@ class Spawn(Tool):
 
     async def prepared(self, context: ToolContext) -> Spawn:
         spec = f"new:{self.model or self.profile or ''}"
-        await checked_before_the_write(new_agent_models([spec], context.profiles),
+        await checked_before_the_write(new_agent_models([spec], context.profiles,
+                                                        context.creator_model),
                                        lambda: spawn_spec(context, self.profile, self.model),
                                        context)
         return self

@@ -68,23 +68,24 @@ def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee 
     return assignee
 
 
-def new_agent_models(assigned: Iterable[str | None],
-                     profiles: Mapping[str, Profile]) -> set[tuple[str, str]]:
+def new_agent_models(assigned: Iterable[str | None], profiles: Mapping[str, Profile],
+                     creator_model: tuple[str, str] | None = None) -> set[tuple[str, str]]:
     """The `provider, model` pairs a model check asks about for the `new:` assignments among
-    `assigned`: each one's own, or its profile's (a malformed one is refused by the check
-    itself; a bare `new:` takes its creator's model, checked when the creator was made)."""
+    `assigned`: each one's own, else its profile's, else `creator_model` when known (a
+    malformed one is refused by the check itself)."""
     models = set()
     for value in assigned:
         with contextlib.suppress(InvalidAssigneeError):
             spec = parse_assignee(value) if value else None
             if not isinstance(spec, NewAgentSpec):
                 continue
+            profile = profiles.get(spec.profile) if spec.profile is not None else None
             if spec.provider and spec.model:
                 models.add((spec.provider, spec.model))
-            elif spec.profile is not None and spec.profile in profiles:
-                model = profiles[spec.profile].model
-                if model:
-                    models.add(parse_model(model))
+            elif profile is not None and profile.model:
+                models.add(parse_model(profile.model))
+            elif creator_model is not None and (spec.profile is None or profile is not None):
+                models.add(creator_model)
     return models
 
 
@@ -113,7 +114,7 @@ async def assignments_checked(assigned: Sequence[str | None], context: ToolConte
     """`parse_assignment` of each of `assigned`, with their models' checks, before the write
     transaction (`checked_before_the_write`)."""
     await checked_before_the_write(
-        new_agent_models(assigned, context.profiles),
+        new_agent_models(assigned, context.profiles, context.creator_model),
         lambda: [parse_assignment(value, context) for value in assigned], context)
 
 
