@@ -247,12 +247,61 @@ def _executed(cursor: Any, sql: str, params: Mapping[str, Any]) -> str:
 
 
 def _prepare_all(cursor: Any, statements: Sequence[str]) -> None:
-    """Prepare in the session of the `cursor`'s connection those of `statements` it has not
-    (a round trip each, once per session), keeping at most MAX_PREPARED there (the least used
-    deallocated). A PREPARE outlives the transaction it ran in, even one that is undone; a
-    ROLLBACK ends them all (`forget_prepared`), and so does a PREPARE that fails, which must be
-    undone to its savepoint: the statement is then never prepared again, and the others are
-    prepared anew."""
+    """Prepare in the session of the `cursor`'s connection those of `statements` it has not,
+    all in one round trip (each once per session, until a ROLLBACK ends them all:
+    `forget_prepared`; after a conflict a transaction runs again with most of them to prepare
+    anew), keeping at most MAX_PREPARED there (the least used deallocated). A PREPARE outlives
+    the transaction it ran in, even one that is undone. When the server refuses one, they are
+    prepared one at a time instead (`_prepare_each`), which finds it."""
+    from psycopg import Error
+    from psycopg.pq import TransactionStatus
+
+    connection = cursor.connection
+    known = _prepared.setdefault(connection, OrderedDict())
+    missing = []
+    for sql in dict.fromkeys(statements):
+        if sql in known:
+            known.move_to_end(sql)
+        elif sql not in _unpreparable:
+            missing.append(sql)
+    if len(missing) > 1 and connection.info.transaction_status != TransactionStatus.IDLE:
+        names = {sql: _name_of(sql) for sql in missing}
+        try:
+            cursor.execute("; ".join(["SAVEPOINT lace_prepare", *(
+                f"PREPARE {name} AS {_positional(sql)[0]}" for sql, name in names.items()),
+                "RELEASE lace_prepare"]))
+        except Error as error:
+            if str(error.sqlstate)[:2] not in _REFUSALS:
+                raise
+            _undo_prepares(cursor)
+        else:
+            known.update(names)
+            missing = []
+    if missing:
+        _prepare_each(cursor, missing if connection in _prepared else statements)
+    if (kept := _prepared.get(connection)) is not None:
+        _keep_at_most(cursor, kept, MAX_PREPARED)
+
+
+_REFUSALS = ("42", "0A")
+"""The classes of errors of a PREPARE the server refuses (a parameter type it cannot infer,
+a statement it cannot prepare): its values are bound here instead."""
+
+
+def _name_of(sql: str) -> str:
+    return _PREPARED_NAME.format(hashlib.blake2b(sql.encode(), digest_size=8).hexdigest())
+
+
+def _undo_prepares(cursor: Any) -> None:
+    """After a PREPARE refused inside the savepoint: back to it, and end every statement of
+    the session, as psycopg may have after a ROLLBACK, so that each is prepared anew."""
+    cursor.execute("ROLLBACK TO SAVEPOINT lace_prepare; RELEASE lace_prepare; DEALLOCATE ALL")
+    forget_prepared(cursor.connection)
+
+
+def _prepare_each(cursor: Any, statements: Sequence[str]) -> None:
+    """`_prepare_all`, a round trip for each statement: a refused one is never prepared again,
+    and the others are prepared anew."""
     from psycopg import Error
     from psycopg.pq import TransactionStatus
 
@@ -261,14 +310,11 @@ def _prepare_all(cursor: Any, statements: Sequence[str]) -> None:
     pending = list(wanted)
     while pending:
         sql = pending.pop(0)
-        known = _prepared.get(connection)
-        if known is None:  # a new session, or one a ROLLBACK emptied
-            known = _prepared[connection] = OrderedDict()
+        known = _prepared.setdefault(connection, OrderedDict())
         if sql in known:
             known.move_to_end(sql)
             continue
-        text, _names = _positional(sql)
-        name = _PREPARED_NAME.format(hashlib.blake2b(sql.encode(), digest_size=8).hexdigest())
+        text, name = _positional(sql)[0], _name_of(sql)
         if connection.info.transaction_status == TransactionStatus.IDLE:
             cursor.execute(f"PREPARE {name} AS {text}")
             known[sql] = name
@@ -277,18 +323,14 @@ def _prepare_all(cursor: Any, statements: Sequence[str]) -> None:
             cursor.execute(f"SAVEPOINT lace_prepare; PREPARE {name} AS {text}; "
                            "RELEASE lace_prepare")
         except Error as error:
-            if str(error.sqlstate)[:2] not in ("42", "0A"):  # not a statement it refuses
+            if str(error.sqlstate)[:2] not in _REFUSALS:
                 raise
-            cursor.execute("ROLLBACK TO SAVEPOINT lace_prepare; RELEASE lace_prepare; "
-                           "DEALLOCATE ALL")  # as psycopg may have, after a ROLLBACK
+            _undo_prepares(cursor)
             _unpreparable.add(sql)
-            forget_prepared(connection)
             wanted = [sql for sql in wanted if sql not in _unpreparable]
             pending = list(wanted)
             continue
         known[sql] = name
-    if (kept := _prepared.get(connection)) is not None:
-        _keep_at_most(cursor, kept, MAX_PREPARED)
 
 
 def _keep_at_most(cursor: Any, known: OrderedDict[str, str], most: int) -> None:
