@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -38,6 +39,7 @@ from tests.workers import (
 )
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+ADOPTING = Path(__file__).parent / "adopting.py"
 HELD = "('running', 'waiting')"
 
 
@@ -368,16 +370,22 @@ def started_for(workspace: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_the_workers_of_a_run_that_ends_before_its_session_end_with_it(tmp_path: Path) -> None:
+    """The run stops its workers and waits for them before it ends: none is left for the
+    signal of its death (or the end of its pipes) to stop, nor for another process to reap."""
     db = new_database(tmp_path)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     before = snapshot(db)
-    run = run_lace(["run", "--workers", "2", "--workspace", str(workspace), "--continue",
-                    "lace_20990101_abcdef.1", "Go on."], env=lace_env(tmp_path / "home"),
-                   timeout=60)
+    report = tmp_path / "adopted.json"
+    run = subprocess.run([sys.executable, str(ADOPTING), str(report), sys.executable, "-m",
+                          "lace", "run", "--workers", "2", "--workspace", str(workspace),
+                          "--continue", "lace_20990101_abcdef.1", "Go on."],
+                         capture_output=True, text=True, env=lace_env(tmp_path / "home"),
+                         timeout=60)
     assert run.returncode == 2
     assert run.stderr == "lace: error: Unknown thread 'lace_20990101_abcdef.1'.\n"
-    assert started_for(workspace) == []  # started first thing, then waited for
+    assert json.loads(report.read_text()) == []  # started first thing, then waited for
+    assert started_for(workspace) == []
     assert snapshot(db) == before
 
 
