@@ -7,7 +7,8 @@ it ends (`lace run --workers`) did not wait for. The exit code is the command's.
 
     python tests/adopting.py REPORT COMMAND [ARG ...]
 
-Its descriptors are the command's too (a test's `pass_fds` reach it)."""
+The descriptors it was given are handed to the command, and closed here (a test's `pass_fds`
+reach the command, and only it holds them)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def adopting(report: Path, command: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-    code = subprocess.call(command, close_fds=False)
+    with subprocess.Popen(command, close_fds=False) as started:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # what it was given is the command's alone
+        code = started.wait()
     adopted = []
     while True:
         try:

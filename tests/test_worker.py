@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import sqlite3
 import subprocess
@@ -427,14 +428,25 @@ def test_ctrl_z_stops_a_runs_workers_with_it_and_fg_goes_on_with_them(tmp_path: 
         assert run.poll() is None and all(alive(pid) for pid in pids)
 
 
-def pipes_held(pid: int) -> set[str]:
-    """The pipes process `pid` has an end of (`pipe:[inode]`, the same for both ends)."""
-    held = set()
+def held(pid: int) -> set[str]:
+    """What process `pid` has open: a file's path, `pipe:[inode]` (the same for both ends)."""
+    targets = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(FileNotFoundError):
-            if (target := os.readlink(fd)).startswith("pipe:"):
-                held.add(target)
-    return held
+            targets.add(os.readlink(fd))
+    return targets
+
+
+def opened_for_writing(pid: int, descriptor: int) -> bool:
+    """Whether process `pid` opened `descriptor` write-only or read-write (its fdinfo)."""
+    fields = dict(line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/fdinfo/{descriptor}").read_text().splitlines() if ":" in line)
+    return int(fields["flags"], 8) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+
+
+def pipes_held(pid: int) -> set[str]:
+    """The pipes process `pid` has an end of."""
+    return {target for target in held(pid) if target.startswith("pipe:")}
 
 
 @pytest.mark.slow
@@ -449,6 +461,79 @@ def test_each_worker_of_a_run_holds_its_own_pipe_from_the_run_and_no_other(
         assert set(stdins.values()) <= pipes_held(run.pid)  # the run writes to each
         for pid in pids:
             assert not pipes_held(pid) & (set(stdins.values()) - {stdins[pid]}), pid
+
+
+@pytest.mark.slow
+def test_the_workers_of_a_run_hold_no_descriptor_the_run_inherited(tmp_path: Path) -> None:
+    """What a shell or a program passed to `lace run` (a lock file, the write end of a pipe it
+    waits on for its end) is the run's alone: forked without an exec, its workers close it, so
+    the end of the pipe comes when the run ends, not when its last worker does. (Here the
+    workers are stopped and outlive the killed run: a subreaper in its session adopts them, so
+    the kernel does not continue them as it does the stopped members of an orphaned group.)"""
+    new_database(tmp_path)
+    read, write = os.pipe()
+    lock = tmp_path / "lock"
+    locked = os.open(lock, os.O_WRONLY | os.O_CREAT, 0o600)
+    with (tmp_path / "run.log").open("wb") as log:
+        adopter = subprocess.Popen(
+            [sys.executable, str(ADOPTING), str(tmp_path / "adopted.json"), sys.executable,
+             "-m", "lace", "run", "--workers", "2", MANY_PROMPT], stdout=subprocess.DEVNULL,
+            stderr=log, pass_fds=(write, locked),
+            env=lace_env(tmp_path / "home", LACE_DEMO_DELAY="600"))
+    os.close(write)
+    os.close(locked)
+    run, pids = 0, []
+    try:
+        wait_for(lambda: workers_of(adopter.pid, named=False), "the run to start")
+        (run,) = workers_of(adopter.pid, named=False)
+        wait_for(lambda: len(workers_of(run, named=False)) == 2, "the run's two workers")
+        pids = workers_of(run, named=False)
+        ready(tmp_path / "home" / "lace.db", 3)  # the workers serve: long past their fork
+        inherited = {os.readlink(f"/proc/self/fd/{read}"), str(lock)}
+        assert inherited <= held(run)
+        for pid in pids:
+            assert not held(pid) & inherited, (pid, held(pid))
+            os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: [state(pid) for pid in pids] == ["T"] * 2, "the workers to stop")
+        os.kill(run, signal.SIGKILL)
+        wait_for(lambda: select.select([read], [], [], 0)[0], "the end of the run's pipe")
+        assert os.read(read, 1) == b""
+        assert [state(pid) for pid in pids] == ["T"] * 2  # the workers are still there
+    finally:
+        for pid in [pid for pid in (run, *pids) if pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        adopter.wait(timeout=60)  # it reaps them all
+        os.close(read)
+
+
+@pytest.mark.slow
+def test_the_workers_of_a_run_with_its_stderr_closed_keep_no_pipe_in_its_place(
+        tmp_path: Path) -> None:
+    """A run started with standard error closed (`2>&-`) has an end of a worker's pipe where
+    its stderr would be: a worker's stderr is /dev/null then, open for writing. Kept, one
+    worker would hold an end of another's pipe (which would never see its end); closed, the
+    next file the worker opens (its database) would take descriptor 2, and what is written
+    to stderr (a crash's trace) would land in it."""
+    db = new_database(tmp_path)
+    command = f"exec {sys.executable} -m lace run --workers 2 '{MANY_PROMPT}' 2>&-"
+    run = subprocess.Popen(["bash", "-c", command], stdout=subprocess.DEVNULL,
+                           env=lace_env(tmp_path / "home", LACE_DEMO_DELAY="600"))
+    pids = []
+    try:
+        wait_for(lambda: len(workers_of(run.pid, named=False)) == 2, "the run's two workers")
+        pids = workers_of(run.pid, named=False)
+        ready(db, 3)
+        for pid in pids:
+            assert os.readlink(f"/proc/{pid}/fd/2") == os.devnull, pid
+            assert opened_for_writing(pid, 2), pid
+            assert pipes_held(pid) == {os.readlink(f"/proc/{pid}/fd/0")}, pid
+    finally:
+        run.kill()
+        run.wait()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow

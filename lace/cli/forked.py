@@ -13,8 +13,9 @@ import sys
 import threading
 from typing import NamedTuple
 
-STDIN, STDOUT = 0, 1
-"""The descriptors a worker `lace run` forks reads its session from, and writes nothing to."""
+STDIN, STDOUT, STDERR = 0, 1, 2
+"""The descriptors a worker `lace run` forks reads its session from, writes nothing to, and
+says what it does on: the only ones it keeps."""
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal this process gets when the process that forked it ends."""
 
@@ -102,10 +103,13 @@ def _unblock_or_end(stopping: set[signal.Signals], forked: list[RunWorker]) -> N
 
 def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int,
                        stopping: set[signal.Signals]) -> None:
-    """In a worker the run just forked: its process group, stdin and stdout, and no end of the
-    other workers' pipes (each must see its own end when the run ends), then the `stopping`
-    signals the fork held. It never goes back into the run's code: a failure here, the run
-    already dead, or Ctrl+C sent to it meanwhile ends it."""
+    """In a worker the run just forked: its process group, stdin, stdout and stderr, and no
+    other descriptor: no end of the other workers' pipes (each must see its own end when the
+    run ends), none the run inherited (a lock file, the write end of a pipe someone waits on
+    for its end: the run's alone, as a child it execs would not get them); the run opened
+    nothing else before it forked. Then the `stopping` signals the fork held. It never goes
+    back into the run's code: a failure here, the run already dead, or Ctrl+C sent to it
+    meanwhile ends it."""
     try:
         os.setpgid(0, 0)
         if stdin != STDIN:  # by number: the run's own may be closed (sys.stdin None, `<&-`)
@@ -113,15 +117,24 @@ def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int,
         devnull = os.open(os.devnull, os.O_WRONLY)
         if devnull != STDOUT:  # or closed (`>&-`), where an end of a pipe may sit now
             os.dup2(devnull, STDOUT)
-        for end in {end for ends in pipes for end in ends} | {devnull}:
-            if end not in (STDIN, STDOUT):  # those were replaced above, or are its own
-                os.close(end)
+        if STDERR in {end for ends in pipes for end in ends}:  # the run had none (`2>&-`)
+            os.dup2(devnull, STDERR)
+        os.closerange(STDERR + 1, _descriptors_at_most())
         _stops_with(run)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
     except SystemExit:
         os._exit(0)
     except BaseException:
         os._exit(1)
+
+
+def _descriptors_at_most() -> int:
+    """One more than the highest descriptor this process may have open (its limit)."""
+    try:
+        limit = os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        limit = -1
+    return limit if limit > STDERR else 256  # what subprocess assumes when it cannot tell
 
 
 def _stops_with(supervisor: int) -> None:
