@@ -628,6 +628,72 @@ def test_a_runs_worker_that_dies_is_reaped_and_named_while_the_run_goes_on(
     assert log.count("ended with exit code") == 1, log
 
 
+def named_failures(tmp_path: Path) -> list[str]:
+    """The lines of the run's log that name a worker which ended with a failure."""
+    return [line for line in (tmp_path / "run.log").read_text().splitlines()
+            if "ended with exit code" in line]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_a_runs_worker_before_its_session_stops_it_cleanly_unnamed(
+        tmp_path: Path, signum: int) -> None:
+    """SIGINT to one worker (someone's `kill -INT`: the terminal's Ctrl+C reaches only the
+    run's process group) stops it as SIGTERM does, before its session as once it serves: a
+    clean exit the run does not name as a failure. (The run cannot start its session while
+    the test holds the database's write lock, nor do anything while stopped.)"""
+    db = new_database(tmp_path)
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as holder:
+        holder.execute("BEGIN IMMEDIATE")
+        with (tmp_path / "run.log").open("wb") as log:
+            run = lace_popen([sys.executable, "-m", "lace", "run", "--workers", "2",
+                              MANY_PROMPT], stdout=subprocess.DEVNULL, stderr=log,
+                             env=lace_env(tmp_path / "home", LACE_DEMO_DELAY="600"))
+        pids: list[int] = []
+        try:
+            wait_for(lambda: len(workers_of(run.pid, named=False)) == 2, "the run's workers")
+            os.kill(run.pid, signal.SIGSTOP)
+            pids = workers_of(run.pid, named=False)
+            signalled = pids[0]
+            os.kill(signalled, signum)
+            wait_for(lambda: not alive(signalled), "the signalled worker to end")
+            holder.execute("ROLLBACK")
+            os.kill(run.pid, signal.SIGCONT)
+            ready(db, 2)  # the run and the other worker serve the session
+            wait_for(lambda: not Path(f"/proc/{signalled}").exists(), "the run to reap it")
+            assert run.poll() is None
+            run.send_signal(signal.SIGTERM)
+            assert ended(run, tmp_path) == 143
+        finally:
+            run.kill()
+            run.wait()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    assert named_failures(tmp_path) == [], (tmp_path / "run.log").read_text()
+    assert "Traceback" not in (tmp_path / "run.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_a_runs_worker_that_serves_stops_it_cleanly_unnamed(
+        tmp_path: Path, signum: int) -> None:
+    """The same signal once the worker serves the session: its turns interrupted for the run
+    and the other worker to resume, its lease given up, and no failure named."""
+    with started_run(tmp_path) as (run, pids):
+        db = tmp_path / "home" / "lace.db"
+        signalled = pids[0]
+        ready(db, 3)
+        os.kill(signalled, signum)
+        wait_for(lambda: not Path(f"/proc/{signalled}").exists(), "the run to reap it")
+        assert len(live_processes(db)) == 2  # it gave up its lease
+        assert run.poll() is None
+        run.send_signal(signal.SIGTERM)
+        assert ended(run, tmp_path) == 143
+    assert named_failures(tmp_path) == [], (tmp_path / "run.log").read_text()
+    assert "Traceback" not in (tmp_path / "run.log").read_text()
+
+
 @pytest.mark.slow
 def test_ctrl_c_as_a_run_starts_its_workers_prints_no_traceback_nor_a_failed_worker(
         tmp_path: Path) -> None:

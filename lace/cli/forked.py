@@ -18,6 +18,20 @@ STDIN, STDOUT, STDERR = 0, 1, 2
 says what it does on: the only ones it keeps."""
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal this process gets when the process that forked it ends."""
+STOPPING = frozenset({signal.SIGINT, signal.SIGTERM})
+"""The signals that stop a worker cleanly (exit code 0), whenever they come: a person's
+Ctrl+C, or someone's `kill` (-INT as -TERM)."""
+
+
+def stop_cleanly_before_serving() -> None:
+    """Until a worker serves (its loop then takes them), `STOPPING` signals stop it at once
+    with exit code 0: it holds nothing yet."""
+    for signum in STOPPING:
+        signal.signal(signum, _stopped_before_serving)
+
+
+def _stopped_before_serving(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def fork_workers(count: int) -> list[int]:
@@ -26,7 +40,7 @@ def fork_workers(count: int) -> list[int]:
     in this process, the supervisor, and [] in each worker. This process has no thread and no
     connection open (its board is closed), so a fork is safe; SIGINT and SIGTERM are held until
     each side has its own handlers."""
-    stopping = {signal.SIGINT, signal.SIGTERM}
+    stopping = set(STOPPING)
     children: list[int] = []
     supervisor = os.getpid()
     signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
@@ -62,7 +76,7 @@ def fork_for_run(count: int) -> list[RunWorker] | None:
     no other thread yet, and no connection open, so a fork is safe."""
     if threading.active_count() > 1:
         raise RuntimeError("lace forks its workers before it starts a thread")
-    stopping = {signal.SIGINT, signal.SIGTERM}
+    stopping = set(STOPPING)
     pipes = [os.pipe() for _ in range(count)]
     run = os.getpid()
     forked: list[RunWorker] = []
@@ -107,9 +121,10 @@ def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int,
     other descriptor: no end of the other workers' pipes (each must see its own end when the
     run ends), none the run inherited (a lock file, the write end of a pipe someone waits on
     for its end: the run's alone, as a child it execs would not get them); the run opened
-    nothing else before it forked. Then the `stopping` signals the fork held. It never goes
-    back into the run's code: a failure here, the run already dead, or Ctrl+C sent to it
-    meanwhile ends it."""
+    nothing else before it forked. Then the `stopping` signals the fork held, which stop it
+    cleanly from then on (not as they would stop the run: SIGINT is not Ctrl+C here, the
+    worker being in a process group of its own). It never goes back into the run's code: a
+    failure here, or the run already dead, ends it."""
     try:
         os.setpgid(0, 0)
         if stdin != STDIN:  # by number: the run's own may be closed (sys.stdin None, `<&-`)
@@ -121,6 +136,7 @@ def _become_run_worker(stdin: int, pipes: list[tuple[int, int]], run: int,
             os.dup2(devnull, STDERR)
         os.closerange(STDERR + 1, _descriptors_at_most())
         _stops_with(run)
+        stop_cleanly_before_serving()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
     except SystemExit:
         os._exit(0)

@@ -15,7 +15,15 @@ import traceback
 from typing import NoReturn
 
 from lace.cli.board import board_of
-from lace.cli.forked import STDIN, RunWorker, fork_for_run, fork_workers, supervise
+from lace.cli.forked import (
+    STDIN,
+    STOPPING,
+    RunWorker,
+    fork_for_run,
+    fork_workers,
+    stop_cleanly_before_serving,
+    supervise,
+)
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
@@ -37,7 +45,7 @@ def worker_command(args: argparse.Namespace) -> int:
     `lace run --workers`: the session stdin's first line names, until the end of stdin)."""
     settings = runtime_settings(args)
     workspace_of(args)
-    signal.signal(signal.SIGTERM, _stopped_while_waiting)  # until _serve's loop takes it
+    stop_cleanly_before_serving()  # while it waits for its session or its database server
     if args.processes > 1 or args.for_run:  # started before it serves: import meanwhile
         model_client().warm_up(litellm_too=False)
         load_driver(getattr(args, "db", None))
@@ -83,12 +91,6 @@ def _session_of_the_run() -> str:
     return session
 
 
-def _stopped_while_waiting(_signum: int, _frame: object) -> None:
-    """SIGTERM before the worker serves (while it waits for the run's session or for its
-    database server, or starts its loop): stopped cleanly (it holds nothing yet)."""
-    raise SystemExit(0)
-
-
 async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
                  roots: list[str]) -> int:
     from lace.runtime import Sharing
@@ -98,7 +100,7 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    for signum in (signal.SIGINT, signal.SIGTERM):  # once: a second would cut the shutdown
+    for signum in STOPPING:  # once: a second would cut the shutdown
         loop.add_signal_handler(signum, lambda: main.cancelling() or main.cancel())
     if args.for_run:
         def read_stdin() -> None:
