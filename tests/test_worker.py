@@ -26,7 +26,7 @@ from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
 from tests.conftest import snapshot
 from tests.lace_forks import lace_popen, run_lace
-from tests.processes import MANY_PROMPT, final_board, lace_env
+from tests.processes import MANY_PROMPT, final_board, free_port, lace_env
 from tests.workers import (
     assert_delivered_once,
     live_processes,
@@ -199,6 +199,21 @@ def test_no_forked_worker_outlives_its_killed_supervisor(tmp_path: Path) -> None
         supervisor.wait()
         wait_for(lambda: not any(alive(pid) for pid in forked), "the workers to end")
     assert rows(db, "SELECT id FROM processes") == [], (tmp_path / "forked.log").read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_worker_that_waits_for_its_database_server_cleanly(
+        tmp_path: Path) -> None:
+    """As once it serves: exit code 0 (it held nothing yet), no traceback. Its supervisor
+    (`lace worker --processes`) would name a worker that exited otherwise as a failure."""
+    (tmp_path / "home").mkdir(mode=0o700)
+    unreachable = f"postgresql://postgres@127.0.0.1:{free_port()}/lace"
+    with worker(tmp_path, unreachable, name="waiting") as process:
+        wait_for(lambda: "cannot reach the PostgreSQL server" in (
+            tmp_path / "waiting.log").read_text(), "the worker to say it waits for its server")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0, (tmp_path / "waiting.log").read_text()
+    assert "Traceback" not in (tmp_path / "waiting.log").read_text()
 
 
 @pytest.mark.slow
