@@ -7,14 +7,17 @@ when prompted, ARG when it hears session/cancel; only a signal ends it), `ask` (
 permission for a call of kind ARG and says what it was told), `flood` (ARG tool calls, then
 an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes out.txt), `big`
 (one message of ARG characters, a JSON-RPC line that long, then an answer), `endless` (writes
-to its stdout for ever, never a newline)."""
+to its stdout for ever, never a newline), `deaf` (asks lace for big.txt of its folder ARG times
+at once, then never reads its stdin again: its event loop blocked until a signal ends it)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,15 @@ class Scripted:
             os.set_blocking(1, True)
             while True:
                 os.write(1, b"x" * 2**20)
+        if self.mode == "deaf":  # its requests written whole, past the SDK's own writer
+            os.set_blocking(1, True)
+            path = str(Path(self.cwd) / "big.txt")
+            for number in range(int(self.argument)):
+                os.write(1, json.dumps({"jsonrpc": "2.0", "id": f"read{number}",
+                                        "method": "fs/read_text_file",
+                                        "params": {"sessionId": "s1", "path": path}}).encode()
+                         + b"\n")
+            time.sleep(3600)
         if self.mode == "files":
             for path in (str(Path(self.cwd) / "notes.txt"), self.argument):
                 try:

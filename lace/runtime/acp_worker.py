@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -24,6 +24,7 @@ from lace.core.secrets import mask
 from lace.core.tool_sets import grants
 from lace.llm.types import ModelError
 from lace.paths import credential_values
+from lace.runtime.acp_stdio import AgentStdio
 from lace.runtime.conversation import TurnStart, tool_result_data
 from lace.runtime.events import EventAppended, TurnEnded, TurnStarted
 from lace.runtime.isolation import with_committed_work, workspace_of
@@ -48,9 +49,6 @@ MAX_RECORDED_UPDATES = 500
 agent that floods updates cannot fill the database)."""
 MAX_TEXT_CHARACTERS = 200_000
 """The longest answer kept of one turn; the rest is counted."""
-MAX_MESSAGE_BYTES = 16 * 2**20
-"""The longest JSON-RPC line an ACP agent may send (a file's content fits); past it the turn
-fails, as memory must stay bounded."""
 GRACE_S = 2.0
 """How long an agent has to end after its stdin closes, then after SIGTERM."""
 MAX_FILE_BYTES = 8 * 2**20
@@ -92,55 +90,6 @@ async def ended(process: Any, group: int) -> None:
         await asyncio.wait_for(asyncio.shield(process.wait()), GRACE_S)
 
 
-class AgentStdio:
-    """An ACP agent's stdio as the SDK's message transport, one JSON line per message each
-    way. Once a line the agent sends passes MAX_MESSAGE_BYTES (its newline counted), nothing
-    more of it is read or kept: `overflow` is called (it ends the agent) and its stdout ends
-    there for lace. A line that is not JSON (or too deeply nested to parse) is skipped, as
-    the SDK's own transport does."""
-
-    def __init__(self, out: asyncio.StreamReader, into: asyncio.StreamWriter,
-                 overflow: Callable[[], object]) -> None:
-        self.out, self.into, self.overflow, self.overflowed = out, into, overflow, False
-
-    async def send(self, message: dict[str, Any]) -> None:
-        self.into.write(json.dumps(message).encode() + b"\n")
-        await self.into.drain()
-
-    async def receive(self) -> dict[str, Any] | None:
-        while True:
-            line = await self._line()
-            if not line or self.overflowed:
-                return None  # the agent's stdout ended, or nothing more of it is heard
-            with contextlib.suppress(ValueError, RecursionError):
-                if line.strip():
-                    message = json.loads(line)
-                    if isinstance(message, dict):
-                        return message
-
-    async def close(self) -> None:
-        """Nothing to do: the pipes end with the process."""
-
-    async def _line(self) -> bytes:
-        kept: list[bytes] = []
-        size = 0
-        while True:
-            try:
-                chunk, ended = await self.out.readuntil(b"\n"), True
-            except asyncio.LimitOverrunError as error:  # no end of line in the buffer yet
-                chunk, ended = await self.out.readexactly(error.consumed), False
-            except asyncio.IncompleteReadError as error:  # the last line, with no end
-                chunk, ended = error.partial, True
-            size += len(chunk)
-            if size > MAX_MESSAGE_BYTES:
-                self.overflowed = True
-                self.overflow()
-                return b""
-            kept.append(chunk)
-            if ended:
-                return b"".join(kept)
-
-
 def refused(why: str) -> Exception:
     """The JSON-RPC error an ACP agent gets for a file request lace refuses, saying why."""
     from acp import RequestError
@@ -150,9 +99,11 @@ def refused(why: str) -> Exception:
 
 @dataclass
 class WorkerClient:
-    """The ACP client lace is to the agent it started: every request goes to its turn."""
+    """The ACP client lace is to the agent it started: every request goes to its turn, a
+    file's read once no other file's answer is held."""
 
     turn: AcpTurn
+    stdio: AgentStdio
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         await self.turn.heard(update)
@@ -163,6 +114,7 @@ class WorkerClient:
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None,
                              limit: int | None = None, **_: Any) -> Any:
+        await self.stdio.one_file_at_a_time()
         return await self.turn.read_file(path, line, limit)
 
     async def write_text_file(self, session_id: str, path: str, content: str,
@@ -264,8 +216,9 @@ class AcpTurn:
                 group = process.pid  # the keeper leads its own session: its pid names it
                 track_group(group)
                 stderr.started()
-                stdio = AgentStdio(out, into, lambda: signal_group(group, signal.SIGKILL))
-                conn = connect_to_agent(cast("Client", WorkerClient(self)), stdio)
+                stdio = AgentStdio(out, into, lambda: signal_group(group, signal.SIGKILL),
+                                   self.runner.limits.stall_timeout_s)
+                conn = connect_to_agent(cast("Client", WorkerClient(self, stdio)), stdio)
                 try:
                     await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION,
                                                            client_capabilities=capabilities),
@@ -284,11 +237,9 @@ class AcpTurn:
                         raise
                     return str(answer.stop_reason)
                 except (RequestError, ConnectionError):
-                    if stdio.overflowed:
-                        raise ModelError(
-                            f"ACP agent {self.name!r} sent a message over "
-                            f"{MAX_MESSAGE_BYTES // 2**20} MB (lace reads no longer one)",
-                            transient=False) from None
+                    if stdio.failure is not None:
+                        raise ModelError(f"ACP agent {self.name!r} {stdio.failure}",
+                                         transient=False) from None
                     raise
                 finally:
                     try:

@@ -21,7 +21,8 @@ from lace.llm.client import default_client
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
-from lace.runtime.acp_worker import MAX_MESSAGE_BYTES, MAX_TEXT_CHARACTERS
+from lace.runtime.acp_stdio import MAX_MESSAGE_BYTES
+from lace.runtime.acp_worker import MAX_TEXT_CHARACTERS
 from lace.store import Store
 from tests.conftest import query
 from tests.lace_forks import lace_popen
