@@ -8,7 +8,8 @@ permission for a call of kind ARG and says what it was told), `flood` (ARG tool 
 an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes out.txt), `big`
 (one message of ARG characters, a JSON-RPC line that long, then an answer), `endless` (writes
 to its stdout for ever, never a newline), `deaf` (asks lace for big.txt of its folder ARG times
-at once, then never reads its stdin again: its event loop blocked until a signal ends it)."""
+at once, then never reads its stdin again: its event loop blocked until a signal ends it),
+`deaf-many` (the same with ARG small requests of a method lace does not have)."""
 
 from __future__ import annotations
 
@@ -94,14 +95,14 @@ class Scripted:
             os.set_blocking(1, True)
             while True:
                 os.write(1, b"x" * 2**20)
-        if self.mode == "deaf":  # its requests written whole, past the SDK's own writer
+        if self.mode in ("deaf", "deaf-many"):  # written whole, past the SDK's own writer
             os.set_blocking(1, True)
-            path = str(Path(self.cwd) / "big.txt")
+            big = {"sessionId": "s1", "path": str(Path(self.cwd) / "big.txt")}
             for number in range(int(self.argument)):
-                os.write(1, json.dumps({"jsonrpc": "2.0", "id": f"read{number}",
-                                        "method": "fs/read_text_file",
-                                        "params": {"sessionId": "s1", "path": path}}).encode()
-                         + b"\n")
+                os.write(1, json.dumps({
+                    "jsonrpc": "2.0", "id": f"r{number}",
+                    **({"method": "fs/read_text_file", "params": big} if self.mode == "deaf"
+                       else {"method": "no/such_method", "params": {}})}).encode() + b"\n")
             time.sleep(3600)
         if self.mode == "files":
             for path in (str(Path(self.cwd) / "notes.txt"), self.argument):

@@ -70,7 +70,9 @@ class Limits(BaseModel):
     delegate_timeout_s: float = Field(default=600.0, gt=0, description="longest delegate wait")
     turn_timeout_s: float = Field(default=1800.0, gt=0, description="longest turn (not waiting)")
     stall_timeout_s: float = Field(default=300.0, gt=0,
-                                   description="longest model call without an answer")
+                                   description="longest model call without an answer, and "
+                                               "longest an ACP agent may leave what lace "
+                                               "wrote to it unread")
     approval_timeout_s: float = Field(default=900.0, gt=0,
                                       description="how long an approval request waits")
     lease_timeout_s: float = Field(default=15.0, gt=0,
