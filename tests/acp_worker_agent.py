@@ -9,7 +9,8 @@ an answer), `files` (reads notes.txt and ARG through lace's fs methods, writes o
 (one message of ARG characters, a JSON-RPC line that long, then an answer), `endless` (writes
 to its stdout for ever, never a newline), `deaf` (asks lace for big.txt of its folder ARG times
 at once, then never reads its stdin again: its event loop blocked until a signal ends it),
-`deaf-many` (the same with ARG small requests of a method lace does not have)."""
+`deaf-many` (the same with ARG small requests of a method lace does not have), `reads` (asks
+for big.txt ARG times at once, reading every answer, and says how many characters came)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,12 @@ class Scripted:
                     **({"method": "fs/read_text_file", "params": big} if self.mode == "deaf"
                        else {"method": "no/such_method", "params": {}})}).encode() + b"\n")
             time.sleep(3600)
+        if self.mode == "reads":
+            path = str(Path(self.cwd) / "big.txt")
+            read = await asyncio.gather(*(self.conn.read_text_file(session_id="s1", path=path)
+                                          for _ in range(int(self.argument))))
+            await self.say(f"read {sum(len(answer.content) for answer in read):,} characters")
+            return PromptResponse(stop_reason="end_turn")
         if self.mode == "files":
             for path in (str(Path(self.cwd) / "notes.txt"), self.argument):
                 try:
