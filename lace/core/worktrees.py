@@ -91,3 +91,12 @@ def conflict(branch: str, target: str, files: list[str]) -> str:
     return (f"Merging {branch} into {target} conflicts in {listed}. Nothing was changed: "
             f"{target} and {branch} are as they were. Resolve it on {branch} (or ask a person) "
             "and merge again.")
+
+
+def no_workspace(owner: str, branch: str, *, own: bool) -> str:
+    """What a helper is told when it acts on its workspace after a person pruned the worktree
+    it worked in (its own, or the one of `owner` above it that it shared)."""
+    whose = "Your worktree" if own else f"The worktree of {owner}, which you shared,"
+    return (f"{whose} (branch {branch}) was pruned by a person: you have no workspace now, so "
+            "file tools and bash are refused, and no helper of yours can get a worktree. Do "
+            "not retry: report back, or complete your task with what you have.")
