@@ -36,6 +36,7 @@ from lace.tools.mcp.stderr_log import StderrLog
 from lace.tools.process_groups import kept, signal_group, track_group, untrack_group
 from lace.tools.workspace import Workspace, off_loop
 from lace.tools.workspace_paths import open_regular, replace_file
+from lace.tools.worktrees import NoWorkspace
 
 if TYPE_CHECKING:
     from acp.interfaces import Client
@@ -155,7 +156,11 @@ class AcpTurn:
             raise ModelError(f"ACP agent {self.name!r} cannot run here: " + (
                 "[acp_agents] does not name it" if self.config is None else
                 "this process has no workspace"), transient=False)
-        self.workspace = await workspace_of(runner.db, base, thread_id)  # its worktree, if any
+        try:
+            self.workspace = await workspace_of(runner.db, base, thread_id)  # its worktree
+        except NoWorkspace as error:  # never the creator's or the person's in its place
+            raise ModelError(f"ACP agent {self.name!r} cannot run: {error}",
+                             transient=False) from None
         # the SDK's schema takes a second or more to import: never on the event loop
         await asyncio.to_thread(importlib.import_module, "acp")
         stop_reason = await self._prompted(self.config, self.workspace.folder)

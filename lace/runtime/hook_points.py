@@ -26,6 +26,7 @@ from lace.runtime.isolation import workspace_of
 from lace.runtime.tool_calls import Executed, ToolCall
 from lace.tools.base import ToolContext, ToolError
 from lace.tools.workspace import Workspace
+from lace.tools.worktrees import NoWorkspace
 
 Resolve = Callable[[dict[str, Any]], Awaitable[tuple[ToolCall, Policy]]]
 """The call again with other arguments (a PreToolUse `updatedInput`), validated, and its policy."""
@@ -57,9 +58,18 @@ class HookPoints:
         looked up only when a hook matches)."""
         if not self.runner.commands(event, subject):
             return NOTHING
-        folder = None if self.workspace is None else \
-            (await workspace_of(self.db, self.workspace, agent_id)).folder
-        return await self.runner.run(event, agent_id, fields, subject, folder)
+        return await self.runner.run(event, agent_id, fields, subject,
+                                     await self._folder_of(agent_id))
+
+    async def _folder_of(self, agent_id: str) -> Path | None:
+        """The agent's worktree, if it has one; None (the runtime's workspace) when it has
+        none, or when a person pruned it: hooks are the person's commands, not the agent's."""
+        if self.workspace is None:
+            return None
+        try:
+            return (await workspace_of(self.db, self.workspace, agent_id)).folder
+        except NoWorkspace:
+            return None
 
     # the tool path
 

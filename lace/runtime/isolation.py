@@ -14,7 +14,8 @@ from lace.tools.worktrees import commit_work, materialized, nearest_worktree
 
 
 async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Workspace:
-    """The workspace of a thread: the nearest worktree of it or its ancestors, else `base`."""
+    """The workspace of a thread: the nearest worktree of it or its ancestors, else `base`;
+    NoWorkspace (a tool error) when a person pruned that worktree."""
     worktree = await db.read(lambda tx: nearest_worktree(tx, thread_id))
     if worktree is None:
         return base

@@ -121,8 +121,8 @@ class WaitingCall(ToolCall):
 
 
 class WorkspaceCall(ToolCall):
-    """An agent's call that acts on its workspace (its worktree, if it has one), off the
-    database; the result is recorded with the files it changed."""
+    """An agent's call that acts on its workspace (its worktree, if it has one; refused when
+    a person pruned it), off the database; the result is recorded with the files it changed."""
 
     back_to_running = True
 

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from lace.core.clock import now_iso
 from lace.core.errors import NotFoundError
+from lace.core.ids import ancestors_and_self
 from lace.core.worktrees import Worktree, WorktreeOrigin, branch_for
 from lace.store import schema
 from lace.store.prepared import Prepared
@@ -38,6 +39,15 @@ class WorktreeRows(Rows):
         """The worktree of a thread, if it has one."""
         row = _OF_THREAD.first(self.raw, {"thread": thread_id})
         return None if row is None else Worktree(**row)
+
+    def nearest(self, thread_id: str) -> Worktree | None:
+        """The worktree a thread works in, pruned or not: its own, else its nearest
+        ancestor's (a helper without one shares its creator's); None: it has none above it."""
+        for candidate in ancestors_and_self(thread_id):
+            worktree = self.find(candidate)
+            if worktree is not None:
+                return worktree
+        return None
 
     def get(self, thread_id: str) -> Worktree:
         """The worktree of a thread, or NotFoundError."""

@@ -19,6 +19,7 @@ from lace.core.worktrees import (
     commit_message,
     completed_work,
     identity,
+    no_workspace,
 )
 from lace.paths import lace_home, private_folder
 from lace.store import Tx
@@ -45,22 +46,22 @@ def _lock(repository: str) -> threading.Lock:
         return _locks.setdefault(repository, threading.Lock())
 
 
-def ancestors_and_self(thread_id: str) -> list[str]:
-    """`a.1.2` → `a.1.2`, `a.1`, `a`: the thread and the threads above it, nearest first."""
-    parts = thread_id.split(".")
-    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
+class NoWorkspace(ToolError):
+    """The worktree a thread worked in was pruned: it has no workspace, and never falls back
+    to its creator's or the person's."""
 
 
 def nearest_worktree(tx: Tx, thread_id: str) -> Worktree | None:
     """The worktree a thread's tools act in: its own, else its nearest ancestor's (a helper
-    without one shares its creator's); pruned ones do not count."""
+    without one shares its creator's); None: the workspace. NoWorkspace when a person pruned
+    that worktree."""
     if not is_thread_id(thread_id):
         return None
-    for candidate in ancestors_and_self(thread_id):
-        worktree = tx.worktrees.find(candidate)
-        if worktree is not None and worktree.status != "pruned":
-            return worktree
-    return None
+    worktree = tx.worktrees.nearest(thread_id)
+    if worktree is not None and worktree.status == "pruned":
+        raise NoWorkspace(no_workspace(worktree.thread_id, worktree.branch,
+                                       own=worktree.thread_id == thread_id))
+    return worktree
 
 
 def is_lace_file(path: str) -> bool:

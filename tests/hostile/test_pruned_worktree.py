@@ -132,7 +132,7 @@ async def test_a_helper_sharing_the_pruned_place_is_refused_too(
     assert spawned["is_error"] and spawned["message"]["content"] == no_workspace(
         helper, f"lace/{helper}", own=True)
     sub = f"{helper}.1"
-    (written,), = [result for result in tool_results(db_path, sub)
+    written, = [result for result in tool_results(db_path, sub)
                    if result["tool_name"] == "file_write"]
     assert written["is_error"] and written["message"]["content"] == no_workspace(
         helper, f"lace/{helper}", own=False)
