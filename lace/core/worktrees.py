@@ -100,3 +100,12 @@ def no_workspace(owner: str, branch: str, *, own: bool) -> str:
     return (f"{whose} (branch {branch}) was pruned by a person: you have no workspace now, so "
             "file tools and bash are refused, and no helper of yours can get a worktree. Do "
             "not retry: report back, or complete your task with what you have.")
+
+
+def not_resumable(thread_id: str, owner: str, branch: str) -> str:
+    """Why a person cannot resume a helper whose worktree (its own, or `owner`'s above it that
+    it shared) they pruned, and what to do instead."""
+    whose = "its worktree" if owner == thread_id else f"the worktree of {owner} it shared"
+    return (f"{thread_id} cannot be resumed: {whose} (branch {branch}) was pruned, so it has "
+            "nowhere to work. Complete its task yourself (lace task complete TASK_ID) or give "
+            "the work to a new helper (lace task add ... --assign new:PROVIDER/MODEL).")

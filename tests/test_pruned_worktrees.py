@@ -1,0 +1,109 @@
+"""Pruning decides in its write: a helper a person resumes while `lace worktrees prune` goes
+through the list keeps its worktree (even with --force), a stopped helper whose worktree was
+pruned cannot be resumed, a helper below a done one that still works in its worktree keeps it,
+and when git cannot remove a worktree its row stays as it was."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lace.core.errors import LaceError
+from lace.core.worktrees import not_resumable
+from lace.llm.types import ScriptedReply
+from lace.runtime.board import Board
+from lace.runtime.person import resume_stopped
+from lace.runtime.worktrees import Pruned, prune_worktrees
+from lace.store import Store
+from tests.conftest import query
+from tests.gitrepos import branches, git, new_repository
+from tests.scripted import ScriptedModels, reply, tools_called
+from tests.worktree_sessions import delegating_root, supervisor
+
+pytestmark = pytest.mark.both_engines
+
+
+def writer_until_stopped(wrote: asyncio.Event, never: asyncio.Event) -> Any:
+    """Writes draft.txt in its worktree, then works on (a model call that does not end) until
+    a person stops it."""
+
+    async def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "file_write" not in tools_called(messages):
+            return reply(None, ("file_write", {"path": "draft.txt", "content": "draft\n"}))
+        wrote.set()
+        await never.wait()
+        return reply("unreachable")
+
+    return handle
+
+
+async def two_stopped_helpers(store: Store, models: ScriptedModels, repo: Path) -> list[str]:
+    """Two helpers, each with a draft in its worktree, stopped by the person mid-task."""
+    never = asyncio.Event()
+    wrote = {name: asyncio.Event() for name in ("helper_a", "helper_b")}
+    models.on("root", delegating_root())
+    for name, event in wrote.items():
+        models.on(name, writer_until_stopped(event, never))
+    runtime = supervisor(store, repo)
+    root = await runtime.start_session("drafts", "scripted/root")
+    run = asyncio.create_task(runtime.run_until_quiet(root.id))
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in wrote.values())), 60)
+    helpers = [f"{root.id}.1", f"{root.id}.2"]
+    for helper in helpers:
+        await runtime.stop_agent(helper, "enough (by human)", by_person=True)
+    await asyncio.wait_for(run, 60)
+    runtime.close()
+    return helpers
+
+
+def folders(db_path: Path) -> dict[str, str]:
+    return dict(query(db_path, "SELECT thread_id, folder FROM worktrees"))
+
+
+async def test_a_helper_resumed_while_prune_runs_keeps_its_worktree(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    repo = new_repository(tmp_path / "repo")
+    first, second = await two_stopped_helpers(store, models, repo)
+    where = folders(db_path)
+    board = Board(store, workspace=repo)
+    pruning = prune_worktrees(board, force=True)
+    done = await asyncio.to_thread(next, pruning)
+    assert (done.worktree.thread_id, done.refusal) == (first, None)
+    # between two worktrees of one prune, the person resumes the second helper
+    await asyncio.to_thread(resume_stopped, board, second)
+    rest: list[Pruned] = await asyncio.to_thread(list, pruning)
+    assert [(kept.worktree.thread_id, kept.refusal) for kept in rest] == [
+        (second, f"its helper is still working (lace stop {second} first)")]
+    assert (Path(where[second]) / "draft.txt").read_text() == "draft\n"
+    assert not Path(where[first]).exists()
+    assert branches(repo) == [f"lace/{second}", "main"]
+    assert query(db_path, "SELECT thread_id, status FROM worktrees ORDER BY thread_id") == [
+        (first, "pruned"), (second, "active")]
+    with pytest.raises(LaceError) as refused:
+        await asyncio.to_thread(resume_stopped, board, first)
+    assert str(refused.value) == not_resumable(first, first, f"lace/{first}")
+    assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?", first) == [
+        ("stopped",)]
+
+
+async def test_git_failing_to_remove_a_worktree_leaves_its_row_as_it_was(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    repo = new_repository(tmp_path / "repo")
+    first, second = await two_stopped_helpers(store, models, repo)
+    where = folders(db_path)
+    git(repo, "worktree", "lock", "--reason", "the person's", where[first])
+    board = Board(store, workspace=repo)
+    pruned = await asyncio.to_thread(lambda: list(prune_worktrees(board, force=True)))
+    assert [done.worktree.thread_id for done in pruned] == [first, second]
+    refusal = pruned[0].refusal
+    assert refusal is not None and refusal.startswith(
+        "git could not remove it (git worktree failed in ") and "unlock first" in refusal
+    assert refusal.endswith("); it is kept, active as before.")
+    assert pruned[1].refusal is None
+    assert (Path(where[first]) / "draft.txt").read_text() == "draft\n"
+    assert query(db_path, "SELECT thread_id, status FROM worktrees ORDER BY thread_id") == [
+        (first, "active"), (second, "pruned")]
+    assert f"lace/{first}" in branches(repo)
