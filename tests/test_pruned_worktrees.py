@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from lace.core.errors import LaceError
 from lace.core.worktrees import not_resumable
 from lace.llm.types import ScriptedReply
 from lace.runtime.board import Board
 from lace.runtime.person import resume_stopped
 from lace.runtime.worktrees import Pruned, prune_worktrees
 from lace.store import Store
-from tests.conftest import query
+from tests.conftest import query, run_cli
 from tests.gitrepos import branches, git, new_repository
 from tests.scripted import ScriptedModels, reply, tools_called
 from tests.worktree_sessions import delegating_root, supervisor
@@ -64,7 +63,8 @@ def folders(db_path: Path) -> dict[str, str]:
 
 
 async def test_a_helper_resumed_while_prune_runs_keeps_its_worktree(
-        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     repo = new_repository(tmp_path / "repo")
     first, second = await two_stopped_helpers(store, models, repo)
     where = folders(db_path)
@@ -82,9 +82,9 @@ async def test_a_helper_resumed_while_prune_runs_keeps_its_worktree(
     assert branches(repo) == [f"lace/{second}", "main"]
     assert query(db_path, "SELECT thread_id, status FROM worktrees ORDER BY thread_id") == [
         (first, "pruned"), (second, "active")]
-    with pytest.raises(LaceError) as refused:
-        await asyncio.to_thread(resume_stopped, board, first)
-    assert str(refused.value) == not_resumable(first, first, f"lace/{first}")
+    code, out, err = run_cli(capsys, "resume", first, "--db", str(db_path))
+    assert (code, out) == (2, "")
+    assert err == f"lace: error: {not_resumable(first, first, f'lace/{first}')}\n"
     assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?", first) == [
         ("stopped",)]
 

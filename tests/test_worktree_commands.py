@@ -243,8 +243,9 @@ async def test_prune_keeps_a_working_helpers_worktree_and_a_stopped_ones_writes(
     assert lace(capsys, db_path, "worktrees", "prune")[:2] == (
         0, f"kept {helper}: 1 uncommitted file(s) in {folder}\n")
     (Path(folder) / "draft.txt").unlink()  # as if it had written nothing yet
-    assert lace(capsys, db_path, "worktrees", "prune")[:2] == (
-        0, f"kept {helper}: its helper is still working\n")
+    for force in ((), ("--force",)):  # --force deletes unmerged work, never a working place
+        assert lace(capsys, db_path, "worktrees", "prune", *force)[:2] == (
+            0, f"kept {helper}: its helper is still working (lace stop {helper} first)\n")
     (Path(folder) / "draft.txt").write_text("draft\n")
     await runtime.stop_agent(helper, "enough", by_person=True)
     await asyncio.wait_for(run, 60)

@@ -1,5 +1,7 @@
 """The helpers' worktrees as a person looks after them (`lace worktrees`, `lace worktrees
-prune`, `lace merge`): each with its git state and whether its helper may still write in it."""
+prune`, `lace merge`): each with its git state and whether a helper may still write in it.
+Pruning decides in the write that marks a worktree pruned, so a helper resumed meanwhile keeps
+it, and a helper whose worktree is marked pruned is refused before git removes the folder."""
 
 from __future__ import annotations
 
@@ -7,17 +9,19 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from lace.core.agents import HALTED_STATUSES
-from lace.core.tasks import ACTIVE_STATUSES
+from lace.core.agents import BUSY_STATUSES, HALTED_STATUSES
+from lace.core.records import Agent
+from lace.core.tasks import OPEN_STATUSES
 from lace.core.worktrees import Worktree
 from lace.runtime.board import Board
 from lace.store import Tx
+from lace.tools.git import GitError
 from lace.tools.merging import WorktreeState, prune_refusal, remove_worktree, state_of
 
 
 @dataclass(frozen=True)
 class WorktreeView:
-    """A worktree, its git state (empty once pruned) and whether its helper still works."""
+    """A worktree, its git state (empty once pruned) and whether a helper still works in it."""
 
     worktree: Worktree
     state: WorktreeState
@@ -32,14 +36,27 @@ class Pruned:
     refusal: str | None
 
 
-def helper_working(tx: Tx, worktree: Worktree) -> bool:
-    """Whether the worktree's helper may still write in it: its task is open and it is not
-    stopped or failed."""
-    agent = tx.agents.find(worktree.thread_id)
-    if agent is None or agent.status in HALTED_STATUSES:
+def _may_write(tx: Tx, agent: Agent) -> bool:
+    """Whether an agent may still act: not stopped or failed, and in (or cut off in) a turn or
+    holding an open task (a stopped one a person resumed holds its blocked task)."""
+    if agent.status in HALTED_STATUSES:
         return False
-    task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
-    return task is not None and task.status in ACTIVE_STATUSES
+    if agent.status in BUSY_STATUSES:
+        return True
+    tasks = {agent.created_for_task, agent.current_task} - {None}
+    return any(tx.tasks.get(task_id).status in OPEN_STATUSES
+               for task_id in tasks if task_id is not None)
+
+
+def helper_working(tx: Tx, worktree: Worktree) -> bool:
+    """Whether a helper may still write in the worktree: its own, or one below it that shares
+    it (with no worktree of its own)."""
+    for agent in tx.agents.subtree(worktree.thread_id):
+        place = tx.worktrees.nearest(agent.thread_id)
+        if place is not None and place.thread_id == worktree.thread_id \
+                and _may_write(tx, agent):
+            return True
+    return False
 
 
 def list_worktrees(board: Board, *, include_pruned: bool = False) -> list[WorktreeView]:
@@ -52,20 +69,40 @@ def list_worktrees(board: Board, *, include_pruned: bool = False) -> list[Worktr
             for worktree, working in rows]
 
 
-def _mark_pruned(tx: Tx, *, thread_id: str) -> None:
+def _mark_pruned(tx: Tx, *, thread_id: str) -> str | None:
+    """Mark the worktree pruned unless a helper still works in it (or it is pruned already):
+    why it is kept, else None."""
+    worktree = tx.worktrees.get(thread_id)
+    if worktree.status == "pruned":
+        return "another `lace worktrees prune` pruned it meanwhile"
+    if helper_working(tx, worktree):
+        return f"its helper is still working (lace stop {thread_id} first)"
     tx.worktrees.set_status(thread_id, "pruned")
+    return None
+
+
+def _unmark_pruned(tx: Tx, *, thread_id: str, status: str) -> None:
+    if tx.worktrees.get(thread_id).status == "pruned":
+        tx.worktrees.set_status(thread_id, status)
 
 
 def prune_worktrees(board: Board, *, force: bool = False) -> Iterator[Pruned]:
     """Remove merged and abandoned worktrees and their branches (unmerged work only with
-    `force`), one at a time, saying what became of each as it goes."""
+    `force`; never where a helper still works), one at a time, saying what became of each as
+    it goes. Each is marked pruned before git removes it; if git fails, it is as it was."""
     with board.store.reading() as tx:
-        rows = [(worktree, helper_working(tx, worktree)) for worktree in tx.worktrees.all()]
-    for worktree, working in rows:
-        refusal = prune_refusal(worktree, state_of(worktree), helper_working=working,
-                                force=force)
+        worktrees = tx.worktrees.all()
+    for worktree in worktrees:
+        refusal = prune_refusal(worktree, state_of(worktree), force=force)
         if refusal is None:
-            remove_worktree(worktree)
-            board.store.write(functools.partial(_mark_pruned, thread_id=worktree.thread_id))
+            refusal = board.store.write(functools.partial(
+                _mark_pruned, thread_id=worktree.thread_id))
+        if refusal is None:
+            try:
+                remove_worktree(worktree)
+            except GitError as error:
+                board.store.write(functools.partial(
+                    _unmark_pruned, thread_id=worktree.thread_id, status=worktree.status))
+                refusal = f"git could not remove it ({error}); it is kept, " \
+                    f"{worktree.status} as before."
         yield Pruned(worktree, refusal)
-

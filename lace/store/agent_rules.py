@@ -6,16 +6,19 @@ from __future__ import annotations
 from lace.core import notifications
 from lace.core.agents import RESUMABLE_STATUSES
 from lace.core.effects import EffectLog
+from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.records import Place
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.core.tool_names import needs_workspace
+from lace.core.worktrees import not_resumable
 from lace.store import schema
 from lace.store.agent_rows import AgentRows
 from lace.store.event_rows import EventRows
 from lace.store.inbox_rows import InboxRows
 from lace.store.task_rows import NoteRows, TaskRows
 from lace.store.task_rules import TaskBoard
+from lace.store.worktree_rows import WorktreeRows
 
 
 class AgentLifecycle:
@@ -23,8 +26,9 @@ class AgentLifecycle:
 
     def __init__(self, *, agents: AgentRows, events: EventRows, inbox: InboxRows,
                  tasks: TaskRows, notes: NoteRows, board: TaskBoard,
-                 effects: EffectLog) -> None:
+                 worktrees: WorktreeRows, effects: EffectLog) -> None:
         self.agents = agents
+        self.worktrees = worktrees
         self.events = events
         self.inbox = inbox
         self.tasks = tasks
@@ -60,8 +64,12 @@ class AgentLifecycle:
 
     def resume(self, thread_id: str) -> bool:
         """A person resumes an agent: a stopped (or failed, or interrupted) one becomes idle
-        with a `resume` message; an inert one (imported) may run from now on."""
+        with a `resume` message; an inert one (imported) may run from now on. Refused when
+        the worktree it worked in was pruned: it has nowhere to work."""
         agent = self.agents.get(thread_id)
+        place = self.worktrees.nearest(thread_id)
+        if place is not None and place.status == "pruned":
+            raise LaceError(not_resumable(thread_id, place.thread_id, place.branch))
         if agent.inert:
             self.agents.update(thread_id, inert=False)
         if agent.status not in RESUMABLE_STATUSES:

@@ -146,4 +146,4 @@ class Tx:
     def lifecycle(self) -> AgentLifecycle:
         return AgentLifecycle(agents=self.agents, events=self.events, inbox=self.inbox,
                               tasks=self.tasks, notes=self.notes, board=self.board,
-                              effects=self._effects)
+                              worktrees=self.worktrees, effects=self._effects)

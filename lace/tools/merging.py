@@ -124,10 +124,10 @@ def refuse_files_in_the_way(place: Path, target: str, branch: str, written: list
                         "away, then merge again. Nothing was changed.")
 
 
-def prune_refusal(worktree: Worktree, state: WorktreeState, *, helper_working: bool,
-                  force: bool) -> str | None:
-    """Why a worktree is kept by `lace worktrees prune`, or None when it may be removed:
-    merged, or abandoned with nothing in it (with `force`, anything but a pruned one)."""
+def prune_refusal(worktree: Worktree, state: WorktreeState, *, force: bool) -> str | None:
+    """Why `lace worktrees prune` keeps a worktree for the work git shows in it, or None when
+    it is merged or holds nothing (with `force`, whatever it holds). Whether its helper still
+    works is decided in the write that marks it pruned."""
     if force:
         return None
     if state.uncommitted:
@@ -135,8 +135,6 @@ def prune_refusal(worktree: Worktree, state: WorktreeState, *, helper_working: b
     if state.unmerged_commits:
         return (f"{state.unmerged_commits} unmerged commit(s) on {worktree.branch} "
                 f"(lace merge {worktree.thread_id}, or --force to delete them)")
-    if helper_working:
-        return "its helper is still working"
     return None
 
 

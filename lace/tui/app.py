@@ -455,8 +455,15 @@ class LaceApp(App[None]):
         await self.refresh_view()
 
     async def action_resume_agent(self) -> None:
-        """Resume the selected agent if it was stopped."""
-        if self.selected and await self.runtime.resume_agent(self.selected):
+        """Resume the selected agent if it was stopped (not one whose worktree was pruned)."""
+        if not self.selected:
+            return
+        try:
+            resumed = await self.runtime.resume_agent(self.selected)
+        except LaceError as error:
+            self.notify(str(error), severity="warning")
+            return
+        if resumed:
             self.notify(f"Resumed {self.selected}.")
             await self.refresh_view()
 
