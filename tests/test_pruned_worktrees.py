@@ -19,7 +19,7 @@ from lace.runtime.worktrees import Pruned, prune_worktrees
 from lace.store import Store
 from tests.conftest import query, run_cli
 from tests.gitrepos import branches, git, new_repository
-from tests.scripted import ScriptedModels, reply, tools_called
+from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 from tests.worktree_sessions import delegating_root, supervisor
 
 pytestmark = pytest.mark.both_engines
@@ -107,3 +107,58 @@ async def test_git_failing_to_remove_a_worktree_leaves_its_row_as_it_was(
     assert query(db_path, "SELECT thread_id, status FROM worktrees ORDER BY thread_id") == [
         (first, "active"), (second, "pruned")]
     assert f"lace/{first}" in branches(repo)
+
+
+async def test_a_done_helpers_worktree_is_kept_while_a_helper_sharing_it_works(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = new_repository(tmp_path / "repo")
+    lead_done, sub_working, never = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    def lead(messages: list[dict[str, Any]]) -> ScriptedReply:
+        done = tools_called(messages)
+        if "spawn" not in done:
+            return reply(None, ("spawn", {"task": "Draft it", "model": "scripted/sub",
+                                          "isolation": "none"}))
+        if "task_complete" not in done:
+            return reply(None, ("task_complete", {"task_id": assigned_task(messages),
+                                                  "message": "the sub drafts it"}))
+        return reply("finished")
+
+    async def sub(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "file_write" not in tools_called(messages):
+            return reply(None, ("file_write", {"path": "draft.txt", "content": "draft\n"}))
+        await lead_done.wait()
+        sub_working.set()
+        await never.wait()  # mid-task until stopped
+        return reply("unreachable")
+
+    def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        if "delegate" not in tools_called(messages):
+            return reply(None, ("delegate", {"tasks": [{
+                "title": "Lead it", "prompt": "Have it drafted.", "expected_response": "done",
+                "assigned_to": "new:scripted/lead"}]}))
+        lead_done.set()  # the delegate returned: the lead completed its task
+        return reply("delegated")
+
+    models.on("root", root)
+    models.on("lead", lead)
+    models.on("sub", sub)
+    runtime = supervisor(store, repo)
+    root = await runtime.start_session("draft", "scripted/root")
+    run = asyncio.create_task(runtime.run_until_quiet(root.id))
+    await asyncio.wait_for(sub_working.wait(), 60)
+    lead_id, sub_id = f"{root.id}.1", f"{root.id}.1.1"
+    assert query(db_path, "SELECT status FROM tasks WHERE assigned_to = ?", lead_id) == [
+        ("completed",)]
+    folder = Path(folders(db_path)[lead_id])
+    assert (folder / "draft.txt").read_text() == "draft\n"
+    assert run_cli(capsys, "worktrees", "prune", "--force", "--db", str(db_path))[:2] == (
+        0, f"kept {lead_id}: its helper is still working (lace stop {lead_id} first)\n")
+    assert (folder / "draft.txt").read_text() == "draft\n"
+    await runtime.stop_agent(sub_id, "enough", by_person=True)
+    await asyncio.wait_for(run, 60)
+    runtime.close()
+    assert run_cli(capsys, "worktrees", "prune", "--force", "--db", str(db_path))[:2] == (
+        0, f"pruned {lead_id}: {folder} and lace/{lead_id} are gone\n")
+    assert not folder.exists() and branches(repo) == ["main"]
