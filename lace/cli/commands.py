@@ -443,11 +443,13 @@ def _add_worktree_commands(add: Add, common: argparse.ArgumentParser) -> None:
     prune = worktree_actions.add_parser(
         "prune", help="Remove merged and abandoned worktrees and their branches.",
         description="Remove merged and abandoned worktrees and their branches; one with "
-                    "unmerged commits or uncommitted files is kept unless --force.",
+                    "unmerged commits or uncommitted files is kept unless --force, and one "
+                    "a helper still works in is always kept (lace stop it first).",
         parents=[common])
     prune.set_defaults(handler=lazy("lace.cli.worktrees:prune_command"))
     prune.add_argument("--force", action="store_true",
-                       help="remove them all, unmerged work too (it is deleted)")
+                       help="remove unmerged work too (it is deleted); never a worktree a "
+                            "helper still works in")
     prune.add_argument("--json", action="store_true", help="print JSON")
 
 
