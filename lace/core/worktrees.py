@@ -109,3 +109,8 @@ def not_resumable(thread_id: str, owner: str, branch: str) -> str:
     return (f"{thread_id} cannot be resumed: {whose} (branch {branch}) was pruned, so it has "
             "nowhere to work. Complete its task yourself (lace task complete TASK_ID) or give "
             "the work to a new helper (lace task add ... --assign new:PROVIDER/MODEL).")
+
+
+def pruned_work(branch: str) -> str:
+    """What a completion notice adds when a person pruned the helper's worktree."""
+    return f"Worktree: branch {branch} was pruned by a person; nothing was committed."

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lace.core.errors import LaceError
 from lace.core.records import Task
-from lace.core.worktrees import Worktree
+from lace.core.worktrees import Worktree, pruned_work
 from lace.runtime.database import AsyncStore
 from lace.store import Tx
 from lace.tools.workspace import Workspace, off_loop
@@ -24,9 +24,9 @@ async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Works
 
 
 def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] | None:
-    """The thread's own active worktree and the task it is about to complete, if both."""
+    """The thread's own worktree and the task it is about to complete, if both."""
     worktree = tx.worktrees.find(thread_id)
-    if worktree is None or worktree.status == "pruned":
+    if worktree is None:
         return None
     try:
         task = tx.tasks.get(task_id)
@@ -40,11 +40,14 @@ def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] |
 async def with_committed_work(db: AsyncStore, thread_id: str, task_id: str,
                               result: str) -> str:
     """`result`, followed by what the helper's worktree holds once its work is committed on
-    its branch (or why it could not be); `result` alone when the thread has no worktree."""
+    its branch (or why it could not be, or that a person pruned it); `result` alone when the
+    thread has no worktree."""
     found = await db.read(lambda tx: _completing(tx, thread_id, task_id))
     if found is None:
         return result
     worktree, task = found
+    if worktree.status == "pruned":
+        return f"{result}\n\n{pruned_work(worktree.branch)}"
     try:
         work = await off_loop(lambda: commit_work(worktree, task.title, result))
     except (LaceError, OSError) as error:

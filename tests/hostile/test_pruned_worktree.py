@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lace.core.worktrees import no_workspace
+from lace.core.worktrees import no_workspace, pruned_work
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime
 from lace.runtime.board import Board
@@ -27,7 +27,7 @@ from tests.worktree_sessions import supervisor
 pytestmark = pytest.mark.both_engines
 
 WOKEN = "Please also write later.txt."
-ATTEMPTS: list[tuple[str, dict[str, Any]]] = [
+ATTEMPTS: list[Call | str] = [
     ("file_write", {"path": "later.txt", "content": "written after the prune\n"}),
     ("bash", {"command": "echo from-bash > bash.txt; pwd"}),
     ("file_edit", {"path": "README.md", "old_text": "# r", "new_text": "# owned"}),
@@ -41,9 +41,13 @@ def tool_results(db_path: Path, thread_id: str) -> list[dict[str, Any]]:
                  "ORDER BY id", thread_id)]
 
 
-def woken_writer(after_prune: list[tuple[str, dict[str, Any]]]) -> Any:
-    """Writes a.txt and completes its task; woken again by a person's message, makes the
-    calls `after_prune`, one per model call, then answers."""
+Call = tuple[str, dict[str, Any]]
+
+
+def woken_writer(after_prune: list[Call | str]) -> Any:
+    """Writes a.txt and completes its task; woken again (by a person's message or a new
+    task), makes the calls `after_prune`, one per model call (`"task_complete"`: of the task
+    it was given last), then answers."""
 
     def handle(messages: list[dict[str, Any]]) -> ScriptedReply:
         done = tools_called(messages)
@@ -58,7 +62,9 @@ def woken_writer(after_prune: list[tuple[str, dict[str, Any]]]) -> Any:
             return reply("finished")
         since = len(tools_called(messages[woken:]))
         if since < len(after_prune):
-            return reply(None, after_prune[since])
+            call = after_prune[since]
+            return reply(None, call if isinstance(call, tuple) else (call, {
+                "task_id": assigned_task(messages), "message": "nothing: no workspace"}))
         return reply("I have no workspace any more.")
 
     return handle
@@ -73,8 +79,7 @@ def delegate_once(messages: list[dict[str, Any]]) -> ScriptedReply:
 
 
 async def merged_and_pruned(store: Store, models: ScriptedModels, repo: Path,
-                            after_prune: list[tuple[str, dict[str, Any]]],
-                            ) -> tuple[Runtime, str, str]:
+                            after_prune: list[Call | str]) -> tuple[Runtime, str, str]:
     """A session whose helper wrote a.txt in its worktree and completed its task; a person
     then merged its branch and pruned its worktree. The runtime (still open), the root and the
     helper."""
@@ -104,7 +109,7 @@ async def test_a_woken_helper_whose_worktree_was_pruned_writes_nowhere(
     results = tool_results(db_path, helper)[-len(ATTEMPTS):]
     refusal = no_workspace(helper, f"lace/{helper}", own=True)
     assert [(result["tool_name"], result["is_error"], result["message"]["content"])
-            for result in results] == [(tool, True, refusal) for tool, _ in ATTEMPTS]
+            for result in results] == [(call[0], True, refusal) for call in ATTEMPTS]
     assert (git(repo, "rev-parse", "main"), branches(repo), status(repo)) == before
     assert not (repo / "later.txt").exists() and not (repo / "bash.txt").exists()
     assert (repo / "README.md").read_text() == "# r\n"
@@ -139,3 +144,27 @@ async def test_a_helper_sharing_the_pruned_place_is_refused_too(
     assert (git(repo, "rev-parse", "main"), branches(repo), status(repo)) == before
     assert not (repo / "sub.txt").exists()
     assert query(db_path, "SELECT thread_id FROM worktrees ORDER BY thread_id") == [(helper,)]
+
+
+async def test_a_new_task_for_it_is_completed_with_what_it_has_and_says_so(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    repo = new_repository(tmp_path / "repo", {"README.md": "# r\n"})
+    runtime, root, helper = await merged_and_pruned(store, models, repo, [
+        ATTEMPTS[0], "task_complete"])
+    before = (git(repo, "rev-parse", "main"), branches(repo), status(repo))
+    created = await runtime.act_as_human(root, "task_create", {"tasks": [{
+        "title": "Write later.txt", "prompt": WOKEN, "assigned_to": helper}]})
+    assert not created.is_error, created.text
+    await asyncio.wait_for(runtime.run_until_quiet(root), 60)
+    runtime.close()
+    wrote, completed = tool_results(db_path, helper)[-2:]
+    assert (wrote["is_error"], wrote["message"]["content"]) == (
+        True, no_workspace(helper, f"lace/{helper}", own=True))
+    assert not completed["is_error"], completed
+    (task_id,), = query(db_path, "SELECT id FROM tasks WHERE title = 'Write later.txt'")
+    assert query(db_path, "SELECT status FROM tasks WHERE id = ?", task_id) == [("completed",)]
+    (note,), = query(db_path, "SELECT content FROM task_notes WHERE task_id = ? "
+                              "ORDER BY id DESC LIMIT 1", task_id)
+    assert note == f"nothing: no workspace\n\n{pruned_work(f'lace/{helper}')}"
+    assert (git(repo, "rev-parse", "main"), branches(repo), status(repo)) == before
+    assert not (repo / "later.txt").exists()
