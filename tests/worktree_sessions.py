@@ -17,9 +17,10 @@ from tests.scripted import reply, text, tools_called
 WRITERS_ALLOWED = {"file_write": "allow", "file_edit": "allow", "bash": "allow"}
 
 
-def supervisor(store: Store, workspace: Path, **workspace_settings: Any) -> Runtime:
+def supervisor(store: Store, workspace: Path, *, policy: dict[str, str] | None = None,
+               **workspace_settings: Any) -> Runtime:
     settings = Settings(limits=Limits(retry_base_s=0.001, retry_max_s=0.005, model_retries=2),
-                        tools=ToolSettings(policy=WRITERS_ALLOWED),
+                        tools=ToolSettings(policy=policy or WRITERS_ALLOWED),
                         workspace=WorkspaceSettings(**{"isolation": "worktree",
                                                        **workspace_settings}))
     return open_runtime(store, settings, default_client(), check_model=check_model,

@@ -23,6 +23,12 @@ async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Works
     return Workspace(folder, base.protection.inside(folder))
 
 
+async def refuse_without_workspace(db: AsyncStore, thread_id: str) -> None:
+    """NoWorkspace when a person pruned the worktree the thread works in: checked as its call
+    is resolved, before hooks and approvals (`workspace_of` checks again as it runs)."""
+    await db.read(lambda tx: nearest_worktree(tx, thread_id))
+
+
 def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] | None:
     """The thread's own worktree and the task it is about to complete, if both."""
     worktree = tx.worktrees.find(thread_id)

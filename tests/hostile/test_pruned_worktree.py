@@ -1,8 +1,9 @@
-"""A helper whose worktree a person pruned, woken again (a message to a persistent helper),
-tries to write, run bash and read: every call is refused with a tool error that tells it it has
-no workspace, nothing lands in the person's checkout, and the pruned worktree is not made
-again. A helper it shares its place with (spawned without a worktree of its own) is refused
-the same way, and it cannot start a helper in a new worktree either."""
+"""A helper whose worktree a person pruned, woken again (a message to a persistent helper, or
+a new task), tries to write, run bash and read: every call is refused with a tool error that
+tells it it has no workspace (before any approval is asked), nothing lands in the person's
+checkout, and the pruned worktree is not made again. A helper it shares its place with
+(spawned without a worktree of its own) is refused the same way, and it cannot start a helper
+in a new worktree either."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from lace.store import Store
 from tests.conftest import query
 from tests.gitrepos import branches, git, new_repository, status
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
-from tests.worktree_sessions import supervisor
+from tests.worktree_sessions import WRITERS_ALLOWED, supervisor
 
 pytestmark = pytest.mark.both_engines
 
@@ -101,11 +102,14 @@ async def test_a_woken_helper_whose_worktree_was_pruned_writes_nowhere(
         store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
     repo = new_repository(tmp_path / "repo", {"README.md": "# r\n"})
     runtime, root, helper = await merged_and_pruned(store, models, repo, ATTEMPTS)
+    runtime.close()
     (folder,), = query(db_path, "SELECT folder FROM worktrees WHERE thread_id = ?", helper)
     before = (git(repo, "rev-parse", "main"), branches(repo), status(repo))
-    await runtime.send(helper, WOKEN)
-    await asyncio.wait_for(runtime.run_until_quiet(root), 60)
-    runtime.close()
+    # refused before the person would be asked: nobody approves a call that cannot run
+    asking = supervisor(store, repo, policy={tool: "ask" for tool in WRITERS_ALLOWED})
+    await asking.send(helper, WOKEN)
+    await asyncio.wait_for(asking.run_until_quiet(root), 60)
+    asking.close()
     results = tool_results(db_path, helper)[-len(ATTEMPTS):]
     refusal = no_workspace(helper, f"lace/{helper}", own=True)
     assert [(result["tool_name"], result["is_error"], result["message"]["content"])
@@ -113,6 +117,7 @@ async def test_a_woken_helper_whose_worktree_was_pruned_writes_nowhere(
     assert (git(repo, "rev-parse", "main"), branches(repo), status(repo)) == before
     assert not (repo / "later.txt").exists() and not (repo / "bash.txt").exists()
     assert (repo / "README.md").read_text() == "# r\n"
+    assert query(db_path, "SELECT COUNT(*) FROM approvals") == [(0,)]
     assert not Path(folder).exists()  # not made again for the woken helper
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
 
