@@ -16,10 +16,13 @@ from typing import Any
 import pytest
 
 from lace.config import AcpAgent, Settings, ToolSettings, WorkspaceSettings
+from lace.core.worktrees import no_workspace
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
+from lace.runtime.board import Board
+from lace.runtime.worktrees import prune_worktrees
 from lace.store import Store
 from tests.conftest import query
 from tests.gitrepos import git, new_repository
@@ -218,6 +221,36 @@ async def test_under_worktree_isolation_the_agent_works_in_its_own_worktree(
         (result,) = [n for (n,) in query(db_path, "SELECT content FROM task_notes")
                      if "out.txt" in n or f"lace/{child}" in n]
         assert f"lace/{child}" in result
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+async def test_an_acp_agent_whose_worktree_was_pruned_does_not_run_in_the_checkout(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    repo = new_repository(tmp_path / "repo", {"notes.txt": "inside\n"})
+    settings = worker_settings("files", str(repo / "notes.txt"),
+                               policy={"file_write": "allow"})
+    settings = settings.model_copy(update={"workspace": WorkspaceSettings(isolation="worktree")})
+    runtime, root = await run(store, models, repo, settings)
+    try:
+        child = f"{root}.1"
+        board = Board(store, workspace=repo)
+        pruned = await asyncio.to_thread(lambda: list(prune_worktrees(board, force=True)))
+        assert [(done.worktree.thread_id, done.refusal) for done in pruned] == [(child, None)]
+        log = Path(os.environ["LACE_HOME"]) / "acp-logs" / "scripted.log"
+        runs = log.read_text().count("scripted ACP agent: files")
+        created = await runtime.act_as_human(root, "task_create", {"tasks": [{
+            "title": "Again", "prompt": "Write it again", "assigned_to": child}]})
+        assert not created.is_error, created.text
+        await asyncio.wait_for(runtime.run_until_quiet(root), 60)
+        assert not (repo / "out.txt").exists()  # nothing in the person's checkout
+        assert log.read_text().count("scripted ACP agent: files") == runs  # never started
+        (note,) = [n for (n,) in query(
+            db_path, "SELECT content FROM task_notes JOIN tasks ON tasks.id = task_id "
+                     "WHERE title = 'Again'") if "Blocked" in n]
+        assert "ACP agent 'scripted' cannot run: " + no_workspace(
+            child, f"lace/{child}", own=True) in note
     finally:
         await runtime.stop()
         runtime.close()
