@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from lace.config import WorkspaceSettings
 from lace.core.worktrees import no_workspace, pruned_work
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime
@@ -22,6 +23,7 @@ from lace.runtime.worktrees import prune_worktrees
 from lace.store import Store
 from tests.conftest import query
 from tests.gitrepos import branches, git, new_repository, status
+from tests.hooking import hook, hooked_runtime, logged, logger
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 from tests.worktree_sessions import WRITERS_ALLOWED, supervisor
 
@@ -172,4 +174,29 @@ async def test_a_new_task_for_it_is_completed_with_what_it_has_and_says_so(
                               "ORDER BY id DESC LIMIT 1", task_id)
     assert note == f"nothing: no workspace\n\n{pruned_work(f'lace/{helper}')}"
     assert (git(repo, "rev-parse", "main"), branches(repo), status(repo)) == before
+    assert not (repo / "later.txt").exists()
+
+
+async def test_its_hooks_run_in_the_runtimes_workspace_and_its_turn_goes_on(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    """Hooks are the person's commands: for a helper with no workspace they run where they
+    run for a helper without a worktree, and its turn is not broken by the missing one."""
+    repo = new_repository(tmp_path / "repo", {"README.md": "# r\n"})
+    runtime, root, helper = await merged_and_pruned(store, models, repo, ATTEMPTS[:1])
+    runtime.close()
+    log = tmp_path / "hooks.jsonl"
+    where = logger(tmp_path, log)
+    hooked, _events = hooked_runtime(
+        store, repo, {event: [hook(where)] for event in ("SubagentStart", "SubagentStop")},
+        policy=WRITERS_ALLOWED, workspace_settings=WorkspaceSettings(isolation="worktree"))
+    await hooked.send(helper, WOKEN)
+    await asyncio.wait_for(hooked.run_until_quiet(root), 60)
+    hooked.close()
+    assert [(entry["hook_event_name"], entry["cwd"]) for entry in logged(log)
+            if entry["agent_id"] == helper] == [("SubagentStart", str(repo.resolve())),
+                                                ("SubagentStop", str(repo.resolve()))]
+    written = tool_results(db_path, helper)[-1]
+    assert written["message"]["content"] == no_workspace(helper, f"lace/{helper}", own=True)
+    assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?", helper) == [
+        ("idle",)]
     assert not (repo / "later.txt").exists()
