@@ -425,3 +425,28 @@ async def test_the_board_closed_while_a_task_is_read_does_not_crash_the_app(
         await app.workers.wait_for_complete()
         await pilot.pause()
     assert app.return_code in (None, 0)
+
+
+async def test_the_app_refuses_to_resume_a_helper_whose_worktree_was_pruned(
+        store: Store, db_path: Path) -> None:
+    from lace.core.worktrees import WorktreeOrigin, not_resumable
+
+    root = new_session(store).id
+    child = spawn_child(store, root)
+    with store.transaction() as tx:  # a helper a person stopped, then pruned its worktree
+        tx.worktrees.insert(child, WorktreeOrigin(repository="/nowhere/repo", base_branch="main",
+                                                  base_commit="0" * 40, folders="/nowhere/wt"))
+        tx.worktrees.set_status(child, "pruned")
+        tx.lifecycle.stop_subtree(child, reason="enough (by human)", by_person=True)
+    app = create_app(db=str(db_path), continue_thread=root, model="demo/coordinator")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("escape", "n")
+        assert app.selected == child
+        await pilot.press("r")
+        await settle(app, pilot)
+        said = [notification.message for notification in app._notifications]
+        assert said == [not_resumable(child, child, f"lace/{child}")]
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT status FROM agent_metadata WHERE thread_id = ?",
+                                  (child,)).fetchone() == ("stopped",)
