@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from lace.core.worktrees import not_resumable
+from lace.core.worktrees import WorktreeOrigin, not_resumable
 from lace.llm.types import ScriptedReply
 from lace.runtime.board import Board
 from lace.runtime.person import resume_stopped
 from lace.runtime.worktrees import Pruned, prune_worktrees
 from lace.store import Store
-from tests.conftest import query, run_cli
+from tests.conftest import new_session, query, run_cli, spawn_child
 from tests.gitrepos import branches, git, new_repository
 from tests.scripted import ScriptedModels, assigned_task, reply, tools_called
 from tests.worktree_sessions import delegating_root, supervisor
@@ -162,3 +162,24 @@ async def test_a_done_helpers_worktree_is_kept_while_a_helper_sharing_it_works(
     assert run_cli(capsys, "worktrees", "prune", "--force", "--db", str(db_path))[:2] == (
         0, f"pruned {lead_id}: {folder} and lace/{lead_id} are gone\n")
     assert not folder.exists() and branches(repo) == ["main"]
+
+
+def test_the_worktree_a_thread_works_in_is_its_own_else_its_nearest_ancestors(
+        store: Store) -> None:
+    root = new_session(store).id
+    lead = spawn_child(store, root)
+    sub, other = spawn_child(store, lead), spawn_child(store, root)
+    for _ in range(8):  # `.10` is no helper of `.1`
+        tenth = spawn_child(store, root)
+    leaf = spawn_child(store, sub)
+    origin = WorktreeOrigin(repository="/r", base_branch="main", base_commit="0" * 40,
+                            folders="/w")
+    with store.transaction() as tx:
+        tx.worktrees.insert(lead, origin)
+        tx.worktrees.insert(sub, origin)
+        tx.worktrees.set_status(sub, "pruned")
+    with store.reading() as tx:
+        nearest = {thread: getattr(tx.worktrees.nearest(thread), "thread_id", None)
+                   for thread in (root, lead, sub, leaf, other, tenth)}
+    assert tenth == f"{root}.10" and leaf == f"{sub}.1"
+    assert nearest == {root: None, lead: lead, sub: sub, leaf: sub, other: None, tenth: None}

@@ -43,12 +43,6 @@ def root_of(thread_id: str) -> str:
     return thread_id.split(".", 1)[0]
 
 
-def ancestors_and_self(thread_id: str) -> list[str]:
-    """`a.1.2` → `a.1.2`, `a.1`, `a`: the thread and the threads above it, nearest first."""
-    parts = thread_id.split(".")
-    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
-
-
 def is_thread_id(text: str) -> bool:
     """Whether `text` has the shape of a thread id."""
     return bool(THREAD_ID_RE.match(text))

@@ -9,7 +9,6 @@ import sqlalchemy as sa
 
 from lace.core.clock import now_iso
 from lace.core.errors import NotFoundError
-from lace.core.ids import ancestors_and_self
 from lace.core.worktrees import Worktree, WorktreeOrigin, branch_for
 from lace.store import schema
 from lace.store.prepared import Prepared
@@ -18,6 +17,14 @@ from lace.store.rows import Rows
 _worktrees = schema.worktrees
 _OF_THREAD = Prepared(sa.select(_worktrees).where(
     _worktrees.c.thread_id == sa.bindparam("thread")))  # asked at every task_complete
+_thread = sa.bindparam("thread", type_=sa.Text)
+_NEAREST = Prepared(sa.select(_worktrees).where(sa.or_(
+    _worktrees.c.thread_id == _thread,
+    sa.func.substr(_thread, 1, sa.func.length(_worktrees.c.thread_id) + 1)
+    == _worktrees.c.thread_id + ".",
+)).order_by(sa.func.length(_worktrees.c.thread_id).desc()).limit(1))
+"""The row of a thread or of its nearest ancestor, in one statement: asked at every call of a
+file tool or bash."""
 
 
 class WorktreeRows(Rows):
@@ -43,11 +50,8 @@ class WorktreeRows(Rows):
     def nearest(self, thread_id: str) -> Worktree | None:
         """The worktree a thread works in, pruned or not: its own, else its nearest
         ancestor's (a helper without one shares its creator's); None: it has none above it."""
-        for candidate in ancestors_and_self(thread_id):
-            worktree = self.find(candidate)
-            if worktree is not None:
-                return worktree
-        return None
+        row = _NEAREST.first(self.raw, {"thread": thread_id})
+        return None if row is None else Worktree(**row)
 
     def get(self, thread_id: str) -> Worktree:
         """The worktree of a thread, or NotFoundError."""
