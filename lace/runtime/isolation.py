@@ -13,20 +13,26 @@ from lace.tools.workspace import Workspace, off_loop
 from lace.tools.worktrees import commit_work, materialized, nearest_worktree
 
 
-async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Workspace:
-    """The workspace of a thread: the nearest worktree of it or its ancestors, else `base`;
-    NoWorkspace (a tool error) when a person pruned that worktree."""
-    worktree = await db.read(lambda tx: nearest_worktree(tx, thread_id))
+async def worktree_of(db: AsyncStore, thread_id: str) -> Worktree | None:
+    """The worktree a thread works in (None: the runtime's workspace); NoWorkspace (a tool
+    error) when a person pruned it. Read as a workspace call is resolved, before hooks and
+    approvals: prune keeps a worktree while its helper is in a turn, so it holds until the
+    call runs."""
+    return await db.read(lambda tx: nearest_worktree(tx, thread_id))
+
+
+async def workspace_in(base: Workspace, worktree: Worktree | None) -> Workspace:
+    """The workspace of a thread working in `worktree` (created at first use), else `base`."""
     if worktree is None:
         return base
     folder = await off_loop(lambda: materialized(worktree))
     return Workspace(folder, base.protection.inside(folder))
 
 
-async def refuse_without_workspace(db: AsyncStore, thread_id: str) -> None:
-    """NoWorkspace when a person pruned the worktree the thread works in: checked as its call
-    is resolved, before hooks and approvals (`workspace_of` checks again as it runs)."""
-    await db.read(lambda tx: nearest_worktree(tx, thread_id))
+async def workspace_of(db: AsyncStore, base: Workspace, thread_id: str) -> Workspace:
+    """The workspace of a thread: the nearest worktree of it or its ancestors, else `base`;
+    NoWorkspace (a tool error) when a person pruned that worktree."""
+    return await workspace_in(base, await worktree_of(db, thread_id))
 
 
 def _completing(tx: Tx, thread_id: str, task_id: str) -> tuple[Worktree, Task] | None:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lace.core.text import valid_text
+from lace.core.worktrees import Worktree
 from lace.runtime.conversation import PendingWait
 from lace.runtime.crash import crash_point
 from lace.runtime.events import EventAppended
-from lace.runtime.isolation import workspace_of
+from lace.runtime.isolation import workspace_in
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolResult, WaitingTool
 from lace.tools.mcp.results import ServerTool
@@ -121,13 +122,16 @@ class WaitingCall(ToolCall):
 
 
 class WorkspaceCall(ToolCall):
-    """An agent's call that acts on its workspace (its worktree, if it has one; refused when
-    a person pruned it), off the database; the result is recorded with the files it changed."""
+    """An agent's call that acts on its workspace (the worktree it works in, if any, read as
+    the call was resolved: refused then when a person pruned it), off the database; the result
+    is recorded with the files it changed."""
 
     back_to_running = True
 
-    def __init__(self, tool: WorkspaceTool, workspace: Workspace) -> None:
+    def __init__(self, tool: WorkspaceTool, workspace: Workspace,
+                 worktree: Worktree | None) -> None:
         self.tool, self.name, self.workspace = tool, tool.name, workspace
+        self.worktree = worktree
 
     def shown_arguments(self) -> dict[str, Any]:
         return self.tool.model_dump()
@@ -135,7 +139,7 @@ class WorkspaceCall(ToolCall):
     async def execute(self, runner: ToolRunner, context: ToolContext,
                       call_id: str | None) -> Executed:
         try:
-            workspace = await workspace_of(runner.db, self.workspace, context.thread_id)
+            workspace = await workspace_in(self.workspace, self.worktree)
             performed = await self.tool.perform(workspace)
         except OSError as error:
             return Executed(ToolResult.failure(error))

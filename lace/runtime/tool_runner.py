@@ -28,7 +28,7 @@ from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
 from lace.runtime.database import AsyncStore
 from lace.runtime.events import EventAppended, EventBus
 from lace.runtime.hook_points import HookPoints
-from lace.runtime.isolation import refuse_without_workspace, with_committed_work
+from lace.runtime.isolation import with_committed_work, worktree_of
 from lace.runtime.tool_calls import (
     BoardCall,
     Executed,
@@ -242,8 +242,8 @@ class ToolRunner:
         if call_id is not None and isinstance(tool, WorkspaceTool):
             if self.workspace is None:
                 raise ToolError(f"{tool.name} needs a workspace, and this runtime has none.")
-            await refuse_without_workspace(self.db, context.thread_id)
-            return WorkspaceCall(tool, self.workspace)
+            return WorkspaceCall(tool, self.workspace,
+                                 await worktree_of(self.db, context.thread_id))
         return BoardCall(tool)
 
     async def _resolve_server_tool(self, context: ToolContext, name: str,

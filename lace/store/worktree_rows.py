@@ -17,14 +17,6 @@ from lace.store.rows import Rows
 _worktrees = schema.worktrees
 _OF_THREAD = Prepared(sa.select(_worktrees).where(
     _worktrees.c.thread_id == sa.bindparam("thread")))  # asked at every task_complete
-_thread = sa.bindparam("thread", type_=sa.Text)
-_NEAREST = Prepared(sa.select(_worktrees).where(sa.or_(
-    _worktrees.c.thread_id == _thread,
-    sa.func.substr(_thread, 1, sa.func.length(_worktrees.c.thread_id) + 1)
-    == _worktrees.c.thread_id + ".",
-)).order_by(sa.func.length(_worktrees.c.thread_id).desc()).limit(1))
-"""The row of a thread or of its nearest ancestor, in one statement: asked at every call of a
-file tool or bash."""
 
 
 class WorktreeRows(Rows):
@@ -50,8 +42,12 @@ class WorktreeRows(Rows):
     def nearest(self, thread_id: str) -> Worktree | None:
         """The worktree a thread works in, pruned or not: its own, else its nearest
         ancestor's (a helper without one shares its creator's); None: it has none above it."""
-        row = _NEAREST.first(self.raw, {"thread": thread_id})
-        return None if row is None else Worktree(**row)
+        parts = thread_id.split(".")
+        for end in range(len(parts), 0, -1):  # one indexed lookup a level: most are 1 or 2
+            worktree = self.find(".".join(parts[:end]))
+            if worktree is not None:
+                return worktree
+        return None
 
     def get(self, thread_id: str) -> Worktree:
         """The worktree of a thread, or NotFoundError."""
