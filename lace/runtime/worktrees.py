@@ -43,9 +43,8 @@ def _may_write(tx: Tx, agent: Agent) -> bool:
         return False
     if agent.status in BUSY_STATUSES:
         return True
-    tasks = {agent.created_for_task, agent.current_task} - {None}
     return any(tx.tasks.get(task_id).status in OPEN_STATUSES
-               for task_id in tasks if task_id is not None)
+               for task_id in (agent.created_for_task, agent.current_task) if task_id)
 
 
 def helper_working(tx: Tx, worktree: Worktree) -> bool:
@@ -82,8 +81,29 @@ def _mark_pruned(tx: Tx, *, thread_id: str) -> str | None:
 
 
 def _unmark_pruned(tx: Tx, *, thread_id: str, status: str) -> None:
+    """Put back the status a worktree had before prune marked it (it is kept after all)."""
     if tx.worktrees.get(thread_id).status == "pruned":
         tx.worktrees.set_status(thread_id, status)
+
+
+def _pruned(board: Board, worktree: Worktree, *, force: bool) -> str | None:
+    """Prune one worktree: why it is kept, else None once git removed it. Its git state is
+    read before (most are kept for it, with no write) and again once it is marked pruned,
+    when no helper can write in it any more: work a helper woken meanwhile added is kept."""
+    refusal = prune_refusal(worktree, state_of(worktree), force=force) or board.store.write(
+        functools.partial(_mark_pruned, thread_id=worktree.thread_id))
+    if refusal is not None:
+        return refusal
+    try:
+        refusal = prune_refusal(worktree, state_of(worktree), force=force)
+        if refusal is None:
+            remove_worktree(worktree)
+            return None
+    except GitError as error:
+        refusal = f"git could not remove it ({error}); it is kept, {worktree.status} as before."
+    board.store.write(functools.partial(_unmark_pruned, thread_id=worktree.thread_id,
+                                        status=worktree.status))
+    return refusal
 
 
 def prune_worktrees(board: Board, *, force: bool = False) -> Iterator[Pruned]:
@@ -93,16 +113,4 @@ def prune_worktrees(board: Board, *, force: bool = False) -> Iterator[Pruned]:
     with board.store.reading() as tx:
         worktrees = tx.worktrees.all()
     for worktree in worktrees:
-        refusal = prune_refusal(worktree, state_of(worktree), force=force)
-        if refusal is None:
-            refusal = board.store.write(functools.partial(
-                _mark_pruned, thread_id=worktree.thread_id))
-        if refusal is None:
-            try:
-                remove_worktree(worktree)
-            except GitError as error:
-                board.store.write(functools.partial(
-                    _unmark_pruned, thread_id=worktree.thread_id, status=worktree.status))
-                refusal = f"git could not remove it ({error}); it is kept, " \
-                    f"{worktree.status} as before."
-        yield Pruned(worktree, refusal)
+        yield Pruned(worktree, _pruned(board, worktree, force=force))
