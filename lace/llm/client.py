@@ -6,10 +6,12 @@ errors by kind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
+from lace.llm.answer_limit import MAX_STREAMED_CHUNKS, AnswerTooLargeError, too_large
 from lace.llm.caching import cache_marked
 from lace.llm.calls import (
     ProviderClient,
@@ -35,8 +37,10 @@ beneath it refuses to call without one, and such a server ignores it."""
 
 def classify(error: Exception, model: str = "") -> ModelError:
     """Transient (rate limits, timeouts, 5xx) or permanent (keys, bad requests, unknown models,
-    a refused connection), from the name of litellm's exception."""
-    return refused(error, model.split("/", 1)[0], "the provider's endpoint") or model_error(
+    a refused connection, an answer past the read limit), from the name of litellm's
+    exception."""
+    return too_large(error) or refused(error, model.split("/", 1)[0],
+                                       "the provider's endpoint") or model_error(
         type(error).__name__, str(error))
 
 
@@ -76,7 +80,7 @@ class LiteLLMClient(ProviderClient):
                 response = await module.acompletion(**arguments)
             else:
                 response = await self._streamed(module, arguments, on_delta)
-        except ModelError:  # lace's own delta callback failed, already sorted (passed_on)
+        except ModelError:  # sorted already: lace's delta callback failed (passed_on), too long
             raise
         except Exception as error:
             raise classify(error, model) from error
@@ -89,14 +93,19 @@ class LiteLLMClient(ProviderClient):
     @staticmethod
     async def _streamed(module: Any, arguments: dict[str, Any],
                         on_delta: DeltaCallback) -> Any:
+        """The streamed answer, its text passed on as it comes; refused past
+        `MAX_STREAMED_CHUNKS` chunks (litellm keeps each)."""
         stream = await module.acompletion(**arguments, stream=True,
                                           stream_options={"include_usage": True})
-        chunks = []
-        async for chunk in stream:
-            chunks.append(chunk)
-            delta = chunk.choices[0].delta.content if chunk.choices else None
-            if delta:
-                await passed_on(on_delta, valid_text(delta))
+        chunks: list[Any] = []
+        async with contextlib.aclosing(stream):
+            async for chunk in stream:
+                if len(chunks) == MAX_STREAMED_CHUNKS:
+                    raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
+                chunks.append(chunk)
+                delta = chunk.choices[0].delta.content if chunk.choices else None
+                if delta:
+                    await passed_on(on_delta, valid_text(delta))
         return module.stream_chunk_builder(chunks, messages=arguments["messages"])
 
 

@@ -1,4 +1,5 @@
-"""Imports litellm once, offline-safe: the local price table, no debug banner, quiet logs."""
+"""Imports litellm once, offline-safe: the local price table, no debug banner, quiet logs,
+every answer read with a limit (`litellm_transport`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ def litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
     import litellm as module
 
+    from lace.llm.litellm_transport import read_with_limit
+
+    read_with_limit()
     module.suppress_debug_info = True
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     return module

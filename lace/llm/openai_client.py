@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
+from lace.llm.answer_limit import too_large
 from lace.llm.calls import (
     ProviderClient,
     counted_tokens,
@@ -25,7 +26,7 @@ from lace.llm.calls import (
 )
 from lace.llm.checks import LOOPBACK_HOSTS
 from lace.llm.litellm_setup import litellm
-from lace.llm.openai_sdk import Settings, new_client, sdk_ready, too_large
+from lace.llm.openai_sdk import Settings, new_client, sdk_ready
 from lace.llm.prices import model_entry, price_table
 from lace.llm.pricing import call_cost_off_loop, import_in_background, may_be_priced
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, session_tree

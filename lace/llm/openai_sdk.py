@@ -1,7 +1,7 @@
 """The openai SDK, imported off the critical path, and one `AsyncOpenAI` per endpoint: its
 import (half a second here) runs in a thread that `lace run` starts first thing, and each
 endpoint's connection pool is sized for a fan-out (lace's `max_running` is the one cap on calls
-in flight). Every answer is read with a limit (`MAX_ANSWER_BYTES`)."""
+in flight). Every answer is read with a limit (`answer_limit`)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from lace.llm.types import ModelError
-
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""The most lace reads of one answer, or of one line of a streamed answer: room for the longest
-reply lace keeps (`MAX_REPLY_CHARACTERS`) however its JSON escapes it; a reply of 100 MB, read
-whole, took 544 MB of lace's memory."""
 NO_KEY = "no-key"
 """The key sent to a local server when the environment has none: the SDK refuses to call
 without one, and such a server ignores it."""
@@ -67,16 +61,6 @@ async def sdk_ready() -> ModuleType:
     return sdk()
 
 
-class AnswerTooLargeError(ModelError):
-    """An answer past `MAX_ANSWER_BYTES`: no model replies so much, and asking again would
-    bring the same."""
-
-    def __init__(self) -> None:
-        limit = MAX_ANSWER_BYTES // (1024 * 1024)
-        super().__init__(f"AnswerTooLarge: the answer is more than {limit} MB; lace reads at "
-                         f"most {limit} MB of one answer", transient=False)
-
-
 @dataclass(frozen=True)
 class Settings:
     """What makes an endpoint: its URL, key (None for a local server), organization, and the
@@ -101,16 +85,3 @@ def new_client(settings: Settings) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=settings.base_url, api_key=settings.api_key or NO_KEY,
                               organization=settings.organization, timeout=settings.timeout_s,
                               max_retries=0, http_client=http)
-
-
-def too_large(error: BaseException) -> AnswerTooLargeError | None:
-    """The `AnswerTooLargeError` somewhere in an error's chain of causes (the SDK wraps what
-    reading an answer raised in its own connection error)."""
-    seen: set[int] = set()
-    cause: BaseException | None = error
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, AnswerTooLargeError):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from lace.core.text import CUT_ARGUMENTS, MAX_REPLY_CHARACTERS
+from lace.llm.answer_limit import MAX_ANSWER_BYTES
 from lace.llm.openai_client import OpenAIClient
 from lace.llm.openai_fake import FakeOpenAI
-from lace.llm.openai_sdk import MAX_ANSWER_BYTES
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime
 from tests.conftest import query
