@@ -1,0 +1,97 @@
+"""A hostile or broken provider reached through litellm (`anthropic/...` at a base URL a person
+configured): an answer that does not end, in one body or as a stream, is refused while it is
+read (`AnswerTooLarge`, not retried), in bounded memory and time; a normal answer still comes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lace.llm.answer_limit import MAX_ANSWER_BYTES, MAX_STREAMED_CHUNKS
+from lace.llm.anthropic_fake import FakeAnthropic
+from lace.llm.types import ScriptedReply
+from tests.conftest import query
+from tests.endless_anthropic import MB, EndlessAnthropic
+from tests.hostile.measured import Measured, measured_lace
+from tests.processes import lace_env
+
+MODEL = "anthropic/claude-sonnet-4-5"
+STREAMED_CALL = """
+import asyncio, json, resource, sys, time
+from lace.llm.client import LiteLLMClient
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+async def call():
+    client = LiteLLMClient()
+    client.warm_up()
+    before, started, deltas = peak_mb(), time.monotonic(), []
+    try:
+        await client.complete(sys.argv[1], [{"role": "user", "content": "hi"}], [],
+                              on_delta=deltas.append)
+        error, transient = None, None
+    except Exception as failure:
+        error, transient = str(failure), getattr(failure, "transient", None)
+    print(json.dumps({"error": error, "transient": transient, "deltas": len(deltas),
+                      "seconds": time.monotonic() - started, "before_mb": before,
+                      "after_mb": peak_mb()}))
+
+asyncio.run(call())
+"""
+"""Calls a model once through litellm, streamed, and prints (JSON) how it ended, how long it
+took and this process's peak memory before and after."""
+
+
+def lace_run(tmp_path: Path, base_url: str, name: str) -> Measured:
+    """`lace run` of an `anthropic/` model at `base_url`, in a home and workspace of its own."""
+    workspace = tmp_path / name
+    workspace.mkdir()
+    env = lace_env(tmp_path / f"{name}-home", ANTHROPIC_API_BASE=base_url,
+                   ANTHROPIC_API_KEY="sk-ant-not-a-key")
+    return measured_lace(["run", "go", "--model", MODEL, "--yes"], env, workspace,
+                         timeout_s=180)
+
+
+def test_an_endless_answer_through_litellm_is_refused_at_the_read_limit(
+        tmp_path: Path) -> None:
+    with FakeAnthropic(lambda model, messages: ScriptedReply(text="a normal answer")) as fake:
+        normal = lace_run(tmp_path, fake.base_url, "normal")
+    assert normal.returncode == 0, normal.err
+    assert "a normal answer" in normal.out
+    started = time.monotonic()
+    with EndlessAnthropic(offered=256 * MB) as endless:
+        ran = lace_run(tmp_path, endless.base_url, "endless")
+    seconds = time.monotonic() - started
+    print(f"peak {normal.peak_mb:.0f} MB on a normal answer, {ran.peak_mb:.0f} MB on an "
+          f"endless one ({endless.sent / MB:.0f} MB sent, {seconds:.1f} s)")
+    assert ran.returncode == 1, ran.err
+    limit = MAX_ANSWER_BYTES // MB
+    assert f"the answer is more than {limit} MB; lace reads at most {limit} MB" in ran.err
+    db = tmp_path / "endless-home" / "lace.db"
+    ((error,),) = query(db, "SELECT error FROM llm_calls")  # one call: not retried
+    assert error.startswith("AnswerTooLarge")
+    assert endless.requests == 1
+    assert endless.sent < 64 * MB  # lace hung up at the limit, not at the end of the offer
+    assert ran.peak_mb - normal.peak_mb < 128
+
+
+def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit(tmp_path: Path) -> None:
+    with EndlessAnthropic(offered=64 * MB) as endless:
+        env = lace_env(tmp_path / "home", ANTHROPIC_API_BASE=endless.base_url,
+                       ANTHROPIC_API_KEY="sk-ant-not-a-key")
+        ran = subprocess.run([sys.executable, "-c", STREAMED_CALL, MODEL], env=env,
+                             capture_output=True, text=True, timeout=180, check=False)
+    assert ran.returncode == 0, ran.stderr
+    ended = json.loads(ran.stdout)
+    print(ended, f"{endless.sent / MB:.0f} MB sent")
+    assert ended["error"] == (f"AnswerTooLarge: the answer is more than "
+                              f"{MAX_STREAMED_CHUNKS:,} chunks; lace reads at most "
+                              f"{MAX_STREAMED_CHUNKS:,} chunks of one answer")
+    assert ended["transient"] is False
+    assert MAX_STREAMED_CHUNKS - 10 <= ended["deltas"] <= MAX_STREAMED_CHUNKS
+    assert endless.requests == 1
+    assert ended["after_mb"] - ended["before_mb"] < 400
