@@ -9,14 +9,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lace.llm.answer_limit import MAX_ANSWER_BYTES, MAX_STREAMED_CHUNKS
 from lace.llm.anthropic_fake import FakeAnthropic
+from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query
 from tests.endless_anthropic import MB, EndlessAnthropic
 from tests.hostile.measured import Measured, measured_lace
 from tests.processes import lace_env
+from tests.scripted import ASSIGNED, dutiful_worker, text
+from tests.scripted_coordinator import coordinator
 
 MODEL = "anthropic/claude-sonnet-4-5"
 STREAMED_CALL = """
@@ -77,6 +81,37 @@ def test_an_endless_answer_through_litellm_is_refused_at_the_read_limit(
     assert endless.requests == 1
     assert endless.sent < 64 * MB  # lace hung up at the limit, not at the end of the offer
     assert ran.peak_mb - normal.peak_mb < 128
+    ((event,),) = query(db, "SELECT data ->> '$.error' FROM events WHERE type = 'error'")
+    assert event == error
+
+
+def test_a_helper_on_an_endless_endpoint_fails_alone_and_its_task_says_why(
+        tmp_path: Path) -> None:
+    root = coordinator(f"new:{MODEL}", "new:openai/fake", titles=("Hostile", "Plain"))
+    worker = dutiful_worker("the plain part is done")
+
+    def script(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+        helper = any(ASSIGNED.search(text(m)) for m in messages if m["role"] == "user")
+        return worker(messages) if helper else root(messages)
+
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    with FakeOpenAI(script) as fake, EndlessAnthropic() as endless:
+        env = lace_env(tmp_path / "home", OPENAI_BASE_URL=fake.base_url,
+                       OPENAI_API_KEY="not-a-key", ANTHROPIC_API_BASE=endless.base_url,
+                       ANTHROPIC_API_KEY="sk-ant-not-a-key")
+        ran = measured_lace(["run", "go", "--model", "openai/fake", "--yes"], env, workspace,
+                            timeout_s=180)
+    assert ran.returncode == 0, ran.err
+    db = tmp_path / "home" / "lace.db"
+    tasks = dict(query(db, "SELECT title, status FROM tasks"))
+    assert tasks == {"Hostile": "blocked", "Plain": "completed"}
+    ((note,),) = query(db, "SELECT n.content FROM task_notes n JOIN tasks t ON t.id = n.task_id "
+                           "WHERE t.title = 'Hostile'")
+    limit = MAX_ANSWER_BYTES // MB
+    assert note == (f"Blocked: the agent's model failed: AnswerTooLarge: the answer is more than "
+                    f"{limit} MB; lace reads at most {limit} MB of one answer")
+    assert endless.requests == 1
 
 
 def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit(tmp_path: Path) -> None:
