@@ -11,10 +11,10 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 """The most lace reads of one answer, or of one line of a streamed answer on the openai path:
 room for the longest reply lace keeps (`MAX_REPLY_CHARACTERS`) however its JSON escapes it; a
 reply of 100 MB, read whole, took 544 MB of lace's memory."""
-MAX_STREAMED_CHUNKS = 65_536
+MAX_STREAMED_CHUNKS = 131_072
 """The most chunks lace takes of one answer streamed through litellm: litellm keeps every chunk
-(memory, and CPU for each), so 16 MB of small chunks took 740 MB and 80 s of a core, and this
-many 290 MB and 24 s. Room for a reply of 64k tokens (the most Anthropic's models write) at one
+(4 to 6 KB of memory each, and CPU), so 16 MB of small chunks took 740 MB and 80 s of a core,
+and this many 530 MB and 40 s. Room for the longest replies (about 128,000 tokens) at one
 token per chunk."""
 
 

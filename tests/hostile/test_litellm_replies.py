@@ -1,9 +1,11 @@
-"""A hostile or broken provider reached through litellm (`anthropic/...` at a base URL a person
-configured): an answer that does not end, in one body or as a stream, is refused while it is
-read (`AnswerTooLarge`, not retried), in bounded memory and time; a normal answer still comes."""
+"""A hostile or broken provider reached through litellm (`anthropic/...` or an OpenAI-compatible
+one at a base URL a person configured): an answer that does not end, in one body or as a
+stream, is refused while it is read (`AnswerTooLarge`, not retried), in bounded memory and
+time; a normal answer still comes, and the other agents go on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,12 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lace.llm.answer_limit import MAX_ANSWER_BYTES, MAX_STREAMED_CHUNKS
+import pytest
+
+from lace.llm.answer_limit import MAX_ANSWER_BYTES, MAX_STREAMED_CHUNKS, AnswerTooLargeError
 from lace.llm.anthropic_fake import FakeAnthropic
+from lace.llm.client import LiteLLMClient
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query
-from tests.endless_anthropic import MB, EndlessAnthropic
+from tests.endless_provider import MB, EndlessProvider
 from tests.hostile.measured import Measured, measured_lace
 from tests.processes import lace_env
 from tests.scripted import ASSIGNED, dutiful_worker, text
@@ -67,7 +72,7 @@ def test_an_endless_answer_through_litellm_is_refused_at_the_read_limit(
     assert normal.returncode == 0, normal.err
     assert "a normal answer" in normal.out
     started = time.monotonic()
-    with EndlessAnthropic(offered=256 * MB) as endless:
+    with EndlessProvider(offered=256 * MB) as endless:
         ran = lace_run(tmp_path, endless.base_url, "endless")
     seconds = time.monotonic() - started
     print(f"peak {normal.peak_mb:.0f} MB on a normal answer, {ran.peak_mb:.0f} MB on an "
@@ -96,7 +101,7 @@ def test_a_helper_on_an_endless_endpoint_fails_alone_and_its_task_says_why(
 
     workspace = tmp_path / "work"
     workspace.mkdir()
-    with FakeOpenAI(script) as fake, EndlessAnthropic() as endless:
+    with FakeOpenAI(script) as fake, EndlessProvider() as endless:
         env = lace_env(tmp_path / "home", OPENAI_BASE_URL=fake.base_url,
                        OPENAI_API_KEY="not-a-key", ANTHROPIC_API_BASE=endless.base_url,
                        ANTHROPIC_API_KEY="sk-ant-not-a-key")
@@ -115,7 +120,7 @@ def test_a_helper_on_an_endless_endpoint_fails_alone_and_its_task_says_why(
 
 
 def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit(tmp_path: Path) -> None:
-    with EndlessAnthropic(offered=64 * MB) as endless:
+    with EndlessProvider(offered=64 * MB) as endless:
         env = lace_env(tmp_path / "home", ANTHROPIC_API_BASE=endless.base_url,
                        ANTHROPIC_API_KEY="sk-ant-not-a-key")
         ran = subprocess.run([sys.executable, "-c", STREAMED_CALL, MODEL], env=env,
@@ -129,4 +134,24 @@ def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit(tmp_path: Pa
     assert ended["transient"] is False
     assert MAX_STREAMED_CHUNKS - 10 <= ended["deltas"] <= MAX_STREAMED_CHUNKS
     assert endless.requests == 1
-    assert ended["after_mb"] - ended["before_mb"] < 400
+    assert endless.sent < 2 * MAX_ANSWER_BYTES  # lace hung up, not at the end of the offer
+    assert ended["after_mb"] - ended["before_mb"] < 1024  # litellm keeps every chunk
+
+
+async def test_an_endless_answer_of_an_openai_compatible_provider_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with EndlessProvider() as endless:
+        monkeypatch.setenv("HOSTED_VLLM_API_BASE", endless.base_url)
+        started = time.monotonic()
+        with pytest.raises(AnswerTooLargeError) as refused:
+            await LiteLLMClient().complete("hosted_vllm/some-model",
+                                           [{"role": "user", "content": "hi"}], [])
+        seconds = time.monotonic() - started
+        deadline = time.monotonic() + 10  # the loop closes the socket; the server sees it
+        while not endless.hung_up and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert endless.hung_up == 1  # at once, not when the garbage collector finds it
+    assert refused.value.transient is False
+    assert endless.requests == 1
+    assert endless.sent < 2 * MAX_ANSWER_BYTES
+    assert seconds < 60, seconds
