@@ -106,6 +106,7 @@ class LiteLLMClient(ProviderClient):
                 delta = chunk.choices[0].delta.content if chunk.choices else None
                 if delta:
                     await passed_on(on_delta, valid_text(delta))
+                await asyncio.sleep(0)  # a stream read ahead would hold the loop: let others go
         return module.stream_chunk_builder(chunks, messages=arguments["messages"])
 
 

@@ -35,24 +35,32 @@ from lace.llm.client import LiteLLMClient
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+async def ticking(ticks):
+    while True:
+        await asyncio.sleep(0.01)
+        ticks.append(time.monotonic())
+
 async def call():
     client = LiteLLMClient()
     client.warm_up()
-    before, started, deltas = peak_mb(), time.monotonic(), []
+    before, started, deltas, ticks = peak_mb(), time.monotonic(), [], []
+    ticker = asyncio.create_task(ticking(ticks))
     try:
         await client.complete(sys.argv[1], [{"role": "user", "content": "hi"}], [],
                               on_delta=deltas.append)
         error, transient = None, None
     except Exception as failure:
         error, transient = str(failure), getattr(failure, "transient", None)
+    ticker.cancel()
     print(json.dumps({"error": error, "transient": transient, "deltas": len(deltas),
-                      "seconds": time.monotonic() - started, "before_mb": before,
-                      "after_mb": peak_mb()}))
+                      "seconds": time.monotonic() - started, "ticks": len(ticks),
+                      "before_mb": before, "after_mb": peak_mb()}))
 
 asyncio.run(call())
 """
-"""Calls a model once through litellm, streamed, and prints (JSON) how it ended, how long it
-took and this process's peak memory before and after."""
+"""Calls a model once through litellm, streamed, beside a task ticking every 10 ms on the same
+loop, and prints (JSON) how the call ended, how long it took, how often the other task ran,
+and this process's peak memory before and after."""
 
 
 def lace_run(tmp_path: Path, base_url: str, name: str) -> Measured:
@@ -119,7 +127,8 @@ def test_a_helper_on_an_endless_endpoint_fails_alone_and_its_task_says_why(
     assert endless.requests == 1
 
 
-def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit(tmp_path: Path) -> None:
+def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit_and_holds_no_loop(
+        tmp_path: Path) -> None:
     with EndlessProvider(offered=64 * MB) as endless:
         env = lace_env(tmp_path / "home", ANTHROPIC_API_BASE=endless.base_url,
                        ANTHROPIC_API_KEY="sk-ant-not-a-key")
@@ -136,6 +145,7 @@ def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit(tmp_path: Pa
     assert endless.requests == 1
     assert endless.sent < 2 * MAX_ANSWER_BYTES  # lace hung up, not at the end of the offer
     assert ended["after_mb"] - ended["before_mb"] < 1024  # litellm keeps every chunk
+    assert ended["ticks"] > 10 * ended["seconds"]  # the loop went on (100 a second at best)
 
 
 async def test_an_endless_answer_of_an_openai_compatible_provider_is_refused(
