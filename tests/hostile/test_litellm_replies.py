@@ -18,6 +18,7 @@ import pytest
 from lace.llm.answer_limit import MAX_ANSWER_BYTES, MAX_STREAMED_CHUNKS, AnswerTooLargeError
 from lace.llm.anthropic_fake import FakeAnthropic
 from lace.llm.client import LiteLLMClient
+from lace.llm.litellm_setup import litellm
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query
@@ -31,6 +32,7 @@ MODEL = "anthropic/claude-sonnet-4-5"
 STREAMED_CALL = """
 import asyncio, json, resource, sys, time
 from lace.llm.client import LiteLLMClient
+from lace.llm.litellm_setup import litellm
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -148,8 +150,11 @@ def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit_and_holds_no
     assert ended["ticks"] > 10 * ended["seconds"]  # the loop went on (100 a second at best)
 
 
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 async def test_an_endless_answer_of_an_openai_compatible_provider_is_refused(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
+    """On litellm's default transport (aiohttp) and on httpx's (`DISABLE_AIOHTTP_TRANSPORT`)."""
+    monkeypatch.setattr(litellm(), "disable_aiohttp_transport", transport == "httpx")
     with EndlessProvider() as endless:
         monkeypatch.setenv("HOSTED_VLLM_API_BASE", endless.base_url)
         started = time.monotonic()
