@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
 from lace.store.engines import driver
+from lace.store.engines.postgresql import WRITERS
 from lace.store.leases import LeaseLostError, fenced
 from lace.store.prepared import AbortedTransactionError, Prepared
 from tests.conftest import lost_and_held_leases, new_session, query, turns_of
@@ -140,3 +141,25 @@ def test_a_transaction_whose_work_swallowed_a_database_error_is_never_committed(
     with pytest.raises(AbortedTransactionError):
         store.write(swallows)
     assert turns_of(migrated_postgres_url, session.id) == 0
+
+
+def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
+        store: Store, migrated_postgres_url: str) -> None:
+    """The unlock after a write that ran alone can fail while the session lives (its prepared
+    statement deallocated behind psycopg's back, as a pooler or another library may): the
+    session still lets go of the lock, else every writer of every process waited for it for
+    good (seen once), and no error comes out of it, else a write that committed ran again."""
+    kind = store.database.kind
+    ran = []
+    with store.database.engine.connect() as connection:
+        for attempt in range(3):  # psycopg prepares the unlock from its second time on
+            with kind.alone(connection):
+                if attempt == 2:
+                    driver(connection).pgconn.exec_(b"DEALLOCATE ALL")
+                ran.append(attempt)
+        assert ran == [0, 1, 2]
+        assert query(migrated_postgres_url, f"SELECT pg_try_advisory_lock({WRITERS})") \
+            == [(True,)]
+        with kind.alone(connection):  # and the connection serves again
+            ran.append(3)
+    assert ran == [0, 1, 2, 3]

@@ -234,6 +234,22 @@ def is_conflict(error: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) in CONFLICTS
 
 
+def _let_go(connection: sa.Connection) -> None:
+    """Release WRITERS, which `connection`'s session holds, whatever the block did; when that
+    fails (a statement the session lost, say), end the session, which releases it: never an
+    error here, which would take a write that committed for one to run again, and never the
+    lock kept, for which every writer of every process would wait for good."""
+    raw = driver(connection)
+    if raw.closed:
+        return
+    try:
+        if in_transaction(raw):
+            raw.rollback()
+        raw.execute(NOT_ALONE)
+    except Exception:
+        connection.invalidate()  # closes the session: the next use opens another
+
+
 class PostgreSQL:
     """A database on a PostgreSQL server, reached through psycopg 3."""
 
@@ -329,10 +345,7 @@ class PostgreSQL:
             yield
         finally:
             connection.info.pop(ALONE_KEY, None)
-            if not raw.closed:
-                if in_transaction(raw):
-                    raw.rollback()
-                raw.execute(NOT_ALONE)
+            _let_go(connection)
 
     def fail_fast(self, connection: sa.Connection) -> None:
         """A statement that meets a row another transaction holds fails at once (55P03, a
