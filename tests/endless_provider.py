@@ -1,7 +1,8 @@
 """A hostile provider on 127.0.0.1, speaking Anthropic's Messages API and OpenAI's chat
 completions: every answer is a message whose text does not end (as one JSON body, or on
-Anthropic's as a stream of small text deltas) until the client hangs up or `offered` bytes
-are sent (so a client that reads it all still ends)."""
+a stream of small text deltas) until the client hangs up or `offered` bytes
+are sent (so a client that reads it all still ends); streamed, on either API, as small text
+deltas."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class EndlessProvider(ThreadedServer):
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if body.get("stream"):
+            return await self._send(request, _chunks(body["model"]), b"", streamed=True)
         head = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
                 "model": body["model"]}
         return await self._send(request, _text(head, COMPLETION_TEXT), COMPLETION_END)
@@ -97,6 +100,20 @@ def _deltas(model: str) -> Iterator[bytes]:
                 "type": "content_block_delta", "index": 0,
                 "delta": {"type": "text_delta", "text": f"w{number} "}}))
         yield b"".join(events)
+
+
+def _chunks(model: str) -> Iterator[bytes]:
+    """A chat completion stream whose text deltas go on, 256 chunks a write."""
+    number = 0
+    while True:
+        chunks = []
+        for _ in range(256):
+            number += 1
+            chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                     "model": model, "choices": [{"index": 0, "delta": {
+                         "content": f"w{number} "}, "finish_reason": None}]}
+            chunks.append(f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode())
+        yield b"".join(chunks)
 
 
 def _event(kind: str, data: dict[str, object]) -> bytes:

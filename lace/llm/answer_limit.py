@@ -12,8 +12,9 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 room for the longest reply lace keeps (`MAX_REPLY_CHARACTERS`) however its JSON escapes it; a
 reply of 100 MB, read whole, took 544 MB of lace's memory."""
 MAX_STREAMED_CHUNKS = 131_072
-"""The most chunks lace takes of one answer streamed through litellm, whose stream is also held
-to `MAX_ANSWER_BYTES` in all: litellm keeps every chunk (4 to 6 KB of memory each) and adds
+"""The most chunks lace takes of one streamed answer (on the openai path too, where a stream
+that did not end went on for good). Through litellm the stream is also held to
+`MAX_ANSWER_BYTES` in all: litellm keeps every chunk (4 to 6 KB of memory each) and adds
 each chunk's text to all the text before it (CPU that grows with the square of the text), so
 16 MB of small chunks took 740 MB and 80 s of a core, this many chunks 530 MB and 40 s, 16 MB
 of 1 KB deltas 200 MB and 50 s. Room for a reply of 128,000 tokens at one token a chunk (the

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
-from lace.llm.answer_limit import too_large
+from lace.llm.answer_limit import MAX_STREAMED_CHUNKS, AnswerTooLargeError, too_large
 from lace.llm.calls import (
     ProviderClient,
     counted_tokens,
@@ -181,13 +181,20 @@ class OpenAIClient(ProviderClient):
         """The streamed answer put together as litellm's `stream_chunk_builder` does: text
         deltas passed on as they come, tool-call fragments joined by index, the usage chunk.
         At most `MAX_REPLY_CHARACTERS` of text and arguments are kept (and passed on), with
-        their whole lengths."""
+        their whole lengths; a stream past `MAX_STREAMED_CHUNKS` is refused (one that does not
+        end went on for good, its calls' fragments piling up), and the loop runs between
+        chunks (one read ahead held it: other agents and the app waited)."""
         text: list[str] = []
         kept = _Kept()
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
+            taken = 0
             async for chunk in stream:
+                if taken == MAX_STREAMED_CHUNKS:
+                    raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
+                taken += 1
+                await asyncio.sleep(0)
                 usage, answered_as = chunk.usage or usage, chunk.model or answered_as
                 if not chunk.choices:
                     continue

@@ -1,7 +1,8 @@
 """A hostile or broken provider reached through litellm (`anthropic/...` or an OpenAI-compatible
-one at a base URL a person configured): an answer that does not end, in one body or as a
-stream, is refused while it is read (`AnswerTooLarge`, not retried), in bounded memory and
-time; a normal answer still comes, and the other agents go on."""
+one at a base URL a person configured), or streaming on the openai path: an answer that does
+not end, in one body or as a stream, is refused while it is read (`AnswerTooLarge`, not
+retried), in bounded memory and time; a normal answer still comes, and the other agents go
+on."""
 
 from __future__ import annotations
 
@@ -31,8 +32,7 @@ from tests.scripted_coordinator import coordinator
 MODEL = "anthropic/claude-sonnet-4-5"
 STREAMED_CALL = """
 import asyncio, json, resource, sys, time
-from lace.llm.client import LiteLLMClient
-from lace.llm.litellm_setup import litellm
+from lace.llm.client import default_client
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -43,7 +43,7 @@ async def ticking(ticks):
         ticks.append(time.monotonic())
 
 async def call():
-    client = LiteLLMClient()
+    client = default_client()
     client.warm_up()
     before, started, deltas, ticks = peak_mb(), time.monotonic(), [], []
     ticker = asyncio.create_task(ticking(ticks))
@@ -60,9 +60,9 @@ async def call():
 
 asyncio.run(call())
 """
-"""Calls a model once through litellm, streamed, beside a task ticking every 10 ms on the same
-loop, and prints (JSON) how the call ended, how long it took, how often the other task ran,
-and this process's peak memory before and after."""
+"""Calls a model once (through litellm, or the openai SDK for `openai/`), streamed, beside a
+task ticking every 10 ms on the same loop, and prints (JSON) how the call ended, how long it
+took, how often the other task ran, and this process's peak memory before and after."""
 
 
 def lace_run(tmp_path: Path, base_url: str, name: str) -> Measured:
@@ -129,12 +129,16 @@ def test_a_helper_on_an_endless_endpoint_fails_alone_and_its_task_says_why(
     assert endless.requests == 1
 
 
-def test_an_endless_stream_through_litellm_stops_at_the_chunk_limit_and_holds_no_loop(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", [MODEL, "openai/some-model"])
+def test_an_endless_stream_stops_at_the_chunk_limit_and_holds_no_loop(
+        tmp_path: Path, model: str) -> None:
+    """Through litellm (`anthropic/`), and on the openai path, where such a stream went on for
+    good, the loop held."""
     with EndlessProvider(offered=64 * MB) as endless:
         env = lace_env(tmp_path / "home", ANTHROPIC_API_BASE=endless.base_url,
-                       ANTHROPIC_API_KEY="sk-ant-not-a-key")
-        ran = subprocess.run([sys.executable, "-c", STREAMED_CALL, MODEL], env=env,
+                       ANTHROPIC_API_KEY="sk-ant-not-a-key", OPENAI_BASE_URL=endless.base_url,
+                       OPENAI_API_KEY="sk-not-a-key")
+        ran = subprocess.run([sys.executable, "-c", STREAMED_CALL, model], env=env,
                              capture_output=True, text=True, timeout=180, check=False)
     assert ran.returncode == 0, ran.stderr
     ended = json.loads(ran.stdout)
