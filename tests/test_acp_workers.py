@@ -203,13 +203,21 @@ async def test_a_permission_lace_asks_about_waits_for_the_person(
         runtime.close()
 
 
-async def test_under_worktree_isolation_the_agent_works_in_its_own_worktree(
-        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+async def run_isolated(store: Store, models: ScriptedModels,
+                       tmp_path: Path) -> tuple[Path, Runtime, str]:
+    """A repository, and `run`'s session of the `files` worker under worktree isolation
+    there, allowed to write files."""
     repo = new_repository(tmp_path / "repo", {"notes.txt": "inside\n"})
     settings = worker_settings("files", str(repo / "notes.txt"),
                                policy={"file_write": "allow"})
     settings = settings.model_copy(update={"workspace": WorkspaceSettings(isolation="worktree")})
     runtime, root = await run(store, models, repo, settings)
+    return repo, runtime, root
+
+
+async def test_under_worktree_isolation_the_agent_works_in_its_own_worktree(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    repo, runtime, root = await run_isolated(store, models, tmp_path)
     try:
         child = f"{root}.1"
         assert not (repo / "out.txt").exists()  # the main tree is untouched
@@ -228,11 +236,7 @@ async def test_under_worktree_isolation_the_agent_works_in_its_own_worktree(
 
 async def test_an_acp_agent_whose_worktree_was_pruned_does_not_run_in_the_checkout(
         store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
-    repo = new_repository(tmp_path / "repo", {"notes.txt": "inside\n"})
-    settings = worker_settings("files", str(repo / "notes.txt"),
-                               policy={"file_write": "allow"})
-    settings = settings.model_copy(update={"workspace": WorkspaceSettings(isolation="worktree")})
-    runtime, root = await run(store, models, repo, settings)
+    repo, runtime, root = await run_isolated(store, models, tmp_path)
     try:
         child = f"{root}.1"
         board = Board(store, workspace=repo)

@@ -338,11 +338,16 @@ def started_run(tmp_path: Path, *argv: str) -> Iterator[tuple[subprocess.Popen[b
     try:
         yield run, pids
     finally:
-        run.kill()
-        run.wait()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_all(run, pids)
+
+
+def kill_all(run: subprocess.Popen[Any], pids: list[int]) -> None:
+    """A run and its workers killed, those still running."""
+    run.kill()
+    run.wait()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list[int]]:
@@ -544,11 +549,7 @@ def test_the_workers_of_a_run_with_its_stderr_closed_keep_no_pipe_in_its_place(
             assert opened_for_writing(pid, 2), pid
             assert pipes_held(pid) == {os.readlink(f"/proc/{pid}/fd/0")}, pid
     finally:
-        run.kill()
-        run.wait()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_all(run, pids)
 
 
 @pytest.mark.slow
@@ -680,11 +681,7 @@ def test_a_signal_to_a_runs_worker_before_its_session_stops_it_cleanly_unnamed(
             run.send_signal(signal.SIGTERM)
             assert ended(run, tmp_path) == 143
         finally:
-            run.kill()
-            run.wait()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill_all(run, pids)
     assert named_failures(tmp_path) == [], (tmp_path / "run.log").read_text()
     assert "Traceback" not in (tmp_path / "run.log").read_text()
 
