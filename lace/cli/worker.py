@@ -159,14 +159,16 @@ class Workers:
 
     def serve(self, root_id: str) -> None:
         """Name the session to the workers, then reap and name each that fails as it ends,
-        until `stop` (in the run's event loop)."""
+        until `stop` (in the run's event loop). Ctrl+Z stops them with the run from before
+        any of them serves (a worker may be serving before this process runs its next line)."""
+        if not self.processes:
+            return
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTSTP, self._suspend_together)
         for process in self.processes:
             with contextlib.suppress(OSError):  # it ended: its pipe has no reader
                 os.write(process.stdin, f"{root_id}\n".encode())
-        if self.processes:
-            loop = asyncio.get_running_loop()
-            self._watching = loop.create_task(self._name_as_they_end(), name="lace-run-workers")
-            loop.add_signal_handler(signal.SIGTSTP, self._suspend_together)
+        self._watching = loop.create_task(self._name_as_they_end(), name="lace-run-workers")
 
     def _suspend_together(self) -> None:
         """Ctrl+Z: the workers, in process groups of their own, stop with the run, and go on
