@@ -20,6 +20,7 @@ from lace.llm.answer_limit import MAX_ANSWER_BYTES, MAX_STREAMED_CHUNKS, AnswerT
 from lace.llm.anthropic_fake import FakeAnthropic
 from lace.llm.client import LiteLLMClient
 from lace.llm.litellm_setup import litellm
+from lace.llm.openai_client import OpenAIClient
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query
@@ -174,3 +175,25 @@ async def test_an_endless_answer_of_an_openai_compatible_provider_is_refused(
     assert endless.requests == 1
     assert endless.sent < 2 * MAX_ANSWER_BYTES
     assert seconds < 60, seconds
+
+
+async def test_an_endless_stream_on_the_openai_path_is_refused_and_its_connection_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The openai SDK's stream, left at the chunk limit, kept its connection open (the server
+    went on writing into it) until the garbage collector found it."""
+    with EndlessProvider(offered=64 * MB) as endless:
+        monkeypatch.setenv("OPENAI_BASE_URL", endless.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-not-a-key")
+        deltas: list[str] = []
+        with pytest.raises(AnswerTooLargeError) as refused:
+            await OpenAIClient().complete("openai/some-model",
+                                          [{"role": "user", "content": "hi"}], [],
+                                          on_delta=deltas.append)
+        deadline = time.monotonic() + 10  # the loop closes the socket; the server sees it
+        while not endless.hung_up and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert endless.hung_up == 1  # at once, not when the garbage collector finds it
+    assert str(refused.value).startswith(f"AnswerTooLarge: the answer is more than "
+                                         f"{MAX_STREAMED_CHUNKS:,} chunks")
+    assert MAX_STREAMED_CHUNKS - 10 <= len(deltas) <= MAX_STREAMED_CHUNKS
+    assert endless.requests == 1
