@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +22,7 @@ from lace.store import Store, Tx, open_database
 from lace.store.engines import driver
 from lace.store.engines.postgresql import WRITERS
 from lace.store.leases import LeaseLostError, fenced
-from lace.store.prepared import AbortedTransactionError, Prepared
+from lace.store.prepared import AbortedTransactionError, Prepared, _prepare_all, _prepared
 from tests.conftest import lost_and_held_leases, new_session, query, turns_of
 
 UNTYPED = Prepared(sa.text("SELECT CAST(:value IS NULL AS INTEGER) AS empty"))
@@ -163,3 +165,62 @@ def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
         with kind.alone(connection):  # and the connection serves again
             ran.append(3)
     assert ran == [0, 1, 2, 3]
+
+
+
+ON_AGENTS = "SELECT count(*) FROM agent_metadata WHERE thread_id = %(agent)s"
+ON_INBOX = "SELECT count(*) FROM inbox WHERE thread_id = %(thread)s"
+
+
+def test_a_batch_of_prepares_cut_off_midway_leaves_no_statement_lace_does_not_know(
+        migrated_postgres_url: str) -> None:
+    """A PREPARE outlives the transaction it ran in: when one of a batch fails for another
+    reason than a refusal (cancelled here, as a lock or statement timeout would), those before
+    it stay in the session; unknown to lace, the next PREPARE of one collided with it (42P05),
+    and the statement was taken for one the server cannot prepare, its values bound for good."""
+    import psycopg
+
+    database = open_database(migrated_postgres_url)
+    holder = sa.create_engine(migrated_postgres_url.replace("postgresql://",
+                                                            "postgresql+psycopg://", 1))
+    failed: list[BaseException] = []
+
+    def batch(raw: Any) -> None:
+        try:
+            _prepare_all(psycopg.ClientCursor(raw), [ON_AGENTS, ON_INBOX])
+        except psycopg.Error as error:
+            failed.append(error)
+
+    def agree(raw: Any) -> tuple[set[str], set[str]]:
+        rows = raw.execute("SELECT name FROM pg_prepared_statements "
+                           "WHERE starts_with(name, 'lace_')").fetchall()
+        return {name for (name,) in rows}, set((_prepared.get(raw) or {}).values())
+
+    try:
+        with database.engine.connect() as connection, holder.connect() as locker:
+            raw = driver(connection)
+            raw.execute("BEGIN")
+            locker.exec_driver_sql("LOCK TABLE inbox IN ACCESS EXCLUSIVE MODE")
+            preparing = threading.Thread(target=batch, args=(raw,))
+            preparing.start()
+            deadline = time.monotonic() + 10
+            while not (waiting := locker.exec_driver_sql(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND starts_with(query, 'SAVEPOINT lace_prepare')").all()):
+                assert time.monotonic() < deadline, "no PREPARE waited for the lock"
+                time.sleep(0.02)
+            locker.exec_driver_sql(f"SELECT pg_cancel_backend({waiting[0][0]})")
+            preparing.join(10)
+            locker.rollback()
+            assert [type(error) for error in failed] == [psycopg.errors.QueryCanceled]
+            raw.rollback()  # the transaction is undone, as every failed one is
+            server, lace = agree(raw)
+            assert server == lace, "the session holds statements lace does not know"
+            raw.execute("BEGIN")
+            _prepare_all(psycopg.ClientCursor(raw), [ON_AGENTS])
+            server, lace = agree(raw)
+            raw.rollback()
+        assert server == lace and len(lace) == 1  # prepared, not bound for good
+    finally:
+        holder.dispose()
+        database.close()
