@@ -190,28 +190,29 @@ class OpenAIClient(ProviderClient):
         usage, answered_as = None, name
         try:
             taken = 0
-            async for chunk in stream:
-                if taken == MAX_STREAMED_CHUNKS:
-                    raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
-                taken += 1
-                await asyncio.sleep(0)
-                usage, answered_as = chunk.usage or usage, chunk.model or answered_as
-                if not chunk.choices:
-                    continue
-                delta = chunk.choices[0].delta
-                if delta.content:
-                    piece = kept.take(delta.content, "content")
-                    if piece:
-                        text.append(piece)
-                        await passed_on(on_delta, valid_text(piece))
-                for call in delta.tool_calls or []:
-                    joined = calls.setdefault(call.index,
-                                              {"id": "", "name": "", "arguments": ""})
-                    joined["id"] = call.id or joined["id"]
-                    function = call.function
-                    if function is not None:
-                        joined["name"] = function.name or joined["name"]
-                        joined["arguments"] += kept.take(function.arguments or "", call.index)
+            async with stream:  # closed however the reading ends: a refused one hangs up
+                async for chunk in stream:
+                    if taken == MAX_STREAMED_CHUNKS:
+                        raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
+                    taken += 1
+                    await asyncio.sleep(0)
+                    usage, answered_as = chunk.usage or usage, chunk.model or answered_as
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta
+                    if delta.content:
+                        piece = kept.take(delta.content, "content")
+                        if piece:
+                            text.append(piece)
+                            await passed_on(on_delta, valid_text(piece))
+                    for call in delta.tool_calls or []:
+                        joined = calls.setdefault(call.index,
+                                                  {"id": "", "name": "", "arguments": ""})
+                        joined["id"] = call.id or joined["id"]
+                        function = call.function
+                        if function is not None:
+                            joined["name"] = function.name or joined["name"]
+                            joined["arguments"] += kept.take(function.arguments or "", call.index)
         except ModelError:
             raise
         except Exception as error:
