@@ -208,6 +208,9 @@ _prepared: WeakKeyDictionary[Any, OrderedDict[str, str]] = WeakKeyDictionary()
 least recently used first."""
 MAX_PREPARED = 100
 """The most statements lace keeps prepared in one session (psycopg's own cache keeps as many)."""
+_unknown_prepared: WeakSet[Any] = WeakSet()
+"""Connections whose session may hold statements lace does not know of: a batch of PREPAREs
+failed midway (not refused), and those before the failed one outlive its transaction."""
 _unpreparable: set[str] = set()
 """Statements the server refused to prepare (a parameter whose type it cannot infer): their
 values are bound here instead."""
@@ -272,6 +275,7 @@ def _prepare_all(cursor: Any, statements: Sequence[str]) -> None:
                 "RELEASE lace_prepare"]))
         except Error as error:
             if str(error.sqlstate)[:2] not in _REFUSALS:
+                _unknown_prepared.add(connection)  # those before it stay: end them all
                 raise
             _undo_prepares(cursor)
         else:
@@ -345,9 +349,11 @@ def _keep_at_most(cursor: Any, known: OrderedDict[str, str], most: int) -> None:
 def forget_prepared(connection: Any) -> bool:
     """After a ROLLBACK on `connection`, psycopg deallocates the statements it prepared, and
     ours may be among them: forget ours, each is prepared again when next used. Whether any
-    were (then the caller ends them all: `DEALLOCATE ALL`, so that none is left behind to
-    collide with its next PREPARE)."""
-    return bool(_prepared.pop(connection, None))
+    were, or may be (`_unknown_prepared`): then the caller ends them all (`DEALLOCATE ALL`),
+    so that none is left behind to collide with its next PREPARE."""
+    unknown = connection in _unknown_prepared
+    _unknown_prepared.discard(connection)
+    return bool(_prepared.pop(connection, None)) or unknown
 
 
 def _as_statement_error(error: Exception, sql: str, params: Mapping[str, Any]) -> Exception:
