@@ -511,3 +511,55 @@ def test_a_persons_new_profile_checks_the_roots_model_before_the_write(
     assigned, writable = done.stdout.split(" ", 1)
     assert assigned.endswith(".1"), done.stdout  # the helper was planned on the root's model
     assert writable.strip() == "[True]", done.stdout  # imported once, outside the write
+
+
+NEW_PROFILE_IN_A_RUNTIME = """
+import asyncio
+import sqlite3
+import sys
+from pathlib import Path
+
+from lace.config import Profile, Settings
+from lace.llm.checks import check_model
+from lace.llm.client import default_client
+from lace.runtime import open_runtime
+from lace.runtime.board import open_board
+from lace.store import Store, open_database
+
+PROBE
+
+settings = Settings(profiles={"reviewer": Profile(system_prompt="Review what you are given.")})
+root = open_board(sys.argv[1], settings=settings).start_session(
+    "go", "anthropic/claude-sonnet-4-5", Path.cwd())
+runtime = open_runtime(Store(open_database(sys.argv[1])), settings, default_client(),
+                       check_model=check_model, workspace=Path.cwd())
+
+
+async def main():
+    try:
+        assert "litellm" not in sys.modules, "imported before the person's call"
+        sys.meta_path.insert(0, ProbeAtImport())
+        result = await runtime.act_as_human(root.id, "task_create", {"tasks": [
+            {"title": "t", "prompt": "t", "assigned_to": "new:reviewer"}]})
+        assert not result.is_error, result.text
+        print(ProbeAtImport.writable)
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+asyncio.run(main())
+""".replace("PROBE", NEW_PROFILE[NEW_PROFILE.index("class ProbeAtImport"):
+                                 NEW_PROFILE.index("board = open_board")])
+
+
+def test_a_persons_new_profile_in_a_runtime_checks_the_roots_model_before_the_write(
+        tmp_path: Path) -> None:
+    """The same call through a runtime (the app, `lace mcp serve`: `human_context`), where
+    litellm may not be imported yet either: no agent of the process has called a model."""
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-not-real", "LACE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", NEW_PROFILE_IN_A_RUNTIME,
+                           str(tmp_path / "lace.db")], capture_output=True, text=True,
+                          timeout=120, check=False, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[True]", done.stdout  # imported once, outside the write
