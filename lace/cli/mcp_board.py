@@ -118,7 +118,8 @@ class BoardServer:
             if progress is not None:
                 await progress(waited, most, f"waited {waited:.0f} s")
 
-        context = dataclasses.replace(self.runner.human_context(session_id), progress=report)
+        context = dataclasses.replace(await self.runner.person_context(session_id),
+                                      progress=report)
         return await self.runner.call(context, name, arguments)
 
     async def _session_for(self, name: str, arguments: Arguments) -> str:

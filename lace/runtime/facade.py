@@ -118,7 +118,7 @@ class Runtime:
     async def act_as_human(self, root_id: str, tool: str, arguments: Arguments,
                            ) -> ToolResult:
         """Call a tool as the person (`human`) through the one tool path."""
-        return await self.tools.call(self.tools.human_context(root_id), tool, arguments)
+        return await self.tools.call(await self.tools.person_context(root_id), tool, arguments)
 
     async def decide(self, approval_id: int, status: str) -> None:
         """The person's answer to an approval request (the app's prompt)."""

@@ -12,7 +12,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from lace.config import Budgets, Limits, Policy, Profile, ToolSettings, WorkspaceSettings
@@ -120,6 +120,16 @@ class ToolRunner:
     def human_context(self, session_id: str) -> ToolContext:
         """The tool context of the person (`human`), who may hand out any tool."""
         return self._context(HUMAN, session_id, None, None)
+
+    async def person_context(self, session_id: str) -> ToolContext:
+        """`human_context`, with the model of the session's root, which a bare `new:` of the
+        person takes: its check then runs before the write too (the first one may import
+        litellm, seconds that would hold the write lock)."""
+        root = await self.db.read(lambda tx: tx.agents.find(session_id))
+        context = self.human_context(session_id)
+        if root is None:
+            return context
+        return replace(context, creator_model=(root.provider, root.model))
 
     def _context(self, thread_id: str, session_id: str, tools: tuple[str, ...] | None,
                  lease: Lease | None, commit_work: CommitWork | None = None) -> ToolContext:
