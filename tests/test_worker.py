@@ -440,8 +440,13 @@ def test_ctrl_z_stops_a_runs_workers_with_it_and_fg_goes_on_with_them(tmp_path: 
     with started_run(tmp_path) as (run, pids):
         ready(tmp_path / "home" / "lace.db", 3)
         os.kill(run.pid, signal.SIGTSTP)  # what the terminal sends the run's group on Ctrl+Z
-        wait_for(lambda: [state(pid) for pid in (run.pid, *pids)] == ["T"] * 3,
-                 "the run and both workers to be stopped")
+        try:
+            wait_for(lambda: [state(pid) for pid in (run.pid, *pids)] == ["T"] * 3,
+                     "the run and both workers to be stopped")
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {[(pid, state(pid)) for pid in (run.pid, *pids)]}"
+                                 f", now {workers_of(run.pid, named=False)}\n"
+                                 f"{(tmp_path / 'run.log').read_text()}") from None
         os.kill(run.pid, signal.SIGCONT)  # `fg`
         wait_for(lambda: "T" not in [state(pid) for pid in (run.pid, *pids)],
                  "the run and both workers to go on")
@@ -563,7 +568,7 @@ def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
         assert ended(run, tmp_path) == 143
     log = (tmp_path / "run.log").read_text()
     named = [line for line in log.splitlines() if "ended with exit code" in line]
-    assert named and str(killed) in named[0], log
+    assert named and str(killed) in named[0], f"killed {killed} of {pids}\n{log}"
 
 
 @pytest.mark.slow
