@@ -5,7 +5,13 @@ read with it: the openai SDK's transport (`openai_transport`) and litellm's
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import TypeVar
+
 from lace.llm.types import ModelError
+
+T = TypeVar("T")
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 """The most lace reads of one answer, or of one line of a streamed answer on the openai path:
@@ -41,3 +47,15 @@ def too_large(error: BaseException) -> AnswerTooLargeError | None:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+async def capped_chunks(stream: AsyncIterable[T]) -> AsyncIterator[T]:
+    """The chunks of a streamed answer, refused past `MAX_STREAMED_CHUNKS`, with the event loop
+    let run after each (a stream read ahead would hold it: other agents and the app wait)."""
+    taken = 0
+    async for chunk in stream:
+        if taken == MAX_STREAMED_CHUNKS:
+            raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
+        taken += 1
+        yield chunk
+        await asyncio.sleep(0)

@@ -11,7 +11,7 @@ from typing import Any
 
 from lace.core.providers import LOCAL_PROVIDERS
 from lace.core.text import valid_text
-from lace.llm.answer_limit import MAX_STREAMED_CHUNKS, AnswerTooLargeError, too_large
+from lace.llm.answer_limit import capped_chunks, too_large
 from lace.llm.caching import cache_marked
 from lace.llm.calls import (
     ProviderClient,
@@ -99,14 +99,11 @@ class LiteLLMClient(ProviderClient):
                                           stream_options={"include_usage": True})
         chunks: list[Any] = []
         async with contextlib.aclosing(stream):
-            async for chunk in stream:
-                if len(chunks) == MAX_STREAMED_CHUNKS:
-                    raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
+            async for chunk in capped_chunks(stream):
                 chunks.append(chunk)
                 delta = chunk.choices[0].delta.content if chunk.choices else None
                 if delta:
                     await passed_on(on_delta, valid_text(delta))
-                await asyncio.sleep(0)  # a stream read ahead would hold the loop: let others go
         return module.stream_chunk_builder(chunks, messages=arguments["messages"])
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from lace.core.text import MAX_REPLY_CHARACTERS, valid_text
-from lace.llm.answer_limit import MAX_STREAMED_CHUNKS, AnswerTooLargeError, too_large
+from lace.llm.answer_limit import capped_chunks, too_large
 from lace.llm.calls import (
     ProviderClient,
     counted_tokens,
@@ -189,13 +189,8 @@ class OpenAIClient(ProviderClient):
         calls: dict[int, dict[str, str]] = {}
         usage, answered_as = None, name
         try:
-            taken = 0
             async with stream:  # closed however the reading ends: a refused one hangs up
-                async for chunk in stream:
-                    if taken == MAX_STREAMED_CHUNKS:
-                        raise AnswerTooLargeError(f"{MAX_STREAMED_CHUNKS:,} chunks")
-                    taken += 1
-                    await asyncio.sleep(0)
+                async for chunk in capped_chunks(stream):
                     usage, answered_as = chunk.usage or usage, chunk.model or answered_as
                     if not chunk.choices:
                         continue
