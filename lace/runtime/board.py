@@ -5,7 +5,7 @@ through the one tool path; the agents it wakes run in whichever process runs the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -242,10 +242,7 @@ class Board:
                 session_id = tx.tasks.get(arguments["task_id"]).thread_id
             session = pick_session(tx, session_id).id
             root = tx.agents.find(session)
-        context = self.context(session)
-        if root is not None:  # a bare `new:` takes its model: checked before the write too
-            context = replace(context, creator_model=(root.provider, root.model))
-        return call_tool(self.store, context, tool, arguments)
+        return call_tool(self.store, self.context(session).with_creator(root), tool, arguments)
 
     def start_session(self, prompt: str, model: str, workspace: Path,
                       warn: Callable[[str], None] = lambda _text: None) -> Thread:

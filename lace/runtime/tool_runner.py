@@ -12,7 +12,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lace.config import Budgets, Limits, Policy, Profile, ToolSettings, WorkspaceSettings
@@ -126,10 +126,7 @@ class ToolRunner:
         person takes: its check then runs before the write too (the first one may import
         litellm, seconds that would hold the write lock)."""
         root = await self.db.read(lambda tx: tx.agents.find(session_id))
-        context = self.human_context(session_id)
-        if root is None:
-            return context
-        return replace(context, creator_model=(root.provider, root.model))
+        return self.human_context(session_id).with_creator(root)
 
     def _context(self, thread_id: str, session_id: str, tools: tuple[str, ...] | None,
                  lease: Lease | None, commit_work: CommitWork | None = None) -> ToolContext:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from lace.config import Budgets, Limits, Profile, WorkspaceSettings
 from lace.config import ModelCheck as ModelCheck
 from lace.core.errors import LaceError
-from lace.core.records import Lease
+from lace.core.records import Agent, Lease
 from lace.core.text import valid_text
 from lace.store import Tx
 
@@ -79,6 +79,13 @@ class ToolContext:
     """The model reply the call belongs to: the tasks it creates for agents tell their
     creator once, when the last of them settles (`TaskBoard.create_tasks`); None outside a
     turn (the person)."""
+
+    def with_creator(self, creator: Agent | None) -> ToolContext:
+        """This context, where a `new:` of no model of its own takes `creator`'s (the
+        person's: the session root's), known now so its check runs before the write too."""
+        if creator is None:
+            return self
+        return replace(self, creator_model=(creator.provider, creator.model))
 
 
 @dataclass(frozen=True)
