@@ -209,6 +209,9 @@ def test_a_batch_of_prepares_cut_off_midway_leaves_no_statement_lace_does_not_kn
                     "AND starts_with(query, 'SAVEPOINT lace_prepare')").all()):
                 assert time.monotonic() < deadline, "no PREPARE waited for the lock"
                 time.sleep(0.02)
+                # the server keeps what a transaction first read of pg_stat_activity until
+                # it ends: the locker's must look again
+                locker.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
             locker.exec_driver_sql(f"SELECT pg_cancel_backend({waiting[0][0]})")
             preparing.join(10)
             locker.rollback()
