@@ -50,9 +50,11 @@ def state(pid: int) -> str:
 
 
 def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    """Whether `pid` runs: a zombie, dead but not yet reaped, does not, once its other threads
+    are gone too (a killed process's first thread is a zombie while the others still end, and
+    until they have, its parent cannot reap it)."""
     try:
-        return state(pid) != "Z"
+        return state(pid) != "Z" or len(list(Path(f"/proc/{pid}/task").iterdir())) > 1
     except (FileNotFoundError, ProcessLookupError):
         return False
 
