@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings
+from lace.cli.loop import run_async
 from lace.cli.run import model_client, usable_model
 from lace.core.errors import LaceError
 from lace.runtime.public import DaemonThreads
@@ -44,7 +45,7 @@ def acp_command(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace acp: %(levelname)s %(name)s: %(message)s")
     protocol_out = _take_stdout()
-    return asyncio.run(_serve(args, board, model, protocol_out))
+    return run_async(lambda: _serve(args, board, model, protocol_out))
 
 
 def _watchable(descriptor: int, event: int) -> bool:

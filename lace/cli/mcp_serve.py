@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lace.cli.access import AccessToken, access_token
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
+from lace.cli.loop import run_async
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings, default_model
 from lace.core.errors import LaceError
@@ -101,8 +102,8 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
               "and holds the token acts on it as you, over plain HTTP", file=sys.stderr)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace mcp: %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_serve(args, board, settings, latest.id if latest else None,
-                              listening))
+    return run_async(lambda: _serve(args, board, settings, latest.id if latest else None,
+                                    listening))
 
 
 def open_socket(listen: Listen, token: AccessToken) -> Listening:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
+from lace.cli.loop import run_async
 from lace.cli.output import print_json, report, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings
@@ -70,7 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
             board.get_thread(args.continue_thread)
         started: list[str] = []  # the session's id, once there is one
         try:
-            return asyncio.run(_run(args, board, model, settings, started, workers))
+            return run_async(lambda: _run(args, board, model, settings, started, workers))
         except KeyboardInterrupt:
             print(f"lace: {_resumable('interrupted', started)}", file=sys.stderr)
             return EXIT_INTERRUPTED

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from dataclasses import asdict
 
 from lace.cli.board import board_of
+from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
 from lace.core.lines import event_text
 from lace.core.records import Event, SessionSummary
@@ -52,7 +52,7 @@ def follow_command(args: argparse.Namespace) -> int:
         root_id = board.session(args.session).id
         printer = _json_line if args.json else _readable_line
         try:
-            asyncio.run(board.follow(root_id, printer))
+            run_async(lambda: board.follow(root_id, printer))
         except KeyboardInterrupt:
             print(f"lace: stopped following; session {root_id} is left as it is "
                   f"(lace follow {root_id} follows it again)", file=sys.stderr)

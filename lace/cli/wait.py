@@ -4,11 +4,11 @@ does (the root's last answer and the same exit codes)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from lace.cli.board import board_of
 from lace.cli.commands import EXIT_STILL_RUNNING
+from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
 from lace.runtime.databases import when_reachable
 from lace.runtime.outcome import Outcome
@@ -23,8 +23,8 @@ def wait_command(args: argparse.Namespace) -> int:
     with board_of(args) as board:  # a server that is not there at all is an error at once
         root_id = when_reachable(lambda: board.session(args.session).id, db)
         try:
-            went_quiet = asyncio.run(board.until_quiet(root_id, args.timeout,
-                                                       lambda: _waiting(root_id)))
+            went_quiet = run_async(lambda: board.until_quiet(
+                root_id, args.timeout, lambda: _waiting(root_id)))
         except KeyboardInterrupt:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)

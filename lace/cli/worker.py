@@ -25,6 +25,7 @@ from lace.cli.forked import (
     supervise,
 )
 from lace.cli.invocation import runtime_settings, workspace_of
+from lace.cli.loop import run_async
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.core.errors import LaceError
@@ -58,7 +59,7 @@ def worker_command(args: argparse.Namespace) -> int:
         if children:
             return supervise(children)
         board, roots = _board_and_sessions(args)
-    return asyncio.run(_serve(args, board, settings, roots))
+    return run_async(lambda: _serve(args, board, settings, roots))
 
 
 def _board_and_sessions(args: argparse.Namespace) -> tuple[Board, list[str]]:
