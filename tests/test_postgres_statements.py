@@ -146,11 +146,12 @@ def test_a_transaction_whose_work_swallowed_a_database_error_is_never_committed(
 
 
 def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
-        store: Store, migrated_postgres_url: str) -> None:
+        store: Store, migrated_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """The unlock after a write that ran alone can fail while the session lives (its prepared
     statement deallocated behind psycopg's back, as a pooler or another library may): the
     session still lets go of the lock, else every writer of every process waited for it for
-    good (seen once), and no error comes out of it, else a write that committed ran again."""
+    good (seen once), and no error comes out of it, else a write that committed ran again;
+    the log says so, once."""
     kind = store.database.kind
     ran = []
     with store.database.engine.connect() as connection:
@@ -162,6 +163,10 @@ def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
         assert ran == [0, 1, 2]
         assert query(migrated_postgres_url, f"SELECT pg_try_advisory_lock({WRITERS})") \
             == [(True,)]
+        told = [record.getMessage() for record in caplog.records
+                if "writers' lock" in record.getMessage()]
+        assert told == ["could not release the writers' lock (InvalidSqlStatementName); "
+                        "ending the database session, which releases it"]
         with kind.alone(connection):  # and the connection serves again
             ran.append(3)
     assert ran == [0, 1, 2, 3]

@@ -246,7 +246,9 @@ def _let_go(connection: sa.Connection) -> None:
         if in_transaction(raw):
             raw.rollback()
         raw.execute(NOT_ALONE)
-    except Exception:
+    except Exception as error:
+        log.warning("could not release the writers' lock (%s); ending the database session, "
+                    "which releases it", type(error).__name__)
         connection.invalidate()  # closes the session: the next use opens another
 
 
