@@ -22,7 +22,7 @@ from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import open_runtime
 from lace.store import Store, open_database
-from tests.conftest import query
+from tests.conftest import is_postgres, query
 from tests.lace_forks import lace_popen, run_lace
 from tests.processes import DELIVERED, MANY_PROMPT, board_rows, lace_env
 from tests.scripted import ScriptedModels, reply
@@ -176,6 +176,57 @@ async def test_a_model_call_whose_lease_was_taken_meanwhile_still_counts_what_it
                               "agent_metadata") == [(1234, 56, 0.0789, "another-process")]
         assert query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'agent_message'") \
             == [(0,)]  # the reply itself is not written: only what it cost
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+REFUSE_CALLS_ON_SQLITE = ["CREATE TRIGGER refused BEFORE INSERT ON llm_calls "
+                          "BEGIN SELECT RAISE(ABORT, 'no more calls here'); END"]
+REFUSE_CALLS_ON_POSTGRESQL = [
+    "CREATE FUNCTION refused() RETURNS trigger LANGUAGE plpgsql "
+    "AS $$ BEGIN RAISE EXCEPTION 'no more calls here'; END $$",
+    "CREATE TRIGGER refused BEFORE INSERT ON llm_calls FOR EACH ROW EXECUTE FUNCTION refused()"]
+
+
+async def test_a_lost_leases_usage_write_that_fails_still_leaves_the_agent_to_its_new_holder(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The usage of a call whose lease was taken meanwhile cannot be written (the database
+    refuses it): the turn is still abandoned as a lost lease (a warning says the usage was
+    lost), not taken for a failed turn (an error and its traceback), and the agent is left as
+    its new holder has it."""
+    runtime = open_runtime(store, Settings(), default_client(), check_model=check_model,
+                           workspace=tmp_path)
+    in_call, answer = asyncio.Event(), asyncio.Event()
+
+    async def root(messages: list[dict[str, Any]]) -> ScriptedReply:
+        in_call.set()
+        await answer.wait()
+        return ScriptedReply("never recorded", prompt_tokens=1234, completion_tokens=56)
+
+    models.on("root", root)
+    try:
+        session = await runtime.start_session("go", "scripted/root")
+        async with asyncio.timeout(10):
+            await in_call.wait()
+        with store.transaction() as tx:  # another (live) process takes the agent over
+            tx.processes.register("another-process", 60.0)
+            tx.agents.update(session.id, status="running", lease_holder="another-process",
+                             lease_epoch=tx.agents.get(session.id).lease_epoch + 1)
+            for statement in REFUSE_CALLS_ON_POSTGRESQL if is_postgres(db_path) \
+                    else REFUSE_CALLS_ON_SQLITE:
+                tx.connection.exec_driver_sql(statement)
+        answer.set()
+        async with asyncio.timeout(10):
+            await runtime.run_until_quiet(session.id)
+        assert query(db_path, "SELECT status, lease_holder, stop_reason FROM agent_metadata") \
+            == [("running", "another-process", None)]
+        assert query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'error'") == [(0,)]
+        logged = [(record.levelname, record.getMessage()) for record in caplog.records
+                  if record.name.startswith("lace")]
+        assert not [entry for entry in logged if entry[0] == "ERROR"], logged
+        assert any("could not record the usage" in message for _, message in logged), logged
     finally:
         await runtime.stop()
         runtime.close()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import random
 import time
 import uuid
@@ -44,6 +45,7 @@ from lace.store.leases import LeaseLostError, fenced
 from lace.tools.base import ToolResult
 
 T = TypeVar("T")
+log = logging.getLogger("lace.runtime")
 EMPTY_ANSWER_RETRIES = 2
 """An empty answer is asked again at most this often (and no more than `model_retries`): a
 model that said nothing three times will not speak on the fifth, and each wait is longer."""
@@ -360,7 +362,11 @@ class TurnRunner:
         try:
             await self.db.write(fenced(lease, work))
         except LeaseLostError:
-            await self.db.write(usage)
+            try:
+                await self.db.write(usage)
+            except Exception as error:  # the lost lease is what ends the turn, still
+                log.warning("could not record the usage of a call of %s after its lease was "
+                            "lost (%s)", lease.thread_id, type(error).__name__)
             raise
 
     async def _record_cut_call(self, record: Callable[[Tx], None]) -> None:
