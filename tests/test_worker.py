@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,26 @@ def test_a_worker_runs_sessions_other_processes_write_new_ones_too(
     assert_delivered_once(db)
     assert {row[0] for row in rows(db, "SELECT lease_holder FROM agent_metadata")} == {worker_id}
     assert rows(db, "SELECT id FROM processes") == []  # it gave up its lease
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_worker_signalled_again_and_again_while_it_stops_still_exits_0(
+        tmp_path: Path, signum: int) -> None:
+    """A stopping signal that comes again while the worker stops, even once its event loop
+    has closed (systemd signals every process of the unit and `lace worker --processes`
+    forwards its own, so each worker gets two), is ignored: it exits 0, not killed by it."""
+    db = new_database(tmp_path)
+    with worker(tmp_path, db, name="worker") as process:
+        ready(db, 1)
+        signalled = 0
+        while process.poll() is None and signalled < 20000:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+            signalled += 1
+            time.sleep(0.0005)
+        assert process.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
+    assert signalled > 1
 
 
 @pytest.mark.slow

@@ -101,13 +101,19 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    for signum in STOPPING:  # once: a second would cut the shutdown
-        loop.add_signal_handler(signum, lambda: main.cancelling() or main.cancel())
+    def stop() -> None:  # once: a second would cut the shutdown, even after the loop closed
+        for signum in STOPPING:
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_IGN)
+        main.cancel()
+
+    for signum in STOPPING:
+        loop.add_signal_handler(signum, stop)
     if args.for_run:
         def read_stdin() -> None:
             if not os.read(STDIN, 4096):  # the run that started it has ended
                 loop.remove_reader(STDIN)
-                main.cancel()
+                stop()
 
         loop.add_reader(STDIN, read_stdin)
     try:
