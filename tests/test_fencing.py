@@ -24,6 +24,7 @@ from lace.runtime import open_runtime
 from lace.store import Store, open_database
 from tests.conftest import is_postgres, query
 from tests.lace_forks import lace_popen, run_lace
+from tests.logs import records_of
 from tests.processes import DELIVERED, MANY_PROMPT, board_rows, lace_env
 from tests.scripted import ScriptedModels, reply
 
@@ -190,8 +191,7 @@ REFUSE_CALLS_ON_POSTGRESQL = [
 
 
 async def test_a_lost_leases_usage_write_that_fails_still_leaves_the_agent_to_its_new_holder(
-        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
     """The usage of a call whose lease was taken meanwhile cannot be written (the database
     refuses it): the turn is still abandoned as a lost lease (a warning says the usage was
     lost), not taken for a failed turn (an error and its traceback), and the agent is left as
@@ -217,14 +217,14 @@ async def test_a_lost_leases_usage_write_that_fails_still_leaves_the_agent_to_it
             for statement in REFUSE_CALLS_ON_POSTGRESQL if is_postgres(db_path) \
                     else REFUSE_CALLS_ON_SQLITE:
                 tx.connection.exec_driver_sql(statement)
-        answer.set()
-        async with asyncio.timeout(10):
-            await runtime.run_until_quiet(session.id)
+        with records_of("lace") as records:
+            answer.set()
+            async with asyncio.timeout(10):
+                await runtime.run_until_quiet(session.id)
         assert query(db_path, "SELECT status, lease_holder, stop_reason FROM agent_metadata") \
             == [("running", "another-process", None)]
         assert query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'error'") == [(0,)]
-        logged = [(record.levelname, record.getMessage()) for record in caplog.records
-                  if record.name.startswith("lace")]
+        logged = [(record.levelname, record.getMessage()) for record in records]
         assert not [entry for entry in logged if entry[0] == "ERROR"], logged
         assert any("could not record the usage" in message for _, message in logged), logged
     finally:

@@ -24,6 +24,7 @@ from lace.store.engines.postgresql import WRITERS
 from lace.store.leases import LeaseLostError, fenced
 from lace.store.prepared import AbortedTransactionError, Prepared, _prepare_all, _prepared
 from tests.conftest import lost_and_held_leases, new_session, query, turns_of
+from tests.logs import records_of
 
 UNTYPED = Prepared(sa.text("SELECT CAST(:value IS NULL AS INTEGER) AS empty"))
 """A parameter whose type the server cannot infer: PREPARE refuses it (42P18), a simple query
@@ -146,7 +147,7 @@ def test_a_transaction_whose_work_swallowed_a_database_error_is_never_committed(
 
 
 def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
-        store: Store, migrated_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+        store: Store, migrated_postgres_url: str) -> None:
     """The unlock after a write that ran alone can fail while the session lives (its prepared
     statement deallocated behind psycopg's back, as a pooler or another library may): the
     session still lets go of the lock, else every writer of every process waited for it for
@@ -154,7 +155,7 @@ def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
     the log says so, once."""
     kind = store.database.kind
     ran = []
-    with store.database.engine.connect() as connection:
+    with records_of("lace.runtime") as logged, store.database.engine.connect() as connection:
         for attempt in range(3):  # psycopg prepares the unlock from its second time on
             with kind.alone(connection):
                 if attempt == 2:
@@ -163,10 +164,9 @@ def test_a_write_that_ran_alone_lets_the_others_go_when_its_unlock_fails(
         assert ran == [0, 1, 2]
         assert query(migrated_postgres_url, f"SELECT pg_try_advisory_lock({WRITERS})") \
             == [(True,)]
-        told = [record.getMessage() for record in caplog.records
-                if "writers' lock" in record.getMessage()]
-        assert told == ["could not release the writers' lock (InvalidSqlStatementName); "
-                        "ending the database session, which releases it"]
+        assert [record.getMessage() for record in logged] == [
+            "could not release the writers' lock (InvalidSqlStatementName); ending the "
+            "database session, which releases it"]
         with kind.alone(connection):  # and the connection serves again
             ran.append(3)
     assert ran == [0, 1, 2, 3]
