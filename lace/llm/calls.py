@@ -25,8 +25,10 @@ from lace.core.text import (
 from lace.core.usage import CallTokens, estimate_tokens, plausible_cost, plausible_tokens
 from lace.llm.checks import (
     TEST_PROVIDERS,
+    UNBOUNDED_PROVIDERS,
     are_test_providers_enabled,
     base_url_variable,
+    check_provider,
     on_this_machine,
 )
 from lace.llm.types import DeltaCallback, ModelError, ModelReply, ToolCallRequest
@@ -138,8 +140,12 @@ class ProviderClient:
         self._unpriced: set[str] = set()
 
     def check_allowed(self, model: str) -> None:
-        """Refuse the test provider outside tests, and remote calls where they are disabled."""
+        """Refuse the test provider outside tests, a provider whose answers lace cannot
+        bound (a row may name one: an edited or imported database), and remote calls where
+        they are disabled."""
         provider = model.split("/", 1)[0]
+        if provider in UNBOUNDED_PROVIDERS:
+            raise ModelError(f"{model}: {check_provider(provider, model)}", transient=False)
         if provider in TEST_PROVIDERS and not are_test_providers_enabled():
             raise ModelError(f"{model}: the {provider} provider exists only in lace's tests",
                              transient=False)

@@ -14,6 +14,9 @@ from lace.llm.prices import listed_model, models_of
 
 TEST_PROVIDERS = frozenset({"scripted"})
 """Local providers that answer from a script a test installs; unknown anywhere else."""
+UNBOUNDED_PROVIDERS = frozenset({"aiohttp_openai"})
+"""litellm's providers that read an answer past lace's limit on its size (`read_with_limit`
+covers the transports litellm builds; these read with a client of their own): refused."""
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 TEST_PROVIDERS_VARIABLE = "LACE_TEST_PROVIDERS"
 """Set to 1 by lace's tests (and benchmarks) to make the test providers exist."""
@@ -128,6 +131,9 @@ def on_this_machine(provider: str) -> bool:
 
 def check_provider(provider: str, _model: str) -> str | None:
     """Why a provider cannot be used, or None if it exists."""
+    if provider in UNBOUNDED_PROVIDERS:
+        return (f"The {provider} provider is not supported: lace cannot bound the size of its "
+                "answers; use openai/ (with OPENAI_BASE_URL for another endpoint) instead")
     return None if known_provider(provider) else f"Unknown provider {provider!r}"
 
 

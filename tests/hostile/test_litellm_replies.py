@@ -22,8 +22,8 @@ from lace.llm.client import LiteLLMClient
 from lace.llm.litellm_setup import litellm
 from lace.llm.openai_client import OpenAIClient
 from lace.llm.openai_fake import FakeOpenAI
-from lace.llm.types import ScriptedReply
-from tests.conftest import query
+from lace.llm.types import ModelError, ScriptedReply
+from tests.conftest import query, run_cli
 from tests.endless_provider import MB, EndlessProvider
 from tests.hostile.measured import Measured, measured_lace
 from tests.processes import lace_env
@@ -197,3 +197,26 @@ async def test_an_endless_stream_on_the_openai_path_is_refused_and_its_connectio
                                          f"{MAX_STREAMED_CHUNKS:,} chunks")
     assert MAX_STREAMED_CHUNKS - 10 <= len(deltas) <= MAX_STREAMED_CHUNKS
     assert endless.requests == 1
+
+
+def test_a_provider_whose_answers_lace_cannot_bound_is_refused_before_any_call(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """litellm's `aiohttp_openai/` reads its answers with a client of its own, past the limit
+    every other transport reads with: a person naming it (here for a helper) gets one line and
+    exit 2, and nothing is written."""
+    db = tmp_path / "lace.db"
+    code, out, err = run_cli(capsys, "task", "add", "x", "--assign",
+                             "new:aiohttp_openai/gpt-4o", "--db", str(db))
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert "cannot bound the size of its answers" in err
+    assert query(db, "SELECT COUNT(*) FROM threads") == [(0,)]
+
+
+async def test_an_agent_row_naming_a_provider_lace_cannot_bound_calls_nothing() -> None:
+    """A row may name such a provider all the same (an edited database): the call is refused
+    before any request, for good (not retried)."""
+    with pytest.raises(ModelError) as refused:
+        await LiteLLMClient().complete("aiohttp_openai/gpt-4o",
+                                       [{"role": "user", "content": "hi"}], [])
+    assert refused.value.transient is False
+    assert "cannot bound the size of its answers" in str(refused.value)
