@@ -101,14 +101,22 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    def stop() -> None:  # once: a second would cut the shutdown, even after the loop closed
-        for signum in STOPPING:
-            loop.remove_signal_handler(signum)
-            signal.signal(signum, signal.SIG_IGN)
-        main.cancel()
+    stopping: list[bool] = []
+
+    def stop() -> None:  # once: a second would cut the shutdown
+        if not stopping:
+            stopping.append(True)
+            main.cancel()
+
+    def signalled(_signum: int, _frame: object) -> None:
+        """SIGINT or SIGTERM, in the main thread. A handler of Python's own, not the loop's:
+        the loop puts back the signal's default action when it closes (and asyncio's
+        `remove_signal_handler` always does), so one that came then killed the worker."""
+        with contextlib.suppress(RuntimeError):  # the loop closed: the worker is ending
+            loop.call_soon_threadsafe(stop)
 
     for signum in STOPPING:
-        loop.add_signal_handler(signum, stop)
+        signal.signal(signum, signalled)
     if args.for_run:
         def read_stdin() -> None:
             if not os.read(STDIN, 4096):  # the run that started it has ended
