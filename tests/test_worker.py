@@ -378,8 +378,7 @@ def start_run(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], list
     its two workers; the run and the pids of its workers. The run is a job of its own, in a
     process group of its own as a shell with job control starts it: in the test's group,
     which the kernel treats as orphaned where CI starts pytest without job control, it
-    discards a stop signal's stop (Ctrl+Z), and a killed worker went unnamed now and then
-    (1 run in 4 under `setsid`)."""
+    discards a stop signal's stop (Ctrl+Z)."""
     home = tmp_path / "home"
     new_database(tmp_path)
     with (tmp_path / "run.log").open("wb") as log:
@@ -599,6 +598,28 @@ def test_a_run_names_the_forked_worker_that_was_killed(tmp_path: Path) -> None:
     log = (tmp_path / "run.log").read_text()
     named = [line for line in log.splitlines() if "ended with exit code" in line]
     assert named and str(killed) in named[0], f"killed {killed} of {pids}\n{log}"
+
+
+@pytest.mark.slow
+def test_a_run_signalled_again_and_again_while_it_stops_ends_as_one_sigterm_ends_it(
+        tmp_path: Path) -> None:
+    """SIGTERM again and again while the run stops (a supervisor's, `timeout`'s, a person's):
+    it still stops its workers, says how to resume and exits 143, instead of its shutdown cut
+    short by the second or the process killed by one that came as its loop closed."""
+    with started_run(tmp_path) as (run, pids):
+        ready(tmp_path / "home" / "lace.db", 3)
+        signalled = 0
+        while run.poll() is None and signalled < 20000:
+            with contextlib.suppress(ProcessLookupError):
+                run.send_signal(signal.SIGTERM)
+            signalled += 1
+            time.sleep(0.0005)
+        code = ended(run, tmp_path)
+        log = (tmp_path / "run.log").read_text()
+        assert code == 143, log
+        assert "lace: terminated session" in log and "Traceback" not in log, log
+        wait_for(lambda: not any(alive(pid) for pid in pids), "the workers to end")
+    assert signalled > 1
 
 
 @pytest.mark.slow

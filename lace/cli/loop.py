@@ -1,10 +1,12 @@
-"""`run_async`: a command's event loop, safe from a Ctrl+C that comes as it starts."""
+"""A command's event loop (`run_async`), and its stop on a signal (`cancel_once_on`), safe from
+a signal that comes as the loop starts or ends."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -22,8 +24,37 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a Ctrl+C held comes now
         return await main()
 
+    runner = asyncio.Runner()
     try:
-        with asyncio.Runner() as runner:
-            return runner.run(unheld())
+        return runner.run(unheld())
     finally:
+        # the loop closes its self-pipe before it lets go of its signals: a signal in between
+        # was written to a closed descriptor ("Exception ignored ... signal wakeup fd")
+        signal.set_wakeup_fd(-1)
+        runner.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def cancel_once_on(signums: Iterable[int], task: asyncio.Task[Any]) -> Callable[[], None]:
+    """Cancel `task` (in the running loop) the first time one of `signums` comes; the same
+    signal again changes nothing, also once the loop has closed (a second cancel would cut the
+    shutdown short). Returns the function that cancels it so, for other reasons to stop.
+
+    The handler is Python's own, and calls the loop: asyncio's (`add_signal_handler`) puts
+    the signal's default action back when it is removed, at the latest as the loop closes, so
+    one that came in that moment killed the process instead."""
+    loop = asyncio.get_running_loop()
+    cancelled: list[bool] = []
+
+    def cancel() -> None:
+        if not cancelled:
+            cancelled.append(True)
+            task.cancel()
+
+    def signalled(_signum: int, _frame: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the process is ending
+            loop.call_soon_threadsafe(cancel)
+
+    for signum in signums:
+        signal.signal(signum, signalled)
+    return cancel

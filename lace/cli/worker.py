@@ -25,7 +25,7 @@ from lace.cli.forked import (
     supervise,
 )
 from lace.cli.invocation import runtime_settings, workspace_of
-from lace.cli.loop import run_async
+from lace.cli.loop import cancel_once_on, run_async
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.core.errors import LaceError
@@ -101,22 +101,7 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    stopping: list[bool] = []
-
-    def stop() -> None:  # once: a second would cut the shutdown
-        if not stopping:
-            stopping.append(True)
-            main.cancel()
-
-    def signalled(_signum: int, _frame: object) -> None:
-        """SIGINT or SIGTERM, in the main thread. A handler of Python's own, not the loop's:
-        the loop puts back the signal's default action when it closes (and asyncio's
-        `remove_signal_handler` always does), so one that came then killed the worker."""
-        with contextlib.suppress(RuntimeError):  # the loop closed: the worker is ending
-            loop.call_soon_threadsafe(stop)
-
-    for signum in STOPPING:
-        signal.signal(signum, signalled)
+    stop = cancel_once_on(STOPPING, main)
     if args.for_run:
         def read_stdin() -> None:
             if not os.read(STDIN, 4096):  # the run that started it has ended
