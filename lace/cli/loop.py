@@ -1,4 +1,4 @@
-"""A command's event loop (`run_async`), and its stop on a signal (`cancel_once_on`), safe from
+"""A command's event loop (`run_async`), and its stop on a signal (`once_on`), safe from
 a signal that comes as the loop starts or ends."""
 
 from __future__ import annotations
@@ -35,26 +35,27 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def cancel_once_on(signums: Iterable[int], task: asyncio.Task[Any]) -> Callable[[], None]:
-    """Cancel `task` (in the running loop) the first time one of `signums` comes; the same
-    signal again changes nothing, also once the loop has closed (a second cancel would cut the
-    shutdown short). Returns the function that cancels it so, for other reasons to stop.
+def once_on(signums: Iterable[int], action: Callable[[], object]) -> Callable[[], None]:
+    """Call `action` (in the running loop: a task's `cancel`, an event's `set`) the first time
+    one of `signums` comes; the same signal again changes nothing, also once the loop has
+    closed (a second cancel would cut the shutdown short). Returns the function that calls it
+    so, for other reasons to stop.
 
     The handler is Python's own, and calls the loop: asyncio's (`add_signal_handler`) puts
     the signal's default action back when it is removed, at the latest as the loop closes, so
     one that came in that moment killed the process instead."""
     loop = asyncio.get_running_loop()
-    cancelled: list[bool] = []
+    done: list[bool] = []
 
-    def cancel() -> None:
-        if not cancelled:
-            cancelled.append(True)
-            task.cancel()
+    def once() -> None:
+        if not done:
+            done.append(True)
+            action()
 
     def signalled(_signum: int, _frame: object) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: the process is ending
-            loop.call_soon_threadsafe(cancel)
+            loop.call_soon_threadsafe(once)
 
     for signum in signums:
         signal.signal(signum, signalled)
-    return cancel
+    return once

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lace.cli.access import AccessToken, access_token
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
-from lace.cli.loop import run_async
+from lace.cli.loop import once_on, run_async
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings, default_model
 from lace.core.errors import LaceError
@@ -126,8 +126,7 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
     stopping = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopping.set)
+    once_on((signal.SIGINT, signal.SIGTERM), stopping.set)
     client = model_client()
     runtime = new_runtime(args, board, settings, client, Sharing(
         feed=board.change_feed(), share_work=True,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
-from lace.cli.loop import cancel_once_on, run_async
+from lace.cli.loop import once_on, run_async
 from lace.cli.output import print_json, report, say
 from lace.cli.progress import progress_printer
 from lace.config import Settings
@@ -151,7 +151,7 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
     loop.set_default_executor(DaemonThreads())
     main = asyncio.current_task()
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
-        cancel_once_on([signal.SIGTERM], main)
+        once_on([signal.SIGTERM], main.cancel)
     sharing = Sharing(feed=board.change_feed(), share_work=True) if workers.processes else None
     runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True)
     asking = _ask_on_the_terminal(runtime)

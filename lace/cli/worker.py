@@ -25,7 +25,7 @@ from lace.cli.forked import (
     supervise,
 )
 from lace.cli.invocation import runtime_settings, workspace_of
-from lace.cli.loop import cancel_once_on, run_async
+from lace.cli.loop import once_on, run_async
 from lace.cli.run import model_client, new_runtime
 from lace.config import Settings
 from lace.core.errors import LaceError
@@ -101,7 +101,7 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    stop = cancel_once_on(STOPPING, main)
+    stop = once_on(STOPPING, main.cancel)
     if args.for_run:
         def read_stdin() -> None:
             if not os.read(STDIN, 4096):  # the run that started it has ended
