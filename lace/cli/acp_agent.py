@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,8 @@ class LaceAgent:
     model: str
     flags: Any
     """The command line (`--yes`, `--read-only`) applied to every session's settings."""
+    editor_gone: Callable[[str], object]
+    """Called (with why) when the editor leaves too much unread: lace ends its side."""
     conn: Client | None = None
     capabilities: ClientCapabilities | None = None
     sessions: dict[str, EditorSession] = field(default_factory=dict)
@@ -228,11 +231,10 @@ class LaceAgent:
         for event in events:
             message = event.data.get("message") or {}
             if event.type == "user_message" and event.data.get("inbox_id") in asked:
-                session.updates.queue.put_nowait(
+                await session.updates.deliver(
                     update_user_message_text(asked[event.data["inbox_id"]]))
             elif event.type == "agent_message" and message.get("content"):
-                session.updates.queue.put_nowait(session.updates.message(
-                    str(message["content"])))
+                await session.updates.deliver(session.updates.message(str(message["content"])))
         await session.updates.settled()
 
     def _buffers(self, session_id: str = "") -> EditorBuffers:
@@ -270,7 +272,7 @@ class LaceAgent:
 
     def _serve(self, runtime: Runtime, root_id: str) -> EditorSession:
         assert self.conn is not None
-        updates = SessionUpdates(runtime, root_id, self.conn)
+        updates = SessionUpdates(runtime, root_id, self.conn, self.editor_gone)
         session = EditorSession(runtime, root_id, updates)
         self.sessions[root_id] = session
         runtime.subscribe(progress_printer(root_reported=True))

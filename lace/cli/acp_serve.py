@@ -1,17 +1,22 @@
 """`lace acp`: lace as an ACP agent on stdin and stdout, for editors (Zed, JetBrains, Neovim).
 stdout carries the protocol alone (anything else printed goes to stderr), and a message longer
-than MAX_MESSAGE_BYTES is dropped as it streams by, never held whole."""
+than MAX_MESSAGE_BYTES is dropped as it streams by, never held whole. What lace writes goes one
+message at a time, each once the last drained; an editor that has taken nothing for
+`stall_timeout_s` is gone, and lace ends its side as when the editor closes stdin."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import selectors
 import signal
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +25,7 @@ from lace.cli.invocation import runtime_settings
 from lace.cli.loop import run_async
 from lace.cli.run import model_client, usable_model
 from lace.core.errors import LaceError
+from lace.runtime.acp_stdio import DrainedLines
 from lace.runtime.public import DaemonThreads
 
 if TYPE_CHECKING:
@@ -45,7 +51,8 @@ def acp_command(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="lace acp: %(levelname)s %(name)s: %(message)s")
     protocol_out = _take_stdout()
-    return run_async(lambda: _serve(args, board, model, protocol_out))
+    stall_s = settings.limits.stall_timeout_s
+    return run_async(lambda: _serve(args, board, model, protocol_out, stall_s))
 
 
 def _watchable(descriptor: int, event: int) -> bool:
@@ -72,7 +79,10 @@ def _take_stdout() -> int:
     return protocol_out
 
 
-async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out: int) -> int:
+async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out: int,
+                 stall_s: float) -> int:
+    """Serve until the editor closes stdin (0), a signal comes (0), or the editor is gone: it
+    left lace's messages unread (1, a line on stderr says why)."""
     from acp import run_agent
 
     from lace.cli.acp_agent import LaceAgent
@@ -83,20 +93,63 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
     assert main is not None
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, main.cancel)
-    agent = LaceAgent(board=board, client=model_client(), model=model, flags=args)
-    reader, writer = await protocol_streams(protocol_out)
+    gone: list[str] = []
+
+    def editor_gone(why: str) -> None:
+        if not gone:
+            gone.append(why)
+            log.warning("%s; lace ends its side (the session is on the board: session/load, "
+                        "or `lace run --resume`, goes on with it)", why)
+            main.cancel()
+
+    agent = LaceAgent(board=board, client=model_client(), model=model, flags=args,
+                      editor_gone=editor_gone)
+    transport = await editor_stdio(protocol_out, stall_s, editor_gone)
     print(f"lace acp (pid {os.getpid()}): serving ACP on stdio, database {board.url}",
           file=sys.stderr)
     try:
         # LaceAgent has the methods lace supports; the SDK answers the others "Method not
         # found" (its Agent protocol lists every method of the spec, unstable ones too)
-        await run_agent(cast("Agent", agent), writer, reader)
-    except asyncio.CancelledError:  # SIGINT or SIGTERM: stop cleanly
+        await run_agent(cast("Agent", agent), transport)
+    except asyncio.CancelledError:  # SIGINT or SIGTERM, or the editor gone: stop cleanly
         pass
     finally:
         await agent.close()
         board.close()
-    return 0
+    return 1 if gone else 0
+
+
+@dataclass
+class EditorStdio:
+    """The editor's pipes as the ACP SDK's message transport: each line of stdin `lines` holds
+    (BoundedLines), and lace's messages written through `out`; `gone` is called once the
+    editor has left one unread for `stall_timeout_s` (nothing more is written to it)."""
+
+    lines: asyncio.StreamReader
+    out: DrainedLines
+    gone: Callable[[str], object]
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if not await self.out.write(message) and self.out.stalled:
+            self.gone(f"the editor has not read what lace wrote to it for {self.out.stall_s:g} "
+                      "s ([limits] stall_timeout_s)")
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The editor's next message; None once stdin ends. A line that is not a JSON object
+        (or too deeply nested to parse) is skipped with a line on stderr."""
+        while line := await self.lines.readline():
+            if not line.strip():
+                continue
+            with contextlib.suppress(ValueError, RecursionError):
+                if isinstance(message := json.loads(line), dict):
+                    return message
+            log.warning("skipped a message from the editor that is not a JSON-RPC object")
+        return None
+
+    async def close(self) -> None:
+        """What an editor that stalled left unread is dropped (it is gone)."""
+        if self.out.stalled:
+            self.out.into.transport.abort()
 
 
 @dataclass
@@ -141,13 +194,13 @@ class BoundedLines(asyncio.Protocol):
         self.reader.feed_eof()
 
 
-async def protocol_streams(protocol_out: int) -> tuple[asyncio.StreamReader,
-                                                       asyncio.StreamWriter]:
-    """stdin as a reader of bounded lines, and the protocol's own descriptor as a writer."""
+async def editor_stdio(protocol_out: int, stall_s: float,
+                       gone: Callable[[str], object]) -> EditorStdio:
+    """stdin as bounded lines, and the protocol's own descriptor as a writer."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
     await loop.connect_read_pipe(lambda: BoundedLines(reader), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(
         asyncio.streams.FlowControlMixin, os.fdopen(protocol_out, "wb"))
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return reader, writer
+    return EditorStdio(reader, DrainedLines(writer, stall_s), gone)

@@ -1,6 +1,8 @@
 """What an editor is shown of a lace session over ACP: the runtime's past-tense events turned
 into `session/update` notifications (the root's text, its tool calls, one tool call per helper,
-the board's tasks as a plan), sent in order by one pump."""
+the board's tasks as a plan), sent in order by one pump. What waits for an editor that is slow
+to read is bounded: the root's text coalesced into one chunk, one look at the plan, and at most
+MAX_HELD_BYTES in all (an editor that leaves more unread is gone)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +43,12 @@ PLAN_STATUS = {"pending": "pending", "in_progress": "in_progress", "blocked": "p
                "completed": "completed", "archived": "completed"}
 SHOWN_CHARACTERS = 4000
 """How much of one tool result an editor is shown (the whole result is in `lace show`)."""
+MAX_HELD_BYTES = 16 * 2**20
+"""What lace holds at most for one session's editor, not yet written: sixteen replies at
+lace's cap of 1,000,000 characters. A model streams a few kilobytes a second and an editor
+that reads takes them as they come, so only one that stopped reading comes near it."""
+HELD_ITEM_BYTES = 1024
+"""What one queued update counts for besides its text or JSON (the objects that hold it)."""
 
 
 def tool_kind(tool: str) -> Any:
@@ -79,19 +89,43 @@ class Helper:
 
 
 @dataclass
+class Text:
+    """The root's text waiting for the editor: the chunks that came while it was not taken,
+    sent as one."""
+
+    parts: list[str]
+
+
+@dataclass
+class Held:
+    """One thing waiting for the pump: an update, a `Text`, a callable that makes updates when
+    their turn comes, or a future set once everything before it was sent; its size in bytes."""
+
+    item: Any
+    size: int
+
+
+@dataclass
 class SessionUpdates:
-    """Turns the runtime's events for one session into ACP updates, sent in order."""
+    """Turns the runtime's events for one session into ACP updates, sent in order. `gone` is
+    called (once) when the editor leaves more than MAX_HELD_BYTES unread."""
 
     runtime: Runtime
     root_id: str
     client: Client
-    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    gone: Callable[[str], object]
+    pending: deque[Held] = field(default_factory=deque)
+    held_bytes: int = 0
     helpers: dict[str, Helper] = field(default_factory=dict)
     open_calls: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Per thread, its tool calls without a result yet: (call id, tool)."""
     streamed: bool = False
     """The root's current reply was streamed (so its whole text is not sent again)."""
     plan: list[tuple[str, str, str]] = field(default_factory=list)
+    plan_waiting: bool = False
+    """A look at the plan is queued and not yet taken (one suffices: it reads the board)."""
+    overflowed: bool = False
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _pump: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -103,23 +137,65 @@ class SessionUpdates:
     def heard(self, event: RuntimeEvent) -> None:
         """A runtime event (called by the bus, on the loop): queue what the editor shows."""
         if isinstance(event, TasksChanged):
-            self.queue.put_nowait(self._refresh_plan)
+            self._refresh()
             return
         thread_id = getattr(event, "thread_id", None)
         if thread_id is None or root_of(thread_id) != self.root_id:
             return
         if isinstance(event, TextStreamed) and thread_id == self.root_id and not event.restart:
             self.streamed = True
-            self._put(self.message(event.delta))
+            self.text(event.delta)
         elif isinstance(event, EventAppended):
             self._appended(event)
         elif isinstance(event, ThreadSpawned):
             self.helpers[thread_id] = Helper(thread_id, event.task_id)
-            self.queue.put_nowait(lambda: self._helper_started(thread_id, event.model))
+            self.put(lambda: self._helper_started(thread_id, event.model))
         elif isinstance(event, TurnFailed) and thread_id == self.root_id:
-            self._put(self.message(f"\n[lace: the turn failed: {event.error}]"))
+            self.text(f"\n[lace: the turn failed: {event.error}]")
         elif isinstance(event, TurnFailed | TurnEnded) and thread_id in self.helpers:
-            self.queue.put_nowait(self._refresh_plan)
+            self._refresh()
+
+    def put(self, item: Any) -> None:
+        """Queue an update, or a callable making updates, for the editor."""
+        self._hold(Held(item, HELD_ITEM_BYTES + _json_size(item)))
+
+    def text(self, text: str) -> None:
+        """Queue the root's text for the editor: with the text already waiting, if any."""
+        tail = self.pending[-1] if self.pending else None
+        if tail is not None and isinstance(tail.item, Text) and not self.overflowed:
+            tail.item.parts.append(text)
+            tail.size += len(text)
+            self.held_bytes += len(text)
+            self._check_room()
+        else:
+            self._hold(Held(Text([text]), HELD_ITEM_BYTES + len(text)))
+
+    async def deliver(self, item: Any) -> None:
+        """Queue an update once there is room for it (for a sender that can wait)."""
+        held = Held(item, HELD_ITEM_BYTES + _json_size(item))
+        while self.pending and self.held_bytes + held.size > MAX_HELD_BYTES:
+            self._changed.clear()
+            await self._changed.wait()
+        self._hold(held)
+
+    def _refresh(self) -> None:
+        if not self.plan_waiting:
+            self.plan_waiting = True
+            self.put(self._refresh_plan)
+
+    def _hold(self, held: Held) -> None:
+        if self.overflowed:
+            return
+        self.pending.append(held)
+        self.held_bytes += held.size
+        self._changed.set()
+        self._check_room()
+
+    def _check_room(self) -> None:
+        if self.held_bytes > MAX_HELD_BYTES and not self.overflowed:
+            self.overflowed = True  # nothing more is queued; what is waits for the end
+            self.gone(f"the editor has left over {MAX_HELD_BYTES // 2**20} MB of updates "
+                      "unread")
 
     def _appended(self, event: EventAppended) -> None:
         data, thread_id = event.data, event.thread_id
@@ -133,11 +209,11 @@ class SessionUpdates:
         if event.type == "agent_message":
             content = (data.get("message") or {}).get("content")
             if content and not self.streamed:
-                self._put(self.message(str(content)))
+                self.text(str(content))
             self.streamed = False
         elif event.type == "tool_call":
             tool = str(data.get("tool_name"))
-            self._put(start_tool_call(str(data.get("call_id")), tool, kind=tool_kind(tool),
+            self.put(start_tool_call(str(data.get("call_id")), tool, kind=tool_kind(tool),
                                       status="in_progress",
                                       raw_input=arguments_of(data.get("arguments"))))
         elif event.type == "tool_result":
@@ -145,7 +221,7 @@ class SessionUpdates:
             self.open_calls[thread_id] = [call for call in self.open_calls.get(thread_id, [])
                                           if call[0] != call_id]
             text = str((data.get("message") or {}).get("content") or "")
-            self._put(update_tool_call(call_id, status="failed" if data.get("is_error")
+            self.put(update_tool_call(call_id, status="failed" if data.get("is_error")
                                        else "completed", content=[text_content(text)]))
 
     def call_waiting(self, thread_id: str, tool: str) -> str | None:
@@ -160,9 +236,6 @@ class SessionUpdates:
         from acp import update_agent_message_text
 
         return update_agent_message_text(mask(text, credential_values()))
-
-    def _put(self, update: Any) -> None:
-        self.queue.put_nowait(update)
 
     async def _helper_started(self, thread_id: str, model: str) -> ToolCallStart | None:
         from acp import start_tool_call
@@ -232,24 +305,33 @@ class SessionUpdates:
         for helper in self.helpers.values():
             if helper.status == "in_progress":
                 helper.status = "failed"
-                self._put(update_tool_call(helper_call_id(helper.thread_id), status="failed",
+                self.put(update_tool_call(helper_call_id(helper.thread_id), status="failed",
                                            content=[text_content(why)]))
 
     async def settled(self) -> None:
         """Wait until every update queued so far has been sent (the plan looked at once more)."""
-        self.queue.put_nowait(self._refresh_plan)
+        self._refresh()
         done = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait(done)
+        self.put(done)
         await done
 
     async def _send_all(self) -> None:
         while True:
-            item = await self.queue.get()
+            while not self.pending:
+                self._changed.clear()
+                await self._changed.wait()
+            held = self.pending.popleft()
+            self.held_bytes -= held.size
+            self._changed.set()  # room for a waiting `deliver`
+            item = held.item
             try:
                 if isinstance(item, asyncio.Future):
                     item.set_result(None)
                     continue
-                updates = await item() if callable(item) else item
+                if item == self._refresh_plan:
+                    self.plan_waiting = False
+                updates = await item() if callable(item) else \
+                    self.message("".join(item.parts)) if isinstance(item, Text) else item
                 for update in updates if isinstance(updates, list) else [updates]:
                     if update is not None:
                         await self.client.session_update(session_id=self.root_id,
@@ -265,3 +347,9 @@ class SessionUpdates:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
+
+
+def _json_size(item: Any) -> int:
+    """The length of an update's JSON (0 for what is not an update)."""
+    dump = getattr(item, "model_dump_json", None)
+    return len(dump()) if dump is not None else 0

@@ -1,7 +1,8 @@
 """An `acp:NAME` agent's stdio as the ACP SDK's message transport, bounded both ways: lace
 reads no line of the agent's past MAX_MESSAGE_BYTES, and an agent that does not read its stdin
 leaves lace holding at most one file's answer (it made lace keep every answer it had asked for,
-159 MB for ten 8 MB files) until `stall_timeout_s` ends it."""
+159 MB for ten 8 MB files) until `stall_timeout_s` ends it. `lace acp` writes to its editor
+through the same DrainedLines."""
 
 from __future__ import annotations
 
@@ -19,6 +20,36 @@ MAX_OPEN_REQUESTS = 64
 the agent until one is answered (each holds a task and, once answered, its answer)."""
 
 
+class DrainedLines:
+    """Writes JSON-RPC messages to a peer's pipe one line at a time, each once the last has
+    drained into the pipe, so lace holds at most one line beyond the pipe's own buffer. A peer
+    that has not taken a line within `stall_s` has stalled: nothing more is written to it."""
+
+    def __init__(self, into: asyncio.StreamWriter, stall_s: float) -> None:
+        self.into, self.stall_s = into, stall_s
+        self.stalled = False
+        self.stopped = False
+        """Nothing more is written (the peer stalled, or its user stopped writing to it)."""
+        self._writing = asyncio.Lock()
+
+    async def write(self, message: dict[str, Any]) -> bool:
+        """Write `message` and wait until it drained; False when it was not written (the peer
+        stalled, now or before, or writing has stopped)."""
+        line = json.dumps(message).encode() + b"\n"
+        async with self._writing:
+            if self.stopped:
+                return False
+            self.into.write(line)
+            del line  # the pipe's buffer has its copy
+            try:
+                async with asyncio.timeout(self.stall_s):
+                    await self.into.drain()
+            except TimeoutError:
+                self.stalled = self.stopped = True
+                return False
+        return True
+
+
 class AgentStdio:
     """One JSON line per message each way. What the agent sends: once a line passes
     MAX_MESSAGE_BYTES (its newline counted), nothing more of it is read or kept; a line that is
@@ -31,7 +62,7 @@ class AgentStdio:
                  end: Callable[[], object], stall_s: float) -> None:
         self.out, self.into, self.end, self.stall_s = out, into, end, stall_s
         self.failure: str | None = None
-        self._writing = asyncio.Lock()
+        self.lines = DrainedLines(into, stall_s)
         self._reading_a_file = asyncio.Lock()
         self._unanswered = 0
         self._answered = asyncio.Event()
@@ -39,21 +70,12 @@ class AgentStdio:
     async def send(self, message: dict[str, Any]) -> None:
         answer = "method" not in message  # to one of the agent's requests
         try:
-            line = json.dumps(message).encode() + b"\n"
-            async with self._writing:
-                if self.failure is not None:
-                    return  # the agent is ended: nothing more for it
-                self.into.write(line)
-                del line  # the pipe's buffer has its copy
-                try:
-                    async with asyncio.timeout(self.stall_s):
-                        await self.into.drain()
-                except TimeoutError:
-                    self._fail(f"did not read what lace wrote to its stdin within "
-                               f"{self.stall_s:g} s ([limits] stall_timeout_s); lace ended it")
-                except ConnectionError:
-                    if not answer:
-                        raise  # a request of lace's fails; an answer is for no one now
+            if not await self.lines.write(message) and self.lines.stalled:
+                self._fail(f"did not read what lace wrote to its stdin within "
+                           f"{self.stall_s:g} s ([limits] stall_timeout_s); lace ended it")
+        except ConnectionError:
+            if not answer:
+                raise  # a request of lace's fails; an answer is for no one now
         finally:
             if answer:
                 self._unanswered -= 1
@@ -102,6 +124,7 @@ class AgentStdio:
     def _fail(self, why: str) -> None:
         if self.failure is None:
             self.failure = why
+            self.lines.stopped = True  # nothing more for the agent
             self.end()
         self._answered.set()
 
