@@ -214,15 +214,15 @@ class SessionUpdates:
         elif event.type == "tool_call":
             tool = str(data.get("tool_name"))
             self.put(start_tool_call(str(data.get("call_id")), tool, kind=tool_kind(tool),
-                                      status="in_progress",
-                                      raw_input=arguments_of(data.get("arguments"))))
+                                     status="in_progress",
+                                     raw_input=arguments_of(data.get("arguments"))))
         elif event.type == "tool_result":
             call_id = str(data.get("call_id"))
             self.open_calls[thread_id] = [call for call in self.open_calls.get(thread_id, [])
                                           if call[0] != call_id]
             text = str((data.get("message") or {}).get("content") or "")
             self.put(update_tool_call(call_id, status="failed" if data.get("is_error")
-                                       else "completed", content=[text_content(text)]))
+                                      else "completed", content=[text_content(text)]))
 
     def call_waiting(self, thread_id: str, tool: str) -> str | None:
         """The id of the thread's latest call of `tool` still without a result."""
@@ -306,10 +306,11 @@ class SessionUpdates:
             if helper.status == "in_progress":
                 helper.status = "failed"
                 self.put(update_tool_call(helper_call_id(helper.thread_id), status="failed",
-                                           content=[text_content(why)]))
+                                          content=[text_content(why)]))
 
     async def settled(self) -> None:
-        """Wait until every update queued so far has been sent (the plan looked at once more)."""
+        """Wait until every update queued so far has been sent (the plan looked at once more);
+        for ever once the editor is gone (lace is then ending)."""
         self._refresh()
         done = asyncio.get_running_loop().create_future()
         self.put(done)
@@ -328,11 +329,7 @@ class SessionUpdates:
                 if isinstance(item, asyncio.Future):
                     item.set_result(None)
                     continue
-                if item == self._refresh_plan:
-                    self.plan_waiting = False
-                updates = await item() if callable(item) else \
-                    self.message("".join(item.parts)) if isinstance(item, Text) else item
-                for update in updates if isinstance(updates, list) else [updates]:
+                for update in await self._updates_of(item):
                     if update is not None:
                         await self.client.session_update(session_id=self.root_id,
                                                          update=update)
@@ -340,6 +337,17 @@ class SessionUpdates:
                 return
             except Exception:  # one update that cannot be sent must not stop the others
                 log.exception("could not send an update to the editor")
+
+    async def _updates_of(self, item: Any) -> list[Any]:
+        """What a queued item sends: its updates, made now if it makes them."""
+        if isinstance(item, Text):
+            return [self.message("".join(item.parts))]
+        if not callable(item):
+            return [item]
+        if item == self._refresh_plan:
+            self.plan_waiting = False  # a change from now on needs another look
+        made = await item()
+        return made if isinstance(made, list) else [made]
 
     async def close(self) -> None:
         """Stop sending."""
