@@ -1,8 +1,9 @@
 """An editor that stops reading `lace acp`'s stdout while the root streams long replies: lace
 holds what it has not yet written within a bound (the text coalesced, not one message per
 chunk), its agents' turns and writes go on, and once the editor has taken nothing for
-`stall_timeout_s` lace ends its side (the turn's reply is on the board, no traceback). An
-editor that only pauses and then reads again gets the whole reply."""
+`stall_timeout_s` lace ends its side (the turn's reply is on the board, no traceback); one
+that leaves 16 MB of updates unread is gone at once. An editor that only pauses and then reads
+again gets the whole reply."""
 
 from __future__ import annotations
 
@@ -187,3 +188,29 @@ async def test_an_editor_that_pauses_then_reads_gets_the_whole_reply(tmp_path: P
             "tool_call_update"] == ["completed", "completed"]
     assert len(shown) < WORDS / 10  # coalesced while the editor was not reading
     assert status == 0
+
+
+def huge_calls(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """Twenty replies of five calls, each with 190,000 characters of arguments (refused, but
+    the editor is shown each call as sent; lace keeps 1,000,000 characters of a reply's
+    arguments), then a short one."""
+    if sum(message["role"] == "assistant" for message in messages) < 20:
+        return ScriptedReply(None, tool_calls=[("task_list", {"filter": "x" * 190_000})] * 5)
+    return ScriptedReply(LAST)
+
+
+async def test_an_editor_leaving_16_mb_unread_is_gone_before_the_stall_timeout(
+        tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    with FakeOpenAI(huge_calls) as server:
+        async with started(home, server, 600) as editor:
+            session_id = await opened(editor, work)
+            await editor.ask("session/prompt", {"sessionId": session_id, "prompt": [
+                {"type": "text", "text": "List the tasks."}]})
+            status = await editor.ended(timeout=120)  # far less than stall_timeout_s
+    stderr = (tmp_path / "stderr.log").read_text()
+    print(f"lace acp: peak {editor.peak_kb / 1024:.0f} MB")
+    assert status == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "the editor has left over 16 MB of updates unread; lace ends its side" in stderr
