@@ -99,7 +99,7 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
         if not gone:
             gone.append(why)
             log.warning("%s; lace ends its side (the session is on the board: session/load, "
-                        "or `lace run --resume`, goes on with it)", why)
+                        "or `lace run --continue`, goes on with it)", why)
             main.cancel()
 
     agent = LaceAgent(board=board, client=model_client(), model=model, flags=args,

@@ -214,3 +214,6 @@ async def test_an_editor_leaving_16_mb_unread_is_gone_before_the_stall_timeout(
     assert status == 1, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "the editor has left over 16 MB of updates unread; lace ends its side" in stderr
+    with sqlite3.connect(home / "lace.db", timeout=10) as connection:  # cut off: resumable
+        assert connection.execute("SELECT status FROM agent_metadata WHERE thread_id = ?",
+                                  (session_id,)).fetchall() == [("interrupted",)]
