@@ -114,6 +114,10 @@ async def started(home: Path, server: FakeOpenAI, stall_s: float) -> AsyncIterat
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+            assert process.stdin is not None
+            process.stdin.close()  # the process's transport ends with its last pipe
+            with contextlib.suppress(ConnectionError):
+                await process.stdin.wait_closed()
 
 
 async def opened(editor: RawEditor, work: Path) -> str:
