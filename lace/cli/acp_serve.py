@@ -123,14 +123,21 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
 class EditorStdio:
     """The editor's pipes as the ACP SDK's message transport: each line of stdin `lines` holds
     (BoundedLines), and lace's messages written through `out`; `gone` is called once the
-    editor has left one unread for `stall_timeout_s` (nothing more is written to it)."""
+    editor has left one unread for `stall_timeout_s`, or closed the pipe (nothing more is
+    written to it)."""
 
     lines: asyncio.StreamReader
     out: DrainedLines
     gone: Callable[[str], object]
 
     async def send(self, message: dict[str, Any]) -> None:
-        if not await self.out.write(message) and self.out.stalled:
+        try:
+            written = await self.out.write(message)
+        except ConnectionError:  # nothing lace writes can reach the editor again
+            self.out.stopped = True
+            self.gone("the editor closed lace's stdout")
+            return
+        if not written and self.out.stalled:
             self.gone(f"the editor has not read what lace wrote to it for {self.out.stall_s:g} "
                       "s ([limits] stall_timeout_s)")
 

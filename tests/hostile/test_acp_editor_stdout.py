@@ -2,8 +2,8 @@
 holds what it has not yet written within a bound (the text coalesced, not one message per
 chunk), its agents' turns and writes go on, and once the editor has taken nothing for
 `stall_timeout_s` lace ends its side (the turn's reply is on the board, no traceback); one
-that leaves 16 MB of updates unread is gone at once. An editor that only pauses and then reads
-again gets the whole reply."""
+that leaves 16 MB of updates unread, or closes lace's stdout, is gone at once. An editor that
+only pauses and then reads again gets the whole reply."""
 
 from __future__ import annotations
 
@@ -221,3 +221,19 @@ async def test_an_editor_leaving_16_mb_unread_is_gone_before_the_stall_timeout(
     with sqlite3.connect(home / "lace.db", timeout=10) as connection:  # cut off: resumable
         assert connection.execute("SELECT status FROM agent_metadata WHERE thread_id = ?",
                                   (session_id,)).fetchall() == [("interrupted",)]
+
+
+async def test_an_editor_that_closes_lace_acps_stdout_is_gone(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    with FakeOpenAI(long_replies) as server:
+        async with started(home, server, 600) as editor:
+            session_id = await opened(editor, work)
+            editor.stdout.close()  # its stdin stays open
+            await editor.ask("session/prompt", {"sessionId": session_id, "prompt": [
+                {"type": "text", "text": "Tell me everything."}]})
+            status = await editor.ended(timeout=60)
+    stderr = (tmp_path / "stderr.log").read_text()
+    assert status == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "the editor closed lace's stdout; lace ends its side" in stderr, stderr[-3000:]
