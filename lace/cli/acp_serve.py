@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings
-from lace.cli.loop import run_async
+from lace.cli.loop import once_on, run_async
 from lace.cli.run import model_client, usable_model
 from lace.core.errors import LaceError
 from lace.runtime.acp_stdio import DrainedLines
@@ -91,8 +91,7 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
     main = asyncio.current_task()
     assert main is not None
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, main.cancel)
+    stop = once_on((signal.SIGINT, signal.SIGTERM), main.cancel)
     gone: list[str] = []
 
     def editor_gone(why: str) -> None:
@@ -100,7 +99,7 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
             gone.append(why)
             log.warning("%s; lace ends its side (the session is on the board: session/load, "
                         "or `lace run --continue`, goes on with it)", why)
-            main.cancel()
+            stop()
 
     agent = LaceAgent(board=board, client=model_client(), model=model, flags=args,
                       editor_gone=editor_gone)
