@@ -170,13 +170,17 @@ async def _until(stopping: asyncio.Event, serving: Coroutine[Any, Any, None]) ->
 
 
 async def _stdio(board: BoardServer) -> None:
-    """Serve on stdin and stdout until the client closes stdin. The SDK moves the process's
-    stdout to stderr while it serves, so a stray print cannot corrupt the protocol."""
+    """Serve on stdin and stdout until the client closes stdin (or a stop). The SDK moves the
+    process's stdout to stderr while it serves, so a stray print cannot corrupt the protocol;
+    stdin is lace's (`claimed_stdin`), since the SDK's waits for its line even once stopped."""
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
-        await board.server.run(read_stream, write_stream,
-                               board.server.create_initialization_options())
+    from lace.cli.mcp_stdin import claimed_stdin
+
+    with claimed_stdin() as stdin:  # a stop does not wait for the line being read
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+            await board.server.run(read_stream, write_stream,
+                                   board.server.create_initialization_options())
 
 
 class BearerToken:
