@@ -35,3 +35,36 @@ def test_a_ctrl_c_while_the_loop_is_built_interrupts_the_command_and_prints_no_t
     ran = subprocess.run([sys.executable, "-c", INTERRUPTED_AS_THE_LOOP_IS_BUILT],
                          capture_output=True, text=True, timeout=60)
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "interrupted\n", "")
+
+
+SIGNALLED_ON_ANOTHER_THREAD = """
+import asyncio, signal, threading, time
+from lace.cli.loop import once_on, run_async
+
+async def main():
+    once_on([signal.SIGTERM], asyncio.current_task().cancel)
+    # the loop waits in its selector with nothing due for 60 s; the signal is taken by
+    # another thread (as `kill` of a thread's id, htop's on a thread's row, delivers it)
+    def on_this_thread():  # once the loop waits; then it goes on with its own work
+        time.sleep(1)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        time.sleep(60)
+
+    threading.Thread(target=on_this_thread, daemon=True).start()
+    started = time.monotonic()
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:  # at once, or only as the loop woke for its sleep's end
+        return "stopped" if time.monotonic() - started < 30 else "stopped as the sleep ended"
+    return "slept on"
+
+print(run_async(main))
+"""
+
+
+def test_a_stopping_signal_taken_by_another_thread_wakes_the_loop() -> None:
+    """A handler of Python's own runs on the main thread only: unless the signal's wakeup
+    descriptor wakes the loop, it waits in its selector until something else is due."""
+    ran = subprocess.run([sys.executable, "-c", SIGNALLED_ON_ANOTHER_THREAD],
+                         capture_output=True, text=True, timeout=120)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "stopped\n", "")

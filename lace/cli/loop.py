@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -16,11 +17,14 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """`asyncio.run(main())`, except that a Ctrl+C (SIGINT) which comes while the loop is being
     built, or before `main` runs, waits until `main` runs and is then its KeyboardInterrupt, as
     any later one is. With `asyncio.run`, one that came inside the loop's constructor left a
-    half-built loop whose finalizer printed a traceback, and `main`'s coroutine unawaited."""
+    half-built loop whose finalizer printed a traceback, and `main`'s coroutine unawaited.
+    A signal wakes the loop whichever thread it reaches (`_woken_by_signals`)."""
     held = {signal.SIGINT}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    woken, waking = socket.socketpair()
 
     async def unheld() -> T:
+        _woken_by_signals(asyncio.get_running_loop(), woken, waking)
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a Ctrl+C held comes now
         return await main()
 
@@ -33,6 +37,28 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         signal.set_wakeup_fd(-1)
         runner.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        woken.close()
+        waking.close()
+
+
+def _woken_by_signals(loop: asyncio.AbstractEventLoop, woken: socket.socket,
+                      waking: socket.socket) -> None:
+    """Make every signal with a handler of Python's own (`once_on`'s, the runner's for
+    Ctrl+C) write to `waking`, which the loop watches: such a handler runs on the main thread
+    once it runs Python again, and a signal that another thread took (a `kill` of its id, or
+    the main thread busy taking another) left it waiting in its selector until something
+    else was due. asyncio's own handlers, where a command adds one, write to its self-pipe
+    instead, which wakes it as well."""
+    for end in (woken, waking):
+        end.setblocking(False)
+    loop.add_reader(woken.fileno(), _drained, woken)
+    signal.set_wakeup_fd(waking.fileno(), warn_on_full_buffer=False)
+
+
+def _drained(woken: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # nothing left to read
+        while woken.recv(4096):
+            pass
 
 
 def once_on(signums: Iterable[int], action: Callable[[], object]) -> Callable[[], None]:
