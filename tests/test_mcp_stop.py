@@ -5,6 +5,7 @@ the stdin line it waits for never comes, and waiting for it held the process up 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -41,3 +42,18 @@ def test_a_signal_stops_the_stdio_server_while_its_client_keeps_stdin_open(
         process.stdin.close()
     assert process.stderr is not None
     assert code == 0, process.stderr.read()
+
+
+def test_a_closed_stdin_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Started with stdin closed (`<&-`), descriptor 0 is the first file lace opens (its
+    database): it is neither read as the client's messages nor replaced by the null device;
+    refused in one line before serving (it was a quiet exit 0)."""
+    process = lace_popen([sys.executable, "-m", "lace", "mcp", "serve", "--db",
+                          str(tmp_path / "lace.db")], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=lace_env(tmp_path / "home"), preexec_fn=lambda: os.close(0))
+    out, err = process.communicate(timeout=120)
+    assert (process.returncode, out) == (2, ""), err
+    assert err.splitlines()[-1] == ("lace: error: lace mcp serve reads its client's messages on "
+                                    "stdin, which is closed (or serve over HTTP: --http "
+                                    "HOST:PORT)")

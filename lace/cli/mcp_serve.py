@@ -91,6 +91,9 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
     """Check the command line and the session, then serve until the client leaves (stdio),
     or SIGINT or SIGTERM."""
     listen = parse_listen(args.http, args.allow_remote) if args.http else None
+    if listen is None and sys.stdin is None:  # `<&-`: descriptor 0 is the next file opened
+        raise LaceError("lace mcp serve reads its client's messages on stdin, which is "
+                        "closed (or serve over HTTP: --http HOST:PORT)")
     token = access_token("mcp", "LACE_MCP_TOKEN") if listen else None
     settings = runtime_settings(args)
     workspace_of(args)

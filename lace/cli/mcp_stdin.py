@@ -13,8 +13,6 @@ from collections.abc import Iterator
 import anyio
 import anyio.to_thread
 
-from lace.core.errors import LaceError
-
 STDIN = 0
 ABOVE_STANDARD = 3
 """The lowest descriptor the copy of stdin may take: never one of stdin, stdout, stderr."""
@@ -32,12 +30,9 @@ class StoppableLines(anyio.AsyncFile[str]):
 def claimed_stdin() -> Iterator[StoppableLines]:
     """The client's messages, from a copy of descriptor 0, which points at the null device
     meanwhile (as the SDK does: what this process starts reads nothing of them); put back
-    after. The copy is never closed: a thread left reading may still use it."""
-    try:
-        wire = fcntl.fcntl(STDIN, fcntl.F_DUPFD_CLOEXEC, ABOVE_STANDARD)
-    except OSError:
-        raise LaceError("lace mcp serve reads its client's messages on stdin, which is "
-                        "closed (or serve over HTTP: --http HOST:PORT)") from None
+    after. The copy is never closed: a thread left reading may still use it. Descriptor 0
+    must be stdin (`lace mcp serve` refuses to serve over a closed one)."""
+    wire = fcntl.fcntl(STDIN, fcntl.F_DUPFD_CLOEXEC, ABOVE_STANDARD)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, STDIN)
     os.close(null)
