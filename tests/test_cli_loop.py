@@ -68,3 +68,39 @@ def test_a_stopping_signal_taken_by_another_thread_wakes_the_loop() -> None:
     ran = subprocess.run([sys.executable, "-c", SIGNALLED_ON_ANOTHER_THREAD],
                          capture_output=True, text=True, timeout=120)
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "stopped\n", "")
+
+
+SIGNALLED_DURING_A_READ_IN_C = """
+import asyncio, ctypes, os, signal, threading, time
+from lace.cli.loop import once_on, run_async
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+async def main():
+    once_on([signal.SIGTERM], asyncio.current_task().cancel)
+    reading, writing = os.pipe()
+    got = []
+
+    def read_in_c():  # as a library's C code reads, in a thread of its own
+        buffer = ctypes.create_string_buffer(1)
+        got.append((libc.read(reading, buffer, 1), ctypes.get_errno()))
+
+    thread = threading.Thread(target=read_in_c)
+    thread.start()
+    time.sleep(0.5)  # it waits in read(2)
+    signal.pthread_kill(thread.ident, signal.SIGTERM)
+    time.sleep(0.5)
+    os.write(writing, b"x")
+    thread.join()
+    return got
+
+print(run_async(main))
+"""
+
+
+def test_a_stopping_signal_does_not_cut_a_system_call_of_another_thread() -> None:
+    """As asyncio's own handlers do (SA_RESTART): the read goes on and gets its byte,
+    instead of failing with EINTR in code that may not try again."""
+    ran = subprocess.run([sys.executable, "-c", SIGNALLED_DURING_A_READ_IN_C],
+                         capture_output=True, text=True, timeout=120)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "[(1, 0)]\n", "")

@@ -84,4 +84,5 @@ def once_on(signums: Iterable[int], action: Callable[[], object]) -> Callable[[]
 
     for signum in signums:
         signal.signal(signum, signalled)
+        signal.siginterrupt(signum, False)  # as asyncio's: no system call of a thread cut short
     return once
