@@ -1,19 +1,25 @@
-"""A command's event loop (`lace.cli.loop.run_async`) against a Ctrl+C that comes while the loop
-is being built: `asyncio.run` printed a traceback then (a half-built loop's finalizer) and left
-the command's coroutine unawaited, as `lace run --workers 2` did when Ctrl+C came at its start."""
+"""A command's event loop (`lace.cli.loop.run_async`) against a Ctrl+C or SIGTERM that comes
+while the loop is being built: `asyncio.run` printed a traceback then (a half-built loop's
+finalizer) and left the command's coroutine unawaited, as `lace run --workers 2` and its
+workers did when stopped at their start; and against a signal another thread takes."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-INTERRUPTED_AS_THE_LOOP_IS_BUILT = """
-import asyncio, os, selectors, signal
+import pytest
 
+INTERRUPTED_AS_THE_LOOP_IS_BUILT = """
+import asyncio, os, selectors, signal, sys
+
+signum = getattr(signal, sys.argv[1])
+if signum == signal.SIGTERM:  # as a forked worker waiting for its session has it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
 real = selectors.DefaultSelector
 
-def interrupting():  # the loop's constructor asks for its selector: Ctrl+C comes now
-    os.kill(os.getpid(), signal.SIGINT)
+def interrupting():  # the loop's constructor asks for its selector: the signal comes now
+    os.kill(os.getpid(), signum)
     return real()
 
 selectors.DefaultSelector = interrupting
@@ -27,14 +33,20 @@ try:
     print(run_async(main))
 except KeyboardInterrupt:
     print("interrupted")
+except SystemExit as stopped:
+    print(f"stopped {stopped.code}")
 """
 
 
-def test_a_ctrl_c_while_the_loop_is_built_interrupts_the_command_and_prints_no_traceback(
-) -> None:
-    ran = subprocess.run([sys.executable, "-c", INTERRUPTED_AS_THE_LOOP_IS_BUILT],
+@pytest.mark.parametrize(("signame", "told"), [("SIGINT", "interrupted"), ("SIGTERM", "stopped 3")])
+def test_a_stopping_signal_while_the_loop_is_built_stops_the_command_and_prints_no_traceback(
+        signame: str, told: str) -> None:
+    """Ctrl+C, or SIGTERM where a handler ends the process (a forked worker's before it
+    serves: it raised SystemExit inside the loop's constructor, as `lace run --workers` stopped
+    it), waits until the loop is whole and the command runs."""
+    ran = subprocess.run([sys.executable, "-c", INTERRUPTED_AS_THE_LOOP_IS_BUILT, signame],
                          capture_output=True, text=True, timeout=60)
-    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "interrupted\n", "")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, f"{told}\n", "")
 
 
 SIGNALLED_ON_ANOTHER_THREAD = """

@@ -14,18 +14,20 @@ T = TypeVar("T")
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """`asyncio.run(main())`, except that a Ctrl+C (SIGINT) which comes while the loop is being
-    built, or before `main` runs, waits until `main` runs and is then its KeyboardInterrupt, as
-    any later one is. With `asyncio.run`, one that came inside the loop's constructor left a
-    half-built loop whose finalizer printed a traceback, and `main`'s coroutine unawaited.
+    """`asyncio.run(main())`, except that a Ctrl+C (SIGINT) or SIGTERM which comes while the
+    loop is being built, or before `main` runs, waits until `main` runs and is then its
+    KeyboardInterrupt (or whatever the signal's handler does there), as any later one is. With
+    `asyncio.run`, one that came inside the loop's constructor (a KeyboardInterrupt, or the
+    SystemExit of a forked worker's handler) left a half-built loop whose finalizer printed a
+    traceback, and `main`'s coroutine unawaited.
     A signal wakes the loop whichever thread it reaches (`_woken_by_signals`)."""
-    held = {signal.SIGINT}
+    held = {signal.SIGINT, signal.SIGTERM}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     woken, waking = socket.socketpair()
 
     async def unheld() -> T:
         _woken_by_signals(asyncio.get_running_loop(), woken, waking)
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a Ctrl+C held comes now
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a signal held comes now
         return await main()
 
     runner = asyncio.Runner()
