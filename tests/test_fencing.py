@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from lace.config import Limits, Settings, ToolSettings
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
-from lace.runtime import open_runtime
-from lace.store import Store, open_database
+from lace.runtime import Runtime, open_runtime
+from lace.store import Store, Tx, open_database
 from tests.conftest import is_postgres, query
 from tests.lace_forks import lace_popen, run_lace
 from tests.logs import records_of
@@ -147,32 +148,43 @@ async def test_a_turn_frozen_in_a_tool_while_its_lease_is_taken_commits_nothing(
         runtime.close()
 
 
-async def test_a_model_call_whose_lease_was_taken_meanwhile_still_counts_what_it_used(
-        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
-    runtime = open_runtime(store, Settings(), default_client(), check_model=check_model,
-                           workspace=tmp_path)
+async def taken_over_mid_call(runtime: Runtime, store: Store, models: ScriptedModels,
+                              reply: ScriptedReply, then: Callable[[Tx], object] = lambda _: None,
+                              ) -> tuple[str, asyncio.Event]:
+    """A session whose root's model call is in flight when another live process takes the
+    agent over (`then` runs in that transaction too): the session's id, and the event that
+    lets the provider answer (and bill) `reply`, after the takeover."""
     in_call, answer = asyncio.Event(), asyncio.Event()
 
     async def root(messages: list[dict[str, Any]]) -> ScriptedReply:
         in_call.set()
-        await answer.wait()  # the provider answers (and bills) after the takeover
-        return ScriptedReply("never recorded", prompt_tokens=1234, completion_tokens=56,
-                             cost_usd=0.0789)
+        await answer.wait()
+        return reply
 
     models.on("root", root)
+    session = await runtime.start_session("go", "scripted/root")
+    async with asyncio.timeout(10):
+        await in_call.wait()
+    with store.transaction() as tx:
+        tx.processes.register("another-process", 60.0)
+        tx.agents.update(session.id, status="running", lease_holder="another-process",
+                         lease_epoch=tx.agents.get(session.id).lease_epoch + 1)
+        then(tx)
+    return session.id, answer
+
+
+async def test_a_model_call_whose_lease_was_taken_meanwhile_still_counts_what_it_used(
+        store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:
+    runtime = open_runtime(store, Settings(), default_client(), check_model=check_model,
+                           workspace=tmp_path)
     try:
-        session = await runtime.start_session("go", "scripted/root")
-        async with asyncio.timeout(10):
-            await in_call.wait()
-        with store.transaction() as tx:  # another (live) process takes the agent over
-            tx.processes.register("another-process", 60.0)
-            tx.agents.update(session.id, status="running", lease_holder="another-process",
-                             lease_epoch=tx.agents.get(session.id).lease_epoch + 1)
+        session_id, answer = await taken_over_mid_call(runtime, store, models, ScriptedReply(
+            "never recorded", prompt_tokens=1234, completion_tokens=56, cost_usd=0.0789))
         answer.set()
         async with asyncio.timeout(10):
-            await runtime.run_until_quiet(session.id)
+            await runtime.run_until_quiet(session_id)
         assert query(db_path, "SELECT prompt_tokens, completion_tokens, cost_usd FROM "
-                              "llm_calls WHERE thread_id = ?", session.id) == [(1234, 56, 0.0789)]
+                              "llm_calls WHERE thread_id = ?", session_id) == [(1234, 56, 0.0789)]
         assert query(db_path, "SELECT tokens_in, tokens_out, cost_usd, lease_holder FROM "
                               "agent_metadata") == [(1234, 56, 0.0789, "another-process")]
         assert query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'agent_message'") \
@@ -198,29 +210,16 @@ async def test_a_lost_leases_usage_write_that_fails_still_leaves_the_agent_to_it
     its new holder has it."""
     runtime = open_runtime(store, Settings(), default_client(), check_model=check_model,
                            workspace=tmp_path)
-    in_call, answer = asyncio.Event(), asyncio.Event()
-
-    async def root(messages: list[dict[str, Any]]) -> ScriptedReply:
-        in_call.set()
-        await answer.wait()
-        return ScriptedReply("never recorded", prompt_tokens=1234, completion_tokens=56)
-
-    models.on("root", root)
+    refusing = REFUSE_CALLS_ON_POSTGRESQL if is_postgres(db_path) else REFUSE_CALLS_ON_SQLITE
     try:
-        session = await runtime.start_session("go", "scripted/root")
-        async with asyncio.timeout(10):
-            await in_call.wait()
-        with store.transaction() as tx:  # another (live) process takes the agent over
-            tx.processes.register("another-process", 60.0)
-            tx.agents.update(session.id, status="running", lease_holder="another-process",
-                             lease_epoch=tx.agents.get(session.id).lease_epoch + 1)
-            for statement in REFUSE_CALLS_ON_POSTGRESQL if is_postgres(db_path) \
-                    else REFUSE_CALLS_ON_SQLITE:
-                tx.connection.exec_driver_sql(statement)
+        session_id, answer = await taken_over_mid_call(
+            runtime, store, models, ScriptedReply("never recorded", prompt_tokens=1234,
+                                                  completion_tokens=56),
+            then=lambda tx: [tx.connection.exec_driver_sql(sql) for sql in refusing])
         with records_of("lace") as records:
             answer.set()
             async with asyncio.timeout(10):
-                await runtime.run_until_quiet(session.id)
+                await runtime.run_until_quiet(session_id)
         assert query(db_path, "SELECT status, lease_holder, stop_reason FROM agent_metadata") \
             == [("running", "another-process", None)]
         assert query(db_path, "SELECT COUNT(*) FROM events WHERE type = 'error'") == [(0,)]
