@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import selectors
@@ -25,7 +23,7 @@ from lace.cli.invocation import runtime_settings
 from lace.cli.loop import once_on, run_async
 from lace.cli.run import model_client, usable_model
 from lace.core.errors import LaceError
-from lace.runtime.acp_stdio import DrainedLines
+from lace.runtime.acp_stdio import DrainedLines, json_object
 from lace.runtime.public import DaemonThreads
 
 if TYPE_CHECKING:
@@ -146,9 +144,8 @@ class EditorStdio:
         while line := await self.lines.readline():
             if not line.strip():
                 continue
-            with contextlib.suppress(ValueError, RecursionError):
-                if isinstance(message := json.loads(line), dict):
-                    return message
+            if (message := json_object(line)) is not None:
+                return message
             log.warning("skipped a message from the editor that is not a JSON-RPC object")
         return None
 

@@ -20,6 +20,16 @@ MAX_OPEN_REQUESTS = 64
 the agent until one is answered (each holds a task and, once answered, its answer)."""
 
 
+def json_object(line: bytes) -> dict[str, Any] | None:
+    """A line's JSON-RPC message; None when it is not a JSON object (or is nested too deeply
+    to parse)."""
+    with contextlib.suppress(ValueError, RecursionError):
+        message = json.loads(line)
+        if isinstance(message, dict):
+            return message
+    return None
+
+
 class DrainedLines:
     """Writes JSON-RPC messages to a peer's pipe one line at a time, each once the last has
     drained into the pipe, so lace holds at most one line beyond the pipe's own buffer. A peer
@@ -88,13 +98,10 @@ class AgentStdio:
             line = await self._line()
             if not line or self.failure is not None:
                 return None  # the agent's stdout ended, or nothing more of it is heard
-            with contextlib.suppress(ValueError, RecursionError):
-                if line.strip():
-                    message = json.loads(line)
-                    if isinstance(message, dict):
-                        if message.get("method") is not None and "id" in message:
-                            self._unanswered += 1  # the SDK answers every request once
-                        return message
+            if line.strip() and (message := json_object(line)) is not None:
+                if message.get("method") is not None and "id" in message:
+                    self._unanswered += 1  # the SDK answers every request once
+                return message
 
     async def close(self) -> None:
         """Nothing to do: the pipes end with the process."""
