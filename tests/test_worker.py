@@ -60,6 +60,19 @@ def alive(pid: int) -> bool:
         return False
 
 
+def signal_until_it_ends(process: subprocess.Popen[Any], signum: int) -> int:
+    """Send `signum` to `process` every half millisecond until it ends (at most 20,000
+    times), so that some come while it stops, one as its event loop closes among them; how
+    many were sent."""
+    signalled = 0
+    while process.poll() is None and signalled < 20000:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+        signalled += 1
+        time.sleep(0.0005)
+    return signalled
+
+
 def workers_of(pid: int, named: bool = True) -> list[int]:
     """The `lace worker` processes whose parent is `pid` (the processes, unless `named`: a
     process the tests' fork server started keeps the server's command line)."""
@@ -159,12 +172,7 @@ def test_a_worker_signalled_again_and_again_while_it_stops_still_exits_0(
     db = new_database(tmp_path)
     with worker(tmp_path, db, name="worker") as process:
         ready(db, 1)
-        signalled = 0
-        while process.poll() is None and signalled < 20000:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signum)
-            signalled += 1
-            time.sleep(0.0005)
+        signalled = signal_until_it_ends(process, signum)
         assert process.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
     assert signalled > 1
 
@@ -608,12 +616,7 @@ def test_a_run_signalled_again_and_again_while_it_stops_ends_as_one_sigterm_ends
     short by the second or the process killed by one that came as its loop closed."""
     with started_run(tmp_path) as (run, pids):
         ready(tmp_path / "home" / "lace.db", 3)
-        signalled = 0
-        while run.poll() is None and signalled < 20000:
-            with contextlib.suppress(ProcessLookupError):
-                run.send_signal(signal.SIGTERM)
-            signalled += 1
-            time.sleep(0.0005)
+        signalled = signal_until_it_ends(run, signal.SIGTERM)
         code = ended(run, tmp_path)
         log = (tmp_path / "run.log").read_text()
         assert code == 143, log
