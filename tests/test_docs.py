@@ -1,15 +1,18 @@
 """The README stays a front door: short, linking every page of docs/, with links that lead
-somewhere and commands at a prompt that the parser accepts."""
+somewhere, commands at a prompt that the parser accepts, and a tour that prints what it shows."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from lace.cli import build_parser
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -63,3 +66,82 @@ def test_every_lace_command_shown_at_a_prompt_parses() -> None:
     for command in commands:
         words = shlex.split(command.split(" && ")[0], comments=True)[1:]
         parser.parse_args(words)
+
+
+SESSION_ID = re.compile(r"lace_\d{8}_[0-9a-z]{6}")
+VARYING = [(SESSION_ID, "lace_SESSION"), (re.compile(r"task_\d{8}_[0-9a-f]{6}"), "task_ID"),
+           (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d(\.\d+)?Z?)?"), "WHEN"),
+           (re.compile(r"^\d\d:\d\d:\d\d", flags=re.MULTILINE), "TIME")]
+"""What differs from one run of the tour to the next: ids, dates and times (all of one length
+each, so columns line up alike on both sides)."""
+
+
+def normal(text: str) -> str:
+    for pattern, placeholder in VARYING:
+        text = pattern.sub(placeholder, text)
+    return text
+
+
+def tour_blocks() -> list[list[str]]:
+    """The README tour's console blocks (the five-minute tour up to its Python part), each as
+    its lines."""
+    text = README.read_text()
+    tour = text[text.index("## A five-minute tour"):text.index("### From Python")]
+    return [block.splitlines() for block in re.findall(r"```console\n(.*?)```", tour, re.DOTALL)]
+
+
+def shown_and_printed(shown: list[str], printed: list[str]) -> tuple[Counter[str], Counter[str]]:
+    """The README's lines and the printed ones, normalized and counted (helpers run at once, so
+    their lines come in any order). Where the README elides lines (`...`), only the lines it
+    shows are looked for among those printed, and a line it cuts short (ending in `…`) stands
+    for the printed line it starts."""
+    expected = Counter(normal(line) for line in shown if line != "...")
+    got = Counter(normal(line) for line in printed)
+    if "..." in shown:
+        cut = [line for line in expected if line.endswith("…")]
+        got = Counter(next((start for start in cut if line.startswith(start[:-1])), line)
+                      for line in got.elements())
+        got = Counter({line: count for line, count in got.items() if line in expected})
+    return expected, got
+
+
+def sqlite_session(lines: list[str], db: Path, session: str) -> list[tuple[list[str], list[str]]]:
+    """The `sqlite>` queries of a block (`...>` continues one), asked of `session`, each with
+    the README's rows and the rows sqlite3 gives, printed as the sqlite3 shell prints them."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in lines[1:]:
+        if line.startswith("sqlite> "):
+            steps.append((line.removeprefix("sqlite> "), []))
+        elif line.startswith("   ...> "):
+            steps[-1] = (steps[-1][0] + " " + line.removeprefix("   ...> "), steps[-1][1])
+        else:
+            steps[-1][1].append(line)
+    with sqlite3.connect(db) as connection:
+        return [(rows, ["|".join("" if value is None else str(value) for value in row)
+                        for row in connection.execute(SESSION_ID.sub(session, sql))])
+                for sql, rows in steps]
+
+
+def test_the_readme_tour_prints_what_the_readme_shows(capsys: pytest.CaptureFixture[str],
+                                                       isolated_home: Path) -> None:
+    session = ""
+    blocks = tour_blocks()
+    assert len(blocks) >= 4
+    for block in blocks:
+        if block[0].startswith("$ sqlite3 "):
+            for shown, printed in sqlite_session(block, isolated_home / "lace.db", session):
+                expected, got = shown_and_printed(shown, printed)
+                assert expected == got, shown
+            continue
+        commands = [index for index, line in enumerate(block) if line.startswith("$ ")]
+        for start, end in zip(commands, [*commands[1:], len(block)], strict=True):
+            command = block[start].removeprefix("$ ")
+            if command.startswith("export "):
+                continue
+            words = shlex.split(SESSION_ID.sub(session, command) if session else command)
+            assert words[0] == "lace", command
+            code, out, err = run_cli(capsys, *words[1:])
+            assert code == 0, err
+            session = session or SESSION_ID.findall(err)[0]
+            expected, got = shown_and_printed(block[start + 1:end], (err + out).splitlines())
+            assert expected == got, command
