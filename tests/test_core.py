@@ -7,6 +7,7 @@ import pytest
 from lace.core import ids
 from lace.core.assignee import HumanAssignee, NewAgentSpec, ThreadAssignee, parse_assignee
 from lace.core.errors import InvalidAssigneeError, InvalidTransitionError
+from lace.core.shown import shown_briefly
 from lace.core.tasks import STATUSES, TRANSITIONS, check_transition
 
 
@@ -75,3 +76,8 @@ def test_id_shapes() -> None:
     assert ids.root_of(child) == root and ids.depth_of(child) == 2
     assert ids.TASK_ID_RE.match(ids.new_task_id())
 
+
+
+def test_a_listing_cuts_a_text_only_where_the_cut_is_shorter() -> None:
+    assert shown_briefly("x" * 63, 60) == "x" * 63
+    assert shown_briefly("x" * 200, 60) == "x" * 60 + "… (140 more characters)"

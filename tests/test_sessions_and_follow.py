@@ -64,6 +64,14 @@ def test_sessions_lists_the_newest_first_with_status_time_and_cost(
     assert (code, out) == (0, "") and "No sessions hold 'nothing like it'" in err
 
 
+def test_a_title_a_little_over_the_width_is_listed_whole(capsys: CaptureFixture,
+                                                         db_path: Path) -> None:
+    little = "Plan a small launch: write the announcement and list the risks."  # 63 characters
+    assert run_cli(capsys, "run", little, "--db", str(db_path))[0] == 0
+    code, out, _ = run_cli(capsys, "sessions", "--db", str(db_path))
+    assert code == 0 and out.rstrip("\n").endswith(f"  {little}")  # not "ris… (3 more characters)"
+
+
 def test_ctrl_c_names_the_session_and_the_command_that_resumes_it(tmp_path: Path) -> None:
     """The run is stopped while its model call is under way (the fake holds it open), so the
     session exists and has work cut off."""

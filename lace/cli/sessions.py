@@ -12,7 +12,7 @@ from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
 from lace.core.lines import event_text
 from lace.core.records import Event, SessionSummary
-from lace.core.shown import shown
+from lace.core.shown import shown, shown_briefly
 from lace.core.text import printable_json
 from lace.core.usage import dollars
 
@@ -41,7 +41,7 @@ def sessions_command(args: argparse.Namespace) -> int:
 def session_line(session: SessionSummary) -> str:
     """id, status word, when it started (UTC), cost and the start of its prompt (or title)."""
     when = session.created_at[:16].replace("T", " ")
-    title = shown(session.title or "(untitled)", 60)
+    title = shown_briefly(session.title or "(untitled)", 60)
     return f"{session.id}  {session.status:<11}  {when}  {dollars(session.cost_usd):<10}  {title}"
 
 

@@ -12,3 +12,10 @@ def shown(text: str, limit: int, see_all: str = "") -> str:
     hidden = len(text) - limit
     hint = f"; {see_all}" if see_all else ""
     return f"{text[:limit]}… ({hidden} more characters{hint})"
+
+
+def shown_briefly(text: str, limit: int) -> str:
+    """`text` in a listing: whole when cutting it at `limit` would not make it shorter (a mark
+    longer than what it hides helps no one), else cut as `shown` cuts it."""
+    cut = shown(text, limit)
+    return cut if len(cut) < len(text) else text
