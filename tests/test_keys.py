@@ -55,6 +55,24 @@ def test_a_stored_key_is_used_when_the_environment_has_none(tmp_path: Path) -> N
     assert STORED.encode() not in (home / "lace.db").read_bytes()
 
 
+def test_a_missing_key_names_the_command_that_stores_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    refused = lace_at(tmp_path, home, "run", "--model", "openai/fake", "hi")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    named = refused.stderr.strip().split(" store the key once with ")[-1]
+    assert named.startswith("lace keys set openai (or pick another model)"), refused.stderr
+    stored = lace_at(tmp_path, home, *named.split(" (")[0].split()[1:], stdin=STORED + "\n")
+    assert stored.returncode == 0, stored.stderr
+    with FakeOpenAI(answer) as fake:
+        done = lace_at(tmp_path, home, "run", "--model", "openai/fake", "hi",
+                       OPENAI_BASE_URL=fake.base_url)
+        assert done.returncode == 0, done.stderr
+        assert [exchange.authorization for exchange in fake.exchanges] == [f"Bearer {STORED}"]
+    several = lace_at(tmp_path, home, "run", "--model", "azure/gpt-4o", "hi")
+    assert several.returncode == 2 and "AZURE_API_BASE" in several.stderr
+    assert "lace keys set" not in several.stderr  # it stores the key, not an endpoint
+
+
 def test_a_key_typed_at_the_terminal_is_never_echoed(tmp_path: Path) -> None:
     home = tmp_path / "home"
     from tests.processes import lace_env

@@ -491,7 +491,8 @@ from lace.llm.types import ScriptedReply
 
 assert known_provider("openai")
 assert check_model("openai", "x") == ("Cannot call openai/x: set OPENAI_API_KEY in the "
-                                      "environment (or pick another model)")
+                                      "environment, or store the key once with lace keys set "
+                                      "openai (or pick another model)")
 os.environ["OPENAI_API_KEY"] = "not-a-real-key"
 assert check_model("openai", "x") is None
 assert not {"litellm", "openai", "httpx"} & set(sys.modules), "a check imported litellm"
@@ -542,7 +543,7 @@ def test_the_checks_before_an_openai_call_import_neither_litellm_nor_the_sdk(
 def test_other_providers_are_still_checked_by_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not known_provider("no-such-provider") and known_provider("anthropic")
     assert check_model("anthropic", "claude-sonnet-4-5") == (
-        "Cannot call anthropic/claude-sonnet-4-5: set ANTHROPIC_API_KEY in the environment "
-        "(or pick another model)")
+        "Cannot call anthropic/claude-sonnet-4-5: set ANTHROPIC_API_KEY in the environment, "
+        "or store the key once with lace keys set anthropic (or pick another model)")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
     assert check_model("openai", "anything") is None  # a local server needs no real key

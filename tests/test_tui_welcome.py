@@ -63,8 +63,8 @@ async def test_a_missing_key_is_named_and_no_session_starts(
         assert app.session_id is None and app.query(Welcome)
         assert app.query_one(Input).value == "Plan the launch"  # kept, to send once fixed
         assert [n.message for n in app._notifications] == [
-            "Cannot call openai/gpt-4o: set OPENAI_API_KEY in the environment (or pick "
-            "another model)"]
+            "Cannot call openai/gpt-4o: set OPENAI_API_KEY in the environment, or store the key "
+            "once with lace keys set openai (or pick another model)"]
     assert query(db_path, "SELECT count(*) FROM threads") == [(0,)]
 
 

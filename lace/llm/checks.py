@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from urllib.parse import urlparse
 
@@ -144,9 +145,17 @@ def check_model(provider: str, model: str) -> str | None:
         return problem
     missing = missing_keys(provider, model)
     if missing:
-        return (f"Cannot call {provider}/{model}: set {', '.join(missing)} in the environment "
-                "(or pick another model)")
+        return (f"Cannot call {provider}/{model}: set {', '.join(missing)} in the environment"
+                f"{stored_key_hint(provider, missing)} (or pick another model)")
     return None
+
+
+def stored_key_hint(provider: str, missing: list[str]) -> str:
+    """How `lace keys set` gives the provider what it lacks, when that is its key alone."""
+    with contextlib.suppress(LaceError):
+        if missing == [key_variable(provider)]:
+            return f", or store the key once with lace keys set {provider}"
+    return ""
 
 
 def unlisted_model_note(provider: str, model: str) -> str | None:
