@@ -44,3 +44,13 @@ def test_version() -> None:
     shown = subprocess.run([sys.executable, "-m", "lace", "--version"], capture_output=True,
                            text=True, check=True)
     assert shown.stdout == f"lace {version('lace')}\n"
+
+
+def test_every_model_option_names_the_setting_it_defaults_to() -> None:
+    """The config file's `model` starts a session when `--model` is not given
+    (tests/test_first_hour_details.py), so each `--model` help says so."""
+    helps = {prog: action.help for prog, parser in PARSERS.items()
+             for action in parser._actions if "--model" in action.option_strings}
+    assert {"lace", "lace run", "lace web", "lace acp"} <= set(helps)
+    for prog, text in helps.items():
+        assert "$LACE_MODEL" in str(text) and "config file" in str(text), prog

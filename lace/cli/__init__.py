@@ -37,6 +37,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree; imports nothing heavy so `lace --help` is instant."""
     from lace.cli.commands import (
+        MODEL_DEFAULT,
         add_examples,
         add_id_completers,
         add_workspace_flags,
@@ -57,8 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="THREAD_ID",
                         help="with no command: reopen the last session (or THREAD_ID's)")
     parser.add_argument("--model", metavar="PROVIDER/MODEL",
-                        help="with no command: the root's model for a new session "
-                             "(default: $LACE_MODEL, else the offline demo model)")
+                        help=f"with no command: the root's model for a new session {MODEL_DEFAULT}")
     add_workspace_flags(parser)
     register_commands(parser.add_subparsers(dest="command", metavar="COMMAND",
                                             parser_class=OneLineParser), common)

@@ -65,6 +65,9 @@ EXIT_STILL_RUNNING = 124
 
 
 MAX_WORKERS = 64
+MODEL_DEFAULT = ("(default: $LACE_MODEL, else the model setting of your config file or the "
+                 "project's lace.toml, which lace config shows, else the offline demo model)")
+"""Where the root's model comes from when `--model` is not given, for every `--model` help."""
 
 
 _worker_count = _whole_number(MAX_WORKERS)
@@ -118,7 +121,7 @@ def _add_running_commands(add: Add) -> None:
                      "they are quiet.", "lace.cli.run:run_command")
     run.add_argument("prompt", nargs="?", help="what the root agent should do")
     run.add_argument("--model", metavar="PROVIDER/MODEL",
-                     help="the root's model (default: $LACE_MODEL, else the offline demo model)")
+                     help=f"the root's model {MODEL_DEFAULT}")
     run.add_argument("--continue", dest="continue_thread", metavar="THREAD_ID",
                      help="continue this thread's session: resume interrupted turns, deliver "
                           "pending messages, and send PROMPT (if given) to this thread")
@@ -176,8 +179,7 @@ def _add_running_commands(add: Add) -> None:
                        help="run at most N apps (open pages) at once (default: [web] max_apps, "
                             "4); past it a page says so")
     serve.add_argument("--model", metavar="PROVIDER/MODEL",
-                       help="the root's model for new sessions (default: $LACE_MODEL, else "
-                            "the offline demo model)")
+                       help=f"the root's model for new sessions {MODEL_DEFAULT}")
     serve.add_argument("--continue", dest="continue_thread", nargs="?", const="latest",
                        metavar="THREAD_ID",
                        help="each page reopens the last session (or THREAD_ID's)")
@@ -421,7 +423,7 @@ def _add_acp_command(add: Add) -> None:
                      "of an editor (Zed, JetBrains, Neovim), each editor session a lace "
                      "session working in the editor's folder.", "lace.cli.acp_serve:acp_command")
     acp.add_argument("--model", metavar="PROVIDER/MODEL",
-                     help="the root's model (default: $LACE_MODEL, else the offline demo model)")
+                     help=f"the root's model {MODEL_DEFAULT}")
     add_workspace_flags(acp)
 
 
