@@ -145,3 +145,12 @@ def test_the_readme_tour_prints_what_the_readme_shows(capsys: pytest.CaptureFixt
             session = session or SESSION_ID.findall(err)[0]
             expected, got = shown_and_printed(block[start + 1:end], (err + out).splitlines())
             assert expected == got, command
+
+
+def test_every_page_lace_points_a_person_to_exists() -> None:
+    sources = [path.read_text() for path in (ROOT / "lace").rglob("*.py")]
+    named = {page for source in sources for page in re.findall(r"docs/[\w.-]+\.md", source)}
+    assert len(named) >= 3
+    assert {page for page in named if not (ROOT / page).exists()} == set()
+    assert not [source for source in sources if "see the README" in source]  # the README
+    # is a front door: what a message points to lives in docs/

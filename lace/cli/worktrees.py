@@ -39,7 +39,8 @@ def worktrees_command(args: argparse.Namespace) -> int:
         print_json([{**asdict(view.worktree), **asdict(view.state),
                      "helper_working": view.helper_working} for view in listed])
     elif not listed:
-        print("No worktrees. A helper gets one with isolation \"worktree\" (see the README).")
+        print("No worktrees. A helper gets one with isolation \"worktree\" "
+              "(see docs/worktrees.md).")
     for view in [] if args.json else listed:
         say(_describe(view), one_line=True)
     return 0
