@@ -82,12 +82,20 @@ def normal(text: str) -> str:
     return text
 
 
+TOURS = [(README, "## A five-minute tour", "### From Python"),
+         (DOCS / "cli.md", "## The board by hand", "## Approvals")]
+"""The parts of pages whose console blocks run on the demo model, in this order, on one board."""
+
+
 def tour_blocks() -> list[list[str]]:
-    """The README tour's console blocks (the five-minute tour up to its Python part), each as
-    its lines."""
-    text = README.read_text()
-    tour = text[text.index("## A five-minute tour"):text.index("### From Python")]
-    return [block.splitlines() for block in re.findall(r"```console\n(.*?)```", tour, re.DOTALL)]
+    """The console blocks of the tours, each as its lines."""
+    blocks = []
+    for page, start, stop in TOURS:
+        text = page.read_text()
+        tour = text[text.index(start):text.index(stop)]
+        blocks += [block.splitlines()
+                   for block in re.findall(r"```console\n(.*?)```", tour, re.DOTALL)]
+    return blocks
 
 
 def shown_and_printed(shown: list[str], printed: list[str]) -> tuple[Counter[str], Counter[str]]:
@@ -122,11 +130,13 @@ def sqlite_session(lines: list[str], db: Path, session: str) -> list[tuple[list[
                 for sql, rows in steps]
 
 
-def test_the_readme_tour_prints_what_the_readme_shows(capsys: pytest.CaptureFixture[str],
-                                                       isolated_home: Path) -> None:
+def test_the_tours_print_what_their_pages_show(capsys: pytest.CaptureFixture[str],
+                                               isolated_home: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where the tour's export writes its file
     session = ""
     blocks = tour_blocks()
-    assert len(blocks) >= 4
+    assert len(blocks) >= 5
     for block in blocks:
         if block[0].startswith("$ sqlite3 "):
             for shown, printed in sqlite_session(block, isolated_home / "lace.db", session):
@@ -138,12 +148,15 @@ def test_the_readme_tour_prints_what_the_readme_shows(capsys: pytest.CaptureFixt
             command = block[start].removeprefix("$ ")
             if command.startswith("export "):
                 continue
-            words = shlex.split(SESSION_ID.sub(session, command) if session else command)
-            assert words[0] == "lace", command
-            code, out, err = run_cli(capsys, *words[1:])
-            assert code == 0, err
-            session = session or SESSION_ID.findall(err)[0]
-            expected, got = shown_and_printed(block[start + 1:end], (err + out).splitlines())
+            printed = ""
+            for one in (SESSION_ID.sub(session, command) if session else command).split(" && "):
+                words = shlex.split(one)
+                assert words[0] == "lace", command
+                code, out, err = run_cli(capsys, *words[1:])
+                assert code == 0, err
+                printed += err + out
+            session = session or SESSION_ID.findall(printed)[0]
+            expected, got = shown_and_printed(block[start + 1:end], printed.splitlines())
             assert expected == got, command
 
 
