@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from textual_serve.server import Server
 
 from lace import __version__
 from lace.cli import main
+from lace.cli.web import LaceServer
 from tests.web_page import app_handshake, lace_web
 
 
@@ -23,7 +25,7 @@ from tests.web_page import app_handshake, lace_web
 def served(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
     """Servers `lace web` would start, recorded instead of listening."""
     started: list[Server] = []
-    monkeypatch.setattr(Server, "serve", lambda self, debug=False: started.append(self))
+    monkeypatch.setattr(LaceServer, "serve", lambda self, debug=False: started.append(self))
     return started
 
 
@@ -49,6 +51,16 @@ def test_a_bad_port_is_refused_by_the_parser(db_path: Path, capsys: Any) -> None
         main(["--db", str(db_path), "web", "--port", "0"])
     assert exit_.value.code == 2
     assert "--port: must be from 1 to 65535, got 0" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line_and_no_address_to_open(db_path: Path, capsys: Any) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code = main(["--db", str(db_path), "web", "--port", str(port)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (2, "")  # not "lace web: open http://..." first
+    assert captured.err == (f"lace: error: cannot listen on 127.0.0.1:{port}: "
+                            "Address already in use\n")
 
 
 def test_a_remote_bind_needs_the_flag_and_warns(db_path: Path, capsys: Any,

@@ -1,7 +1,8 @@
-"""The tokens of lace's network front ends (`lace web`, `lace mcp serve --http`): the person's own
-from the environment, else one made once with `secrets.token_urlsafe` and kept in lace's home
-(`tokens/web`, `tokens/mcp`: 0600 in a 0700 folder) for the next start. Another local user can
-reach a loopback port; without the token they get 401."""
+"""The listening sockets and tokens of lace's network front ends (`lace web`, `lace mcp serve
+--http`). A token is the person's own from the environment, else one made once with
+`secrets.token_urlsafe` and kept in lace's home (`tokens/web`, `tokens/mcp`: 0600 in a 0700
+folder) for the next start. Another local user can reach a loopback port; without the token
+they get 401."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hmac
 import os
 import re
 import secrets
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,3 +122,15 @@ def _read_private(name: str, folder: int) -> str | None:
                    and not info.st_mode & 0o077)
         text = stream.read(1024).decode("ascii", "replace").strip()
     return text if private and TOKEN_SHAPE.fullmatch(text) else None
+
+
+def listening_socket(host: str, port: int, netloc: str) -> socket.socket:
+    """A socket listening on `host`:`port` (`netloc` as a person writes it), opened before
+    anything is served or announced, so that a port in use or an address this machine lacks
+    is one line on stderr."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family)
+    except OSError as error:
+        why = os.strerror(error.errno) if error.errno else str(error)
+        raise LaceError(f"cannot listen on {netloc}: {why}") from None

@@ -17,7 +17,7 @@ from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lace.cli.access import AccessToken, access_token
+from lace.cli.access import AccessToken, access_token, listening_socket
 from lace.cli.board import board_of
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.loop import once_on, run_async
@@ -110,15 +110,8 @@ def mcp_serve_command(args: argparse.Namespace) -> int:
 
 
 def open_socket(listen: Listen, token: AccessToken) -> Listening:
-    """The listening socket, opened before anything is served so that a port in use or an
-    address this machine lacks is one line on stderr."""
-    try:
-        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
-        listening = socket.create_server((listen.host, listen.port), family=family)
-    except OSError as error:
-        why = os.strerror(error.errno) if error.errno else str(error)
-        raise LaceError(f"cannot listen on {listen.netloc}: {why}") from None
-    return Listening(listen, listening, token)
+    """The listening socket, opened before anything is served."""
+    return Listening(listen, listening_socket(listen.host, listen.port, listen.netloc), token)
 
 
 async def _serve(args: argparse.Namespace, board: Board, settings: Settings,

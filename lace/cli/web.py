@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from textual_serve.server import Server
 
-from lace.cli.access import AccessToken, access_token
+from lace.cli.access import AccessToken, access_token, listening_socket
 from lace.cli.invocation import runtime_settings, workspace_of
 from lace.cli.tui import build_app
 from lace.core.errors import LaceError
@@ -113,6 +113,12 @@ class LaceServer(Server):
         where = f" with the token in {self.token.variable}" if self.token.kept_in is None else ""
         print(f"lace web: open {self.public_url}/?token={shown}{where} (Ctrl+C stops it)",
               flush=True)
+
+    def serve(self, debug: bool = False) -> None:
+        """Serve until Ctrl+C, once the port is known to be free: a port in use is one line,
+        never after the line that says to open the page."""
+        listening_socket(self.host, self.port, f"{url_host(self.host)}:{self.port}").close()
+        super().serve(debug)
 
     def admitted(self, request: web.Request) -> bool:
         """Whether the request carries the token's cookie."""
