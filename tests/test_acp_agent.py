@@ -67,8 +67,13 @@ async def test_a_prompt_fans_out_to_helpers_each_shown_as_a_tool_call_and_the_pl
         async with lace_acp(editor, home, "--model", "openai/root", **env(server)) as (conn, _):
             session = await conn.new_session(cwd=str(work), mcp_servers=[])
             answer = await prompt(conn, session.session_id, "Do alpha and beta.")
+        later = Editor()
+        async with lace_acp(later, home, "--model", "openai/root", **env(server)) as (conn, _):
+            await conn.load_session(cwd=str(work), session_id=session.session_id,
+                                    mcp_servers=[])
     assert answer.stop_reason == "end_turn"
-    assert "All done: both parts." in editor.text()
+    assert editor.text() == "waiting\n\nAll done: both parts."  # two replies, two paragraphs
+    assert later.text() == editor.text()  # and so when the session is loaded again
     root = session.session_id
     helpers = {f"helper:{root}.1", f"helper:{root}.2"}
     started = {update.tool_call_id: update for update in editor.of_kind("tool_call")}

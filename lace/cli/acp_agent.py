@@ -228,13 +228,17 @@ class LaceAgent:
         root's answers."""
         from acp import update_user_message_text
 
+        answering = False  # a reply to the last prompt was replayed: the next after a blank line
         for event in events:
             message = event.data.get("message") or {}
             if event.type == "user_message" and event.data.get("inbox_id") in asked:
                 await session.updates.deliver(
                     update_user_message_text(asked[event.data["inbox_id"]]))
+                answering = False
             elif event.type == "agent_message" and message.get("content"):
-                await session.updates.deliver(session.updates.message(str(message["content"])))
+                text = ("\n\n" if answering else "") + str(message["content"])
+                await session.updates.deliver(session.updates.message(text))
+                answering = True
         await session.updates.settled()
 
     def _buffers(self, session_id: str = "") -> EditorBuffers:
@@ -333,6 +337,7 @@ class LaceAgent:
         session.cancelled = False
         session.prompting = asyncio.current_task()
         runtime = session.runtime
+        session.updates.new_prompt()
         try:
             await runtime.send(session.root_id, text)
             await runtime.resume_agent(session.root_id)  # stopped by a cancel: goes on

@@ -121,6 +121,11 @@ class SessionUpdates:
     """Per thread, its tool calls without a result yet: (call id, tool)."""
     streamed: bool = False
     """The root's current reply was streamed (so its whole text is not sent again)."""
+    replying: bool = False
+    """Text of the root's current reply was queued."""
+    replied: bool = False
+    """A reply of the root's to this prompt had text: the next one starts after a blank line
+    (an editor joins the chunks of one prompt's answer into one message)."""
     plan: list[tuple[str, str, str]] = field(default_factory=list)
     plan_waiting: bool = False
     """A look at the plan is queued and not yet taken (one suffices: it reads the board)."""
@@ -144,7 +149,7 @@ class SessionUpdates:
             return
         if isinstance(event, TextStreamed) and thread_id == self.root_id and not event.restart:
             self.streamed = True
-            self.text(event.delta)
+            self.reply_text(event.delta)
         elif isinstance(event, EventAppended):
             self._appended(event)
         elif isinstance(event, ThreadSpawned):
@@ -154,6 +159,18 @@ class SessionUpdates:
             self.text(f"\n[lace: the turn failed: {event.error}]")
         elif isinstance(event, TurnFailed | TurnEnded) and thread_id in self.helpers:
             self._refresh()
+
+    def new_prompt(self) -> None:
+        """The person sent a prompt: the root's answer to it starts a new message."""
+        self.replying = self.replied = False
+
+    def reply_text(self, text: str) -> None:
+        """Queue text of the root's current reply, after a blank line if it is not the first
+        reply with text to this prompt."""
+        if not self.replying and self.replied:
+            text = "\n\n" + text
+        self.replying = True
+        self.text(text)
 
     def put(self, item: Any) -> None:
         """Queue an update, or a callable making updates, for the editor."""
@@ -209,8 +226,10 @@ class SessionUpdates:
         if event.type == "agent_message":
             content = (data.get("message") or {}).get("content")
             if content and not self.streamed:
-                self.text(str(content))
+                self.reply_text(str(content))
             self.streamed = False
+            self.replied = self.replied or self.replying
+            self.replying = False
         elif event.type == "tool_call":
             tool = str(data.get("tool_name"))
             self.put(start_tool_call(str(data.get("call_id")), tool, kind=tool_kind(tool),
