@@ -74,6 +74,9 @@ def test_detach_prints_the_id_only_runs_no_agent_and_wait_times_out_without_a_wo
     assert waited.returncode == EXIT_STILL_RUNNING and waited.stdout == ""
     assert f"session {root} still runs after 0.5s" in waited.stderr
     assert "Traceback" not in waited.stderr
+    assert (f"lace: no lace process runs this board, so {root} waits for one; start one with: "
+            f"lace run --continue {root} (or lace worker --session {root}, which stays)"
+            ) in waited.stderr.splitlines()
     assert snapshot(db) == before  # it ran no agent and wrote nothing
 
 
@@ -169,6 +172,7 @@ def test_ctrl_c_stops_waiting_quietly_and_leaves_the_session_untouched(
     assert waiting.stderr is not None
     assert waiting.stderr.readline() == f"Waiting for session {root} (Ctrl+C stops waiting, " \
                                         "not the session)\n"
+    assert waiting.stderr.readline().startswith("lace: no lace process runs this board")
     waiting.send_signal(signal.SIGINT)
     out, err = waiting.communicate(timeout=60)
     assert waiting.returncode == 130 and out == ""

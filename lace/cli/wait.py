@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lace.cli.board import board_of
+from lace.cli.board import board_of, note_unserved
 from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
+from lace.runtime.board import Board
 from lace.runtime.databases import when_reachable
 from lace.runtime.outcome import Outcome
 
@@ -24,7 +25,7 @@ def wait_command(args: argparse.Namespace) -> int:
         root_id = when_reachable(lambda: board.session(args.session).id, db)
         try:
             went_quiet = run_async(lambda: board.until_quiet(
-                root_id, args.timeout, lambda: _waiting(root_id)))
+                root_id, args.timeout, lambda: _waiting(board, root_id)))
         except KeyboardInterrupt:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
@@ -33,9 +34,11 @@ def wait_command(args: argparse.Namespace) -> int:
     return _report(outcome, went_quiet, args)
 
 
-def _waiting(root_id: str) -> None:
+def _waiting(board: Board, root_id: str) -> None:
+    """Say what is waited for and, when no lace process runs this board, how to start one."""
     print(f"Waiting for session {root_id} (Ctrl+C stops waiting, not the session)",
           file=sys.stderr)
+    note_unserved(board, root_id)
 
 
 def _report(outcome: Outcome, went_quiet: bool, args: argparse.Namespace) -> int:
