@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query, run_cli
 from tests.lace_forks import lace_popen
-from tests.processes import lace_env
+from tests.processes import lace_env, next_line
 from tests.scripted import ScriptedModels, reply
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -163,6 +165,25 @@ def test_follow_prints_a_session_as_it_runs_from_before_it_starts(tmp_path: Path
     assert f"  {root}.1  tool_call: task_complete(" in shown  # the helper's events too
     assert f"  {root}  agent_message: all done" in shown
     assert shown.rstrip().endswith("agent_message: all done")
+
+
+def test_follow_on_a_session_no_process_runs_says_how_to_run_it(tmp_path: Path) -> None:
+    env = lace_env(tmp_path)
+    detached = subprocess.run([sys.executable, "-m", "lace", "run", "--detach", "Check it."],
+                              capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert detached.returncode == 0, detached.stderr
+    root = detached.stdout.strip()
+    follow = lace_popen([sys.executable, "-m", "lace", "follow", root], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert follow.stderr is not None
+        assert next_line(follow.stderr, follow, time.monotonic() + 60) == (
+            f"lace: no lace process runs this board, so {root} waits for one; start one with: "
+            f"lace run --continue {root} (or lace worker --session {root}, which stays)\n")
+    finally:
+        follow.send_signal(signal.SIGINT)
+        follow.communicate(timeout=60)
+    assert follow.returncode == 130
 
 
 @pytest.mark.both_engines

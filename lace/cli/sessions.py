@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from lace.cli.board import board_of
+from lace.cli.board import board_of, note_unserved
 from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
 from lace.core.lines import event_text
@@ -50,6 +50,7 @@ def follow_command(args: argparse.Namespace) -> int:
     and end once it is quiet."""
     with board_of(args) as board:
         root_id = board.session(args.session).id
+        note_unserved(board, root_id)  # else it would wait for a process that never comes
         printer = _json_line if args.json else _readable_line
         try:
             run_async(lambda: board.follow(root_id, printer))
