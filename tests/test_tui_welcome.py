@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from textual.widgets import Input
 
+from lace.config.keys import store_key, use_stored_keys
 from lace.tui.app import LaceApp
 from lace.tui.factory import create_app
 from lace.tui.widgets.welcome import EXAMPLES, Welcome
@@ -81,6 +82,25 @@ async def test_a_present_key_is_said_to_be_set_and_never_shown(
         screen = html.unescape(app.export_screenshot()).replace("\u00a0", " ")
         assert "a key for openai is set" in screen
         assert SECRET not in screen and SECRET not in shown
+
+
+@pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:9/v1"],
+                         ids=["provider", "own endpoint"])
+async def test_a_stored_key_is_said_to_be_stored_not_in_the_environment(
+        db_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str | None) -> None:
+    store_key("openai", "OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", "")  # unset, and set back after the test
+    if endpoint:
+        monkeypatch.setenv("OPENAI_BASE_URL", endpoint)
+    use_stored_keys()  # as every lace command does first
+    app = create_app(db=str(db_path), model="openai/gpt-4o")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        shown = welcome_text(app)
+    assert ("✓ openai calls go to the endpoint set in the environment, with the key stored with "
+            "lace keys set" if endpoint else "✓ a key for openai is stored with lace keys set"
+            ) in " ".join(shown.split())
+    assert "no key needed" not in shown and SECRET not in shown
 
 
 async def test_the_model_named_in_a_settings_file_names_that_file(

@@ -93,3 +93,9 @@ def use_stored_keys() -> None:
     for stored in keys:
         if not os.environ.get(stored.variable):
             os.environ[stored.variable] = stored.key
+
+
+def stored_key_in_use(variable: str) -> bool:
+    """Whether `variable` holds the key `lace keys set` stored (not the environment's own)."""
+    stored = {key.variable: key.key for key in stored_keys()}
+    return variable in stored and os.environ.get(variable) == stored[variable]

@@ -122,18 +122,33 @@ def model_readiness(model: str, source: str, problem: str | None,
                     config_file: Path | None = None) -> ModelReadiness:
     """What the first screen says about the model: `problem` is `check_model`'s answer;
     `config_file` is where to set another (default: the person's own file)."""
-    from lace.llm.checks import has_custom_base_url, local_provider
+    from lace.llm.checks import has_custom_base_url, keyless, local_provider
 
     provider = model.split("/", 1)[0]
+    endpoint = f"{provider} calls go to the endpoint set in the environment"
     if local_provider(provider):
         key = "no key needed: lace runs this model itself, offline"
+    elif keyless(provider):
+        key = f"no key needed: {endpoint}"
     elif has_custom_base_url(provider):
-        key = f"no key needed: {provider} calls go to the endpoint set in the environment"
+        key = f"{endpoint}, with the key {key_origin(provider)}"
     else:
-        key = f"a key for {provider} is set in the environment"
+        key = f"a key for {provider} is {key_origin(provider)}"
     shown = shown_path(config_file or user_config_file()) or "config.toml"
     return ModelReadiness(model=model, source=source, config_file=shown, key=key,
                           problem=problem)
+
+
+def key_origin(provider: str) -> str:
+    """Where the provider's key comes from: `lace keys set` or the environment."""
+    from lace.config.keys import stored_key_in_use
+    from lace.llm.checks import OPENAI_ENDPOINT_OF, key_variable
+
+    try:
+        variable = key_variable(OPENAI_ENDPOINT_OF.get(provider, provider))
+    except LaceError:  # a provider with no one key variable: the environment has what it needs
+        return "set in the environment"
+    return "stored with lace keys set" if stored_key_in_use(variable) else "set in the environment"
 
 
 def shown_path(path: Path | None) -> str | None:
