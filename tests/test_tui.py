@@ -10,6 +10,7 @@ from typing import Any
 from textual.widgets import DataTable, Input, Static
 
 from benchmarks.common import traced_statements
+from lace.cli.tui import interrupted_note
 from lace.core.records import NewAgent
 from lace.llm.types import ScriptedReply
 from lace.store import Store, open_database
@@ -149,7 +150,7 @@ async def test_the_board_marks_a_waiting_task_and_shows_it_start(
 
 
 async def end_the_app_mid_turn(db_path: Path, models: ScriptedModels, *,
-                               by_quit_key: bool) -> None:
+                               by_quit_key: bool) -> LaceApp:
     """Open the app, start a root turn whose model never answers, and end the app while it
     runs: with ctrl+c, or as a closed `lace web` page does (Textual's exit, not the key)."""
     import asyncio
@@ -171,14 +172,19 @@ async def end_the_app_mid_turn(db_path: Path, models: ScriptedModels, *,
         else:
             app.exit()
         await pilot.pause()
+    return app
 
 
 async def test_quitting_interrupts_running_turns(db_path: Path, models: ScriptedModels) -> None:
-    await end_the_app_mid_turn(db_path, models, by_quit_key=True)
+    app = await end_the_app_mid_turn(db_path, models, by_quit_key=True)
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT status FROM agent_metadata").fetchall() == [
             ("interrupted",)]
         (root,), = connection.execute("SELECT id FROM threads")
+    assert interrupted_note(app) == (  # what `lace` prints once the screen is gone
+        f"lace: session {root} was interrupted; lace --continue {root} reopens it and resumes "
+        f"its agents (or lace run --continue {root})")
+    app.runtime.close()
     models.on("root", lambda messages: reply("picked up again"))
     again = create_app(db=str(db_path), continue_thread=root, model="scripted/root")
     async with again.run_test(size=SIZE) as pilot:
@@ -186,6 +192,7 @@ async def test_quitting_interrupts_running_turns(db_path: Path, models: Scripted
         said = [notification.message for notification in again._notifications]
         assert said == [f"Resuming 1 interrupted agent(s): {root}"]
         assert any("picked up again" in text for text in conversation_texts(again))
+    assert interrupted_note(again) is None  # quit once its work was done: nothing to say
 
 
 async def test_another_process_session_shows_live_without_running_it(

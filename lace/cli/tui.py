@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,6 +30,25 @@ def tui_command(args: argparse.Namespace) -> int:
     logging.getLogger("LiteLLM").propagate = False
     try:
         app.run()
+        left = interrupted_note(app)
     finally:
         app.runtime.close()  # the store thread stops and the lease row goes
+    if left:
+        print(left, file=sys.stderr)
     return 0
+
+
+def interrupted_note(app: LaceApp) -> str | None:
+    """The line that names the session the app left with turns cut off (by quitting while
+    agents worked) and the commands that resume them; None when nothing was cut off."""
+    from lace.runtime.board import Board
+
+    session_id = app.session_id
+    if session_id is None:
+        return None
+    summaries = Board(app.runtime.store).sessions(session_id)
+    if not any(summary.id == session_id and summary.status == "interrupted"
+               for summary in summaries):
+        return None
+    return (f"lace: session {session_id} was interrupted; lace --continue {session_id} reopens "
+            f"it and resumes its agents (or lace run --continue {session_id})")
