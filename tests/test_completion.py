@@ -142,3 +142,16 @@ def test_bash_completes_session_and_thread_ids_where_one_is_expected(tmp_path: P
     for words in offered[9:]:  # a flag, and a board that is not there: no id (bash's files)
         assert not {first, second} & set(words), words
     assert not missing.exists()
+
+
+def test_bash_completes_the_demo_and_the_boards_models_after_model(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    added = lace(home, "task", "add", "Count the words", "--assign", "new:demo/worker")
+    assert added.returncode == 0, added.stderr
+    local = lace(home, "run", "--detach", "--model", "openai/my-local-model", "Say hi.",
+                 OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+    assert local.returncode == 0, local.stderr
+    offered = completions(home, ["lace run --model ", "lace --model demo/w",
+                                 "lace web --model openai/", "lace acp --model "])
+    everything = ["demo/coordinator", "openai/my-local-model", "demo/worker"]
+    assert offered == [everything, ["demo/worker"], ["openai/my-local-model"], everything]

@@ -559,8 +559,8 @@ def _completer(name: str) -> Callable[..., list[str]]:
 
 
 def add_id_completers(parser: argparse.ArgumentParser) -> None:
-    """Make a TAB complete session and thread ids wherever one is expected, all the way down
-    the tree."""
+    """Make a TAB complete session and thread ids wherever one is expected, and models after
+    `--model`, all the way down the tree."""
     for action in parser._actions:
         if action.nargs == 0:  # a flag such as `lace approve --session`
             continue
@@ -568,6 +568,8 @@ def add_id_completers(parser: argparse.ArgumentParser) -> None:
             action.completer = _completer("session_ids")  # type: ignore[attr-defined]
         elif action.dest in THREAD_ARGUMENTS:
             action.completer = _completer("thread_ids")  # type: ignore[attr-defined]
+        elif action.dest == "model":
+            action.completer = _completer("models")  # type: ignore[attr-defined]
     for child in subcommands(parser):
         add_id_completers(child)
 

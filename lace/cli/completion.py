@@ -4,7 +4,8 @@ argcomplete answers each TAB by running `lace` itself with the parser `lace --he
 the completion never goes stale after an upgrade and knows every command and option without a
 list kept by hand; its bash code needs no bash-completion package, and it writes zsh and fish
 code from the same parser. Where a command expects a session or thread id, a TAB offers those
-of the database the command line names (read only: a missing database is not created)."""
+of the database the command line names (read only: a missing database is not created); after
+`--model`, the offline demo and the models that board's agents ran."""
 
 from __future__ import annotations
 
@@ -44,3 +45,15 @@ def thread_ids(prefix: str, parsed_args: argparse.Namespace) -> list[str]:
         return [view.thread.id for view in board.threads(root)
                 if view.thread.id.startswith(prefix)]
     return []
+
+
+def models(prefix: str, parsed_args: argparse.Namespace) -> list[str]:
+    """The offline demo model and the models the board's agents ran (the latest first) that
+    start with `prefix`; litellm's whole table is not offered (importing it takes seconds)."""
+    from lace.cli.board import board_of
+    from lace.config import DEMO_MODEL
+
+    used: list[str] = []
+    with contextlib.suppress(Exception), board_of(parsed_args) as board:  # a TAB never fails
+        used = board.models()
+    return [model for model in dict.fromkeys([DEMO_MODEL, *used]) if model.startswith(prefix)]

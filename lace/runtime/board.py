@@ -213,6 +213,11 @@ class Board:
         with self.store.reading() as tx:
             return session_summaries(tx, text)
 
+    def models(self) -> list[str]:
+        """Every `provider/model` the board's agents were given, the latest first."""
+        with self.store.reading() as tx:
+            return tx.agents.models()
+
     def unserved(self, session_id: str) -> list[str]:
         """The session's agents that have work to start while no lace process runs this board
         (none when one runs: it picks them up)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from lace.core.assignee import ACP_PROVIDER
 from lace.core.clock import now_iso
 from lace.core.errors import NotFoundError
 from lace.core.ids import root_of
@@ -209,6 +210,17 @@ class AgentRows(Rows):
             .group_by(threads.root_id, agents.status, is_root)).all()
         return [(str(row[0]), str(row[1]), bool(row[2]), int(row[3] or 0), float(row[4] or 0.0))
                 for row in rows]
+
+    def models(self) -> list[str]:
+        """Every `provider/model` the board's agents were given (`acp:` agents aside), the
+        latest first."""
+        agents = schema.agent_metadata.c
+        rows: Sequence[Any] = self._execute(
+            sa.select(agents.provider, agents.model)
+            .where(agents.provider != ACP_PROVIDER)
+            .group_by(agents.provider, agents.model)
+            .order_by(sa.func.max(agents.created_at).desc())).all()
+        return [f"{row[0]}/{row[1]}" for row in rows]
 
     def sessions_with(self, statuses: tuple[str, ...]) -> dict[str, int]:
         """Each session that has agents with one of `statuses`, and how many."""
