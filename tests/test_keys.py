@@ -73,6 +73,18 @@ def test_a_missing_key_names_the_command_that_stores_it(tmp_path: Path) -> None:
     assert "lace keys set" not in several.stderr  # it stores the key, not an endpoint
 
 
+def test_a_helper_without_its_key_is_refused_naming_the_key_not_the_assignee_forms(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    refused = lace_at(tmp_path, home, "task", "add", "Check the prices", "--assign",
+                      "new:openai/gpt-4o")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr == (
+        "lace: error: Cannot call openai/gpt-4o: set OPENAI_API_KEY in the environment, or "
+        "store the key once with lace keys set openai (or pick another model) in "
+        "'new:openai/gpt-4o'.\n")
+
+
 def test_a_key_typed_at_the_terminal_is_never_echoed(tmp_path: Path) -> None:
     home = tmp_path / "home"
     from tests.processes import lace_env

@@ -63,8 +63,8 @@ def parse_assignment(assigned_to: str | None, context: ToolContext) -> Assignee 
                         f"{known}). {EXPECTED_FORMS}.")
     if assignee.provider is not None and assignee.model is not None:
         problem = context.check_model(assignee.provider, assignee.model)
-        if problem:
-            raise ToolError(f"{problem} in {assigned_to!r}. {EXPECTED_FORMS}.")
+        if problem:  # the form is right: the assignee forms would only hide what to fix
+            raise ToolError(f"{problem} in {assigned_to!r}.")
     return assignee
 
 
