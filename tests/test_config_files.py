@@ -85,3 +85,24 @@ def test_the_users_model_starts_every_session_and_the_command_line_wins(
         models = connection.execute("SELECT model FROM agent_metadata WHERE parent_thread_id "
                                     "IS NULL ORDER BY rowid").fetchall()
     assert models == [("from-user-config",), ("from-user-config",), ("flag",)]
+
+
+def test_a_mistyped_key_names_the_keys_it_may_have_meant(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for text, where, meant in [('modle = "openai/gpt-4o"\n', "modle", "did you mean 'model'?"),
+                               ("[limts]\nmax_running = 3\n", "limts", "did you mean 'limits'?"),
+                               ('[profiles.critic]\nmodle = "openai/gpt-4o"\n',
+                                "profiles.critic.modle", "did you mean 'model'?"),
+                               ("[limits]\ncolour = 3\n", "limits.colour",
+                                "(docs/configuration.md lists every one)")]:
+        user = user_config(home, text)
+        done = lace_at(tmp_path, home, "config")
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == f"lace: error: Bad setting {where} in {user}: unknown setting" + (
+            f"; {meant}\n" if meant.startswith("did") else f" {meant}\n")
+    user.unlink()
+    repo, deep = repository(tmp_path, "[limits]\nmax_runing = 3\n")  # a project's, at trust
+    done = lace_at(deep, home, "trust", "--yes")
+    assert done.returncode == 2
+    assert done.stderr == (f"lace: error: Bad setting limits.max_runing in {repo / 'lace.toml'}: "
+                           "unknown setting; did you mean 'max_running'?\n")

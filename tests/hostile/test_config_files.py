@@ -64,8 +64,8 @@ def test_a_broken_file_of_the_persons_is_one_line_naming_it_and_writes_nothing(
     assert lace_at(tmp_path, home, "trust", "--yes").returncode == 0
     done = lace_at(tmp_path, home, "task", "add", "A task")
     assert done.returncode == 2
-    assert done.stderr == (f"lace: error: Bad setting limits.max_runing in {user}: Extra "
-                           "inputs are not permitted\n")
+    assert done.stderr == (f"lace: error: Bad setting limits.max_runing in {user}: unknown "
+                           "setting; did you mean 'max_running'?\n")
     assert not (home / "lace.db").exists()
 
 
