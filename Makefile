@@ -22,6 +22,7 @@ $(BIN)/lace: pyproject.toml constraints.txt
 demo: $(BIN)/lace
 	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace run "$(PROMPT)"
 	LACE_HOME=$${LACE_HOME:-$(CURDIR)/.lace-demo} $(BIN)/lace threads
+	@echo "lace is installed in $(BIN): source $(BIN)/activate puts it on your PATH (the README's tour follows)"
 
 lint: checks
 	$(BIN)/lint-imports

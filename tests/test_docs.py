@@ -167,3 +167,13 @@ def test_every_page_lace_points_a_person_to_exists() -> None:
     assert {page for page in named if not (ROOT / page).exists()} == set()
     assert not [source for source in sources if "see the README" in source]  # the README
     # is a front door: what a message points to lives in docs/
+
+
+def test_the_readme_puts_lace_on_the_path_before_its_first_lace_command() -> None:
+    """`make demo` installs lace in .venv, which is not on a new shell's PATH: the README says
+    how to reach it before the tour types `lace`."""
+    text = README.read_text()
+    first_command = re.search(r"^\$ lace ", text, flags=re.MULTILINE)
+    assert first_command is not None
+    assert "source .venv/bin/activate" in " ".join(text[:first_command.start()].split())
+    assert "source $(BIN)/activate" in (ROOT / "Makefile").read_text()  # make demo says so too
