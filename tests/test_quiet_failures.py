@@ -1,6 +1,6 @@
-"""Failures that used to be quiet, driven as a person meets them: `lace mcp list` with an
-`.mcp.json` that waits for trust, Ctrl+C on `lace mcp serve --http`, and a task released from
-the command line while no lace process runs the board (issue 33, item 12)."""
+"""Failures that used to be quiet, driven as a person meets them: `lace mcp list` with a
+`lace.toml` or an `.mcp.json` that waits for trust, Ctrl+C on `lace mcp serve --http`, and a
+task released from the command line while no lace process runs the board (issue 33, item 12)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.config_files import repository
 from tests.conftest import query, run_cli
 from tests.lace_forks import lace_popen, run_lace
 from tests.processes import free_port, lace_env, trust_folder
@@ -47,6 +48,25 @@ def test_mcp_list_shows_servers_waiting_for_trust_as_pending(tmp_path: Path) -> 
         ("notes", "pending", False, trust), ("broken", "pending", False, trust)]
     assert f"review and trust with: {trust}" in listed.stderr
     assert not marker.exists()  # listed, never started
+
+
+def test_mcp_list_in_a_repository_with_an_untrusted_lace_toml_lists_its_servers_as_pending(
+        tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    _, deep = repository(tmp_path, f'[mcp_servers.notes]\ncommand = "touch"\n'
+                                   f'args = ["{marker}"]\n')
+    shown = run_lace(["mcp", "list"], env=lace_env(tmp_path / "home"), cwd=deep, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == (f"notes  (touch {marker})  pending: not started until you trust it "
+                            f"(lace trust {deep})\n")  # not "No MCP servers configured"
+    assert not marker.exists()
+    trusted = run_lace(["trust", "--yes"], env=lace_env(tmp_path / "home"), cwd=deep,
+                       timeout=60)  # the command it names trusts the repository's lace.toml
+    assert trusted.returncode == 0, trusted.stderr
+    started = run_lace(["mcp", "list", "--json"], env=lace_env(tmp_path / "home"), cwd=deep,
+                       timeout=60)
+    assert [server["status"] for server in json.loads(started.stdout)] == ["failed"]
+    assert marker.exists()  # trusted, it is started as a run would start it
 
 
 def test_a_trusted_mcp_json_is_no_longer_pending(tmp_path: Path) -> None:

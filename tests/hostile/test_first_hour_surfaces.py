@@ -59,6 +59,26 @@ def test_an_unreadable_untrusted_mcp_json_lists_nothing_and_fails_nothing(
         assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("table", ['mcp_servers = 5\n', 'mcp_servers = "x"\n',
+                                   '[mcp_servers]\nodd = 5\n[mcp_servers."\\u001b[2Jevil[/]"]\n'
+                                   'command = "touch"\nargs = ["MARKER", "\\u0007[b]bell"]\n'],
+                         ids=["a-number", "a-string", "odd-entries"])
+def test_an_untrusted_lace_tomls_servers_are_described_escaped_and_never_started(
+        tmp_path: Path, table: str) -> None:
+    folder, marker = tmp_path / "project", tmp_path / "started"
+    folder.mkdir()
+    (folder / "lace.toml").write_text(table.replace("MARKER", str(marker)))
+    done = mcp_list(folder, tmp_path / "home")
+    shown = run_lace(["mcp", "list"], env=lace_env(tmp_path / "home"), cwd=folder, timeout=60)
+    assert (done.returncode, shown.returncode) == (0, 0), done.stderr + shown.stderr
+    listed = json.loads(done.stdout)
+    assert [server["status"] for server in listed] == (
+        ["pending"] * 2 if "odd" in table else [])
+    assert "\x1b" not in done.stdout + shown.stdout and "\x07" not in done.stdout + shown.stdout
+    assert "Traceback" not in done.stderr + shown.stderr
+    assert not marker.exists()
+
+
 def test_junk_typed_at_the_terminal_allows_nothing(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

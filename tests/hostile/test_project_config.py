@@ -158,8 +158,10 @@ def test_mcp_list_and_the_python_api_ignore_an_untrusted_folder(
     listed = lace_at(repo, person_home(tmp_path), "mcp", "list")
     every = "lace.toml, .mcp.json, prompts/critic.md"
     assert (listed.returncode, listed.stderr) == (0, notice(repo, every) + "\n")
-    assert listed.stdout.startswith("other  (") and listed.stdout.endswith(
-        f"pending: not started until you trust it (lace trust {repo})\n")  # listed, not run
+    shown = listed.stdout.splitlines()  # the lace.toml's server and the .mcp.json's: listed,
+    assert [line.split("  (")[0] for line in shown] == ["evil", "other"]  # not run
+    assert all(line.endswith(f"pending: not started until you trust it (lace trust {repo})")
+               for line in shown)
 
     monkeypatch.chdir(repo)
     monkeypatch.setenv("LACE_LIMITS__APPROVAL_TIMEOUT_S", "1")  # the person's own setting

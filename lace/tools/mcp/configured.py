@@ -1,23 +1,26 @@
 """The MCP servers a run uses: `[mcp_servers]` in lace's configuration and the workspace's
 `.mcp.json` (the file Claude Code and Cursor read), with `${VAR}` and `${VAR:-default}` read
 from the environment, and any key written in them masked like a provider key. A workspace's
-`.mcp.json` may come with a repository the person did not write: its servers are used only
-once the person trusts that folder as it is (`lace trust`, `lace.trust`)."""
+`lace.toml` or `.mcp.json` may come with a repository the person did not write: its servers are
+used only once the person trusts that folder as it is (`lace trust`, `lace.trust`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import ValidationError
 
 from lace.config import McpServer, Settings
+from lace.config.sources import project_folder
 from lace.core.errors import LaceError
 from lace.paths import add_credential_values, is_credential
-from lace.trust import MCP_JSON, project_of, trusted_bytes
+from lace.trust import MCP_JSON, PROJECT_SETTINGS, parsed, project_of, trusted_bytes
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 """A server name that no other shares tool names with: no `__` (server `a__b`'s tool `c`
@@ -110,18 +113,23 @@ def read_mcp_json(workspace: Path) -> tuple[dict[str, McpServer], list[str]]:
 
 
 def untrusted_servers(workspace: Path) -> dict[str, McpServer | None]:
-    """The servers of the workspace's `.mcp.json` while the person has not trusted it: each
-    as written (never started, its variables unread), None for an entry lace could not use;
-    none once it is trusted (then they are configured) or when it cannot be read."""
-    project = project_of(workspace)
-    if MCP_JSON not in project.files or project.trusted():
-        return {}
-    try:
-        entries = _entries(workspace / MCP_JSON, project.files[MCP_JSON])
-    except LaceError:
-        return {}
+    """The servers of the workspace's `lace.toml` (`[mcp_servers]`) and `.mcp.json` while the
+    person has not trusted them: each as written (never started, its variables unread), None
+    for an entry lace could not use; none once they are trusted (then they are configured) or
+    when they cannot be read."""
+    written: dict[str, Any] = {}
+    settings = project_of(project_folder(workspace))  # the nearest lace.toml's folder
+    if PROJECT_SETTINGS in settings.files and not settings.trusted():
+        with contextlib.suppress(LaceError):
+            table = parsed(settings, PROJECT_SETTINGS).get("mcp_servers")
+            written.update(table if isinstance(table, dict) else {})
+    own = project_of(workspace)
+    if MCP_JSON in own.files and not own.trusted():
+        with contextlib.suppress(LaceError):
+            found = _entries(workspace / MCP_JSON, own.files[MCP_JSON])
+            written.update({name: entry for name, entry in found.items() if name not in written})
     servers: dict[str, McpServer | None] = {}
-    for name, entry in entries.items():
+    for name, entry in written.items():
         try:
             servers[name] = McpServer.model_validate(entry)
         except ValidationError:
