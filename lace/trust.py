@@ -89,7 +89,7 @@ def prompt_files(settings: bytes | None) -> list[str]:
     be read: then it is never trusted either)."""
     try:
         profiles = tomllib.loads((settings or b"").decode()).get("profiles", {})
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     return [profile["system_prompt_file"] for profile in
             (profiles.values() if isinstance(profiles, dict) else [])
@@ -145,6 +145,8 @@ def parsed(project: Project, name: str) -> Any:
         return tomllib.loads(text) if name == PROJECT_SETTINGS else json.loads(text)
     except ValueError as error:
         raise LaceError(f"Cannot read {path}: {error}") from None
+    except RecursionError:  # nested past what the parser follows
+        raise LaceError(f"Cannot read {path}: nested too deep") from None
 
 
 def described(project: Project) -> list[str]:

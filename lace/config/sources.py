@@ -116,6 +116,8 @@ def _parsed(path: Path, data: bytes) -> dict[str, Any]:
         return tomllib.loads(data.decode())
     except ValueError as error:  # malformed TOML, or not UTF-8
         raise LaceError(f"Cannot read {path}: {error}") from None
+    except RecursionError:  # arrays nested past what the parser follows
+        raise LaceError(f"Cannot read {path}: nested too deep") from None
 
 
 def _person_file(path: Path, kind: str) -> SettingsFile | None:

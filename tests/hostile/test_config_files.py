@@ -1,7 +1,8 @@
 """Settings files as they go wrong or are planted: a `lace.toml` above the repository (or above
 the workspace outside one) is nobody's project and is never read, even trusted; an untrusted one
 found from a subfolder acts on nothing; a broken file of the person's is one line naming it and
-writes nothing; `lace config` never prints a configured credential."""
+writes nothing, and so is one nested past what a TOML parser follows, the person's or a
+repository's; `lace config` never prints a configured credential."""
 
 from __future__ import annotations
 
@@ -81,3 +82,25 @@ def test_lace_config_never_prints_a_configured_credential(tmp_path: Path) -> Non
         assert done.returncode == 0, done.stderr
         assert token not in done.stdout + done.stderr
         assert "debug" in done.stdout  # what is no credential is shown
+
+
+NESTED_TOML = "x = " + "[" * 100_000 + "]" * 100_000 + "\n"
+"""Valid TOML (under 1 MiB) that Python's parser follows into a RecursionError."""
+
+
+def test_a_settings_file_nested_too_deep_is_one_line_never_a_traceback(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    user = user_config(home, NESTED_TOML)
+    done = lace_at(tmp_path, home, "config")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"lace: error: Cannot read {user}: nested too deep\n"
+    user.unlink()
+
+    repo, deep = repository(tmp_path, NESTED_TOML)  # a repository's: untrusted, ignored
+    for command in (["mcp", "list"], ["run", "hi"], ["config"]):
+        ran = lace_at(deep, home, *command)
+        assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    trusted = lace_at(deep, home, "trust", "--yes")  # shown before it is trusted: it cannot be
+    assert (trusted.returncode, trusted.stderr) == (
+        2, f"lace: error: Cannot read {repo / 'lace.toml'}: nested too deep\n")
+    assert not (home / "trusted-folders.json").exists()
