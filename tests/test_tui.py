@@ -242,8 +242,16 @@ def test_bad_tui_options_are_one_line_before_the_screen_opens(
 
     assert main(["--db", str(db_path), "--model", "foo/bar"]) == 2
     assert capsys.readouterr().err == "lace: error: Unknown provider 'foo'\n"
+    Store(open_database(str(db_path))).close()  # a board with no session yet
     assert main(["--db", str(db_path), "--continue"]) == 2
     assert "No session to continue yet" in capsys.readouterr().err
+    nowhere = db_path.parent / "nowhere.db"
+    for continued in (["--continue"], ["--continue", "lace_20261125_p6kvrv"]):
+        assert main(["--db", str(nowhere), *continued]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"lace: error: No session to continue: no lace board at {nowhere}")
+        assert err.count("\n") == 1 and "nothing was created" in err
+    assert list(db_path.parent.glob("nowhere.db*")) == []  # no board made only to refuse it
 
 
 async def test_the_app_stops_an_agent_and_shows_stopped_agents_and_subtree_totals(

@@ -13,7 +13,7 @@ from lace.llm.types import ModelClient
 from lace.paths import user_config_file
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.board import Board
-from lace.runtime.databases import open_store
+from lace.runtime.databases import missing_board, open_store
 from lace.trust import Project, described, trust
 from lace.tui.app import AppStart, LaceApp, TrustOffer
 from lace.tui.widgets.welcome import ModelReadiness
@@ -34,6 +34,10 @@ brings configuration the person has not trusted, the app asks first; a yes rebui
     flag = model
     settings = settings or load_settings(workspace=workspace)
     model, readiness = _root_model(flag, settings)
+    missing = missing_board(db) if continue_thread is not None else None
+    if missing is not None:  # nothing to continue: refused before any file is made
+        raise LaceError(f"No session to continue: {missing}; nothing was created (lace opens "
+                        "a new session without --continue)")
     store = open_store(db)
     session_id = None
     if continue_thread == LATEST:
