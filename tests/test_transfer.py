@@ -265,6 +265,19 @@ def test_the_transcript_keeps_model_text_inside_its_fences(
     assert "# Forged heading" in out  # kept, inside a fence
 
 
+def test_the_transcript_says_what_its_cost_leaves_out_only_when_something_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "a.db"
+    root = demo_session(capsys, db)
+    head = export(capsys, db, root, "--format", "markdown").splitlines()[3]
+    assert head.endswith(" tokens, $0.00"), head  # the demo's calls are all priced (free)
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE llm_calls SET cost_usd = NULL WHERE id IN "
+                           "(SELECT id FROM llm_calls ORDER BY id LIMIT 2)")
+    head = export(capsys, db, root, "--format", "markdown").splitlines()[3]
+    assert head.endswith(" tokens, $0.00 (and 2 model call(s) of no known price)"), head
+
+
 @pytest.fixture
 def valid_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     db = tmp_path / "source.db"

@@ -71,6 +71,12 @@ def _task(task: dict[str, Any], edges: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _unpriced(document: dict[str, Any]) -> str:
+    """What the cost leaves out: the model calls whose price no one knows, if any."""
+    count = sum(1 for call in document.get("llm_calls") or [] if call.get("cost_usd") is None)
+    return f" (and {count} model call(s) of no known price)" if count else ""
+
+
 def transcript(document: dict[str, Any]) -> str:
     """The whole session as Markdown."""
     usage = document.get("usage") or {}
@@ -81,7 +87,7 @@ def transcript(document: dict[str, Any]) -> str:
              f"- exported {document['exported_at']}; {len(document['threads'])} threads, "
              f"{len(document['tasks'])} tasks, {usage.get('calls', 0)} model calls, "
              f"{usage.get('tokens_in', 0)}+{usage.get('tokens_out', 0)} tokens, "
-             f"{dollars(usage.get('cost_usd') or 0.0)} (models without a known price left out)",
+             f"{dollars(usage.get('cost_usd') or 0.0)}{_unpriced(document)}",
              "", "## Board", ""]
     edges = document.get("task_dependencies") or []
     parts += [_task(task, edges) + "\n" for task in document["tasks"]] or ["(no tasks)", ""]
