@@ -54,3 +54,11 @@ def test_every_model_option_names_the_setting_it_defaults_to() -> None:
     assert {"lace", "lace run", "lace web", "lace acp"} <= set(helps)
     for prog, text in helps.items():
         assert "$LACE_MODEL" in str(text) and "config file" in str(text), prog
+
+
+def test_every_argument_says_what_it_takes() -> None:
+    bare = [f"{prog} {action.option_strings or action.dest}"
+            for prog, parser in PARSERS.items() for action in parser._actions
+            if not isinstance(action, argparse._SubParsersAction | argparse._HelpAction)
+            and not action.help]
+    assert bare == []

@@ -190,12 +190,14 @@ def _add_approval_commands(add: Add) -> None:
     """approve, deny and approvals: answering the tool calls agents wait on."""
     approve = add("approve", "Allow a tool call an agent waits on (see lace approvals).",
                   "lace.cli.approvals:approve_command")
-    approve.add_argument("approval_id", type=_row_id, metavar="ID")
+    approve.add_argument("approval_id", type=_row_id, metavar="ID",
+                         help="the request's number (lace approvals lists them)")
     approve.add_argument("--session", action="store_true",
                          help="allow this tool for the rest of the session")
     approve.add_argument("--json", action="store_true", help="print JSON")
     deny = add("deny", "Refuse a tool call an agent waits on.", "lace.cli.approvals:deny_command")
-    deny.add_argument("approval_id", type=_row_id, metavar="ID")
+    deny.add_argument("approval_id", type=_row_id, metavar="ID",
+                      help="the request's number (lace approvals lists them)")
     deny.add_argument("--json", action="store_true", help="print JSON")
     approvals = add("approvals", "List the approval requests that wait for an answer.",
                     "lace.cli.approvals:approvals_command")
@@ -208,14 +210,16 @@ def _add_lifetime_commands(add: Add, common: argparse.ArgumentParser) -> None:
     """stop, resume and session end."""
     stop = add("stop", "Stop an agent and its whole subtree (their open tasks are blocked).",
                "lace.cli.lifetime:stop_command")
-    stop.add_argument("thread_id", metavar="THREAD_ID")
+    stop.add_argument("thread_id", metavar="THREAD_ID",
+                      help="the agent's thread (lace threads lists them)")
     stop.add_argument("--reason", default="stopped by the person", help="recorded and told")
     stop.add_argument("--json", action="store_true", help="print JSON")
 
     resume = add("resume", "Resume a stopped agent, then run its session until quiet.",
                  "lace.cli.lifetime:resume_command")
-    resume.add_argument("thread_id", metavar="THREAD_ID")
-    resume.add_argument("--timeout", type=_positive_float, default=None, metavar="S")
+    resume.add_argument("thread_id", metavar="THREAD_ID", help="the stopped agent's thread")
+    resume.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                        help="stop after S seconds, as lace run --timeout does")
     resume.add_argument("--json", action="store_true", help="print a JSON summary, as lace run "
                                                           "--json does")
 
@@ -226,8 +230,8 @@ def _add_lifetime_commands(add: Add, common: argparse.ArgumentParser) -> None:
                                      description="Stop every agent of a session and record "
                                                  "why; nothing is deleted.", parents=[common])
     end.set_defaults(handler=lazy("lace.cli.lifetime:session_end_command"))
-    end.add_argument("root_id", metavar="ROOT_ID")
-    end.add_argument("--reason", default="ended by the person")
+    end.add_argument("root_id", metavar="ROOT_ID", help="the session (lace sessions lists them)")
+    end.add_argument("--reason", default="ended by the person", help="recorded and told")
     end.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -287,7 +291,8 @@ def _add_reading_commands(add: Add) -> None:
     import_.add_argument("--json", action="store_true", help="print JSON")
 
     show = add("show", "Print one thread's conversation.", "lace.cli.board:show_command")
-    show.add_argument("thread_id", metavar="THREAD_ID")
+    show.add_argument("thread_id", metavar="THREAD_ID",
+                      help="a session's id or one of its threads (lace threads lists them)")
     show.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -299,12 +304,14 @@ def _add_task_commands(add: Add, common: argparse.ArgumentParser) -> None:
                                        parser_class=type(task))
 
     add_task_action = _adder(task_actions, common)
-    task_add = add_task_action("add", "Create a task (in the latest session unless --session).",
+    task_add = add_task_action("add", "Create a task (in the latest session unless --session; "
+                                      "in a new one when there is none).",
                                "lace.cli.board:task_add_command")
-    task_add.add_argument("title")
+    task_add.add_argument("title", help="what the task is, in a few words")
     task_add.add_argument("--prompt", help="instructions for whoever does it (default: the title)")
     task_add.add_argument("--description", help="context for people reading the board")
-    task_add.add_argument("--priority", choices=("high", "medium", "low"), default="medium")
+    task_add.add_argument("--priority", choices=("high", "medium", "low"), default="medium",
+                          help="(default: medium)")
     task_add.add_argument("--assign", dest="assigned_to", metavar="WHO",
                           help="new:provider/model, a thread id of the session, or human")
     task_add.add_argument("--blocked-by", dest="blocked_by", action="append", metavar="ID",
@@ -316,14 +323,14 @@ def _add_task_commands(add: Add, common: argparse.ArgumentParser) -> None:
     task_add.add_argument("--json", action="store_true", help="print JSON")
 
     task_note = add_task_action("note", "Add a note to a task.", "lace.cli.board:task_note_command")
-    task_note.add_argument("task_id")
-    task_note.add_argument("note")
+    task_note.add_argument("task_id", help="a task you created or that is assigned to human")
+    task_note.add_argument("note", help="what to add")
     task_note.add_argument("--json", action="store_true", help="print JSON")
 
     task_complete = add_task_action("complete", "Complete a task with a result message.",
                                     "lace.cli.board:task_complete_command")
-    task_complete.add_argument("task_id")
-    task_complete.add_argument("message")
+    task_complete.add_argument("task_id", help="a task you created or that is assigned to human")
+    task_complete.add_argument("message", help="the result its creator receives")
     task_complete.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -432,7 +439,8 @@ def _add_worktree_commands(add: Add, common: argparse.ArgumentParser) -> None:
     merge = add("merge", "Merge a helper's worktree branch (lace/THREAD_ID) into the branch it "
                          "started from; a conflict changes nothing.",
                 "lace.cli.worktrees:merge_command")
-    merge.add_argument("thread_id", metavar="THREAD_ID")
+    merge.add_argument("thread_id", metavar="THREAD_ID",
+                       help="the helper whose branch to merge (lace worktrees lists them)")
     merge.add_argument("--squash", action="store_true", help="one plain commit, no merge commit")
     merge.add_argument("--json", action="store_true", help="print JSON")
 
