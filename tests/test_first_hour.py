@@ -121,3 +121,16 @@ def test_reading_an_empty_database_writes_nothing_to_it(capsys: CaptureFixture,
     before = empty.read_bytes()
     code, _, err = run_cli(capsys, "tasks", "--db", str(empty))
     assert code == 2 and "no lace board" in err and empty.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv", [["show", "lace_20261125_nosuch.1"], ["follow", "nope"],
+                                  ["run", "--continue", "nope"]], ids=["show", "follow", "run"])
+def test_an_unknown_thread_says_where_the_ids_are_listed(capsys: CaptureFixture, tmp_path: Path,
+                                                          argv: list[str]) -> None:
+    db = str(tmp_path / "board.db")
+    assert run_cli(capsys, "run", "Say hi.", "--db", db)[0] == 0
+    code, out, err = run_cli(capsys, *argv, "--db", db)
+    assert (code, out) == (2, "")
+    assert err.startswith("lace: error: Unknown thread '") and err.count("\n") == 1
+    assert err.endswith(" (lace sessions lists the sessions, lace threads --session ID their "
+                        "threads)\n")

@@ -439,7 +439,7 @@ def test_the_workers_of_a_run_that_ends_before_its_session_end_with_it(tmp_path:
                          capture_output=True, text=True, env=lace_env(tmp_path / "home"),
                          timeout=60)
     assert run.returncode == 2
-    assert run.stderr == "lace: error: Unknown thread 'lace_20990101_abcdef.1'.\n"
+    assert run.stderr.startswith("lace: error: Unknown thread 'lace_20990101_abcdef.1'. (")
     assert json.loads(report.read_text()) == []  # started first thing, then waited for
     assert started_for(workspace) == []
     assert snapshot(db) == before

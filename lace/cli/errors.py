@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import sys
 
-from lace.core.errors import LaceError, StorageError
+from lace.core.errors import LaceError, StorageError, UnknownThreadError
 from lace.core.secrets import mask
 from lace.core.text import printable
 from lace.paths import credential_values
@@ -21,6 +21,8 @@ EXIT_USAGE = 2
 EXIT_STORAGE = 4
 EXIT_READER_GONE = 128 + signal.SIGPIPE
 """What a shell shows for a command killed by SIGPIPE (`yes | head -1`): lace ends alike."""
+THREAD_IDS_HINT = "(lace sessions lists the sessions, lace threads --session ID their threads)"
+"""Where a person finds the thread ids a command takes."""
 STORAGE_HINT = ("free space or fix the disk, then run the command again (lace run --continue "
                 "resumes the agents it cut off)")
 
@@ -115,6 +117,8 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
         message, exit_code = f"error: {error}", EXIT_USAGE
     except StorageError as error:
         message, exit_code = f"storage error: {error}; {STORAGE_HINT}", EXIT_STORAGE
+    except UnknownThreadError as error:
+        message, exit_code = f"error: {error} {THREAD_IDS_HINT}", EXIT_USAGE
     except LaceError as error:
         message, exit_code = f"error: {error}", EXIT_USAGE
     except _database_errors() as error:

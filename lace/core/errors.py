@@ -11,6 +11,11 @@ class NotFoundError(LaceError):
     """A task, thread or session that does not exist (or is not visible to the caller)."""
 
 
+class UnknownThreadError(NotFoundError):
+    """A thread id that names no thread: a person at the command line is told where the ids
+    are listed, a model is not (its tools list them)."""
+
+
 class PermissionDeniedError(LaceError):
     """The caller may not change this task."""
 

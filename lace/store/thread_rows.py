@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from lace.core import ids
 from lace.core.clock import now_iso
-from lace.core.errors import NotFoundError
+from lace.core.errors import NotFoundError, UnknownThreadError
 from lace.core.records import NewAgent, Place, Thread
 from lace.store import schema
 from lace.store import statements as sql
@@ -63,7 +63,7 @@ class ThreadRows(Rows):
         """One thread, or NotFoundError."""
         row = sql.THREAD_BY_ID.first(self.raw, {"thread": thread_id})
         if row is None:
-            raise NotFoundError(f"Unknown thread {thread_id!r}.")
+            raise UnknownThreadError(f"Unknown thread {thread_id!r}.")
         return record(Thread, row)
 
     def of_session(self, root_id: str) -> list[Thread]:
