@@ -99,8 +99,8 @@ def tour_blocks() -> list[list[str]]:
 
 
 def shown_and_printed(shown: list[str], printed: list[str]) -> tuple[Counter[str], Counter[str]]:
-    """The README's lines and the printed ones, normalized and counted (helpers run at once, so
-    their lines come in any order). Where the README elides lines (`...`), only the lines it
+    """The page's lines and the printed ones, normalized and counted (helpers run at once, so
+    their lines come in any order). Where the page elides lines (`...`), only the lines it
     shows are looked for among those printed, and a line it cuts short (ending in `…`) stands
     for the printed line it starts."""
     expected = Counter(normal(line) for line in shown if line != "...")
@@ -115,7 +115,7 @@ def shown_and_printed(shown: list[str], printed: list[str]) -> tuple[Counter[str
 
 def sqlite_session(lines: list[str], db: Path, session: str) -> list[tuple[list[str], list[str]]]:
     """The `sqlite>` queries of a block (`...>` continues one), asked of `session`, each with
-    the README's rows and the rows sqlite3 gives, printed as the sqlite3 shell prints them."""
+    the page's rows and the rows sqlite3 gives, printed as the sqlite3 shell prints them."""
     steps: list[tuple[str, list[str]]] = []
     for line in lines[1:]:
         if line.startswith("sqlite> "):
