@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import sys
 
-from lace.core.errors import LaceError, StorageError, UnknownThreadError
+from lace.core.errors import LaceError, ServerRefusedError, StorageError, UnknownThreadError
 from lace.core.secrets import mask
 from lace.core.text import printable
 from lace.paths import credential_values
@@ -44,6 +44,8 @@ def _database_message(error: Exception, args: argparse.Namespace) -> tuple[str, 
 
     where = _database_file(args)
     storage = storage_error(error, where)
+    if isinstance(storage, ServerRefusedError):
+        return f"error: {storage}", EXIT_USAGE
     if storage is not None:
         return f"storage error: {storage}; {STORAGE_HINT}", EXIT_STORAGE
     damage = damage_error(error)
@@ -114,6 +116,8 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     except BrokenPipeError as error:
         if output_closed():
             return reader_gone()
+        message, exit_code = f"error: {error}", EXIT_USAGE
+    except ServerRefusedError as error:
         message, exit_code = f"error: {error}", EXIT_USAGE
     except StorageError as error:
         message, exit_code = f"storage error: {error}; {STORAGE_HINT}", EXIT_STORAGE

@@ -45,3 +45,10 @@ class StorageError(Exception):
     """The disk refused lace's file: it is full, read-only or failing. Not a mistake in a call
     (so not a LaceError, which would go back to a model as a tool error): whoever runs lace
     frees space or fixes the disk, then resumes."""
+
+
+class ServerRefusedError(StorageError):
+    """The database server refused lace's work for a reason only its operator can change: a
+    grant missing for lace's role, a server that only reads (a standby), a statement cancelled.
+    Like a full disk it ends the run, leaving its agents for `lace run --continue`; its message
+    names the fix."""

@@ -1,6 +1,8 @@
 """What a database error means to a person: the disk refused the file (full, read-only,
-failing), the file is damaged, or something else. SQLite's own words ("database or disk is
-full", "unable to open database file") do not say which folder or what to do."""
+failing), a PostgreSQL server refused lace's role (a grant missing, a standby that only reads,
+a statement cancelled), the file is damaged, or something else. SQLite's own words ("database
+or disk is full", "unable to open database file") do not say which folder or what to do, and
+PostgreSQL's do not say which setting to change."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import errno
 import sqlite3
 from pathlib import Path
 
-from lace.core.errors import StorageError
+from lace.core.errors import ServerRefusedError, StorageError
 from lace.store.damage import is_damage
 
 _SQLITE_STORAGE = {
@@ -27,6 +29,20 @@ _OS_STORAGE = {
     errno.EPERM: "permission denied",
     errno.EIO: "the disk reported an I/O error",
 }
+
+GRANTS_FIX = ("the tables are migrated by the owner role (lace db upgrade) and lace's own role "
+              "needs SELECT, INSERT, UPDATE, DELETE on all of them and USAGE, SELECT on their "
+              "sequences: see 'Roles and grants' in docs/postgres.md")
+_SERVER_REFUSALS = {
+    "42501": GRANTS_FIX,  # insufficient_privilege
+    "25006": ("the server only reads (a hot standby, or default_transaction_read_only is on "
+              "for lace's role or database): point lace at the primary server"),
+    "57014": ("the server cancelled a statement of lace (pg_cancel_backend, or a "
+              "statement_timeout lace's URL sets in its options): lace's statements are short, "
+              "do not cancel them"),
+}
+"""SQLSTATEs of a server that refuses lace's work as long as its operator changes nothing, and
+what to change. Running the work again would only be refused again."""
 
 
 def _causes(error: BaseException) -> list[BaseException]:
@@ -54,6 +70,10 @@ def storage_error(error: BaseException, path: Path | str | None = None) -> Stora
             problem = _SQLITE_STORAGE.get(code & 0xFF) if code is not None else None
             if problem:
                 return StorageError(f"cannot use{where}: {problem} ({cause})")
+        fix = _SERVER_REFUSALS.get(str(getattr(cause, "sqlstate", None)))
+        if fix is not None:
+            said = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            return ServerRefusedError(f"the PostgreSQL server refused lace ({said}); {fix}")
         if isinstance(cause, OSError) and cause.errno in _OS_STORAGE:
             name = cause.filename or path or "the database"
             return StorageError(f"cannot use {name}: {_OS_STORAGE[cause.errno]} "

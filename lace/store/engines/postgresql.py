@@ -133,12 +133,16 @@ without end."""
 def connect_args(url: str) -> dict[str, Any]:
     """psycopg settings: every statement run more than once is prepared on the server, and a
     transaction left idle is ended (IDLE_IN_TRANSACTION_MS), after the URL's own `options`
-    (a `search_path`, say), which these would otherwise replace; a silent server is given up
-    on (UNREACHABLE_S) unless the URL says otherwise."""
+    (a `search_path`, say), which these would otherwise replace; no `statement_timeout` a DBA
+    set for lace's role or database cancels lace's statements (they are short, and one that
+    waits for a row another writer holds must not fail), unless the URL's options set one; a
+    silent server is given up on (UNREACHABLE_S) unless the URL says otherwise."""
     query = sa.make_url(url).query
     given = query.get("options")
     given = " ".join([given] if isinstance(given, str) else given or ())
     ours = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    if "statement_timeout" not in given:
+        ours += " -c statement_timeout=0"  # a role's or database's would cancel lace's writes
     silent = {name: value for name, value in UNREACHABLE_S.items() if name not in query}
     return {"prepare_threshold": 1, "options": f"{given} {ours}".strip(), **silent}
 
@@ -269,7 +273,8 @@ class PostgreSQL:
     def existing_revision(self) -> str | None:
         """Read without writing."""
         where = self.shown()
-        engine = sa.create_engine(self.url, poolclass=NullPool)
+        engine = sa.create_engine(self.url, poolclass=NullPool,
+                                  connect_args=connect_args(self.url))
         try:
             with engine.connect() as connection:
                 tables = set(sa.inspect(connection).get_table_names())

@@ -28,6 +28,9 @@ RETRIED_SQLSTATES = frozenset({
 """Errors from the server that undid the transaction and may not happen the next time."""
 FIRST_DELAY_S = 0.05
 MOST_DELAY_S = 2.0
+CONNECTIONS_PER_PROCESS = 4
+"""A lace process's connections at most at once: writes, reads, the change feed, and one more
+while `lace wait` or the app looks (docs/postgres.md, Connections and pool sizes)."""
 UNREACHABLE_WARN_S = 10.0
 """How long lace tries quietly before it says on stderr that it cannot reach the server (then
 once more every this long, while it keeps trying)."""
@@ -102,10 +105,24 @@ class Backoff:
             self._since = self._warned_at = now
         if now - self._warned_at >= UNREACHABLE_WARN_S:
             self._warned_at = now
-            log.warning("lace cannot reach the PostgreSQL server %s for %.0f s (%s); still "
-                        "trying", self.where, now - self._since, _short(error))
+            if _too_many_connections(error):
+                log.warning("the PostgreSQL server %s refuses more connections for %.0f s "
+                            "(%s); each lace process holds up to %d: raise max_connections "
+                            "(or the CONNECTION LIMIT of lace's role), or run fewer lace "
+                            "processes; still trying", self.where, now - self._since,
+                            _short(error), CONNECTIONS_PER_PROCESS)
+            else:
+                log.warning("lace cannot reach the PostgreSQL server %s for %.0f s (%s); "
+                            "still trying", self.where, now - self._since, _short(error))
         ceiling = min(MOST_DELAY_S, FIRST_DELAY_S * 2 ** min(self.attempts, 16))
         return float(random.uniform(ceiling / 2, ceiling))
+
+
+def _too_many_connections(error: BaseException) -> bool:
+    """Whether the server refused a new connection for lack of slots (53300: "too many
+    clients already", or "too many connections for role"/"for database"); psycopg gives a
+    refused connection no SQLSTATE, so its message tells."""
+    return any("too many c" in str(cause) for cause in _causes(error))
 
 
 def _short(error: Any) -> str:
