@@ -1,0 +1,108 @@
+"""A PostgreSQL server paused (SIGSTOP of its postmaster and every backend, as a VM frozen
+for a snapshot or a host swapping hard does to it) mid fan-out, then let go: the connections
+stay open and silent, so no error comes for lace to retry. The run must still end with every
+task done exactly once, and the reads of a person (`lace tasks`) must answer once it is back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from lace.llm.openai_fake import FakeOpenAI
+from lace.store import Store, open_database
+from tests import postgres
+from tests.faults import HELPERS, fan_out
+from tests.lace_forks import lace_popen
+from tests.processes import lace_env
+from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
+
+PAUSE_S = 8.0
+"""Shorter than the lease (`[limits] lease_timeout_s`, 15 s): a pause lace rides out by waiting."""
+ENV = {"OPENAI_API_KEY": "sk-fake-key", "LACE_LIMITS__MAX_CHILDREN": "40",
+       "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
+
+
+def server_processes(server: postgres.PostgresServer) -> list[int]:
+    """The postmaster and every process it started (backends, checkpointer, walwriter...)."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster:
+                children.append(int(entry.name))
+    return [postmaster, *children]
+
+
+@contextmanager
+def paused(server: postgres.PostgresServer) -> Iterator[None]:
+    """The server stopped in its tracks (SIGSTOP) while the block runs, then continued."""
+    stopped = server_processes(server)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in reversed(stopped):
+            os.kill(pid, signal.SIGCONT)
+
+
+def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
+    return lace_popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, text=True,
+                      env=lace_env(tmp_path / "home", OPENAI_BASE_URL=server.base_url, **ENV))
+
+
+def completed(url: str) -> int:
+    return int(value(url, "SELECT COUNT(*) FROM tasks WHERE status = 'completed'"))
+
+
+@pytest.mark.slow
+def test_a_fan_out_rides_out_its_server_paused_mid_run(
+        tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
+    Store(open_database(postgres_url)).close()
+    with FakeOpenAI(fan_out, latency_s=0.3, backlog=512) as server, ExitStack() as stack:
+        workers = [stack.enter_context(worker(tmp_path, postgres_url, name=name,
+                                              OPENAI_BASE_URL=server.base_url, **ENV))
+                   for name in ("a", "b")]
+        ready(postgres_url, len(workers))
+        detached = lace_process(tmp_path, server, "run", "--detach", "--db", postgres_url,
+                                "--model", "openai/root", "Fan out.")
+        out, err = detached.communicate(timeout=120)
+        assert detached.returncode == 0, err
+        waiter = lace_process(tmp_path, server, "wait", out.strip(), "--db", postgres_url,
+                              "--timeout", "150")
+        wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
+        with paused(postgres_server):
+            board = lace_process(tmp_path, server, "tasks", "--db", postgres_url, "--all")
+            time.sleep(PAUSE_S)  # the outage itself: nothing to wait for but the clock
+            assert board.poll() is None  # it waits for the server, as every client does
+        shown, said = board.communicate(timeout=30)  # answered once the server is back
+        assert "Part 1" in shown, said
+        assert board.returncode == 0, said
+        answer, said = waiter.communicate(timeout=180)
+        assert waiter.returncode == 0, said
+        assert f"All {HELPERS} tasks are done." in answer
+        for process in workers:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0
+    assert "Traceback" not in "".join((tmp_path / f"{name}.log").read_text() for name in "ab")
+    assert value(postgres_url, "SELECT COUNT(*) FROM tasks") == HELPERS
+    assert completed(postgres_url) == HELPERS
+    assert_delivered_once(postgres_url)
+    notes = rows(postgres_url, "SELECT task_id, COUNT(*) FROM task_notes WHERE content = "
+                               "'on it' GROUP BY task_id")
+    assert len(notes) == HELPERS and {count for _, count in notes} == {1}
+    assert {status for (status,) in rows(postgres_url, "SELECT status FROM agent_metadata")} \
+        == {"idle"}
