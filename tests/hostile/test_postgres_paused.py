@@ -5,6 +5,7 @@ task done exactly once, and the reads of a person (`lace tasks`) must answer onc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -45,18 +46,30 @@ def server_processes(server: postgres.PostgresServer) -> list[int]:
     return [postmaster, *children]
 
 
+def _state(pid: int) -> str:
+    """The state letter of process `pid` (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _signal(pids: list[int], number: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # a backend that ended meanwhile
+            os.kill(pid, number)
+
+
 @contextmanager
 def paused(server: postgres.PostgresServer) -> Iterator[None]:
-    """The server stopped in its tracks (SIGSTOP) while the block runs, then continued."""
-    stopped = server_processes(server)
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
+    """The server stopped in its tracks (SIGSTOP) while the block runs, then continued: the
+    postmaster first (it starts no backend after), then every process it had started."""
+    postmaster, *children = server_processes(server)
+    _signal([postmaster], signal.SIGSTOP)
+    wait_for(lambda: _state(postmaster) == "T", "the postmaster stopped")  # forks no more
+    stopped = [postmaster, *sorted(set(children) | set(server_processes(server)[1:]))]
+    _signal(stopped[1:], signal.SIGSTOP)
     try:
         yield
     finally:
-        for pid in reversed(stopped):
-            os.kill(pid, signal.SIGCONT)
-
+        _signal(stopped[::-1], signal.SIGCONT)
 
 def lace_process(tmp_path: Path, server: FakeOpenAI, *argv: str) -> subprocess.Popen[str]:
     return lace_popen([sys.executable, "-m", "lace", *argv], stdout=subprocess.PIPE,
