@@ -21,7 +21,7 @@ from lace.llm.openai_fake import FakeOpenAI
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
 from lace.store.db import Database
-from lace.store.engines import engine_for, reconnect
+from lace.store.engines import engine_for, postgresql, reconnect
 from lace.store.retry import GaveUpError, run_transaction
 from tests import postgres
 from tests.faults import (
@@ -262,6 +262,30 @@ def test_a_transaction_cut_before_commit_runs_again_on_a_new_connection(
         if len(attempts) == 1:  # the server ends this session before it commits
             with pytest.raises(sa.exc.OperationalError):
                 connection.exec_driver_sql("SELECT pg_terminate_backend(pg_backend_pid())")
+        return thread.id
+
+    try:
+        made = run_transaction(database, work, write=True)
+    finally:
+        database.close()
+    assert len(attempts) == 2
+    assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(made,)]
+
+
+def test_a_transaction_the_server_ended_for_idling_runs_again(
+        migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a lace process paused inside a transaction (SIGSTOP, a laptop's lid), or one whose
+    server was paused, meets when it goes on: 25P03, which psycopg raises as an InternalError."""
+    monkeypatch.setattr(postgresql, "IDLE_IN_TRANSACTION_MS", 200)
+    database = database_at(migrated_postgres_url)
+    attempts: list[int] = []
+
+    def work(connection: sa.Connection) -> str:
+        attempts.append(1)
+        thread = Tx(connection).threads.create_session(provider="openai", model="root")
+        if len(attempts) == 1:  # idle in the transaction past the server's timeout
+            connection.exec_driver_sql("SELECT 1")
+            time.sleep(1.0)  # the fault itself: the session idles past 0.2 s
         return thread.id
 
     try:

@@ -63,11 +63,12 @@ def is_retried(error: BaseException) -> bool:
             return True
         if isinstance(cause, psycopg.InterfaceError) and "closed" in str(cause):
             return True
-        if isinstance(cause, psycopg.OperationalError | psycopg.errors.SerializationFailure
-                      | psycopg.errors.DeadlockDetected):
-            state = getattr(cause, "sqlstate", None)
-            if state is None or state in RETRIED_SQLSTATES or state.startswith("08"):
-                return True  # no sqlstate: the client lost or could not open the connection
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(cause, psycopg.Error) and state in RETRIED_SQLSTATES:
+            return True  # whatever psycopg's class for it (25P03 is an InternalError)
+        if isinstance(cause, psycopg.OperationalError) and (state is None
+                                                            or state.startswith("08")):
+            return True  # no sqlstate: the client lost or could not open the connection
     return False
 
 
