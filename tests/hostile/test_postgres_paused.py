@@ -1,7 +1,9 @@
 """A PostgreSQL server paused (SIGSTOP of its postmaster and every backend, as a VM frozen
-for a snapshot or a host swapping hard does to it) mid fan-out, then let go: the connections
-stay open and silent, so no error comes for lace to retry. The run must still end with every
-task done exactly once, and the reads of a person (`lace tasks`) must answer once it is back."""
+for a snapshot or a host swapping hard does to it) mid fan-out for longer than the lease, then
+let go: the connections stay open and silent, so no error comes for lace to retry until the
+server, going on, ends the sessions it finds idle in their transactions. The run must still
+end with every task done exactly once, and the reads of a person (`lace tasks`) must answer
+once it is back."""
 
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ from tests.lace_forks import lace_popen
 from tests.processes import lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
-PAUSE_S = 8.0
-"""Shorter than the lease (`[limits] lease_timeout_s`, 15 s): a pause lace rides out by waiting."""
+PAUSE_S = 20.0
+"""Longer than the lease (`[limits] lease_timeout_s`, 15 s) and than the server's
+idle-in-transaction timeout (10 s), which both run out at once when the server goes on."""
+BOARD_WAITS_S = 6.0
+"""How long before the server goes on `lace tasks` starts: under `connect_timeout` (10 s)."""
 ENV = {"OPENAI_API_KEY": "sk-fake-key", "LACE_LIMITS__MAX_CHILDREN": "40",
        "LACE_LIMITS__SPAWNS_PER_MINUTE": "100"}
 
@@ -98,8 +103,9 @@ def test_a_fan_out_rides_out_its_server_paused_mid_run(
                               "--timeout", "150")
         wait_for(lambda: 0 < completed(postgres_url) < HELPERS // 2, "the run under way")
         with paused(postgres_server):
+            time.sleep(PAUSE_S - BOARD_WAITS_S)  # the outage itself: only the clock ends it
             board = lace_process(tmp_path, server, "tasks", "--db", postgres_url, "--all")
-            time.sleep(PAUSE_S)  # the outage itself: nothing to wait for but the clock
+            time.sleep(BOARD_WAITS_S)
             assert board.poll() is None  # it waits for the server, as every client does
         shown, said = board.communicate(timeout=30)  # answered once the server is back
         assert "Part 1" in shown, said
