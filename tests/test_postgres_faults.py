@@ -222,6 +222,35 @@ def test_a_worker_killed_holding_the_tokens_of_a_tight_cap_gives_them_up_with_it
     assert resumed(postgres_url) >= 1  # the killed worker's turns, resumed by the new one
 
 
+STOP_BOUND_S = 15.0
+"""The docs' systemd unit gives a worker TimeoutStopSec=15 before it is killed."""
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_right_after_its_server_went_down_mid_call_exits_0(
+        tmp_path: Path, postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
+    """Its turn, cut off inside a model call, records the call's usage as it ends: that write
+    must not hold the worker's stop while the server is away."""
+    Store(open_database(postgres_url)).close()
+    with FakeOpenAI(fan_out, latency_s=12.0) as server, worker(  # ends before its cleanup
+            tmp_path, postgres_url, name="a", OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-fake-key", **LIMITS) as process:
+        ready(postgres_url, 1)
+        detached = lace_process(tmp_path, server, "run", "--detach", "--db", postgres_url,
+                                "--model", "openai/root", "Fan out.")
+        assert detached.wait(timeout=120) == 0
+        wait_for(lambda: len(server.requests) == 1, "the root's model call under way")
+        postgres_server.stop_fast()
+        try:
+            process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            assert process.wait(timeout=60) == 0
+            assert time.monotonic() - started < STOP_BOUND_S
+        finally:
+            postgres_server.start_again()
+    assert "Traceback" not in (tmp_path / "a.log").read_text()
+
+
 def database_at(url: str) -> Database:
     kind = engine_for(url)
     return Database(url=url, kind=kind, engine=kind.create_engine())

@@ -37,8 +37,9 @@ from lace.store.leases import LeaseLostError, fenced
 
 log = logging.getLogger("lace.runtime")
 STOP_WRITE_S = 5.0
-"""How long a stopping process tries to mark its cut-off turns `interrupted` while the database
-is unreachable; past it they are left to expire with its lease (others resume them then)."""
+"""How long a stopping process waits for its cut-off turns to end (each writes as it ends) and
+tries to mark them `interrupted` while the database is unreachable; past it they are left to
+expire with its lease (others resume them then)."""
 LOOK_GAP_S = 0.05
 """The least time between two looks of the watch: the commits of other processes (hundreds a
 second in a fan-out, each announced) cost one look per gap, not one each."""
@@ -424,7 +425,9 @@ class Scheduler:
         cut = list(self.running)
         for task in list(self.running.values()):
             task.cancel()
-        await asyncio.gather(*self.running.values(), return_exceptions=True)
+        deadline = asyncio.get_running_loop().time() + STOP_WRITE_S
+        if self.running:  # a turn ending writes (a cut model call's usage): not for good
+            await asyncio.wait(list(self.running.values()), timeout=STOP_WRITE_S)
 
         def mark(tx: Tx) -> None:
             for agent in tx.agents.by_ids(cut):
@@ -432,7 +435,8 @@ class Scheduler:
                     tx.agents.update(agent.thread_id, status="interrupted")
 
         try:
-            await asyncio.wait_for(self.db.write(mark), STOP_WRITE_S)
+            left = max(deadline - asyncio.get_running_loop().time(), 0.1)
+            await asyncio.wait_for(self.db.write(mark), left)
         except TimeoutError:
             log.warning("lace could not reach the database to mark its cut-off turns; other "
                         "processes resume them once this process's lease expires")
