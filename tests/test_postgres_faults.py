@@ -344,3 +344,23 @@ def test_an_unreachable_server_is_named_on_stderr_while_lace_keeps_trying(
                 if "cannot reach the PostgreSQL server" in record.getMessage()]
     assert len(warnings) >= 2 and "still trying" in warnings[0]  # said, and said again
     assert "s3cret" not in "\n".join(warnings)
+
+
+async def test_lost_notifications_are_said_once_on_one_line_while_lace_polls(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A server away for minutes (a worker's change feed retries every RECONNECT_S) is said
+    once, then again every UNREACHABLE_WARN_S, not once a second; libpq's two-line message
+    on one line."""
+    feed = postgresql.PostgresChanges(f"postgresql://postgres@127.0.0.1:{free_port()}/lace")
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, "lace.runtime"):
+            while time.monotonic() - started < 3.5 * postgresql.RECONNECT_S:
+                await feed.wait(0.2)
+    finally:
+        feed.close()
+    warnings = [record.getMessage() for record in caplog.records
+                if "lost its PostgreSQL notifications" in record.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "\n" not in warnings[0] and "Connection refused" in warnings[0]
+

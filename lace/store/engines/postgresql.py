@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
@@ -39,6 +40,7 @@ from lace.store.engines.base import (
     Polling,
     driver,
 )
+from lace.store.engines.reconnect import UNREACHABLE_WARN_S, briefly
 from lace.store.prepared import (
     AbortedTransactionError,
     forget_prepared,
@@ -384,19 +386,26 @@ class PostgresChanges(Polling):
         await self._nap(timeout)
 
     async def _listen(self) -> None:
+        """LISTEN until the feed closes; a lost connection is said on one line, once, then
+        again every UNREACHABLE_WARN_S while it stays lost (it is tried every RECONNECT_S)."""
         import psycopg
 
+        said_at: float | None = None
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
                         self._conninfo, autocommit=True) as connection:
                     await connection.execute(f"LISTEN {CHANNEL}")
+                    said_at = None  # back: a new loss is said at once
                     self.notify()  # commits made before LISTEN: look once
                     async for _notice in connection.notifies():
                         self.notify()
             except psycopg.Error as error:
-                log.warning("lace lost its PostgreSQL notifications (%s); polling until they "
-                            "are back", error)
+                now = time.monotonic()
+                if said_at is None or now - said_at >= UNREACHABLE_WARN_S:
+                    said_at = now
+                    log.warning("lace lost its PostgreSQL notifications (%s); polling until "
+                                "they are back", briefly(error))
                 await asyncio.sleep(RECONNECT_S)
 
     def close(self) -> None:

@@ -111,10 +111,10 @@ class Backoff:
                             "(%s); each lace process holds up to %d: raise max_connections "
                             "(or the CONNECTION LIMIT of lace's role), or run fewer lace "
                             "processes; still trying", self.where, now - self._since,
-                            _short(error), CONNECTIONS_PER_PROCESS)
+                            briefly(error), CONNECTIONS_PER_PROCESS)
             else:
                 log.warning("lace cannot reach the PostgreSQL server %s for %.0f s (%s); "
-                            "still trying", self.where, now - self._since, _short(error))
+                            "still trying", self.where, now - self._since, briefly(error))
         ceiling = min(MOST_DELAY_S, FIRST_DELAY_S * 2 ** min(self.attempts, 16))
         return float(random.uniform(ceiling / 2, ceiling))
 
@@ -126,7 +126,7 @@ def _too_many_connections(error: BaseException) -> bool:
     return any("too many c" in str(cause) for cause in _causes(error))
 
 
-def _short(error: Any) -> str:
+def briefly(error: Any) -> str:
     """The error on one short line with control characters escaped: a server's message must
     not drive the terminal of the person reading lace's stderr."""
     text = " ".join(str(getattr(error, "orig", None) or error).split())
