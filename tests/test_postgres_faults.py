@@ -5,10 +5,12 @@ left in `error` or `running`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -249,6 +251,30 @@ def test_a_worker_stopped_right_after_its_server_went_down_mid_call_exits_0(
         finally:
             postgres_server.start_again()
     assert "Traceback" not in (tmp_path / "a.log").read_text()
+
+
+async def test_a_runtime_opened_while_its_server_restarts_waits_for_it(
+        migrated_postgres_url: str, postgres_server: postgres.PostgresServer) -> None:
+    """The window of `lace worker`'s start-up between opening the board and registering its
+    process (its lease): a server restarting there is waited for, as before the open."""
+    from lace.config import Settings
+    from lace.llm.client import default_client
+    from lace.runtime import open_runtime
+
+    store = Store(open_database(migrated_postgres_url))
+    postgres_server.stop_fast()
+    back = threading.Timer(1.0, postgres_server.start_again)
+    back.start()
+    try:
+        runtime = await asyncio.to_thread(open_runtime, store, Settings(), default_client())
+    finally:
+        back.join()
+    try:
+        assert value(migrated_postgres_url, "SELECT COUNT(*) FROM processes WHERE id = ?",
+                     runtime.scheduler.process_id) == 1
+    finally:
+        await runtime.stop()
+        runtime.close()
 
 
 def database_at(url: str) -> Database:
