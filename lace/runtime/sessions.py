@@ -24,6 +24,7 @@ from lace.store.retry import run_transaction
 from lace.tools.base import ToolContext, ToolError
 from lace.tools.registry import ToolRegistry
 from lace.tools.spawning import parse_assignment
+from lace.tools.workspace import DaemonThreads
 
 WATCH_POLL_S = 0.5
 """How often a process looks at the database with no news from its change feed (the
@@ -126,10 +127,15 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
     told = False
     try:
         while True:
-            if await asyncio.to_thread(run_transaction, store.database,
-                                       lambda connection: quiet(Tx(connection), root_id),
-                                       write=False):
-                return True
+            look = asyncio.get_running_loop().run_in_executor(DaemonThreads(), partial(
+                run_transaction, store.database,
+                lambda connection: quiet(Tx(connection), root_id), write=False))
+            try:  # a server paused or gone silent must not hold a wait past its timeout
+                async with asyncio.timeout_at(deadline):
+                    if await look:
+                        return True
+            except TimeoutError:
+                return False
             if not told:
                 told = True
                 on_wait()

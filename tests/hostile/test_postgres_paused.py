@@ -125,3 +125,37 @@ def test_a_fan_out_rides_out_its_server_paused_mid_run(
     assert len(notes) == HELPERS and {count for _, count in notes} == {1}
     assert {status for (status,) in rows(postgres_url, "SELECT status FROM agent_metadata")} \
         == {"idle"}
+
+
+WAIT_TIMEOUT_S = 3.0
+PAST_TIMEOUT_S = 4.0
+"""`lace wait` may read how the session stands for 2 s past its timeout (UNANSWERED_S), and
+the machine may be slow."""
+
+
+@pytest.mark.slow
+def test_lace_wait_keeps_its_timeout_while_the_server_is_paused(
+        tmp_path: Path, migrated_postgres_url: str,
+        postgres_server: postgres.PostgresServer) -> None:
+    env = lace_env(tmp_path / "home")
+    detached = lace_popen([sys.executable, "-m", "lace", "run", "--detach", "--db",
+                           migrated_postgres_url, "Fan out."], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    session, said = detached.communicate(timeout=60)
+    assert detached.returncode == 0, said
+    waiter = lace_popen([sys.executable, "-m", "lace", "wait", session.strip(), "--db",
+                         migrated_postgres_url, "--timeout", str(WAIT_TIMEOUT_S)], env=env,
+                        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert waiter.stderr is not None and waiter.stderr.readline().startswith("Waiting")
+    started = time.monotonic()
+    with paused(postgres_server):
+        try:
+            waiter.wait(timeout=WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            waiter.kill()
+        ended = time.monotonic() - started
+    _, said = waiter.communicate(timeout=30)
+    assert ended < WAIT_TIMEOUT_S + PAST_TIMEOUT_S, "lace wait outlived its timeout"
+    assert waiter.returncode == 124, said
+    assert "database server does not answer" in said and "Traceback" not in said
+
