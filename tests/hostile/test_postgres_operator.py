@@ -134,11 +134,15 @@ def test_a_server_that_only_reads_is_named_as_such(roles: Roles, tmp_path: Path)
 
 def test_a_statement_timeout_on_the_role_cancels_no_statement_of_lace(
         roles: Roles, tmp_path: Path) -> None:
+    """And an idle-in-transaction timeout set low on the role ends no transaction of lace."""
     as_dba(roles, f"ALTER ROLE {roles.app_role} SET statement_timeout = '1ms'")
+    as_dba(roles, f"ALTER ROLE {roles.app_role} SET idle_in_transaction_session_timeout = 1")
     database = open_database(roles.app)
     try:
         with database.engine.connect() as connection:
             assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "0"
+            assert connection.exec_driver_sql(
+                "SHOW idle_in_transaction_session_timeout").scalar() == "10s"
     finally:
         database.engine.dispose()
     ran = lace(tmp_path / "home", "run", "--db", roles.app, "--timeout", "60", DEMO_FAN_OUT)
