@@ -83,6 +83,19 @@ def test_a_helper_without_its_key_is_refused_naming_the_key_not_the_assignee_for
         "lace: error: Cannot call openai/gpt-4o: set OPENAI_API_KEY in the environment, or "
         "store the key once with lace keys set openai (or pick another model) in "
         "'new:openai/gpt-4o'.\n")
+    assert not home.exists() or not any(home.glob("lace.db*"))  # refused before any board
+
+
+def test_a_helper_without_its_key_is_refused_on_a_board_too_and_adds_no_task(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    made = lace_at(tmp_path, home, "task", "add", "A first task")
+    assert made.returncode == 0, made.stderr
+    refused = lace_at(tmp_path, home, "task", "add", "Check the prices", "--assign",
+                      "new:openai/gpt-4o")
+    assert refused.returncode == 2 and "Cannot call openai/gpt-4o" in refused.stderr
+    with sqlite3.connect(home / "lace.db") as db:
+        assert db.execute("SELECT title FROM tasks").fetchall() == [("A first task",)]
 
 
 def test_a_key_typed_at_the_terminal_is_never_echoed(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def task_add_command(args: argparse.Namespace) -> int:
             "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     settings = load_settings()  # bad settings are refused before the database is made
-    _note_assigned_model(args.assigned_to)
+    _check_assigned_model(args.assigned_to)
     with board_of(args, settings, create=True) as board:
         if session_id is None and args.blocked_by:
             session_id = board.task(args.blocked_by[0]).thread_id
@@ -164,17 +164,23 @@ def task_help_command(_args: argparse.Namespace) -> int:
     raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
 
 
-def _note_assigned_model(assigned_to: str | None) -> None:
-    """`--assign new:provider/model` with a model that looks mistyped: one note line (a bad
-    assignee is left to the tool call, which says what is wrong)."""
+def _check_assigned_model(assigned_to: str | None) -> None:
+    """`--assign new:provider/model`: refused before the database is made when the model cannot
+    be called here (the tool call's own words), with one note line when it looks mistyped; any
+    other bad assignee is left to the tool call, which says what is wrong."""
     from lace.cli.run import note_unlisted_model
+    from lace.llm.checks import check_model
 
     try:
         spec = parse_assignee(assigned_to) if assigned_to else None
-        if isinstance(spec, NewAgentSpec) and spec.model_name:
-            note_unlisted_model(spec.model_name)
     except LaceError:
         return
+    if not isinstance(spec, NewAgentSpec) or spec.provider is None or spec.model is None:
+        return
+    note_unlisted_model(f"{spec.provider}/{spec.model}")
+    problem = check_model(spec.provider, spec.model)
+    if problem:
+        raise LaceError(f"{problem} in {assigned_to!r}.")
 
 
 def session_help_command(_args: argparse.Namespace) -> int:

@@ -187,7 +187,7 @@ async def test_an_editor_that_pauses_then_reads_gets_the_whole_reply(tmp_path: P
              if message.get("method") == "session/update"]
     text = "".join(update["content"]["text"] for update in shown
                    if update["sessionUpdate"] == "agent_message_chunk")
-    assert text == REPLY + REPLY + LAST
+    assert text == REPLY + "\n\n" + REPLY + "\n\n" + LAST  # each reply a paragraph
     assert [update["status"] for update in shown if update["sessionUpdate"] ==
             "tool_call_update"] == ["completed", "completed"]
     assert len(shown) < WORDS / 10  # coalesced while the editor was not reading

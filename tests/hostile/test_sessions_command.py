@@ -15,7 +15,7 @@ CaptureFixture = pytest.CaptureFixture[str]
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J100% of the_work\nsecond line " + "x" * 100_000
 
 
-def test_a_hostile_title_stays_on_its_line_escaped_and_cut(
+def test_a_hostile_title_stays_on_its_line_escaped_and_bounded(
         capsys: CaptureFixture, db_path: Path, models: ScriptedModels) -> None:
     models.on("quiet", lambda messages: reply("ok"))
     assert run_cli(capsys, "run", HOSTILE, "--model", "scripted/quiet",
@@ -23,7 +23,7 @@ def test_a_hostile_title_stays_on_its_line_escaped_and_cut(
     code, out, err = run_cli(capsys, "sessions", "--db", str(db_path))
     assert code == 0 and err == "" and out.count("\n") == 1
     assert "\x1b" not in out and "\x07" not in out and len(out) < 300
-    assert "\\x1b]0;pwned" in out and "more characters" in out
+    assert "\\x1b]0;pwned" in out  # whole: a title is 80 characters, the cut mark 20 more
     code, out, _ = run_cli(capsys, "sessions", "--json", "--db", str(db_path))
     (listed,) = json.loads(out)
     assert "\x1b" not in out and listed["title"] == HOSTILE[:80]  # JSON escapes, keeps it
