@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -306,17 +306,17 @@ async def test_a_commit_whose_answer_is_lost_is_not_written_twice(
         cutter.close()
 
 
-def test_a_transaction_cut_before_commit_runs_again_on_a_new_connection(
-        migrated_postgres_url: str) -> None:
-    database = database_at(migrated_postgres_url)
+def runs_once_again_after(url: str, fault: Callable[[sa.Connection], None]) -> None:
+    """A write transaction whose first attempt meets `fault` after its insert runs again, and
+    its row is written once."""
+    database = database_at(url)
     attempts: list[int] = []
 
     def work(connection: sa.Connection) -> str:
         attempts.append(1)
         thread = Tx(connection).threads.create_session(provider="openai", model="root")
-        if len(attempts) == 1:  # the server ends this session before it commits
-            with pytest.raises(sa.exc.OperationalError):
-                connection.exec_driver_sql("SELECT pg_terminate_backend(pg_backend_pid())")
+        if len(attempts) == 1:
+            fault(connection)
         return thread.id
 
     try:
@@ -324,7 +324,16 @@ def test_a_transaction_cut_before_commit_runs_again_on_a_new_connection(
     finally:
         database.close()
     assert len(attempts) == 2
-    assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(made,)]
+    assert rows(url, "SELECT id FROM threads") == [(made,)]
+
+
+def test_a_transaction_cut_before_commit_runs_again_on_a_new_connection(
+        migrated_postgres_url: str) -> None:
+    def terminated(connection: sa.Connection) -> None:  # the server ends it before COMMIT
+        with pytest.raises(sa.exc.OperationalError):
+            connection.exec_driver_sql("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    runs_once_again_after(migrated_postgres_url, terminated)
 
 
 def test_a_transaction_the_server_ended_for_idling_runs_again(
@@ -332,23 +341,12 @@ def test_a_transaction_the_server_ended_for_idling_runs_again(
     """What a lace process paused inside a transaction (SIGSTOP, a laptop's lid), or one whose
     server was paused, meets when it goes on: 25P03, which psycopg raises as an InternalError."""
     monkeypatch.setattr(postgresql, "IDLE_IN_TRANSACTION_MS", 200)
-    database = database_at(migrated_postgres_url)
-    attempts: list[int] = []
 
-    def work(connection: sa.Connection) -> str:
-        attempts.append(1)
-        thread = Tx(connection).threads.create_session(provider="openai", model="root")
-        if len(attempts) == 1:  # idle in the transaction past the server's timeout
-            connection.exec_driver_sql("SELECT 1")
-            time.sleep(1.0)  # the fault itself: the session idles past 0.2 s
-        return thread.id
+    def idled(connection: sa.Connection) -> None:  # in the transaction past the timeout
+        connection.exec_driver_sql("SELECT 1")
+        time.sleep(1.0)  # the fault itself: the session idles past 0.2 s
 
-    try:
-        made = run_transaction(database, work, write=True)
-    finally:
-        database.close()
-    assert len(attempts) == 2
-    assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(made,)]
+    runs_once_again_after(migrated_postgres_url, idled)
 
 
 def test_an_unreachable_server_is_named_on_stderr_while_lace_keeps_trying(
