@@ -20,6 +20,7 @@ from lace.runtime.acp_worker import acp_checked
 from lace.runtime.hook_points import submitted_alone
 from lace.runtime.outcome import Outcome, read_outcome
 from lace.runtime.sessions import (
+    QuietLooks,
     follow,
     open_session,
     place_of,
@@ -96,6 +97,7 @@ class Board:
         self.store = store
         self._settings = settings
         self.workspace = workspace or Path.cwd()
+        self._looks = QuietLooks()  # a look a wait's timeout left running: the next takes it up
 
     @property
     def settings(self) -> Settings:
@@ -201,7 +203,7 @@ class Board:
         """Whether the session went quiet within `timeout` seconds (None: however long it
         takes), running no agent (`sessions.until_quiet`); calls `waiting` once, when it
         first has to wait."""
-        return await until_quiet(self.store, root_id, timeout, waiting)
+        return await until_quiet(self.store, root_id, timeout, waiting, self._looks)
 
     async def follow(self, root_id: str, on_event: Callable[[Event], None]) -> None:
         """Hand each event of the session's threads to `on_event` as it is written, from the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -115,27 +116,53 @@ def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
         provider=provider, model=name, title=valid_text(items[0].title)).id)
 
 
+class QuietLooks:
+    """The looks of `until_quiet` under way, one per session at most: a wait that ended at its
+    timeout while the server did not answer (paused, slow, a table locked) leaves its look
+    running on a daemon thread, holding a connection or trying to make one; the next wait
+    takes that look up instead of starting another, so `lace run`'s wait every LOOK_AGAIN_S
+    costs one thread and one connection however long the server keeps silent, not one each."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, Future[bool]] = {}
+
+    def look(self, store: Store, root_id: str) -> tuple[Future[bool], bool]:
+        """The look at whether `root_id` is quiet still under way (and False), or a new one
+        (and True)."""
+        running = self._running.get(root_id)
+        if running is not None and not running.done():
+            return running, False
+        running = self._running[root_id] = DaemonThreads().submit(partial(
+            run_transaction, store.database,
+            lambda connection: quiet(Tx(connection), root_id), write=False))
+        return running, True
+
+
 async def until_quiet(store: Store, root_id: str, timeout: float | None,
-                      on_wait: Callable[[], None] = lambda: None) -> bool:
+                      on_wait: Callable[[], None] = lambda: None,
+                      looks: QuietLooks | None = None) -> bool:
     """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
     seconds (None: however long it takes); `on_wait` is called once, when it has to wait.
     Looks again whenever the change feed hears a commit, and at least as often as a worker
-    looks for runnable threads; on a server that drops the connection, once it is back."""
+    looks for runnable threads; on a server that drops the connection, once it is back. A
+    look that outlived an earlier wait of the same `looks` is taken up, not started again."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
+    looks = looks or QuietLooks()
     feed = store.database.change_feed()
     told = False
     try:
         while True:
-            look = asyncio.get_running_loop().run_in_executor(DaemonThreads(), partial(
-                run_transaction, store.database,
-                lambda connection: quiet(Tx(connection), root_id), write=False))
+            look, new = looks.look(store, root_id)
             try:  # a server paused or gone silent must not hold a wait past its timeout
                 async with asyncio.timeout_at(deadline):
-                    if await look:
-                        return True
+                    went_quiet = await asyncio.wrap_future(look)
             except TimeoutError:
                 return False
+            if went_quiet and new:
+                return True
+            if went_quiet:  # read before this wait began, maybe long before: read again
+                continue
             if not told:
                 told = True
                 on_wait()

@@ -1,0 +1,53 @@
+"""A PostgreSQL server that keeps lace's reads waiting (a table locked by an operator's
+migration, a server paused or swapping): `lace run` waiting for a session another process
+runs looks every LOOK_AGAIN_S, and each wait ends at its timeout while its look goes on. Those
+looks must not pile up, each a thread and a connection of the server, for as long as the
+server keeps silent."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import psycopg
+
+from lace.runtime.board import open_board
+from tests.workers import value, wait_for
+
+WAITS = 6
+WAIT_S = 0.3
+
+
+def daemon_looks() -> int:
+    return sum(thread.name == "lace-daemon" for thread in threading.enumerate())
+
+
+def test_waits_that_time_out_on_a_locked_table_share_one_look(
+        migrated_postgres_url: str) -> None:
+    board = open_board(migrated_postgres_url)
+    try:
+        root = board.store.write(lambda tx: tx.threads.create_session(
+            provider="demo", model="demo", title="busy elsewhere").id)
+        board.store.write(lambda tx: tx.agents.update(root, status="running"))
+        with psycopg.connect(migrated_postgres_url) as locker:
+            locker.execute("LOCK TABLE agent_metadata IN ACCESS EXCLUSIVE MODE")
+            before = daemon_looks()
+
+            async def waits() -> list[bool]:  # as lace run waits: again and again
+                return [await board.until_quiet(root, WAIT_S, lambda: None)
+                        for _ in range(WAITS)]
+
+            assert asyncio.run(waits()) == [False] * WAITS
+            assert daemon_looks() - before == 1
+            assert value(migrated_postgres_url, "SELECT COUNT(*) FROM pg_stat_activity "
+                                                "WHERE wait_event_type = 'Lock'") == 1
+            locker.rollback()  # the lock is gone: the look under way answers
+        board.store.write(lambda tx: tx.agents.update(root, status="idle"))
+
+        async def settled() -> bool:
+            return await board.until_quiet(root, 10.0, lambda: None)
+
+        assert asyncio.run(settled())
+        wait_for(lambda: daemon_looks() == before, "the look's thread ended")
+    finally:
+        board.close()
