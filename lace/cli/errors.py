@@ -14,12 +14,16 @@ import sys
 
 from lace.core.errors import LaceError, ServerRefusedError, StorageError, UnknownThreadError
 from lace.core.secrets import mask
+from lace.core.shown import shown_briefly
 from lace.core.text import printable
 from lace.paths import credential_values
 
 EXIT_USAGE = 2
 EXIT_STORAGE = 4
 EXIT_READER_GONE = 128 + signal.SIGPIPE
+MOST_SHOWN = 2000
+"""Characters of an error line at most: what it repeats of a file lace read (a key of a
+repository's lace.toml, a profile's name) may be a megabyte long."""
 """What a shell shows for a command killed by SIGPIPE (`yes | head -1`): lace ends alike."""
 THREAD_IDS_HINT = "(lace sessions lists the sessions, lace threads --session ID their threads)"
 """Where a person finds the thread ids a command takes."""
@@ -134,6 +138,7 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     one_line = "; ".join(line.strip().lstrip("- ") for line in message.splitlines() if line.strip())
-    shown = printable(mask(one_line or "error: failed", credential_values()), one_line=True)
+    shown = shown_briefly(printable(mask(one_line or "error: failed", credential_values()),
+                                    one_line=True), MOST_SHOWN)
     print(f"lace: {shown}", file=sys.stderr)
     return exit_code

@@ -10,9 +10,13 @@ from lace.cli.invocation import with_tool_flags, workspace_of
 from lace.cli.output import print_json, say
 from lace.config import load_settings
 from lace.core.errors import LaceError
+from lace.core.shown import shown_briefly
 from lace.runtime.mcp_servers import list_servers
 
 EXIT_SERVER_FAILED = 1
+SHOWN_CHARACTERS = 200
+"""Of a server's name, how it is reached and its status, in a listing (`--json` has them whole):
+a repository's lace.toml or .mcp.json may hold a command of a megabyte."""
 
 
 def mcp_help_command(_args: argparse.Namespace) -> int:
@@ -36,7 +40,9 @@ def mcp_list_command(args: argparse.Namespace) -> int:
         status = (f"{len(server['tools'])} tool(s)" if server["started"]
                   else f"pending: not started until you trust it ({server['trust_with']})"
                   if server["status"] == "pending" else f"failed to start: {server['error']}")
-        say(f"{server['name']}  ({server['transport']})  {status}", one_line=True)
+        name, transport = (shown_briefly(server[part], SHOWN_CHARACTERS)
+                           for part in ("name", "transport"))
+        say(f"{name}  ({transport})  {shown_briefly(status, SHOWN_CHARACTERS)}", one_line=True)
         for tool in server["tools"]:
             summary = tool["description"].split("] ", 1)[-1]
             say(f"  {tool['name']}  [{tool['policy']}]  {summary[:100]}", one_line=True)

@@ -28,7 +28,7 @@ from pydantic_settings import (
 )
 
 from lace.config.hooks import Hooks
-from lace.config.problems import problem_text
+from lace.config.problems import problem_text, setting_name
 from lace.config.sources import Key, Merged, settings_files
 from lace.core.assignee import parse_model
 from lace.core.errors import LaceError
@@ -392,8 +392,7 @@ def check_project_settings(data: dict[str, Any], source: Path) -> None:
         settings = Settings.model_construct(**dict(alone.model_validate(data)))
     except ValidationError as error:
         problem = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        raise LaceError(f"Bad setting {where} in {source}: "
+        raise LaceError(f"Bad setting {setting_name(problem)} in {source}: "
                         f"{problem_text(Settings, problem)}") from None
     _check_tool_names(settings, lambda *_key: str(source))
 
@@ -427,7 +426,7 @@ def load_settings(*, check_model: ModelCheck | None = None, python_tools: tuple[
         problem = error.errors(include_url=False)[0]
         key = tuple(str(part) for part in problem["loc"])
         origin = files.file_of(key) or "the environment"
-        raise LaceError(f"Bad setting {'.'.join(key)} in {origin}: "
+        raise LaceError(f"Bad setting {setting_name(problem)} in {origin}: "
                         f"{problem_text(Settings, problem)}") from None
     finally:
         _reading.reset(reading)

@@ -9,6 +9,17 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from lace.core.nearest import did_you_mean, nearest
+from lace.core.shown import shown_briefly
+
+SETTING_NAME_CHARACTERS = 120
+"""Of a setting's name in a message: a key of a repository's lace.toml may be a megabyte long,
+and the message must still name the file and the problem after it."""
+
+
+def setting_name(problem: Any) -> str:
+    """The dotted name of the setting of one pydantic error (`limits.max_running`), cut when
+    it is long."""
+    return shown_briefly(".".join(str(part) for part in problem["loc"]), SETTING_NAME_CHARACTERS)
 
 
 def problem_text(settings: type[BaseModel], problem: Any) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from lace.config import McpServer, Settings, ToolSettings
 from lace.core.secrets import mask
 from lace.paths import credential_values
-from lace.tools.mcp.configured import configured_servers, untrusted_servers
+from lace.tools.mcp.configured import configured_servers, secrets_of, untrusted_servers
 from lace.tools.mcp.servers import McpServers
 
 __all__ = ["list_servers", "transport_of"]
@@ -60,8 +60,16 @@ def _pending(settings: Settings, workspace: Path) -> list[dict[str, Any]]:
     """The servers of an `.mcp.json` that waits for the person's trust, described as written
     and never started."""
     trust = f"lace trust {shlex.quote(str(workspace))}"
-    return [{"name": name, "transport": transport_of(server) if server else "(unusable entry)",
+    return [{"name": name, "transport": _pending_transport(server),
              "status": "pending", "started": False, "error": None, "trust_with": trust,
              "tools": [], "left_out": []}
             for name, server in untrusted_servers(workspace).items()
             if name not in settings.mcp_servers]
+
+
+def _pending_transport(server: McpServer | None) -> str:
+    """How an untrusted entry would be reached, with the keys it writes itself masked (a
+    password or token in its URL, an `Authorization` header) as they are once it is trusted."""
+    if server is None:
+        return "(unusable entry)"
+    return mask(transport_of(server), secrets_of(server))

@@ -131,3 +131,46 @@ def test_a_tab_on_a_database_that_is_not_a_board_offers_no_id(tmp_path: Path) ->
     assert offered == [[], [], [], []]
     assert other.read_bytes() == b"SQLite format 3\x00" + b"\x00" * 100
     assert (home / "lace.db").read_bytes() == before
+
+
+SECRET = "sk-ant-api03-written-in-the-file"
+
+
+@pytest.mark.parametrize("content", [
+    '[limits]\n"max_runing\\u001b]0;title\\u0007LONG" = "SECRET"\n',
+    '[tools.policy]\n"\\u001b[2JLONG" = "deny"\n'], ids=["unknown-key", "unknown-tool"])
+def test_a_hostile_key_of_lace_toml_is_one_bounded_escaped_line(
+        tmp_path: Path, content: str) -> None:
+    """A key of a megabyte, with terminal escapes, in a cloned repository's lace.toml: the
+    refusal names the file in one line of bounded length, and never repeats the value."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "lace.toml").write_text(
+        content.replace("LONG", "x" * 1_000_000).replace("SECRET", SECRET))
+    done = run_lace(["trust", "--yes", str(folder)], env=lace_env(tmp_path / "home"),
+                    cwd=folder, timeout=60)
+    assert done.returncode == 2, done.stderr[:500]
+    assert done.stderr.count("\n") == 1 and len(done.stderr) < 2100, done.stderr[:500]
+    assert done.stderr.startswith("lace: error: Bad setting "), done.stderr[:500]
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert SECRET not in done.stderr
+
+
+def test_an_untrusted_servers_keys_and_huge_command_are_masked_and_bounded(
+        tmp_path: Path) -> None:
+    """As they are once it is trusted: a password or token in the URL, an Authorization
+    header, never shown; a command of 100 kB cut in the listing."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "lace.toml").write_text(
+        '[mcp_servers.web]\nurl = "http://user:pa55-in-url@127.0.0.1:1/mcp?api_key=t0ken-in-query"\n'
+        'headers = {Authorization = "Bearer b3arer-in-header"}\n'
+        f'[mcp_servers.long]\ncommand = "{"c" * 100_000}"\n')
+    done = mcp_list(folder, tmp_path / "home")
+    shown = run_lace(["mcp", "list"], env=lace_env(tmp_path / "home"), cwd=folder, timeout=60)
+    assert (done.returncode, shown.returncode) == (0, 0), done.stderr + shown.stderr
+    assert [server["status"] for server in json.loads(done.stdout)] == ["pending"] * 2
+    for secret in ("pa55-in-url", "t0ken-in-query", "b3arer-in-header"):
+        assert secret not in done.stdout + shown.stdout + done.stderr + shown.stderr
+    assert "[redacted]" in shown.stdout
+    assert max(len(line) for line in shown.stdout.splitlines()) < 1000
