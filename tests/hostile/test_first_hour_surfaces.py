@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lace.cli.asking import QUESTION
+from tests.completing import completions
 from tests.conftest import query, run_cli
 from tests.lace_forks import run_lace
 from tests.processes import lace, lace_env, lace_run_at_a_terminal, next_line
@@ -117,8 +118,6 @@ def test_an_approval_line_never_repeats_the_database_password(
 
 
 def test_a_tab_on_a_database_that_is_not_a_board_offers_no_id(tmp_path: Path) -> None:
-    from tests.test_completion import completions
-
     other = tmp_path / "other.db"
     other.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     text = tmp_path / "notes.txt"
