@@ -326,3 +326,31 @@ async def test_the_editors_mcp_servers_are_used_under_lace_policy(tmp_path: Path
     ((asked, _options),) = editor.asked  # the writing tool asks, as lace's own would
     assert asked.title == "mcp__notes__add_note"
     assert by_title["mcp__notes__add_note"].status == "failed"
+
+
+def answers(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+    """The root answers each prompt in four words."""
+    return ScriptedReply(f"answer {sum(message['role'] == 'user' for message in messages)} "
+                         "in full")
+
+
+async def test_a_reply_whose_stream_broke_off_is_sent_again_as_a_paragraph_of_its_own(
+        tmp_path: Path) -> None:
+    """The stream drops after the first word and the call is made again: the word already
+    sent stays, marked, and the answer made again is not glued to it ('answer answer 2 in
+    full'); the next prompt's answer is a message of its own again."""
+    from lace.cli.acp_updates import BROKE_OFF
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    editor = Editor()
+    with FakeOpenAI(answers) as server:
+        async with lace_acp(editor, home, "--model", "openai/root", **env(server)) as (conn, _):
+            session = await conn.new_session(cwd=str(work), mcp_servers=[])
+            server.faults.append("drop_stream")
+            first = await prompt(conn, session.session_id, "One.")
+            shown = editor.text()
+            second = await prompt(conn, session.session_id, "Two.")
+    assert (first.stop_reason, second.stop_reason) == ("end_turn", "end_turn")
+    assert shown == f"answer {BROKE_OFF}\n\nanswer 1 in full"
+    assert editor.text() == shown + "answer 2 in full"

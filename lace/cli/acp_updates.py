@@ -43,6 +43,8 @@ PLAN_STATUS = {"pending": "pending", "in_progress": "in_progress", "blocked": "p
                "completed": "completed", "archived": "completed"}
 SHOWN_CHARACTERS = 4000
 """How much of one tool result an editor is shown (the whole result is in `lace show`)."""
+BROKE_OFF = "\n[lace: the reply broke off; the model is asked again]"
+"""After the part of the root's reply a failed model call had streamed (`_restarted`)."""
 MAX_HELD_BYTES = 16 * 2**20
 """What lace holds at most for one session's editor, not yet written: sixteen replies at
 lace's cap of 1,000,000 characters. A model streams a few kilobytes a second and an editor
@@ -147,7 +149,9 @@ class SessionUpdates:
         thread_id = getattr(event, "thread_id", None)
         if thread_id is None or root_of(thread_id) != self.root_id:
             return
-        if isinstance(event, TextStreamed) and thread_id == self.root_id and not event.restart:
+        if isinstance(event, TextStreamed) and thread_id == self.root_id and event.restart:
+            self._restarted()
+        elif isinstance(event, TextStreamed) and thread_id == self.root_id:
             self.streamed = True
             self.reply_text(event.delta)
         elif isinstance(event, EventAppended):
@@ -171,6 +175,15 @@ class SessionUpdates:
             text = "\n\n" + text
         self.replying = True
         self.text(text)
+
+    def _restarted(self) -> None:
+        """The root's model call broke off and is made again: the part of its reply already
+        sent stays (an editor cannot take text back), marked as such, and the reply made
+        again starts a paragraph of its own, sent whole if it is not streamed."""
+        if self.replying:
+            self.text(BROKE_OFF)
+            self.replied, self.replying = True, False
+        self.streamed = False
 
     def put(self, item: Any) -> None:
         """Queue an update, or a callable making updates, for the editor."""
