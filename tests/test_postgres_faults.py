@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -349,6 +350,44 @@ def test_a_transaction_the_server_ended_for_idling_runs_again(
     runs_once_again_after(migrated_postgres_url, idled)
 
 
+def test_kept_connections_the_server_ended_for_idling_are_made_again(
+        migrated_postgres_url: str) -> None:
+    """A DBA's `idle_session_timeout` on lace's database (managed servers set one to free
+    their slots) ends the connections a process keeps between its transactions: 57P05 on the
+    next, which psycopg raises as an IdleSessionTimeout. The write and the read still go
+    through, on new connections; they failed, and a turn with them."""
+    name = sa.make_url(migrated_postgres_url).database
+    with psycopg.connect(migrated_postgres_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" SET idle_session_timeout = 300')
+    store = Store(open_database(migrated_postgres_url))
+
+    def backend(tx: Tx) -> int:
+        return int(tx.connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+    def session(tx: Tx) -> str:
+        return tx.threads.create_session(provider="openai", model="root").id
+
+    async def main() -> tuple[str, int]:
+        db = AsyncStore(store)
+        try:
+            await db.write(session)
+            kept = {await db.write(backend), await db.read(backend)}
+            wait_for(lambda: not kept & {pid for (pid,) in rows(
+                migrated_postgres_url, "SELECT pid FROM pg_stat_activity")},
+                     "the server ended both kept connections")
+            made = await db.write(session)
+            return made, await db.read(lambda tx: len(tx.threads.sessions()))
+        finally:
+            db.close()
+
+    try:
+        made, sessions_read = asyncio.run(main())
+    finally:
+        store.close()
+    assert sessions_read == 2
+    assert made in {thread for (thread,) in rows(migrated_postgres_url, "SELECT id FROM threads")}
+
+
 def test_an_unreachable_server_is_named_on_stderr_while_lace_keeps_trying(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(reconnect, "UNREACHABLE_WARN_S", 0.3)
@@ -388,3 +427,32 @@ async def test_lost_notifications_are_said_once_on_one_line_while_lace_polls(
     assert len(warnings) == 1, warnings
     assert "\n" not in warnings[0] and "Connection refused" in warnings[0]
 
+
+
+IDLE_SESSION_MS = 300
+
+
+async def test_the_change_feed_outlives_an_idle_session_timeout(
+        migrated_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The feed's connection waits idle for notifications on purpose: a DBA's
+    `idle_session_timeout` ended it again and again, each time said as lost notifications."""
+    name = sa.make_url(migrated_postgres_url).database
+    with psycopg.connect(migrated_postgres_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" SET idle_session_timeout = {IDLE_SESSION_MS}')
+    listening = ("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%' "
+                 f"AND datname = '{name}'")
+    feed = postgresql.PostgresChanges(migrated_postgres_url)
+    try:
+        with caplog.at_level(logging.WARNING, "lace.runtime"):
+            deadline = time.monotonic() + 30
+            while not rows(migrated_postgres_url, listening) and time.monotonic() < deadline:
+                await feed.wait(0.05)  # the loop runs the feed's listener meanwhile
+            first = rows(migrated_postgres_url, listening)
+            assert first, "the feed never listened"
+            for _ in range(5):  # the fault itself: idle five times past the timeout
+                await feed.wait(IDLE_SESSION_MS / 1000)
+            assert rows(migrated_postgres_url, listening) == first
+    finally:
+        feed.close()
+    assert not [record for record in caplog.records
+                if "lost its PostgreSQL notifications" in record.getMessage()]

@@ -82,6 +82,9 @@ READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 SCHEMES = ("postgresql", "postgres")
 NEEDS_DRIVER = ("PostgreSQL support needs psycopg: pip install 'lace[postgres]'")
 RECONNECT_S = 1.0
+IDLE_SESSION_SINCE = 140000
+"""The server version that has `idle_session_timeout` (PostgreSQL 14): a DBA's would end the
+change feed's connection, which waits idle for notifications on purpose, again and again."""
 log = logging.getLogger("lace.runtime")
 
 
@@ -395,6 +398,8 @@ class PostgresChanges(Polling):
             try:
                 async with await psycopg.AsyncConnection.connect(
                         self._conninfo, autocommit=True) as connection:
+                    if connection.info.server_version >= IDLE_SESSION_SINCE:  # it waits idle
+                        await connection.execute("SET idle_session_timeout = 0")
                     await connection.execute(f"LISTEN {CHANNEL}")
                     said_at = None  # back: a new loss is said at once
                     self.notify()  # commits made before LISTEN: look once

@@ -22,6 +22,7 @@ RETRIED_SQLSTATES = frozenset({
     "57P02",  # crash_shutdown: another backend crashed
     "57P03",  # cannot_connect_now: the server is starting up or shutting down
     "25P03",  # idle_in_transaction_session_timeout ended the session
+    "57P05",  # idle_session_timeout (a role's or database's) ended a kept connection
     "40001",  # serialization_failure
     "40P01",  # deadlock_detected
 })
