@@ -123,3 +123,21 @@ def test_only_pages_it_served_may_open_the_app(tmp_path: Path) -> None:
         assert asyncio.run(handshake(url, None)) == 403
         assert asyncio.run(handshake(url, url)) == 101
         assert asyncio.run(handshake(url, f"http://localhost:{port}")) == 101
+
+
+def test_a_bracketed_ipv6_host_serves_on_it(db_path: Path, capsys: Any,
+                                            served: list[Server]) -> None:
+    """`[::1]`, as a URL writes it: the socket is made on ::1, and the page is at [::1]."""
+    assert main(["--db", str(db_path), "web", "--host", "[::1]", "--port", "8123"]) == 0
+    (server,) = served
+    assert (server.host, server.public_url) == ("::1", "http://[::1]:8123")
+    assert capsys.readouterr().err == ""
+
+
+def test_an_address_that_names_nothing_is_said_as_such(db_path: Path, capsys: Any) -> None:
+    """A label past 63 characters: the resolver refuses it without asking any server."""
+    name = "a" * 64
+    code = main(["--db", str(db_path), "web", "--host", name, "--allow-remote"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert code == 2
+    assert err == f"lace: error: cannot listen on {name}:8000: no address of that name"

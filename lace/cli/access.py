@@ -132,5 +132,6 @@ def listening_socket(host: str, port: int, netloc: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return socket.create_server((host, port), family=family)
     except OSError as error:
-        why = os.strerror(error.errno) if error.errno else str(error)
+        why = (os.strerror(error.errno) if error.errno and error.errno > 0  # not its long text
+               else "no address of that name")
         raise LaceError(f"cannot listen on {netloc}: {why}") from None

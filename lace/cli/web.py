@@ -170,7 +170,7 @@ class LaceServer(Server):
 
 def web_command(args: argparse.Namespace) -> int:
     """Check the flags and the app's options (one line if bad), then serve until Ctrl+C."""
-    host, port = args.host, args.port
+    host, port = args.host.removeprefix("[").removesuffix("]"), args.port  # [::1] as in a URL
     remote = not is_loopback(host)
     if remote and not args.allow_remote:
         raise LaceError(f"--host {host} is not a loopback address: anyone who can reach it "
