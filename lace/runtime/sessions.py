@@ -142,7 +142,8 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
                       on_wait: Callable[[], None] = lambda: None,
                       looks: QuietLooks | None = None) -> bool:
     """Whether the session went quiet (as `lace run` with workers decides it) within `timeout`
-    seconds (None: however long it takes); `on_wait` is called once, when it has to wait.
+    seconds (None: however long it takes); `on_wait` is called once, when it has to wait
+    (on a thread, within the timeout: it may read the board).
     Looks again whenever the change feed hears a commit, and at least as often as a worker
     looks for runnable threads; on a server that drops the connection, once it is back. A
     look that outlived an earlier wait of the same `looks` is taken up, not started again."""
@@ -165,7 +166,11 @@ async def until_quiet(store: Store, root_id: str, timeout: float | None,
                 continue
             if not told:
                 told = True
-                on_wait()
+                try:  # it may read the board (`lace wait`): off the loop, within the timeout
+                    async with asyncio.timeout_at(deadline):
+                        await loop.run_in_executor(DaemonThreads(), on_wait)
+                except TimeoutError:
+                    return False
             left = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S,
                                                               deadline - loop.time())
             if left <= 0:

@@ -7,11 +7,17 @@ server keeps silent."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import psycopg
 
 from lace.runtime.board import open_board
+from tests.lace_forks import lace_popen
+from tests.processes import lace_env
 from tests.workers import value, wait_for
 
 WAITS = 6
@@ -51,3 +57,37 @@ def test_waits_that_time_out_on_a_locked_table_share_one_look(
         wait_for(lambda: daemon_looks() == before, "the look's thread ended")
     finally:
         board.close()
+
+
+WAIT_TIMEOUT_S = 2.0
+PAST_TIMEOUT_S = 8.0
+"""`lace wait` reads how the session stands for 2 s past its timeout (UNANSWERED_S), after
+starting Python, and the machine may be slow."""
+
+
+def test_lace_wait_keeps_its_timeout_while_the_processes_table_is_locked(
+        tmp_path: Path, migrated_postgres_url: str) -> None:
+    """Once it has to wait, `lace wait` says whether a lace process runs the board: that read
+    ran on the event loop, so a table locked by an operator (or a server paused just then)
+    held the wait past its timeout, for as long as the lock."""
+    env = lace_env(tmp_path / "home")
+    detached = lace_popen([sys.executable, "-m", "lace", "run", "--detach", "--db",
+                           migrated_postgres_url, "Fan out."], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    session, said = detached.communicate(timeout=60)
+    assert detached.returncode == 0, said
+    with psycopg.connect(migrated_postgres_url) as locker:
+        locker.execute("LOCK TABLE processes IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        waiter = lace_popen([sys.executable, "-m", "lace", "wait", session.strip(), "--db",
+                             migrated_postgres_url, "--timeout", str(WAIT_TIMEOUT_S)],
+                            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            waiter.wait(timeout=WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            waiter.kill()
+        ended = time.monotonic() - started
+        _, said = waiter.communicate(timeout=30)
+    assert ended < WAIT_TIMEOUT_S + PAST_TIMEOUT_S, f"lace wait outlived its timeout: {said}"
+    assert waiter.returncode == 124, said
+    assert "still runs after 2s" in said and "Traceback" not in said
