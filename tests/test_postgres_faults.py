@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from argparse import Namespace
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -456,3 +457,29 @@ async def test_the_change_feed_outlives_an_idle_session_timeout(
         feed.close()
     assert not [record for record in caplog.records
                 if "lost its PostgreSQL notifications" in record.getMessage()]
+
+
+def test_the_note_that_no_process_runs_the_board_waits_out_a_dropped_connection(
+        postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lace wait`, `lace follow` and `lace task add` read whether a lace process runs the
+    board: a connection cut under that read is made again, never the command's error (`lace
+    wait` ended with exit 2 in a fan-out whose backends were terminated)."""
+    from lace.cli import main
+    from lace.cli.board import board_of, note_unserved
+
+    assert main(["task", "add", "Check it", "--assign", "new:demo/worker",
+                 "--db", postgres_url]) == 0
+    capsys.readouterr()
+    cutter = CommitCutter(int(sa.make_url(postgres_url).port or 0))
+    through_cutter = sa.make_url(postgres_url).set(port=cutter.port).render_as_string(
+        hide_password=False)
+    try:
+        with board_of(Namespace(db=through_cutter)) as board:
+            root = board.latest_session()
+            assert root is not None
+            cutter.armed.set()  # the read's COMMIT passes, its answer never comes back
+            note_unserved(board, root.id)
+        assert cutter.cut == 1
+    finally:
+        cutter.close()
+    assert capsys.readouterr().err.startswith("lace: no lace process runs this board")

@@ -20,6 +20,7 @@ from lace.runtime.databases import (
     open_store,
     shown_database,
     upgrade_database,
+    when_reachable,
 )
 
 
@@ -120,8 +121,9 @@ def _run_as_human(args: argparse.Namespace, tool: str, arguments: dict[str, Any]
 
 def note_unserved(board: Board, session_id: str) -> None:
     """One line on stderr when the person's call left agents of the session with work and no
-    lace process runs this board: they wait until one does, and the line says how."""
-    waiting = board.unserved(session_id)
+    lace process runs this board: they wait until one does, and the line says how. A dropped
+    connection or a restarting server is waited out, as the command's own reads are."""
+    waiting = when_reachable(lambda: board.unserved(session_id), board.store.database.url)
     if waiting:
         say(f"lace: no lace process runs this board, so {', '.join(waiting)} "
             f"wait{'s' if len(waiting) == 1 else ''} for one; start one with: lace run "
