@@ -483,3 +483,29 @@ def test_the_note_that_no_process_runs_the_board_waits_out_a_dropped_connection(
     finally:
         cutter.close()
     assert capsys.readouterr().err.startswith("lace: no lace process runs this board")
+
+
+def test_the_apps_parting_line_waits_out_a_dropped_connection(postgres_url: str) -> None:
+    """Quitting the app reads whether it left turns cut off: a connection cut under that read
+    is made again, never an error once the app has closed."""
+    from types import SimpleNamespace
+
+    from lace.cli import main
+    from lace.cli.tui import interrupted_note
+
+    assert main(["task", "add", "Check it", "--db", postgres_url]) == 0
+    (root,) = [row[0] for row in postgres.query(
+        postgres_url, "SELECT thread_id FROM agent_metadata")]
+    postgres.query(postgres_url, "UPDATE agent_metadata SET status = 'interrupted'")
+    cutter = CommitCutter(int(sa.make_url(postgres_url).port or 0))
+    store = Store(database_at(sa.make_url(postgres_url).set(port=cutter.port).render_as_string(
+        hide_password=False)))
+    try:
+        app = SimpleNamespace(session_id=root, runtime=SimpleNamespace(store=store))
+        cutter.armed.set()  # the read's COMMIT passes, its answer never comes back
+        note = interrupted_note(app)  # type: ignore[arg-type]
+        assert cutter.cut == 1
+    finally:
+        store.close()
+        cutter.close()
+    assert note is not None and f"session {root} was interrupted" in note

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,15 +39,27 @@ def tui_command(args: argparse.Namespace) -> int:
     return 0
 
 
+NOTE_WITHIN_S = 2.0
+"""How long a quitting app reads whether it left turns cut off, for its parting line."""
+
+
 def interrupted_note(app: LaceApp) -> str | None:
     """The line that names the session the app left with turns cut off (by quitting while
     agents worked) and the commands that resume them; None when nothing was cut off."""
     from lace.runtime.board import Board
+    from lace.runtime.databases import when_reachable
+    from lace.runtime.public import DaemonThreads
 
     session_id = app.session_id
     if session_id is None:
         return None
-    summaries = Board(app.runtime.store).sessions(session_id)
+    board = Board(app.runtime.store)
+    read = DaemonThreads().submit(when_reachable, lambda: board.sessions(session_id),
+                                  board.store.database.url)  # a dropped connection: again
+    try:
+        summaries = read.result(timeout=NOTE_WITHIN_S)
+    except FutureTimeout:  # a server that does not answer: the app has quit, say nothing
+        return None
     if not any(summary.id == session_id and summary.status == "interrupted"
                for summary in summaries):
         return None
