@@ -101,6 +101,15 @@ def final_board(home: Path, db: str | None = None) -> dict[str, Any]:
     return {"tasks": tasks, "notes": notes, "notices": notices}
 
 
+def detached_session(db: str, env: dict[str, str], prompt: str = "Fan out.") -> str:
+    """A session `lace run --detach` wrote on `db` for the workers (none runs it here)."""
+    detached = lace_popen([sys.executable, "-m", "lace", "run", "--detach", "--db", db, prompt],
+                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    session, said = detached.communicate(timeout=60)
+    assert detached.returncode == 0, said
+    return str(session).strip()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

@@ -24,7 +24,7 @@ from lace.store import Store, open_database
 from tests import postgres
 from tests.faults import HELPERS, fan_out
 from tests.lace_forks import lace_popen
-from tests.processes import lace_env
+from tests.processes import detached_session, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
 PAUSE_S = 20.0
@@ -138,12 +138,8 @@ def test_lace_wait_keeps_its_timeout_while_the_server_is_paused(
         tmp_path: Path, migrated_postgres_url: str,
         postgres_server: postgres.PostgresServer) -> None:
     env = lace_env(tmp_path / "home")
-    detached = lace_popen([sys.executable, "-m", "lace", "run", "--detach", "--db",
-                           migrated_postgres_url, "Fan out."], env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    session, said = detached.communicate(timeout=60)
-    assert detached.returncode == 0, said
-    waiter = lace_popen([sys.executable, "-m", "lace", "wait", session.strip(), "--db",
+    session = detached_session(migrated_postgres_url, env)
+    waiter = lace_popen([sys.executable, "-m", "lace", "wait", session, "--db",
                          migrated_postgres_url, "--timeout", str(WAIT_TIMEOUT_S)], env=env,
                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert waiter.stderr is not None and waiter.stderr.readline().startswith("Waiting")

@@ -17,7 +17,7 @@ import psycopg
 
 from lace.runtime.board import open_board
 from tests.lace_forks import lace_popen
-from tests.processes import lace_env
+from tests.processes import detached_session, lace_env
 from tests.workers import value, wait_for
 
 WAITS = 6
@@ -71,15 +71,11 @@ def test_lace_wait_keeps_its_timeout_while_the_processes_table_is_locked(
     ran on the event loop, so a table locked by an operator (or a server paused just then)
     held the wait past its timeout, for as long as the lock."""
     env = lace_env(tmp_path / "home")
-    detached = lace_popen([sys.executable, "-m", "lace", "run", "--detach", "--db",
-                           migrated_postgres_url, "Fan out."], env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    session, said = detached.communicate(timeout=60)
-    assert detached.returncode == 0, said
+    session = detached_session(migrated_postgres_url, env)
     with psycopg.connect(migrated_postgres_url) as locker:
         locker.execute("LOCK TABLE processes IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
-        waiter = lace_popen([sys.executable, "-m", "lace", "wait", session.strip(), "--db",
+        waiter = lace_popen([sys.executable, "-m", "lace", "wait", session, "--db",
                              migrated_postgres_url, "--timeout", str(WAIT_TIMEOUT_S)],
                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
