@@ -110,6 +110,16 @@ def detached_session(db: str, env: dict[str, str], prompt: str = "Fan out.") -> 
     return str(session).strip()
 
 
+def ended_after(process: subprocess.Popen[Any], started: float, limit_s: float) -> float:
+    """Seconds from `started` (`time.monotonic`) until `process` ended, killed once `limit_s`
+    have passed (then at least `limit_s`)."""
+    try:
+        process.wait(timeout=max(0.0, started + limit_s - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+    return time.monotonic() - started
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

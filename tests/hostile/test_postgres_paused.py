@@ -24,7 +24,7 @@ from lace.store import Store, open_database
 from tests import postgres
 from tests.faults import HELPERS, fan_out
 from tests.lace_forks import lace_popen
-from tests.processes import detached_session, lace_env
+from tests.processes import detached_session, ended_after, lace_env
 from tests.workers import assert_delivered_once, ready, rows, value, wait_for, worker
 
 PAUSE_S = 20.0
@@ -145,11 +145,7 @@ def test_lace_wait_keeps_its_timeout_while_the_server_is_paused(
     assert waiter.stderr is not None and waiter.stderr.readline().startswith("Waiting")
     started = time.monotonic()
     with paused(postgres_server):
-        try:
-            waiter.wait(timeout=WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            waiter.kill()
-        ended = time.monotonic() - started
+        ended = ended_after(waiter, started, WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
     _, said = waiter.communicate(timeout=30)
     assert ended < WAIT_TIMEOUT_S + PAST_TIMEOUT_S, "lace wait outlived its timeout"
     assert waiter.returncode == 124, said

@@ -17,7 +17,7 @@ import psycopg
 
 from lace.runtime.board import open_board
 from tests.lace_forks import lace_popen
-from tests.processes import detached_session, lace_env
+from tests.processes import detached_session, ended_after, lace_env
 from tests.workers import value, wait_for
 
 WAITS = 6
@@ -78,11 +78,7 @@ def test_lace_wait_keeps_its_timeout_while_the_processes_table_is_locked(
         waiter = lace_popen([sys.executable, "-m", "lace", "wait", session, "--db",
                              migrated_postgres_url, "--timeout", str(WAIT_TIMEOUT_S)],
                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            waiter.wait(timeout=WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            waiter.kill()
-        ended = time.monotonic() - started
+        ended = ended_after(waiter, started, WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
         _, said = waiter.communicate(timeout=30)
     assert ended < WAIT_TIMEOUT_S + PAST_TIMEOUT_S, f"lace wait outlived its timeout: {said}"
     assert waiter.returncode == 124, said
