@@ -21,10 +21,10 @@ from lace.paths import credential_values
 EXIT_USAGE = 2
 EXIT_STORAGE = 4
 EXIT_READER_GONE = 128 + signal.SIGPIPE
+"""What a shell shows for a command killed by SIGPIPE (`yes | head -1`): lace ends alike."""
 MOST_SHOWN = 2000
 """Characters of an error line at most: what it repeats of a file lace read (a key of a
 repository's lace.toml, a profile's name) may be a megabyte long."""
-"""What a shell shows for a command killed by SIGPIPE (`yes | head -1`): lace ends alike."""
 THREAD_IDS_HINT = "(lace sessions lists the sessions, lace threads --session ID their threads)"
 """Where a person finds the thread ids a command takes."""
 STORAGE_HINT = ("free space or fix the disk, then run the command again (lace run --continue "
