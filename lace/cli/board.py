@@ -170,8 +170,7 @@ def _check_assigned_model(assigned_to: str | None) -> None:
     """`--assign new:provider/model`: refused before the database is made when the model cannot
     be called here (the tool call's own words), with one note line when it looks mistyped; any
     other bad assignee is left to the tool call, which says what is wrong."""
-    from lace.cli.run import note_unlisted_model
-    from lace.llm.checks import check_model
+    from lace.cli.run import usable_model
 
     try:
         spec = parse_assignee(assigned_to) if assigned_to else None
@@ -179,10 +178,10 @@ def _check_assigned_model(assigned_to: str | None) -> None:
         return
     if not isinstance(spec, NewAgentSpec) or spec.provider is None or spec.model is None:
         return
-    note_unlisted_model(f"{spec.provider}/{spec.model}")
-    problem = check_model(spec.provider, spec.model)
-    if problem:
-        raise LaceError(f"{problem} in {assigned_to!r}.")
+    try:
+        usable_model(f"{spec.provider}/{spec.model}")
+    except LaceError as problem:
+        raise LaceError(f"{problem} in {assigned_to!r}.") from None
 
 
 def session_help_command(_args: argparse.Namespace) -> int:
