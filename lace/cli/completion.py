@@ -68,14 +68,14 @@ def _from_board(parsed_args: argparse.Namespace, read: Callable[[Board], list[st
     file another process locks, a server paused): a TAB never fails and never waits long. The
     read goes on, on a daemon thread, until the shell's call of lace exits."""
     from lace.cli.board import board_of  # imported here, outside the wait
-    from lace.runtime.public import DaemonThreads
+    from lace.runtime.public import within
 
     def offered() -> list[str]:
         with board_of(parsed_args) as board:
             return [word for word in read(board) if typeable(word)]
 
     try:
-        return DaemonThreads().submit(offered).result(timeout=TAB_WAIT_S)
+        return within(offered, TAB_WAIT_S) or []
     except Exception:  # a TAB never fails
         return []
 

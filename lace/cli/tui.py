@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,17 +47,15 @@ def interrupted_note(app: LaceApp) -> str | None:
     agents worked) and the commands that resume them; None when nothing was cut off."""
     from lace.runtime.board import Board
     from lace.runtime.databases import when_reachable
-    from lace.runtime.public import DaemonThreads
+    from lace.runtime.public import within
 
     session_id = app.session_id
     if session_id is None:
         return None
     board = Board(app.runtime.store)
-    read = DaemonThreads().submit(when_reachable, lambda: board.sessions(session_id),
-                                  board.store.database.url)  # a dropped connection: again
-    try:
-        summaries = read.result(timeout=NOTE_WITHIN_S)
-    except FutureTimeout:  # a server that does not answer: the app has quit, say nothing
+    summaries = within(lambda: when_reachable(  # a dropped connection: read again
+        lambda: board.sessions(session_id), board.store.database.url), NOTE_WITHIN_S)
+    if summaries is None:  # a server that does not answer: the app has quit, say nothing
         return None
     if not any(summary.id == session_id and summary.status == "interrupted"
                for summary in summaries):

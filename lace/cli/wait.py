@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from lace.cli.board import board_of, note_unserved
 from lace.cli.commands import EXIT_STILL_RUNNING
@@ -15,7 +13,7 @@ from lace.cli.output import print_json, say
 from lace.runtime.board import Board
 from lace.runtime.databases import when_reachable
 from lace.runtime.outcome import Outcome
-from lace.runtime.public import DaemonThreads
+from lace.runtime.public import within
 
 EXIT_INTERRUPTED = 130
 UNANSWERED_S = 2.0
@@ -36,21 +34,11 @@ def wait_command(args: argparse.Namespace) -> int:
             print(f"lace: stopped waiting; session {root_id} is left as it is "
                   f"(lace wait {root_id} waits again)", file=sys.stderr)
             return EXIT_INTERRUPTED
-        outcome = _outcome(lambda: when_reachable(lambda: board.outcome(root_id), db),
-                           None if went_quiet else UNANSWERED_S)
+        outcome = within(lambda: when_reachable(lambda: board.outcome(root_id), db),
+                         None if went_quiet else UNANSWERED_S)
     if outcome is None:  # the timeout came while the server does not answer
         return _unanswered(root_id, args)
     return _report(outcome, went_quiet, args)
-
-
-def _outcome(read: Callable[[], Outcome], within_s: float | None) -> Outcome | None:
-    """`read()`, or None when it takes longer than `within_s` seconds (None: however long):
-    on a daemon thread, which a server that never answers cannot keep from ending."""
-    future = DaemonThreads().submit(read)
-    try:
-        return future.result(timeout=within_s)
-    except FutureTimeout:
-        return None
 
 
 def _unanswered(root_id: str, args: argparse.Namespace) -> int:

@@ -10,8 +10,8 @@ from lace.store.export_format import SessionDocument, parse_document
 from lace.store.retry import run_transaction
 from lace.tools.base import ToolError, ToolResult
 from lace.tools.python_tools import python_tools
-from lace.tools.workspace import DaemonThreads, EditorFiles
+from lace.tools.workspace import DaemonThreads, EditorFiles, within
 
 __all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "EditorFiles", "SessionDocument",
            "Store", "ToolError", "ToolResult", "Tx", "parse_document", "python_tools",
-           "run_transaction"]
+           "run_transaction", "within"]

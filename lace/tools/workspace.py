@@ -9,6 +9,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ParamSpec, Protocol, TypeVar
@@ -137,6 +138,15 @@ class DaemonThreads(ThreadPoolExecutor):
 
 
 FILE_THREADS = DaemonThreads()
+
+
+def within(work: Callable[[], T], seconds: float | None) -> T | None:
+    """`work()` on a daemon thread, or None when it takes longer than `seconds` (None: however
+    long): a read a silent server or a locked file holds is left behind, never waited for."""
+    try:
+        return FILE_THREADS.submit(work).result(timeout=seconds)
+    except FutureTimeout:
+        return None
 
 
 async def off_loop(work: Callable[[], T]) -> T:
