@@ -124,7 +124,9 @@ def test_reading_an_empty_database_writes_nothing_to_it(capsys: CaptureFixture,
 
 
 @pytest.mark.parametrize("argv", [["show", "lace_20261125_nosuch.1"], ["follow", "nope"],
-                                  ["run", "--continue", "nope"]], ids=["show", "follow", "run"])
+                                  ["run", "--continue", "nope"], ["stop", "nope"],
+                                  ["resume", "lace_20261125_nosuch.1"]],
+                         ids=["show", "follow", "run", "stop", "resume"])
 def test_an_unknown_thread_says_where_the_ids_are_listed(capsys: CaptureFixture, tmp_path: Path,
                                                           argv: list[str]) -> None:
     db = str(tmp_path / "board.db")

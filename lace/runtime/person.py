@@ -57,6 +57,7 @@ def stop_subtree(board: Board, thread_id: str, reason: str) -> list[str]:
     """Stop an agent and its subtree as the person (until a person resumes it); returns the
     agents stopped now."""
     def stop(tx: Tx) -> list[str]:
+        tx.threads.get(thread_id)  # an id that names no thread is told as such
         tx.agents.get(thread_id)
         return tx.lifecycle.stop_subtree(thread_id, reason=reason, by_person=True)
 
@@ -73,8 +74,10 @@ def end_session(board: Board, root_id: str, reason: str) -> tuple[Thread, list[s
 
 
 def resume_stopped(board: Board, thread_id: str) -> None:
-    """Let a stopped agent continue its conversation; LaceError when it is not stopped."""
+    """Let a stopped agent continue its conversation; UnknownThreadError for an id that names
+    no thread, LaceError when it is not stopped."""
     def resume(tx: Tx) -> None:
+        tx.threads.get(thread_id)
         if not tx.lifecycle.resume(thread_id):
             status = tx.agents.get(thread_id).status
             raise LaceError(f"{thread_id} is {status}, not stopped: nothing to resume.")
