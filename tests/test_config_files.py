@@ -74,17 +74,17 @@ def test_the_users_model_starts_every_session_and_the_command_line_wins(
     """`lace task add` (which opens a session when there is none) and `lace run` both use the
     user's `model`; `--model` beats it."""
     home = tmp_path / "home"
-    user_config(home, 'model = "demo/from-user-config"\n')
+    user_config(home, 'model = "demo/worker"\n')
     added = lace_at(tmp_path, home, "task", "add", "Sign off the launch", "--assign", "human")
     assert added.returncode == 0, added.stderr
     run = lace_at(tmp_path, home, "run", "--detach", "Plan the launch")
     assert run.returncode == 0, run.stderr
-    flag = lace_at(tmp_path, home, "run", "--detach", "--model", "demo/flag", "Plan it")
+    flag = lace_at(tmp_path, home, "run", "--detach", "--model", "demo/coordinator", "Plan it")
     assert flag.returncode == 0, flag.stderr
     with sqlite3.connect(home / "lace.db") as connection:
         models = connection.execute("SELECT model FROM agent_metadata WHERE parent_thread_id "
                                     "IS NULL ORDER BY rowid").fetchall()
-    assert models == [("from-user-config",), ("from-user-config",), ("flag",)]
+    assert models == [("worker",), ("worker",), ("coordinator",)]
 
 
 def test_a_mistyped_key_names_the_keys_it_may_have_meant(tmp_path: Path) -> None:

@@ -86,6 +86,28 @@ def test_the_command_line_refuses_a_bad_model_name(capsys: CaptureFixture, db_pa
         assert query(db_path, "SELECT COUNT(*) FROM threads") == [(0,)]
 
 
+@pytest.mark.parametrize("argv", [["run", "hi", "--model", "demo/nonsense"],
+                                  ["task", "add", "T", "--assign", "new:demo/nonsense"],
+                                  ["run", "hi", "--model", "demo/workr"]])
+def test_only_the_demo_models_that_exist_are_accepted(capsys: CaptureFixture, db_path: Path,
+                                                      argv: list[str]) -> None:
+    code, out, err = lace(capsys, *argv, "--db", str(db_path))
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "Unknown demo model" in err
+    assert "(the demo models are demo/coordinator and demo/worker" in err
+    assert ("did you mean 'demo/worker'?" in err) == ("workr" in " ".join(argv))
+    if db_path.exists():
+        assert query(db_path, "SELECT COUNT(*) FROM threads") == [(0,)]
+
+
+def test_an_agent_cannot_spawn_a_demo_model_that_does_not_exist(call: Caller,
+                                                                unchanged: Any) -> None:
+    with unchanged():
+        result = call("task_create", {"tasks": [{"title": "t", "prompt": "p",
+                                                 "assigned_to": "new:demo/nonsense"}]})
+    assert result.is_error and "Unknown demo model 'demo/nonsense'" in result.text
+
+
 # the test-only provider
 
 @pytest.fixture

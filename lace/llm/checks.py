@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from lace.core.assignee import ACP_PROVIDER
 from lace.core.errors import LaceError
 from lace.core.nearest import did_you_mean, nearest
-from lace.core.providers import LOCAL_PROVIDERS
+from lace.core.providers import DEMO_MODELS, DEMO_PROVIDER, LOCAL_PROVIDERS
 from lace.llm.litellm_setup import litellm, litellm_imported
 from lace.llm.prices import listed_model, models_of
 
@@ -130,12 +130,20 @@ def on_this_machine(provider: str) -> bool:
     return url is not None and urlparse(url).hostname in LOOPBACK_HOSTS
 
 
-def check_provider(provider: str, _model: str) -> str | None:
-    """Why a provider cannot be used, or None if it exists."""
+def check_provider(provider: str, model: str) -> str | None:
+    """Why a provider cannot be used (or, lace's offline demo, a model it does not have), or
+    None if it exists."""
     if provider in UNBOUNDED_PROVIDERS:
         return (f"The {provider} provider is not supported: lace cannot bound the size of its "
                 "answers; use openai/ (with OPENAI_BASE_URL for another endpoint) instead")
-    return None if known_provider(provider) else f"Unknown provider {provider!r}"
+    if not known_provider(provider):
+        return f"Unknown provider {provider!r}"
+    if provider == DEMO_PROVIDER and model not in DEMO_MODELS:
+        hint = did_you_mean([f"{DEMO_PROVIDER}/{name}" for name in nearest(model, DEMO_MODELS)])
+        existing = " and ".join(f"{DEMO_PROVIDER}/{name}" for name in DEMO_MODELS)
+        return (f"Unknown demo model '{DEMO_PROVIDER}/{model}' (the demo models are {existing}"
+                + (f"; {hint})" if hint else ")"))
+    return None
 
 
 def check_model(provider: str, model: str) -> str | None:

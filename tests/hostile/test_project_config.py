@@ -184,7 +184,8 @@ async def test_the_app_asks_the_same_question_in_a_dialog(
     dialog before anything runs; `t` trusts it and the app runs on it, `n` goes on without."""
     repo, marker = hostile_repo(tmp_path)
     monkeypatch.chdir(repo)
-    app = build_app(build_parser().parse_args(["--db", str(db_path), "--model", "demo/x"]))
+    app = build_app(build_parser().parse_args(["--db", str(db_path),
+                                               "--model", "demo/coordinator"]))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert isinstance(app.screen, TrustModal)
