@@ -15,7 +15,7 @@ import pytest
 from lace.llm.openai_fake import FakeOpenAI
 from lace.llm.types import ScriptedReply
 from tests.conftest import query, run_cli
-from tests.processes import lace
+from tests.processes import lace, lace_at
 from tests.scripted import ScriptedModels, reply
 
 CaptureFixture = pytest.CaptureFixture[str]
@@ -99,7 +99,7 @@ def test_an_empty_answer_after_work_is_still_no_success(
 
 READING = [["tasks"], ["threads"], ["cost"], ["show", "lace_20261125_abcdef"],
            ["export", "lace_20261125_abcdef"], ["approvals"], ["worktrees"],
-           ["sessions"], ["follow", "lace_20261125_abcdef"], ["wait", "lace_20261125_abcdef"],
+           ["follow", "lace_20261125_abcdef"], ["wait", "lace_20261125_abcdef"],
            ["stop", "lace_20261125_abcdef"], ["task", "note", "task_1", "a note"]]
 
 
@@ -112,6 +112,22 @@ def test_reading_a_board_that_is_not_there_creates_nothing(tmp_path: Path,
     assert result.stderr.count("\n") == 1 and str(missing) in result.stderr
     assert "no lace board" in result.stderr
     assert not missing.exists() and not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["--db", "missing.db"]], ids=["home", "db"])
+def test_listing_sessions_before_any_is_one_friendly_line_and_creates_nothing(
+        tmp_path: Path, argv: list[str]) -> None:
+    """A person who has run nothing yet is told how to start, with where lace looked (a
+    mistyped --db shows), and nothing is created."""
+    home = tmp_path / "home"
+    listed = lace_at(tmp_path, home, "sessions", *argv)
+    assert (listed.returncode, listed.stdout) == (0, ""), listed.stderr
+    assert listed.stderr.startswith("No sessions yet: no lace board at ")
+    assert listed.stderr.endswith('; lace run "PROMPT" starts one.\n')
+    assert listed.stderr.count("\n") == 1 and ("missing.db" in listed.stderr) == bool(argv)
+    as_json = lace_at(tmp_path, home, "sessions", "--json", *argv)
+    assert (as_json.returncode, as_json.stdout, as_json.stderr) == (0, "[]\n", "")
+    assert not (tmp_path / "missing.db").exists() and not home.exists()
 
 
 def test_reading_an_empty_database_writes_nothing_to_it(capsys: CaptureFixture,

@@ -15,14 +15,25 @@ from lace.core.records import Event, SessionSummary
 from lace.core.shown import shown, shown_briefly
 from lace.core.text import printable_json
 from lace.core.usage import dollars
+from lace.runtime.databases import missing_board
 
 EXIT_INTERRUPTED = 130
 FOLLOWED_CHARACTERS = 300
 """How much of one event `lace follow` prints (`lace show THREAD_ID` has it whole)."""
+START_ONE = "lace run \"PROMPT\" starts one."
+"""How `lace sessions` ends when it has none to list."""
 
 
 def sessions_command(args: argparse.Namespace) -> int:
-    """`lace sessions [TEXT]`: the newest first, one line each."""
+    """`lace sessions [TEXT]`: the newest first, one line each; no board yet is no session
+    yet (with where lace looked), and nothing is created."""
+    missing = missing_board(getattr(args, "db", None))
+    if missing is not None:
+        if args.json:
+            print_json([])
+        else:
+            say(f"No sessions yet: {missing}; {START_ONE}", one_line=True, file=sys.stderr)
+        return 0
     with board_of(args) as board:
         sessions = board.sessions(args.text)
     if args.limit is not None:
@@ -31,8 +42,8 @@ def sessions_command(args: argparse.Namespace) -> int:
         print_json([asdict(session) for session in sessions])
         return 0
     if not sessions:
-        print("No sessions" + (f" hold {args.text!r}." if args.text else " yet: lace run "
-                               "\"PROMPT\" starts one."), file=sys.stderr)
+        print("No sessions" + (f" hold {args.text!r}." if args.text else f" yet: {START_ONE}"),
+              file=sys.stderr)
     for session in sessions:
         say(session_line(session), one_line=True)
     return 0
