@@ -62,3 +62,21 @@ def test_every_argument_says_what_it_takes() -> None:
             if not isinstance(action, argparse._SubParsersAction | argparse._HelpAction)
             and not action.help]
     assert bare == []
+
+
+NO_DATABASE = {"lace config": [], "lace hooks": [], "lace completion": ["bash"], "lace keys": [],
+               "lace keys set": ["openai"], "lace keys list": [], "lace trust": [],
+               "lace mcp list": []}
+"""The commands that open no database (with arguments they need): `--db` would do nothing."""
+
+
+def test_db_is_offered_where_a_database_is_opened_and_refused_elsewhere() -> None:
+    offered = {prog for prog, parser in PARSERS.items()
+               if any("--db" in action.option_strings for action in parser._actions)}
+    assert offered == set(PARSERS) - set(NO_DATABASE)
+    for prog, needed in NO_DATABASE.items():
+        shown = subprocess.run([sys.executable, "-m", "lace", *prog.split()[1:], *needed,
+                                "--db=x.db"],
+                               capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert shown.returncode == 2 and shown.stderr.count("\n") == 1, (prog, shown.stderr)
+        assert "unrecognized arguments: --db=x.db" in shown.stderr, prog

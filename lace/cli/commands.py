@@ -87,12 +87,14 @@ Add = Callable[[str, str, str], argparse.ArgumentParser]
 """Adds a command: its name, its help (also its description) and its handler's `module:function`."""
 
 
-def _adder(subparsers: Any, common: argparse.ArgumentParser) -> Add:
-    """How commands are added to `subparsers`, each with the flags of `common`."""
+def _adder(subparsers: Any, common: argparse.ArgumentParser | None = None) -> Add:
+    """How commands are added to `subparsers`, each with the flags of `common` (`--db`; none
+    for the commands that open no database)."""
 
     def add(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = subparsers.add_parser(
-            name, help=help_text, description=help_text, parents=[common])
+            name, help=help_text, description=help_text,
+            parents=[] if common is None else [common])
         parser.set_defaults(handler=lazy(target))
         return parser
 
@@ -102,13 +104,14 @@ def _adder(subparsers: Any, common: argparse.ArgumentParser) -> Add:
 def register_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add every subcommand to `subparsers`, in the order `lace --help` lists them."""
     add = _adder(subparsers, common)
+    add_without_database = _adder(subparsers)
     _add_running_commands(add)
     _add_approval_commands(add)
     _add_lifetime_commands(add, common)
     _add_reading_commands(add)
     _add_task_commands(add, common)
-    _add_trust_command(add)
-    _add_setup_commands(add, common)
+    _add_trust_command(add_without_database)
+    _add_setup_commands(add_without_database)
     _add_mcp_commands(add, common)
     _add_acp_command(add)
     _add_worktree_commands(add, common)
@@ -347,9 +350,9 @@ def _add_trust_command(add: Add) -> None:
                        help="print JSON (the configuration shown goes to stderr)")
 
 
-def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
+def _add_setup_commands(add: Add) -> None:
     """config, hooks, completion and keys: the settings in force and where each came from,
-    the hooks in effect, shell completion, stored keys."""
+    the hooks in effect, shell completion, stored keys (none opens a database)."""
     config = add("config", "Print the settings in force, merged from your own config file, "
                            "$LACE_HOME/config.toml and the project's lace.toml, each value with "
                            "where it came from.", "lace.cli.configuration:config_command")
@@ -377,7 +380,7 @@ def _add_setup_commands(add: Add, common: argparse.ArgumentParser) -> None:
                        "environment has none.", "lace.cli.keys:keys_help_command")
     key_actions = keys.add_subparsers(dest="keys_command", metavar="ACTION",
                                       parser_class=type(keys))
-    add_key_action = _adder(key_actions, common)
+    add_key_action = _adder(key_actions)
     key_set = add_key_action("set", "Store PROVIDER's key: typed at a hidden prompt, or one "
                                     "line from stdin when it is not a terminal.",
                              "lace.cli.keys:keys_set_command")
@@ -395,7 +398,7 @@ def _add_mcp_commands(add: Add, common: argparse.ArgumentParser) -> None:
     mcp_actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION",
                                      parser_class=type(mcp))
     mcp_list = mcp_actions.add_parser(
-        "list", parents=[common], help="Start each configured MCP server and list its tools.",
+        "list", help="Start each configured MCP server and list its tools.",
         description="Start each MCP server of [mcp_servers] and the workspace's .mcp.json as "
                     "a run would, and print whether it started and its tools, each with its "
                     "policy; exit 1 when a server does not start.")
