@@ -1,6 +1,7 @@
 """Failures that used to be quiet, driven as a person meets them: `lace mcp list` with a
 `lace.toml` or an `.mcp.json` that waits for trust, Ctrl+C on `lace mcp serve --http`, and a
-task released from the command line while no lace process runs the board (issue 33, item 12)."""
+task released from the command line while no lace process runs the board (issue 33, item 12), and
+Ctrl+C while lace starts."""
 
 from __future__ import annotations
 
@@ -143,3 +144,19 @@ def test_releasing_a_task_with_no_process_running_says_how_to_run_it(
     assert code == 0, err  # the person's board: its root owes no answer
     assert query(db_path, "SELECT status FROM tasks WHERE title = 'Write it up'") == [
         ("completed",)]
+
+
+@pytest.mark.parametrize(("module", "argv"), [
+    ("lace.cli.commands", ["sessions"]),  # the command line is being parsed
+    ("lace.cli.sessions", ["sessions"]),  # its command's module is being imported
+    ("lace.cli.run", ["run", "Say hi."]),
+], ids=["parsing", "sessions", "run"])
+def test_ctrl_c_while_lace_starts_says_so_in_one_line(tmp_path: Path, module: str,
+                                                        argv: list[str]) -> None:
+    """It was a traceback and death by SIGINT while the command line was parsed, and a silent
+    130 while the command's module was imported."""
+    home = tmp_path / "home"
+    ended = run_lace([module, *argv], env=lace_env(home), module="tests.interrupted_start",
+                     timeout=60)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (130, "", "lace: interrupted\n")
+    assert not home.exists()

@@ -11,6 +11,17 @@ from typing import Any, NoReturn
 
 from lace.core.version import __version__
 
+EXIT_INTERRUPTED = 130
+INTERRUPTED = "lace: interrupted"
+"""The line for a Ctrl+C that no command answers with a line of its own (one that comes while
+lace starts, say); `lace run`'s own begin so too."""
+
+
+def interrupted() -> int:
+    """Say the command was interrupted, on stderr; its exit code."""
+    print(INTERRUPTED, file=sys.stderr)
+    return EXIT_INTERRUPTED
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit 2, never a usage dump; a

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import sys
 
+from lace.cli import interrupted
 from lace.core.errors import LaceError, ServerRefusedError, StorageError, UnknownThreadError
 from lace.core.secrets import mask
 from lace.core.shown import shown_briefly
@@ -135,8 +136,8 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
         message, exit_code = _database_message(error, args)
         if exit_code != EXIT_STORAGE:
             message = f"error: {error}"
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # the command has no line of its own for it
+        return interrupted()
     one_line = "; ".join(line.strip().lstrip("- ") for line in message.splitlines() if line.strip())
     shown = shown_briefly(printable(mask(one_line or "error: failed", credential_values()),
                                     one_line=True), MOST_SHOWN)
