@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from lace.llm.types import ScriptedReply
+from tests.conftest import query
 from tests.conftest import run_cli as lace
 from tests.lace_forks import lace_popen, run_lace
 from tests.processes import lace_env
@@ -229,3 +230,28 @@ def test_continue_while_another_process_runs_the_session_waits_for_its_answer(
             "SELECT data FROM events WHERE thread_id = ? AND type = 'user_message'", (root,))]
     assert any("and three" in text for text in messages), messages
     assert out.strip() and second.stdout == out  # the root's last answer, in both
+
+
+@pytest.mark.parametrize("assign", [["--assign", "new:demo/worker"], []])
+def test_a_task_the_person_adds_reaches_the_root_at_the_next_continue(
+        capsys: CaptureFixture, db_path: Path, assign: list[str]) -> None:
+    """The person adds a task to a session they talked to: its root hears of it (and of its
+    result), and `lace run --continue` answers about it instead of repeating the old answer."""
+    db = str(db_path)
+    code, out, _ = lace(capsys, "run", "Write the announcement and list the risks.", "--json",
+                        "--db", db)
+    session = json.loads(out)["session"]
+    code, out, err = lace(capsys, "task", "add", "Check the prices", *assign, "--db", db,
+                          "--json")
+    assert code == 0, err
+    task_id = json.loads(out)["tasks"][0]["id"]
+    assert [text.splitlines()[0] for (text,) in query(
+        db_path, "SELECT text FROM inbox WHERE thread_id = ? AND task_id = ?", session,
+        task_id)] == [f"[LACE TASK SYSTEM] The person added task '{task_id}' to the board:"]
+    code, out, err = lace(capsys, "run", "--continue", session, "--db", db)
+    assert code == 0, err
+    assert "All 3 tasks are done" not in out and "Check the prices" in out, out
+    if assign:  # its result reaches the root, which reports it
+        assert out.startswith("The person's task is done:\n- Check the prices: Done: "), out
+    else:
+        assert out.startswith("The person added 'Check the prices'"), out

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from lace.core.assignee import HUMAN
 from lace.core.dependencies import RESULT_CAP
 from lace.core.records import Task
 from lace.core.shown import shown
@@ -69,14 +70,34 @@ def assignment(task: Task, results: Sequence[WaitedResult] = ()) -> str:
 
 
 def completion(task: Task, completed_by: str, message: str) -> str:
-    """The notice a creator gets when its task is completed."""
+    """The notice a creator gets when its task is completed (the root, for a task the person
+    created: `person_added`)."""
+    creator = "the person" if task.created_by == HUMAN else "you"
     return (
-        f"{PREFIX} Task '{task.id}' that you created has been completed by {completed_by}:\n"
+        f"{PREFIX} Task '{task.id}' that {creator} created has been completed by "
+        f"{completed_by}:\n"
         f'Title: "{task.title}"\n'
         "Status: completed\n"
         "\n"
         "Result:\n"
         f"{message}"
+    )
+
+
+def person_added(task: Task) -> str:
+    """Tells a session's root that the person put a task on its board: the root speaks for the
+    session, so it hears of the task now and of its result when it is completed."""
+    assignee = task.assigned_to or "nobody (only the person can assign it)"
+    return (
+        f"{PREFIX} The person added task '{task.id}' to the board:\n"
+        f'Title: "{task.title}"\n'
+        f"Assigned to: {assignee}\n"
+        "\n"
+        "--- TASK DETAILS ---\n"
+        f"{task.prompt}\n"
+        "--- END TASK DETAILS ---\n"
+        "\n"
+        "Its result reaches you when it is completed. Answer the person about it."
     )
 
 
@@ -203,7 +224,10 @@ _ASSIGNED = re.compile(re.escape(PREFIX) + r" You have been assigned task '(?P<i
 _WAITED = re.compile(r"^Result of task '(?P<id>[^']+)' \(\"(?P<title>.*?)\"\):\n(?P<result>.*?)"
                      r"(?=\n\nResult of task '|\n" + re.escape(RESULTS_END) + ")",
                      re.DOTALL | re.MULTILINE)
-_COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that you created has been "
+_ADDED = re.compile(re.escape(PREFIX) + r" The person added task '(?P<id>[^']+)' to the board:\n"
+                    r"Title: \"(?P<title>.*?)\"\nAssigned to: ", re.DOTALL)
+_COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that (?:you|the person) "
+                        r"created has been "
                         r"completed by (?P<by>\S+):\nTitle: \"(?P<title>.*?)\"\nStatus: completed"
                         r"\n\nResult:\n(?P<result>.*?)(?=\n\n\[LACE [A-Z ]+\] |\Z)",
                         re.DOTALL)
@@ -217,6 +241,12 @@ def read_assignment(text: str) -> Assigned | None:
     results = tuple(WaitedResult(done["id"], done["title"], done["result"])
                     for done in _WAITED.finditer(text, found.end()))
     return Assigned(found["id"], found["title"], results)
+
+
+def read_person_added(text: str) -> Assigned | None:
+    """The task and title of a `person_added` notice, or None for other text."""
+    found = _ADDED.search(text)
+    return None if found is None else Assigned(found["id"], found["title"])
 
 
 def read_completion(text: str) -> Completed | None:

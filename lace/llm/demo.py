@@ -7,7 +7,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lace.core.notifications import PREFIX, RESULTS_HEADER, read_assignment, read_completions
+from lace.core.notifications import (
+    PREFIX,
+    RESULTS_HEADER,
+    read_assignment,
+    read_completions,
+    read_person_added,
+)
 from lace.llm.types import ScriptedReply
 
 WORKER_MODEL = "new:demo/worker"
@@ -53,6 +59,9 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
                       "prompt": "Sum up the results of the other tasks in a few lines.",
                       "blocked_by": [f"#{number}" for number in range(1, len(parts) + 1)]})
         return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
+    persons = persons_tasks(messages, created)
+    if persons is not None:
+        return persons
     results = {done.task_id: (done.title, done.result.strip())
                for message in messages if message.get("role") == "user"
                for done in read_completions(_text(message))}
@@ -60,6 +69,26 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
         lines = [f"- {results[task][0]}: {results[task][1]}" for task in created]
         return ScriptedReply(text=f"All {len(created)} tasks are done.\n" + "\n".join(lines))
     return ScriptedReply(text=f"{len(results)} of {len(created)} tasks done; waiting for the rest.")
+
+
+def persons_tasks(messages: list[dict[str, Any]], created: list[str]) -> ScriptedReply | None:
+    """The root's answer about tasks the person added to the board, when the notices since its
+    last answer are about them: their results, else that they were added."""
+    answered = max((number for number, message in enumerate(messages)
+                    if message.get("role") == "assistant"), default=-1)
+    news = [_text(message) for message in messages[answered + 1:]]
+    done = [found for text in news for found in read_completions(text)
+            if found.task_id not in created]
+    if done:
+        lines = [f"- {found.title}: {found.result.strip()}" for found in done]
+        return ScriptedReply(text=f"The person's task{'s are' if len(done) > 1 else ' is'} "
+                                  "done:\n" + "\n".join(lines))
+    added = [found for text in news if (found := read_person_added(text))]
+    if added:
+        titles = ", ".join(f"'{found.title}'" for found in added)
+        return ScriptedReply(text=f"The person added {titles} to the board; I will report the "
+                                  "result when it is done.")
+    return None
 
 
 def worker(messages: list[dict[str, Any]]) -> ScriptedReply:

@@ -205,6 +205,15 @@ class AssignmentRules:
             self.inbox.notify(after.assigned_to, sender=actor, kind="status", text=text,
                               task_id=after.id)
 
+    def who_hears(self, task: Task) -> str:
+        """Who hears that a task settled: its creator, or for a task the person created, the
+        root of its session once the person has written to it (the agent that answers them
+        there; a root started without a prompt, by `lace task add`, runs only when written
+        to)."""
+        if task.created_by == HUMAN and self.inbox.person_wrote_to(task.thread_id):
+            return task.thread_id
+        return task.created_by
+
     def tell_creator(self, task: Task, *, sender: str, kind: str, text: str) -> None:
         """Tell a task's creator that the task settled (completed, blocked or archived): at
         once, or for a task of a batch (`TaskBoard.create_tasks`) inside the batch's one
@@ -212,7 +221,7 @@ class AssignmentRules:
         notice is held."""
         batch = self.tasks.batch_of(task.id)
         if batch is None:
-            self.inbox.notify(task.created_by, sender=sender, kind=kind, text=text,
+            self.inbox.notify(self.who_hears(task), sender=sender, kind=kind, text=text,
                               task_id=task.id)
             return
         members = None if self.tasks.batch_has_free_task(batch) else self.edges.attach(

@@ -59,6 +59,14 @@ class InboxRows(Rows):
             self.post(recipient, sender=sender, kind=kind, text=text, task_id=task_id,
                       wakes=wakes, held_for=held_for)
 
+    def person_wrote_to(self, thread_id: str) -> bool:
+        """Whether the person ever sent this thread a message (a prompt, `lace run --continue
+        ROOT "..."`, the app's input line)."""
+        inbox = schema.inbox.c
+        return self._execute(sa.select(inbox.id).where(
+            inbox.thread_id == thread_id, inbox.sender == HUMAN, inbox.kind == "message")
+        ).first() is not None
+
     def release_held(self, thread_id: str, batch: str) -> list[str]:
         """The texts of a thread's notices held for `batch` and not delivered otherwise
         (a wait's tool result), oldest first. They go out inside the batch's one notice, so

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from lace.core import notifications
-from lace.core.assignee import Assignment, ThreadAssignee, assignee_text
+from lace.core.assignee import HUMAN, Assignment, ThreadAssignee, assignee_text
 from lace.core.dependencies import (
     any_cycle,
     call_ref,
@@ -125,6 +125,11 @@ class TaskBoard:
                     task = self.edges.attach([task])[0]
                 created.append(self.assignments.assign(task, draft.assignee, actor,
                                                        waits=waiting))
+        for task in created:
+            if actor == HUMAN and task.assigned_to != session_id:  # the root's own: told so
+                self.inbox.notify(self.assignments.who_hears(task), sender=actor,
+                                  kind="status", text=notifications.person_added(task),
+                                  task_id=task.id)
         return created
 
     @staticmethod
