@@ -81,3 +81,13 @@ def test_id_shapes() -> None:
 def test_a_listing_cuts_a_text_only_where_the_cut_is_shorter() -> None:
     assert shown_briefly("x" * 63, 60) == "x" * 63
     assert shown_briefly("x" * 200, 60) == "x" * 60 + "… (140 more characters)"
+
+
+def test_settled_tasks_are_named_by_status_a_few_each_and_the_rest_counted() -> None:
+    from lace.core.lines import settled_line
+    from lace.core.shown import named_few
+
+    assert settled_line({"t1": "completed"}) == "t1 completed"
+    assert settled_line({f"t{n}": "completed" for n in range(1, 8)} | {"b1": "blocked"}) == \
+        "t1, t2, t3 and 4 more completed; b1 blocked"
+    assert named_few(["a", "b"], 2) == "a, b" and named_few(["a", "b", "c"], 2) == "a, b and 1 more"

@@ -255,3 +255,20 @@ def test_a_task_the_person_adds_reaches_the_root_at_the_next_continue(
         assert out.startswith("The person's task is done:\n- Check the prices: Done: "), out
     else:
         assert out.startswith("The person added 'Check the prices'"), out
+
+
+def test_the_line_of_a_batch_that_came_back_names_each_of_its_tasks(
+        capsys: CaptureFixture, db_path: Path) -> None:
+    """The demo's three tasks settle together: the root's `←` line names all three, not the
+    last one alone."""
+    code, out, err = lace(capsys, "run", "Write the announcement and list the risks.", "--json",
+                          "--db", str(db_path))
+    assert code == 0, err
+    tasks = {task["title"]: task["id"] for task in json.loads(out)["tasks"]}
+    session = json.loads(out)["session"]
+    ordered = [tasks["Write the announcement"], tasks["list the risks"],
+               tasks["Sum up the results"]]
+    returned = [line for line in err.splitlines() if " ← " in line]
+    assert returned in ([f"  {session} ← {', '.join(ordered)} completed"],
+                        [f"  {session} ← {', '.join([ordered[1], ordered[0], ordered[2]])} "
+                         "completed"]), err

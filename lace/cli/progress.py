@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from lace.cli.approvals import SEE_ALL
 from lace.core.ids import root_of
+from lace.core.lines import settled_line
 from lace.core.secrets import mask
 from lace.core.shown import shown
 from lace.core.text import MAX_NESTING, json_nesting, printable
@@ -64,7 +65,8 @@ def progress_printer(stream: TextIO | None = None, *, root_reported: bool = Fals
             elif event.type == "error" and data.get("fallback_to"):
                 line = f"~ {event.thread_id} {data.get('error')}"
             elif event.type == "notification" and data.get("kind") == "completion":
-                line = f"  {event.thread_id} ← {data.get('task_id')} completed"
+                settled = data.get("settled") or {str(data.get("task_id")): "completed"}
+                line = f"  {event.thread_id} ← {settled_line(settled)}"
         if line:  # one write per line: events may come from two threads at once
             out = stream or sys.stderr
             line = mask(line, credential_values())

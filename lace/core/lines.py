@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from lace.core.dependencies import task_label
 from lace.core.records import Agent, Task, Thread
+from lace.core.shown import named_few
 from lace.core.tasks import task_symbol
 
 
@@ -35,6 +36,19 @@ def task_line(task: Task) -> str:
     if task.blocks:
         line += f" blocks {', '.join(task.blocks)}"
     return line
+
+
+MOST_NAMED = 3
+"""How many tasks a progress line names in a row before it counts the rest."""
+
+
+def settled_line(settled: Mapping[str, str]) -> str:
+    """The tasks one notice tells of (id to status, in the order they settled), grouped by
+    status: `t1, t2, t3 and 4 more completed; t8 blocked`."""
+    groups: dict[str, list[str]] = {}
+    for task_id, status in settled.items():
+        groups.setdefault(status, []).append(task_id)
+    return "; ".join(f"{named_few(ids, MOST_NAMED)} {status}" for status, ids in groups.items())
 
 
 def related_list(task_ids: tuple[str, ...], related: Mapping[str, Task]) -> str:

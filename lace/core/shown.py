@@ -1,7 +1,9 @@
-"""Text shown to a person whole, or cut with a mark that says how much was left out: what a
-person approves must never end silently where a hidden part begins."""
+"""Text and lists shown to a person whole, or cut with a mark that says how much was left out:
+what a person approves must never end silently where a hidden part begins."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 def shown(text: str, limit: int, see_all: str = "") -> str:
@@ -19,3 +21,9 @@ def shown_briefly(text: str, limit: int) -> str:
     longer than what it hides helps no one), else cut as `shown` cuts it."""
     cut = shown(text, limit)
     return cut if len(cut) < len(text) else text
+
+
+def named_few(names: Sequence[str], most: int) -> str:
+    """The first `most` names, and how many more there are: `a, b, c and 4 more`."""
+    rest = len(names) - most
+    return ", ".join(names[:most]) + (f" and {rest} more" if rest > 0 else "")

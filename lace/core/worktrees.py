@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
 
+from lace.core.shown import named_few
+
 WORKTREE_STATUSES: Final = ("active", "merged", "pruned")
 """`active`: the helper's branch holds work not merged yet (or none); `merged`: merged into its
 base branch by a creator or a person; `pruned`: its folder and branch were removed by a person."""
@@ -87,7 +89,7 @@ def merged(branch: str, target: str, commit: str, strategy: str) -> str:
 
 def conflict(branch: str, target: str, files: list[str]) -> str:
     """What a refused merge reports: the files in conflict; nothing was changed."""
-    listed = ", ".join(files[:20]) + (f" and {len(files) - 20} more" if len(files) > 20 else "")
+    listed = named_few(files, 20)
     return (f"Merging {branch} into {target} conflicts in {listed}. Nothing was changed: "
             f"{target} and {branch} are as they were. Resolve it on {branch} (or ask a person) "
             "and merge again.")

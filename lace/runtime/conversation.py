@@ -11,6 +11,7 @@ from lace.core.agents import NOT_RUNNABLE
 from lace.core.assignee import HUMAN
 from lace.core.notifications import INTERRUPTED_CALL, LACE_SENDER, progress_block
 from lace.core.records import Agent, Event, InboxItem, Lease, Place
+from lace.core.tasks import ACTIVE_STATUSES
 from lace.core.tool_sets import EVERY_TOOL
 from lace.runtime.prompt import system_prompt
 from lace.store import Tx
@@ -112,9 +113,26 @@ def own_tools(agent: Agent) -> list[str]:
     return list(agent.tools) if agent.tools is not None else list(EVERY_TOOL)
 
 
-def delivered(items: list[InboxItem]) -> list[tuple[dict[str, Any], bool]]:
+def settled_together(tx: Tx, items: list[InboxItem]) -> dict[int, dict[str, str]]:
+    """For each completion notice of a batch (`tasks.batch`), the batch's tasks that have
+    settled, id to status, in the order they settled: the tasks its one notice tells of."""
+    settled = {}
+    for item in items:
+        batch = tx.tasks.batch_of(item.task_id) if item.kind == "completion" and item.task_id \
+            else None
+        if batch is not None:
+            done = [task for task in tx.tasks.in_batch(batch)
+                    if task.status not in ACTIVE_STATUSES]
+            settled[item.id] = {task.id: task.status
+                                for task in sorted(done, key=lambda task: task.updated_at)}
+    return settled
+
+
+def delivered(items: list[InboxItem], settled: Mapping[int, dict[str, str]] | None = None,
+              ) -> list[tuple[dict[str, Any], bool]]:
     """The events that deliver inbox rows (their data, and whether a person wrote them): the
-    progress rows first, together in one compact message, then every other row as itself."""
+    progress rows first, together in one compact message, then every other row as itself (a
+    batch's completion notice with the tasks it tells of: `settled_together`)."""
     progress = [item for item in items if not item.wakes]
     deliveries: list[tuple[dict[str, Any], bool]] = []
     if progress:
@@ -124,10 +142,11 @@ def delivered(items: list[InboxItem]) -> list[tuple[dict[str, Any], bool]]:
             "inbox_ids": [item.id for item in progress]}, False))
     for item in items:
         if item.wakes:
-            deliveries.append(({
-                "message": {"role": "user", "content": item.text}, "sender": item.sender,
-                "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id},
-                item.sender == HUMAN and item.kind == "message"))
+            data = {"message": {"role": "user", "content": item.text}, "sender": item.sender,
+                    "kind": item.kind, "task_id": item.task_id, "inbox_id": item.id}
+            if settled and item.id in settled:
+                data["settled"] = settled[item.id]
+            deliveries.append((data, item.sender == HUMAN and item.kind == "message"))
     return deliveries
 
 
@@ -159,7 +178,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         else:
             rows.append(("tool_result", tool_result_data(call_id, name, INTERRUPTED)))
     items = [] if resumed else tx.inbox.take(thread_id)
-    deliveries = delivered(items)
+    deliveries = delivered(items, settled_together(tx, items))
     note = budget_note(tx) if deliveries else None
     for number, (data, from_person) in enumerate(deliveries, start=1):
         if note and number == len(deliveries):

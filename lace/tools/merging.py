@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lace.core.shown import named_few
 from lace.core.worktrees import Worktree, commit_message, conflict, identity
 from lace.tools.base import ToolError
 from lace.tools.git import (
@@ -117,8 +118,7 @@ def refuse_files_in_the_way(place: Path, target: str, branch: str, written: list
     in_the_way = [path for path in written
                   if path and (path in entries or path.startswith(folders))]
     if in_the_way:
-        listed = ", ".join(in_the_way[:5]) + (f" and {len(in_the_way) - 5} more"
-                                              if len(in_the_way) > 5 else "")
+        listed = named_few(in_the_way, 5)
         raise ToolError(f"Merging {branch} would overwrite {listed} in {place}, which git does "
                         f"not track on {target}; move {'it' if len(in_the_way) == 1 else 'them'} "
                         "away, then merge again. Nothing was changed.")

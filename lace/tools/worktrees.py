@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lace.core.ids import is_thread_id
+from lace.core.shown import named_few
 from lace.core.worktrees import (
     Worktree,
     WorktreeOrigin,
@@ -112,8 +113,7 @@ def plan_origin(tx: Tx, context: ToolContext) -> WorktreeOrigin:
                                  "committed before it started a helper")
     elif changed:
         if context.workspace_settings.uncommitted != "copy":
-            shown = ", ".join(changed[:SHOWN_PATHS]) + (
-                f" and {len(changed) - SHOWN_PATHS} more" if len(changed) > SHOWN_PATHS else "")
+            shown = named_few(changed, SHOWN_PATHS)
             raise ToolError(
                 f"{folder} has uncommitted changes ({shown}) that a helper in its own worktree "
                 "would not see. Commit them first (or stash them), spawn with isolation "
