@@ -176,3 +176,57 @@ async def test_cached_and_reasoning_tokens_of_an_openai_call_are_recorded_and_pr
     total = cost_json(capsys, db_path, "--session", root.id)["total"]
     assert (total["cache_read_tokens"], total["reasoning_tokens"], total["uncached_in"],
             total["cached_share"]) == (600, 20, 400, 0.6)
+
+
+async def test_a_call_lace_cut_off_is_counted_apart_from_failed_calls_and_once(
+        runtime: Runtime, models: ScriptedModels, db_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A call lace cut off (an answer past lace's limit, a turn stopped mid-call) is no
+    failure of the provider: `lace cost` counts it as `cut`, a refused call (429) as `failed`,
+    and each call, with its cost, once."""
+    monkeypatch.setattr("lace.llm.limited_http.MAX_ANSWER_BYTES", 4000)
+    sleeping = asyncio.Event()
+
+    async def sleepy(messages: list[dict[str, Any]]) -> ScriptedReply:
+        sleeping.set()
+        await asyncio.sleep(60)
+        return ScriptedReply(text="never")
+
+    def answers(model: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+        if model.endswith("long-writer"):
+            return ScriptedReply(text="x" * 10_000)  # past the limit: lace stops reading
+        if not any(m["role"] == "tool" for m in messages):
+            return ScriptedReply(tool_calls=[("task_create", {"tasks": [
+                {"title": "Long", "prompt": "p", "assigned_to": "new:openai/long-writer"},
+                {"title": "Slow", "prompt": "p", "assigned_to": "new:scripted/sleepy"}]})],
+                prompt_tokens=1000, completion_tokens=200)
+        return ScriptedReply(text="waiting", prompt_tokens=700, completion_tokens=30)
+
+    models.on("sleepy", sleepy)
+    with FakeOpenAI(answers) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "not-a-real-key")
+        fake.faults += ["429"]  # the root's first call is refused, then asked again
+        root = await runtime.start_session("go", PRICED)
+        running = asyncio.ensure_future(runtime.run_until_quiet(root.id))
+        await asyncio.wait_for(sleeping.wait(), 60)
+        async with asyncio.timeout(60):  # the long answer is refused meanwhile
+            while query(db_path, "SELECT status FROM tasks WHERE title = 'Long'") != [
+                    ("blocked",)]:
+                await asyncio.sleep(0.02)
+        running.cancel()
+        await runtime.stop()  # as `lace run` at its timeout: the slow call is cut off
+    errors = sorted(error for (error,) in query(db_path, "SELECT error FROM llm_calls "
+                                                         "WHERE error IS NOT NULL"))
+    assert [error.split(":")[0] for error in errors] == [
+        "AnswerTooLarge", "RateLimitError", "cancelled (turn cut off)"], errors
+    total = cost_json(capsys, db_path, "--session", root.id)["total"]
+    expected = sums(db_path, "threads.root_id = ?", root.id)
+    assert (total["calls"], total["failed"], total["cut"]) == (expected["calls"], 1, 2)
+    assert total["known_cost_usd"] == expected["known_cost_usd"]  # each call's cost once
+    assert total["known_cost_usd"] > 0
+    code, out, _ = run_cli(capsys, "cost", "--db", str(db_path), "--session", root.id)
+    assert code == 0
+    header, *_, last = out.splitlines()[1:]
+    assert header.split()[1:4] == ["calls", "failed", "cut"], out
+    assert last.split()[1:4] == [str(expected["calls"]), "1", "2"], out

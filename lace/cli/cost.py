@@ -11,12 +11,12 @@ from lace.cli.board import board_of
 from lace.cli.output import print_json, say
 from lace.core.usage import Totals, subtree_totals, totals_by
 
-HEADER = (f"{'calls':>6} {'failed':>6} {'in':>9} {'cached':>6} {'out':>9} {'total':>9}  "
-          f"{'cost':<20}")
+HEADER = (f"{'calls':>6} {'failed':>6} {'cut':>4} {'in':>9} {'cached':>6} {'out':>9} "
+          f"{'total':>9}  {'cost':<20}")
 
 
 def _cells(totals: Totals) -> str:
-    return (f"{totals.calls:>6} {totals.failed:>6} {totals.tokens_in:>9} "
+    return (f"{totals.calls:>6} {totals.failed:>6} {totals.cut:>4} {totals.tokens_in:>9} "
             f"{_share(totals.cached_share):>6} {totals.tokens_out:>9} {totals.tokens:>9}  "
             f"{totals.cost_text():<20}")
 

@@ -1,6 +1,6 @@
 """Usage totals of model calls (tokens, cached tokens, cost, calls), grouped by thread, model or
-day, with the calls of models that have no known price counted apart: their cost is unknown,
-not $0."""
+day, with the calls of models that have no known price counted apart (their cost is unknown,
+not $0), and the calls lace cut off apart from those that failed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ MAX_CALL_COST_USD: Final = 10_000.0
 """More than any one model call costs: a provider's price past it is absurd."""
 MAX_LATENCY_MS: Final = 86_400_000.0
 """A day: a latency from a file past it is refused."""
+TURN_CUT_OFF: Final = "cancelled (turn cut off)"
+"""The error of a call lace cut off because its turn was stopped or interrupted."""
+ANSWER_TOO_LARGE: Final = "AnswerTooLarge"
+"""How the error of a call begins when lace stopped reading an answer past its limits."""
 
 
 def plausible_tokens(value: Any) -> int | None:
@@ -118,6 +122,7 @@ class CallGroup:
     day: str
     calls: int
     failed: int
+    cut: int
     tokens_in: int
     tokens_out: int
     cost_usd: float
@@ -131,10 +136,13 @@ class CallGroup:
 class Totals:
     """Sums over model calls: `tokens_in` counts every input token, those read from
     (`cache_read_tokens`) and written to (`cache_write_tokens`) the prompt cache too;
-    `unpriced_calls` had no known price, so `cost_usd` (the known part) leaves them out."""
+    `unpriced_calls` had no known price, so `cost_usd` (the known part) leaves them out;
+    `failed` calls the provider failed, `cut` calls lace cut off (`TURN_CUT_OFF`,
+    `ANSWER_TOO_LARGE`)."""
 
     calls: int = 0
     failed: int = 0
+    cut: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
@@ -194,7 +202,7 @@ def totals_by(groups: Iterable[CallGroup], by: str) -> dict[str, Totals]:
     for group in groups:
         key = {"thread": group.thread_id, "model": group.model, "day": group.day}[by]
         totals[key] = totals.get(key, Totals()) + Totals(
-            calls=group.calls, failed=group.failed, tokens_in=group.tokens_in,
+            calls=group.calls, failed=group.failed, cut=group.cut, tokens_in=group.tokens_in,
             tokens_out=group.tokens_out, cost_usd=group.cost_usd,
             unpriced_calls=group.unpriced, cache_read_tokens=group.cache_read_tokens,
             cache_write_tokens=group.cache_write_tokens,

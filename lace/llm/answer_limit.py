@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import TypeVar
 
+from lace.core.usage import ANSWER_TOO_LARGE
 from lace.llm.types import ModelError
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ class AnswerTooLargeError(ModelError):
     asking again would bring the same."""
 
     def __init__(self, limit: str = f"{MAX_ANSWER_BYTES // (1024 * 1024)} MB") -> None:
-        super().__init__(f"AnswerTooLarge: the answer is more than {limit}; lace reads at "
+        super().__init__(f"{ANSWER_TOO_LARGE}: the answer is more than {limit}; lace reads at "
                          f"most {limit} of one answer", transient=False)
 
 

@@ -19,7 +19,7 @@ from lace.config import AcpAgent, Budgets, Limits
 from lace.core.assignee import ACP_PROVIDER
 from lace.core.ids import depth_of, root_of
 from lace.core.records import Agent, Lease, Place
-from lace.core.usage import estimate_tokens, held_tokens, schema_characters
+from lace.core.usage import TURN_CUT_OFF, estimate_tokens, held_tokens, schema_characters
 from lace.llm.types import ModelClient, ModelError, ModelReply, session_tree
 from lace.runtime.acp_worker import AcpTurn
 from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
@@ -302,8 +302,7 @@ class TurnRunner:
                         stalled = isinstance(cut, TimeoutError)
                         await self._record_cut_call(fenced(lease, recorded(
                             prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
-                            error="stalled (watchdog)" if stalled
-                            else "cancelled (turn cut off)")))
+                            error="stalled (watchdog)" if stalled else TURN_CUT_OFF)))
                         if not stalled:
                             raise
                         raise HaltedError(agent.thread_id, f"watchdog: a model call made no "

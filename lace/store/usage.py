@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from lace.core.clock import now_iso
 from lace.core.secrets import mask
 from lace.core.usage import (
+    ANSWER_TOO_LARGE,
+    TURN_CUT_OFF,
     CallGroup,
     Usage,
     held_tokens,
@@ -85,14 +87,16 @@ class UsageRows(Rows):
             tokens=int(row["tokens"]), cost_usd=float(row["cost_usd"]), turns=int(row["turns"])))
 
     def call_groups(self, root_id: str) -> list[CallGroup]:
-        """A session's `llm_calls` summed per thread, model and day (failed calls, and calls
-        of unknown cost, counted apart), for `lace cost`."""
+        """A session's `llm_calls` summed per thread, model and day (failed calls, calls lace
+        cut off, and calls of unknown cost, counted apart), for `lace cost`."""
         calls, threads = schema.llm_calls.c, schema.threads.c
         day = sa.func.substr(calls.created_at, 1, 10)
+        cut = sa.func.count(sa.case((sa.or_(calls.error == TURN_CUT_OFF, calls.error.startswith(
+            f"{ANSWER_TOO_LARGE}:", autoescape=True)), 1)))
         rows = self._execute(
             sa.select(calls.thread_id, calls.model, day.label("day"),
                       sa.func.count().label("calls"),
-                      sa.func.count(calls.error).label("failed"),
+                      (sa.func.count(calls.error) - cut).label("failed"), cut.label("cut"),
                       _whole_sum(calls.prompt_tokens).label("tokens_in"),
                       _whole_sum(calls.completion_tokens).label("tokens_out"),
                       sa.func.coalesce(sa.func.sum(calls.cost_usd), 0.0).label("cost_usd"),
