@@ -280,8 +280,9 @@ async def test_the_persons_calls_join_the_sessions_trace(
         {"title": "By hand", "prompt": "Do it", "assigned_to": "new:scripted/leaf"}]})
     assert not result.is_error, result.text
     await asyncio.wait_for(traced.run_until_quiet(root.id), 60)
-    otlp.wait_for(lambda got: len(named(got.spans, "invoke_agent ")) == 2 and closed(got.spans),
-                  "the root's turn, the person's call and the helper's turn")
+    otlp.wait_for(lambda got: len(named(got.spans, "invoke_agent ")) == 4 and closed(got.spans),
+                  "the root's turns (its prompt, the person's task added, then completed), "
+                  "the person's call and the helper's turn")
     (stored,), = query(db_path, "SELECT trace_parent FROM threads WHERE id = ?", root.id)
     (call,) = named(otlp.spans, "execute_tool task_create")
     assert call.attributes["gen_ai.agent.id"] == "human"
