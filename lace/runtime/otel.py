@@ -5,9 +5,10 @@ conventions name them: `invoke_agent {agent}` per turn, `chat {model}` per model
 
 A turn's span hangs under the `traceparent` its thread row holds (the spawning call's span,
 written in the transaction that spawned it), so one session is one trace across processes.
-Spans leave in a background thread (a slow or dead collector never slows a turn); message
-contents stay out unless OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and then with
-every known credential masked."""
+Spans leave in a background thread (a slow or dead collector never slows a turn, and a missing
+one costs the exit only its first refusal); message contents stay out unless
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and then with every known credential
+masked."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -28,8 +29,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -40,7 +41,7 @@ from lace.core.version import __version__
 from lace.llm.types import ModelReply
 from lace.paths import credential_values
 from lace.runtime.database import AsyncStore
-from lace.runtime.tracing import Span, Tracing
+from lace.runtime.tracing import ENDPOINTS, Span, Tracing
 from lace.tools.base import ToolContext, ToolResult
 
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -51,7 +52,10 @@ result or MCP tool name is cut, never sent whole."""
 NAME_LENGTH = 120
 """The longest tool or agent name in a span's name (the SDK does not cut names)."""
 CLOSE_S = 2.0
-"""How long lace waits at exit for the last spans and metrics to leave."""
+"""The longest lace waits at exit for the last spans and metrics to leave (a collector that
+answers slowly or hangs); it stops waiting at the first problem the exporters report then (a
+collector that is not there: a refused connection fails at once, then the exporter would wait
+1 s and 2 s to try again)."""
 COMMAND_LINE = ("process.command", "process.command_args", "process.command_line")
 """Resource attributes never sent: `lace run`'s command line holds the person's prompt."""
 PROVIDERS = {"gemini": "gcp.gemini", "vertex_ai": "gcp.vertex_ai", "bedrock": "aws.bedrock",
@@ -168,6 +172,51 @@ class OpenSpan(Span):
         return dataclasses.replace(context, trace_parent=self.traceparent)
 
 
+class CountedSpans(BatchSpanProcessor):
+    """A batch span processor that counts the spans it was given and those its exporter took:
+    the difference is what was lost (a full queue, a failed export, the exit)."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self.ended = self.sent = 0
+        self._counting = threading.Lock()
+        super().__init__(_Taken(exporter, self))
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._counting:
+            self.ended += 1
+        super().on_end(span)
+
+    def taken(self, count: int) -> None:
+        """`count` spans reached the collector."""
+        with self._counting:
+            self.sent += count
+
+    @property
+    def lost(self) -> int:
+        """Spans ended and not sent (so far)."""
+        return self.ended - self.sent
+
+
+@dataclasses.dataclass
+class _Taken(SpanExporter):
+    """An exporter that tells `CountedSpans` how many spans each successful export took."""
+
+    exporter: SpanExporter
+    counted: CountedSpans
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.exporter.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.counted.taken(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
 class OtelTracing(Tracing):
     """Spans and metrics through OpenTelemetry's SDK, on providers of lace's own (never the
     global ones: the MCP SDK's and litellm's spans stay out of the person's traces)."""
@@ -175,9 +224,12 @@ class OtelTracing(Tracing):
     enabled = True
 
     def __init__(self, db: AsyncStore, tracer_provider: TracerProvider,
-                 meter_provider: MeterProvider | None, *, capture: bool = False) -> None:
+                 meter_provider: MeterProvider | None, *, capture: bool = False,
+                 spans: CountedSpans | None = None, endpoint: str = ENDPOINTS[-1]) -> None:
         self.db, self.capture = db, capture
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
+        self.spans, self.endpoint = spans, endpoint
+        self.problems = quiet_exporter_logs()
         self.tracer = tracer_provider.get_tracer("lace", __version__)
         meter = (meter_provider or MeterProvider()).get_meter("lace", __version__)
         self.token_usage = meter.create_histogram(
@@ -191,20 +243,24 @@ class OtelTracing(Tracing):
     def from_environment(cls, environ: Mapping[str, str], db: AsyncStore) -> OtelTracing:
         """Exporters as the OTEL_* variables configure them (the SDK reads the endpoint,
         headers, timeout and compression itself)."""
-        quiet_exporter_logs()
         limit = None if any(environ.get(name) for name in LENGTH_LIMITS) else ATTRIBUTE_LENGTH
         tracer_provider = TracerProvider(
             resource=resource(), shutdown_on_exit=False,
             span_limits=SpanLimits(max_span_attribute_length=limit))
+        spans = None
         if exporting(environ, "OTEL_TRACES_EXPORTER"):
-            tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            spans = CountedSpans(OTLPSpanExporter())
+            tracer_provider.add_span_processor(spans)
         meter_provider = None
         if exporting(environ, "OTEL_METRICS_EXPORTER"):
             meter_provider = MeterProvider(
                 resource=tracer_provider.resource, shutdown_on_exit=False,
                 metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
         capture = environ.get(CAPTURE, "").strip().lower() == "true"
-        return cls(db, tracer_provider, meter_provider, capture=capture)
+        endpoint = next((name for name in ENDPOINTS if environ.get(name, "").strip()),
+                        ENDPOINTS[-1])
+        return cls(db, tracer_provider, meter_provider, capture=capture, spans=spans,
+                   endpoint=endpoint)
 
     @contextlib.asynccontextmanager
     async def agent_turn(self, agent: Agent) -> AsyncIterator[Span]:
@@ -275,16 +331,30 @@ class OtelTracing(Tracing):
                         **metered, **({"error.type": error_type} if error_type else {})})
 
     def close(self) -> None:
-        """Flush and stop both providers in a daemon thread, waiting at most CLOSE_S: a
-        collector that hangs delays lace's exit by that much, never more."""
-        def stop() -> None:
-            self.tracer_provider.shutdown()
-            if self.meter_provider is not None:
-                self.meter_provider.shutdown(timeout_millis=CLOSE_S * 1000)
+        """Flush and stop both providers in a daemon thread, waiting at most CLOSE_S and no
+        longer than the first problem the exporters report meanwhile: a collector that hangs
+        delays lace's exit by CLOSE_S, one that is not there by its first refusal. The spans
+        that never left are said in one line on stderr, unless a problem was told already."""
+        over = threading.Event()
+        self.problems.closing = over  # the exporters' problems end the wait, unshown
 
-        closing = threading.Thread(target=stop, name="lace-otel-close", daemon=True)
-        closing.start()
-        closing.join(CLOSE_S)
+        def stop() -> None:
+            try:
+                self.tracer_provider.shutdown()
+                if self.meter_provider is not None:
+                    self.meter_provider.shutdown(timeout_millis=CLOSE_S * 1000)
+            finally:
+                over.set()
+                if self.problems.closing is over:  # its problems, however late, are counted
+                    self.problems.closing = None
+
+        threading.Thread(target=stop, name="lace-otel-close", daemon=True).start()
+        over.wait(CLOSE_S)
+        lost = self.spans.lost if self.spans is not None else 0
+        if lost and not self.problems.told:  # one line in all: a problem told is enough
+            self.problems.told = True
+            print(f"lace: {lost} span{'s' if lost != 1 else ''} not sent: no collector took "
+                  f"them before lace exited ({self.endpoint})", file=sys.stderr)
 
 
 class OnceToStderr(logging.Handler):
@@ -294,8 +364,14 @@ class OnceToStderr(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.told = False
+        self.closing: threading.Event | None = None
+        """Set while lace exits (`OtelTracing.close`): a problem then ends its wait, and the
+        spans lost are said instead."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.closing is not None:
+            self.closing.set()
+            return
         if self.told:
             return
         self.told = True
@@ -305,9 +381,13 @@ class OnceToStderr(logging.Handler):
                   "shown)", file=sys.stderr)
 
 
-def quiet_exporter_logs() -> None:
-    """Route OpenTelemetry's own log records to `OnceToStderr`."""
+def quiet_exporter_logs() -> OnceToStderr:
+    """Route OpenTelemetry's own log records to `OnceToStderr` (one per process)."""
     logger = logging.getLogger("opentelemetry")
-    if not any(isinstance(handler, OnceToStderr) for handler in logger.handlers):
-        logger.addHandler(OnceToStderr())
     logger.propagate = False
+    handler = next((handler for handler in logger.handlers
+                    if isinstance(handler, OnceToStderr)), None)
+    if handler is None:
+        handler = OnceToStderr()
+        logger.addHandler(handler)
+    return handler

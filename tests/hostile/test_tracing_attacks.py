@@ -6,6 +6,7 @@ on a row, a missing extra or an unsupported protocol leave lace working untraced
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -62,6 +63,27 @@ def test_a_collector_that_refuses_costs_one_line(tmp_path: Path) -> None:
     assert DONE in run.stdout
     told = [line for line in run.stderr.splitlines() if "not sent" in line]
     assert len(told) == 1 and "Traceback" not in run.stderr, run.stderr
+
+
+async def test_a_missing_collector_costs_the_exit_a_fraction_of_a_second_and_one_line(
+        store: Store, models: ScriptedModels, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listens at the endpoint: the exit stops waiting at the first refusal (it
+    waited for the exporter's retries, 2 s) and says in one line how many spans were lost."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # every span waits for the exit
+    runtime = open_runtime(store, Settings(), default_client(), check_model=check_model)
+    models.on("root", lambda messages: reply("hello"))
+    root = await runtime.start_session("Say hello", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+    await runtime.stop()
+    began = time.monotonic()
+    runtime.close()
+    took = time.monotonic() - began
+    assert took < 1.0, took  # a loaded machine's margin: it takes some 0.05 s
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["lace: 2 spans not sent: no collector took them before lace "
+                                "exited (OTEL_EXPORTER_OTLP_ENDPOINT)"], err
 
 
 def test_the_command_line_never_leaves_even_with_the_process_detector(tmp_path: Path) -> None:
