@@ -107,3 +107,28 @@ def test_the_results_an_assignment_carries_read_back(
                    for n, (done_title, result) in enumerate(results))
     text = notifications.assignment(replace(TASK, title=title), waited)
     assert notifications.read_assignment(text) == notifications.Assigned(TASK.id, title, waited)
+
+
+def test_the_roots_notices_of_a_persons_task_read_as_pinned() -> None:
+    persons = replace(TASK, created_by="human", status="pending")
+    assert notifications.person_added(persons) == (
+        "[LACE TASK SYSTEM] The person added task 'task_20261122_a1b2c3' to the board:\n"
+        'Title: "Write the announcement"\nAssigned to: lace_20261122_ab12cd.1\n\n'
+        "--- TASK DETAILS ---\nTwo paragraphs.\n--- END TASK DETAILS ---\n\n"
+        "Its result reaches you when it is completed. Answer the person about it.")
+    done = replace(persons, status="completed")
+    assert notifications.completion(done, "lace_20261122_ab12cd.1", "Here it is.").startswith(
+        "[LACE TASK SYSTEM] Task 'task_20261122_a1b2c3' that the person created has been "
+        "completed by lace_20261122_ab12cd.1:\n")
+
+
+@given(title=st.text(min_size=1, max_size=200), result=st.text(max_size=300),
+       assigned=st.booleans())
+def test_the_person_added_reader_gives_back_what_its_template_wrote(
+        title: str, result: str, assigned: bool) -> None:
+    task = replace(TASK, title=title, created_by="human",
+                   assigned_to=TASK.assigned_to if assigned else None)
+    assert notifications.read_person_added(notifications.person_added(task)) == \
+        notifications.Added(TASK.id, title, task.assigned_to)
+    assert notifications.read_completion(notifications.completion(task, "human", result)) == \
+        notifications.Completed(TASK.id, title, "human", result)

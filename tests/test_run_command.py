@@ -254,7 +254,8 @@ def test_a_task_the_person_adds_reaches_the_root_at_the_next_continue(
     if assign:  # its result reaches the root, which reports it
         assert out.startswith("The person's task is done:\n- Check the prices: Done: "), out
     else:
-        assert out.startswith("The person added 'Check the prices'"), out
+        assert out == ("The person added to the board:\n- 'Check the prices', which nobody works "
+                       "on until you assign it\n"), out
 
 
 def test_the_line_of_a_batch_that_came_back_names_each_of_its_tasks(

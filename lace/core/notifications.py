@@ -84,10 +84,13 @@ def completion(task: Task, completed_by: str, message: str) -> str:
     )
 
 
+UNASSIGNED = "nobody (only the person can assign it)"
+
+
 def person_added(task: Task) -> str:
     """Tells a session's root that the person put a task on its board: the root speaks for the
     session, so it hears of the task now and of its result when it is completed."""
-    assignee = task.assigned_to or "nobody (only the person can assign it)"
+    assignee = task.assigned_to or UNASSIGNED
     return (
         f"{PREFIX} The person added task '{task.id}' to the board:\n"
         f'Title: "{task.title}"\n'
@@ -210,6 +213,15 @@ class Assigned:
 
 
 @dataclass(frozen=True)
+class Added:
+    """What a `person_added` notice says: the task, its title and its assignee (None: nobody)."""
+
+    task_id: str
+    title: str
+    assigned_to: str | None
+
+
+@dataclass(frozen=True)
 class Completed:
     """What a completion notice says: the task, its title, who completed it and the result."""
 
@@ -225,7 +237,7 @@ _WAITED = re.compile(r"^Result of task '(?P<id>[^']+)' \(\"(?P<title>.*?)\"\):\n
                      r"(?=\n\nResult of task '|\n" + re.escape(RESULTS_END) + ")",
                      re.DOTALL | re.MULTILINE)
 _ADDED = re.compile(re.escape(PREFIX) + r" The person added task '(?P<id>[^']+)' to the board:\n"
-                    r"Title: \"(?P<title>.*?)\"\nAssigned to: ", re.DOTALL)
+                    r"Title: \"(?P<title>.*?)\"\nAssigned to: (?P<assignee>[^\n]*)\n", re.DOTALL)
 _COMPLETED = re.compile(re.escape(PREFIX) + r" Task '(?P<id>[^']+)' that (?:you|the person) "
                         r"created has been "
                         r"completed by (?P<by>\S+):\nTitle: \"(?P<title>.*?)\"\nStatus: completed"
@@ -243,10 +255,13 @@ def read_assignment(text: str) -> Assigned | None:
     return Assigned(found["id"], found["title"], results)
 
 
-def read_person_added(text: str) -> Assigned | None:
-    """The task and title of a `person_added` notice, or None for other text."""
+def read_person_added(text: str) -> Added | None:
+    """The fields of a `person_added` notice, or None for other text."""
     found = _ADDED.search(text)
-    return None if found is None else Assigned(found["id"], found["title"])
+    if found is None:
+        return None
+    assignee = found["assignee"]
+    return Added(found["id"], found["title"], None if assignee == UNASSIGNED else assignee)
 
 
 def read_completion(text: str) -> Completed | None:

@@ -85,9 +85,11 @@ def persons_tasks(messages: list[dict[str, Any]], created: list[str]) -> Scripte
                                   "done:\n" + "\n".join(lines))
     added = [found for text in news if (found := read_person_added(text))]
     if added:
-        titles = ", ".join(f"'{found.title}'" for found in added)
-        return ScriptedReply(text=f"The person added {titles} to the board; I will report the "
-                                  "result when it is done.")
+        lines = [f"- '{found.title}', " + (f"which {found.assigned_to} works on: I will report "
+                                           "its result" if found.assigned_to else
+                                           "which nobody works on until you assign it")
+                 for found in added]
+        return ScriptedReply(text="The person added to the board:\n" + "\n".join(lines))
     return None
 
 
