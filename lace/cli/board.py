@@ -133,7 +133,8 @@ def note_unserved(board: Board, session_id: str) -> None:
 
 def task_add_command(args: argparse.Namespace) -> int:
     """`lace task add TITLE`: in the session of the task it waits for, else the latest; creates
-    a session first when there is none."""
+    a session first when there is none. Without `--assign` the task is the root's when the
+    person has written to it (it takes the task up), else nobody's."""
     session_id = args.session
     item = {"title": args.title, "prompt": args.prompt or args.title, "priority": args.priority,
             "description": args.description, "assigned_to": args.assigned_to,
@@ -147,6 +148,10 @@ def task_add_command(args: argparse.Namespace) -> int:
         if session_id is None and board.latest_session() is None:
             session_id = board.start_session_for(arguments)
             print(f"Started session {session_id}", file=sys.stderr)
+        elif args.assigned_to is None:
+            root = board.persons_agent(session_id)
+            if root is not None:
+                arguments["tasks"][0]["assigned_to"] = root
     return _run_as_human(args, "task_create", arguments, session_id, settings)
 
 

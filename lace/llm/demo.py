@@ -41,6 +41,9 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
     last = messages[-1]
     created = [task for message in messages if message.get("role") == "tool"
                for task in _CREATED.findall(_text(message))]
+    persons = persons_tasks(messages, created)
+    if persons is not None:
+        return persons
     if last.get("role") == "tool":
         if not created:
             return ScriptedReply(text=f"I could not create the tasks: {_text(last)}")
@@ -59,9 +62,6 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
                       "prompt": "Sum up the results of the other tasks in a few lines.",
                       "blocked_by": [f"#{number}" for number in range(1, len(parts) + 1)]})
         return ScriptedReply(tool_calls=[("task_create", {"tasks": tasks})])
-    persons = persons_tasks(messages, created)
-    if persons is not None:
-        return persons
     results = {done.task_id: (done.title, done.result.strip())
                for message in messages if message.get("role") == "user"
                for done in read_completions(_text(message))}
@@ -72,25 +72,40 @@ def coordinator(messages: list[dict[str, Any]]) -> ScriptedReply:
 
 
 def persons_tasks(messages: list[dict[str, Any]], created: list[str]) -> ScriptedReply | None:
-    """The root's answer about tasks the person added to the board, when the notices since its
-    last answer are about them: their results, else that they were added."""
+    """The root's reply about tasks the person added to the board, when what came since its
+    last reply is about them: one assigned to the root it completes, then reports; others'
+    results it reports, else that they were added."""
     answered = max((number for number, message in enumerate(messages)
                     if message.get("role") == "assistant"), default=-1)
     news = [_text(message) for message in messages[answered + 1:]]
+    if news and news[-1].startswith("Completed task "):  # its own task_complete
+        taken = next(task for message in reversed(messages)
+                     if (task := read_assignment(_text(message))))
+        return ScriptedReply(text=f"The person's task is done:\n- {taken.title}: "
+                                  f"{root_answer(taken.title)}")
+    given = [task for text in news if (task := read_assignment(text))]
+    if given:
+        return ScriptedReply(tool_calls=[("task_complete", {
+            "task_id": given[0].task_id, "message": root_answer(given[0].title)})])
     done = [found for text in news for found in read_completions(text)
             if found.task_id not in created]
     if done:
         lines = [f"- {found.title}: {found.result.strip()}" for found in done]
         return ScriptedReply(text=f"The person's task{'s are' if len(done) > 1 else ' is'} "
                                   "done:\n" + "\n".join(lines))
-    added = [found for text in news if (found := read_person_added(text))]
+    added = [new for text in news if (new := read_person_added(text))]
     if added:
-        lines = [f"- '{found.title}', " + (f"which {found.assigned_to} works on: I will report "
-                                           "its result" if found.assigned_to else
-                                           "which nobody works on until you assign it")
-                 for found in added]
+        lines = [f"- '{new.title}', " + (f"which {new.assigned_to} works on: I will report "
+                                         "its result" if new.assigned_to else
+                                         "which nobody works on until it is assigned")
+                 for new in added]
         return ScriptedReply(text="The person added to the board:\n" + "\n".join(lines))
     return None
+
+
+def root_answer(title: str) -> str:
+    """What the demo root completes a task the person gave it with."""
+    return f"Done: a short, checked answer for '{title}' (demo coordinator output)."
 
 
 def worker(messages: list[dict[str, Any]]) -> ScriptedReply:

@@ -138,6 +138,13 @@ class Board:
         with self.store.reading() as tx:
             return pick_session(tx, session_id)
 
+    def persons_agent(self, session_id: str | None = None) -> str | None:
+        """The root of the named session (else the latest) once the person has written to it:
+        the agent that speaks for the session and hears of the person's tasks; else None."""
+        with self.store.reading() as tx:
+            root = pick_session(tx, session_id).id
+            return root if tx.inbox.person_wrote_to(root) else None
+
     def tasks(self, session_id: str | None = None, *, include_closed: bool = False,
               limit: int | None = None) -> TaskPage:
         """A session's tasks (open ones unless `include_closed`), each with what it waits for
