@@ -125,12 +125,18 @@ class TaskBoard:
                     task = self.edges.attach([task])[0]
                 created.append(self.assignments.assign(task, draft.assignee, actor,
                                                        waits=waiting))
-        for task in created:
-            if actor == HUMAN and task.assigned_to != session_id:  # the root's own: told so
-                self.inbox.notify(self.assignments.who_hears(task), sender=actor,
+        if actor == HUMAN:
+            self._tell_root(session_id, created)
+        return created
+
+    def _tell_root(self, session_id: str, tasks: Sequence[Task]) -> None:
+        """The root hears of the tasks the person created (`AssignmentRules.who_hears`), but
+        for those given to it, whose assignment notice says it all."""
+        for task in tasks:
+            if task.assigned_to != session_id:
+                self.inbox.notify(self.assignments.who_hears(task), sender=HUMAN,
                                   kind="status", text=notifications.person_added(task),
                                   task_id=task.id)
-        return created
 
     @staticmethod
     def _assigned_text(assignee: Assignment | None, *, held: bool) -> str | None:
