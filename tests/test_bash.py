@@ -129,7 +129,8 @@ async def test_background_children_are_gone_after_a_timeout(tmp_path: Path) -> N
 
 LEAVING = {
     "sys.exit": "sys.exit(0)",
-    "the lace script": "import lace.__main__ as script; script.main = lambda: 0; script.entry()",
+    "the lace script": "import lace.cli, lace.__main__ as script; lace.cli.main = lambda: 0; "
+                       "script.entry()",
 }
 """How a process leaves: by Python's exit (`atexit` runs), or as `lace` does (`os._exit`)."""
 
