@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import postgres_server, table
+from benchmarks.cpu_limits import per_process_limits
 from benchmarks.fanout import root_step, worker_step
 
 PROMPT = "Fan out {tasks} tasks once {processes} processes run on {db}"
@@ -89,27 +90,40 @@ def stamp(text: str) -> float:
 
 
 def run_once(base_url: str, tasks: int, workers: int, wait: bool = True,
-             database: str | None = None) -> dict[str, float]:
+             database: str | None = None,
+             cpu_per_process: float | None = None) -> dict[str, float]:
     """One `lace run` on a fresh database (a SQLite file in a temporary folder, or `database`,
     the URL of an empty PostgreSQL database): wall, fan-out and CPU seconds, and how many
-    processes ran the helpers' last turns."""
-    with tempfile.TemporaryDirectory(prefix="lace-bench-") as folder:
+    processes ran the helpers' last turns. With `cpu_per_process`, the run and each process it
+    starts are limited to that share of a core, each on its own (`benchmarks.cpu_limits`)."""
+    with tempfile.TemporaryDirectory(prefix="lace-bench-") as folder, \
+            per_process_limits(cpu_per_process) as limits:
         db = database or str(Path(folder) / "lace.db")
         env = {key: value for key, value in os.environ.items() if not key.startswith("LACE_")}
         env.update(LACE_HOME=folder, OPENAI_BASE_URL=base_url, OPENAI_API_KEY="sk-not-real",
                    LACE_LIMITS__MAX_RUNNING=str(tasks + 1), LACE_LIMITS__MAX_CHILDREN=str(tasks),
                    LACE_LIMITS__SPAWNS_PER_MINUTE=str(tasks))
+        joined = [] if limits is None else [  # the run joins its group, then is lace
+            "sh", "-c", 'echo $$ > "$0" && exec "$@"', str(limits.join_first())]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
-        run = subprocess.run(
-            [sys.executable, "-m", "lace", "run", "--model", "openai/root", "--db", db,
+        process = subprocess.Popen(
+            [*joined, sys.executable, "-m", "lace", "run", "--model", "openai/root", "--db", db,
              *(["--workers", str(workers)] if workers else []),
              PROMPT.format(tasks=tasks, processes=workers + 1 if wait else 1, db=db)],
-            env=env, capture_output=True, text=True, timeout=600, cwd=folder)
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder)
+        if limits is not None:
+            limits.watch(process.pid)
+        try:
+            stdout, stderr = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
         wall = time.perf_counter() - began
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if run.returncode != 0 or f"All {tasks} tasks are done" not in run.stdout:
-            raise AssertionError(f"the run failed: {run.stderr[-2000:]}")
+        if process.returncode != 0 or f"All {tasks} tasks are done" not in stdout:
+            raise AssertionError(f"the run failed: {stderr[-2000:]}")
         created = board_value(db, "SELECT MIN(created_at) FROM events WHERE type = 'tool_call' "
                               "AND json_extract(data, '$.tool_name') = 'task_create'")
         ended = board_value(db, "SELECT MAX(created_at) FROM events "

@@ -143,7 +143,8 @@ def tool_calls(result: SharedBoardResult, calls: int, server: PostgresServer | N
 
 
 def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, latency_s: float,
-            workers: Sequence[int], async_commit: bool = True, repeat: int = 1) -> None:
+            workers: Sequence[int], async_commit: bool = True, repeat: int = 1,
+            cpu_per_process: float | None = None) -> None:
     """The baseline and one run per `--workers` N on PostgreSQL, against one model server;
     with `async_commit`, each N again on a database set to synchronous_commit=off; all of it
     `repeat` times (rounds), so that every figure's neighbours in time are the others'."""
@@ -155,7 +156,7 @@ def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, laten
     try:
         base_url = address.get(timeout=30)
         for round_ in range(repeat):
-            run = fanout_workers.run_once(base_url, tasks, 0)
+            run = fanout_workers.run_once(base_url, tasks, 0, cpu_per_process=cpu_per_process)
             result.fanout.append(FanoutRun(SQLITE, 0, run["wall"], run["fanout"], run["cpu"],
                                            0.0, int(run["holders"]), round_))
             for count in workers:
@@ -164,7 +165,8 @@ def fan_out(result: SharedBoardResult, server: PostgresServer, tasks: int, laten
                         if database == ASYNC_COMMIT:
                             commit_asynchronously(server, url)
                         before = server_cpu_s(server.data)
-                        run = fanout_workers.run_once(base_url, tasks, count, database=url)
+                        run = fanout_workers.run_once(base_url, tasks, count, database=url,
+                                                      cpu_per_process=cpu_per_process)
                         used = server_cpu_s(server.data) - before
                     result.fanout.append(FanoutRun(database, count, run["wall"], run["fanout"],
                                                    run["cpu"], used, int(run["holders"]),
@@ -227,6 +229,10 @@ def main(argv: Sequence[str] | None = None,
                         help="run the fan-outs K times, in turn, and add their medians")
     parser.add_argument("--default-durability-only", action="store_true",
                         help="no fan-out runs on a database set to synchronous_commit=off")
+    parser.add_argument("--cpu-per-process", type=float, metavar="CORES",
+                        help="limit each lace process of the fan-outs to CORES of a core, each "
+                             "in a CPU cgroup of its own, as workers in containers with a CPU "
+                             "limit (Linux, as root); PostgreSQL and the model server unlimited")
     parser.add_argument("--tiny", action="store_true",
                         help="5 calls, 1 round, K=3, L=20 ms, --workers 1 (a smoke test)")
     args = parser.parse_args(argv)
@@ -246,8 +252,13 @@ def main(argv: Sequence[str] | None = None,
             tool_calls(result, args.calls, server, async_commit=True)
         print(f"fan-out: K = {args.tasks}, L = {args.latency_ms:g} ms; limits raised through "
               "LACE_LIMITS__ variables; `processes` ran the helpers' last turns", flush=True)
+        if args.cpu_per_process is not None:
+            print(f"each lace process limited to {args.cpu_per_process:g} of a core, in a CPU "
+                  "cgroup of its own (a container's CPU limit); PostgreSQL and the model "
+                  "server unlimited", flush=True)
         fan_out(result, server, args.tasks, args.latency_ms / 1000, args.workers,
-                async_commit=not args.default_durability_only, repeat=args.repeat)
+                async_commit=not args.default_durability_only, repeat=args.repeat,
+                cpu_per_process=args.cpu_per_process)
         print(f"load average at the end: {load_average()}")
     print(report(result))
     print(f"ratios: over {SQLITE}'s per tool call, and over {SQLITE} with one process (no "
