@@ -90,13 +90,15 @@ def restart(server: PostgresServer, down_s: float) -> None:
 class CommitCutter:
     """A TCP proxy to the server that, when `armed`, passes one COMMIT on and then closes both
     sides instead of passing the server's answer back: the transaction committed, but lace
-    cannot know."""
+    cannot know. With `after`, only the COMMIT of a connection that sent `after` (a statement's
+    text) is cut: one chosen transaction of a whole process."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, after: bytes = b"") -> None:
         self.target = ("127.0.0.1", port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.armed = threading.Event()
+        self.after = after
         self.cut = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -114,12 +116,15 @@ class CommitCutter:
 
     def _pipe(self, source: socket.socket, sink: socket.socket, committing: threading.Event,
               client: socket.socket) -> None:
+        sent_after = not self.after
         try:
             while data := source.recv(65536):
                 if source is not client and committing.is_set():
                     self.cut += 1  # the answer to COMMIT: swallowed, and the line cut
                     return
-                if source is client and self.armed.is_set() and b"COMMIT\x00" in data:
+                sent_after = sent_after or (source is client and self.after in data)
+                if source is client and sent_after and self.armed.is_set() \
+                        and b"COMMIT\x00" in data:
                     self.armed.clear()
                     committing.set()  # before the server can answer
                 sink.sendall(data)

@@ -509,3 +509,31 @@ def test_the_apps_parting_line_waits_out_a_dropped_connection(postgres_url: str)
         store.close()
         cutter.close()
     assert note is not None and f"session {root} was interrupted" in note
+
+
+def test_a_worker_whose_registrations_commit_answer_is_lost_registers_once_and_works(
+        tmp_path: Path, migrated_postgres_url: str) -> None:
+    """`lace worker`'s start-up adds its process row (its lease); a COMMIT of that insert
+    whose answer is lost must leave one row, and a worker that runs the session."""
+    cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0),
+                          after=b"INSERT INTO processes")
+    through_cutter = sa.make_url(migrated_postgres_url).set(port=cutter.port).render_as_string(
+        hide_password=False)
+    cutter.armed.set()
+    try:
+        with FakeOpenAI(fan_out) as server, worker(
+                tmp_path, through_cutter, name="a", OPENAI_BASE_URL=server.base_url,
+                OPENAI_API_KEY="sk-fake-key", **LIMITS) as process:
+            ready(migrated_postgres_url, 1)
+            assert cutter.cut == 1  # the registration's COMMIT went through, its answer lost
+            detached = lace_process(tmp_path, server, "run", "--detach", "--db",
+                                    migrated_postgres_url, "--model", "openai/root", "Fan out.")
+            out, err = detached.communicate(timeout=120)
+            assert detached.returncode == 0, err
+            assert_answered(waiting(tmp_path, server, migrated_postgres_url, out.strip()))
+            assert value(migrated_postgres_url, "SELECT COUNT(*) FROM processes WHERE pid = ?",
+                         process.pid) == 1
+            stop_cleanly(tmp_path, {"a": process})
+    finally:
+        cutter.close()
+    assert_exactly_once(migrated_postgres_url)

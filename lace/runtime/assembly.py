@@ -16,7 +16,6 @@ from lace.llm.types import ModelClient
 from lace.runtime.acp_worker import acp_checked
 from lace.runtime.approvals import Approvals
 from lace.runtime.database import AsyncStore
-from lace.runtime.databases import when_reachable
 from lace.runtime.events import EventBus, Warned
 from lace.runtime.facade import Runtime
 from lace.runtime.hook_points import HookPoints
@@ -73,8 +72,8 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
     functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
-    when_reachable(lambda: store.write(lambda tx: tx.processes.register(  # a restart: wait
-        process_id, settings.limits.lease_timeout_s)), store.database.url)
+    store.write(lambda tx: tx.processes.register(  # on a server: waits out a restart
+        process_id, settings.limits.lease_timeout_s))
     bus = EventBus()
     db = AsyncStore(store)
     tools = ToolRunner(db=db, bus=bus, check_model=check_model, limits=settings.limits,

@@ -181,7 +181,8 @@ class Runtime:
         self.scheduler.close()
         self.db.close()
         try:
-            self.store.write(lambda tx: tx.processes.forget(self.process_id))
+            self.store.write(lambda tx: tx.processes.forget(self.process_id),
+                             stopping=lambda: True)  # tried once
         except Exception as error:  # a full disk, a server away: the row expires with the lease
             if storage_error(error, self.store.database.path) is None and not is_retried(error):
                 raise

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from lace.store.conflicts import ALONE_AFTER, MOST_ATTEMPTS, pause_before
 from lace.store.db import READONLY_OPTION, Database, LockBusyError, driver
 from lace.store.engines.reconnect import Backoff, commit_outcome, is_retried
-from lace.store.store import ALONE_AFTER, MOST_ATTEMPTS, pause_before
 
 T = TypeVar("T")
 OUTCOME_POLL_S = 0.1
@@ -68,7 +68,8 @@ def _wait(backoff: Backoff, error: BaseException, stopping: Callable[[], bool]) 
     time.sleep(backoff.next_delay(error))
 
 
-def _never() -> bool:
+def never() -> bool:
+    """Never stop trying."""
     return False
 
 
@@ -123,7 +124,7 @@ def _commit(raw: Any) -> None:
 
 
 def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, write: bool,
-                    stopping: Callable[[], bool] = _never,
+                    stopping: Callable[[], bool] = never,
                     kept: KeptConnection | None = None,
                     commit: Callable[[Any], None] = _commit) -> T:
     """`work` in one transaction (a write, or a read of one snapshot) on the `kept` connection

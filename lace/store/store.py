@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
+from lace.store.conflicts import ALONE_AFTER, MOST_ATTEMPTS, pause_before
 from lace.store.db import READONLY_OPTION, Database, LockBusyError
+from lace.store.retry import never, run_transaction
 from lace.store.tx import Tx
 
 T = TypeVar("T")
-MOST_ATTEMPTS = 50
-"""Attempts of one write undone by conflicts before the last conflict is given to its caller:
-each lost to a transaction that committed, so the board moves on, but a bug must not loop."""
-ALONE_AFTER = 2
-"""Conflicts after which a write runs alone (waiting for a busy database is no conflict)."""
-FIRST_PAUSE_S = 0.001
-
-
-def pause_before(conflicts: int) -> None:
-    """A short random wait after a write's `conflicts`-th conflict, doubling up to about
-    0.1 s, so the writers that met do not meet again."""
-    time.sleep(random.uniform(0, FIRST_PAUSE_S * 2 ** min(conflicts, 7)))
 
 
 class Store:
@@ -39,11 +27,15 @@ class Store:
         with self.database.engine.connect() as connection, connection.begin():
             yield Tx(connection)
 
-    def write(self, work: Callable[[Tx], T]) -> T:
+    def write(self, work: Callable[[Tx], T], *, stopping: Callable[[], bool] = never) -> T:
         """`work` in a write transaction, run again whenever a concurrent writer undid it
         (`Engine.is_conflict`), or once a write that runs alone is done; after ALONE_AFTER
         conflicts it runs alone (`Engine.alone`), so a long write cannot keep losing to short
-        ones. Its result once committed."""
+        ones. Its result once committed. On a server it is also run again after a fault, a
+        COMMIT whose answer was lost settled first (`run_transaction`), until `stopping`."""
+        if self.database.path is None:
+            return run_transaction(self.database, lambda connection: work(Tx(connection)),
+                                   write=True, stopping=stopping)
         kind = self.database.kind
         conflicts = 0
         while True:
