@@ -537,3 +537,25 @@ def test_a_worker_whose_registrations_commit_answer_is_lost_registers_once_and_w
     finally:
         cutter.close()
     assert_exactly_once(migrated_postgres_url)
+
+
+def test_a_detached_run_whose_sessions_commit_answer_is_lost_starts_one_session(
+        tmp_path: Path, migrated_postgres_url: str) -> None:
+    """`lace run --detach` writes the session in one transaction of the person's command (no
+    runtime): a COMMIT whose answer is lost is settled, not an error that invites the person
+    to start a second session."""
+    cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0),
+                          after=b"INSERT INTO threads")
+    through_cutter = sa.make_url(migrated_postgres_url).set(port=cutter.port).render_as_string(
+        hide_password=False)
+    cutter.armed.set()
+    try:
+        with FakeOpenAI(fan_out) as server:
+            detached = lace_process(tmp_path, server, "run", "--detach", "--db", through_cutter,
+                                    "--model", "openai/root", "Fan out.")
+            out, err = detached.communicate(timeout=120)
+    finally:
+        cutter.close()
+    assert cutter.cut == 1  # the session's COMMIT went through, its answer lost
+    assert detached.returncode == 0, err
+    assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(out.strip(),)]
