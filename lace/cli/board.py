@@ -20,6 +20,7 @@ from lace.runtime.databases import (
     open_store,
     shown_database,
     upgrade_database,
+    when_answering,
     when_reachable,
 )
 
@@ -37,6 +38,15 @@ def board_of(args: argparse.Namespace, settings: Settings | None = None, *,
             raise NotFoundError(f"{missing}; nothing was created (lace run starts a board, "
                                 "--db names another)")
     return Board(open_store(db), settings)
+
+
+def answered_board_of(args: argparse.Namespace) -> Board:
+    """`board_of(args)`, opened once its server answers: while it does not (paused, or its
+    host silent), stderr says so once and lace keeps trying (a server that refuses is an
+    error at once)."""
+    return when_answering(lambda: board_of(args), getattr(args, "db", None), lambda server: print(
+        f"lace: the database server {server} does not answer; still trying (Ctrl+C stops)",
+        file=sys.stderr))
 
 
 def tasks_command(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from lace.cli.board import board_of, note_unserved
+from lace.cli.board import answered_board_of, board_of, note_unserved
 from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
 from lace.core.lines import event_text
@@ -16,6 +16,7 @@ from lace.core.shown import shown, shown_briefly
 from lace.core.text import printable_json
 from lace.core.usage import dollars
 from lace.runtime.databases import missing_board
+from lace.runtime.public import within
 
 EXIT_INTERRUPTED = 130
 FOLLOWED_CHARACTERS = 300
@@ -58,18 +59,27 @@ def session_line(session: SessionSummary) -> str:
 
 def follow_command(args: argparse.Namespace) -> int:
     """`lace follow SESSION`: print the session's events as they are written (from its first),
-    and end once it is quiet."""
-    with board_of(args) as board:
+    and end once it is quiet; started while its server does not answer, it waits for it."""
+    try:
+        board = within(lambda: answered_board_of(args), None)  # Ctrl+C: heard at once
+    except KeyboardInterrupt:
+        return _stopped_following(args.session)
+    assert board is not None  # no time limit
+    with board:
         root_id = board.session(args.session).id
         note_unserved(board, root_id)  # else it would wait for a process that never comes
         printer = _json_line if args.json else _readable_line
         try:
             run_async(lambda: board.follow(root_id, printer))
         except KeyboardInterrupt:
-            print(f"lace: stopped following; session {root_id} is left as it is "
-                  f"(lace follow {root_id} follows it again)", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return _stopped_following(root_id)
     return 0
+
+
+def _stopped_following(root_id: str) -> int:
+    print(f"lace: stopped following; session {root_id} is left as it is "
+          f"(lace follow {root_id} follows it again)", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _readable_line(event: Event) -> None:

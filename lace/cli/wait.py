@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
-from lace.cli.board import board_of, note_unserved
+from lace.cli.board import answered_board_of, note_unserved
 from lace.cli.commands import EXIT_STILL_RUNNING
 from lace.cli.loop import run_async
 from lace.cli.output import print_json, say
@@ -22,23 +23,41 @@ server does not answer (a paused or silent server would hold it for good)."""
 
 
 def wait_command(args: argparse.Namespace) -> int:
-    """Check the session exists (writing nothing), wait for it, and report it; once the
-    database opened, a dropped connection or a server restart is waited out."""
+    """Check the session exists (writing nothing), wait for it, and report it; a server that
+    does not answer as it starts counts against --timeout; once the database opened, a
+    dropped connection or a server restart is waited out."""
     db = getattr(args, "db", None)  # not given: the default board
-    with board_of(args) as board:  # a server that is not there at all is an error at once
+    started = time.monotonic()
+    try:  # a server that is not there at all is an error at once
+        board = within(lambda: answered_board_of(args), _past(args.timeout, UNANSWERED_S))
+    except KeyboardInterrupt:
+        return _stopped_waiting(args.session)
+    if board is None:  # the timeout came while the server does not answer
+        return _unanswered(args.session, args)
+    with board:
         root_id = when_reachable(lambda: board.session(args.session).id, db)
+        left = _past(args.timeout, started - time.monotonic())
         try:
             went_quiet = run_async(lambda: board.until_quiet(
-                root_id, args.timeout, lambda: _waiting(board, root_id)))
+                root_id, left, lambda: _waiting(board, root_id)))
         except KeyboardInterrupt:
-            print(f"lace: stopped waiting; session {root_id} is left as it is "
-                  f"(lace wait {root_id} waits again)", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return _stopped_waiting(root_id)
         outcome = within(lambda: when_reachable(lambda: board.outcome(root_id), db),
                          None if went_quiet else UNANSWERED_S)
     if outcome is None:  # the timeout came while the server does not answer
         return _unanswered(root_id, args)
     return _report(outcome, went_quiet, args)
+
+
+def _past(timeout: float | None, seconds: float) -> float | None:
+    """`seconds` past `timeout` (None: no timeout), never below zero."""
+    return None if timeout is None else max(0.0, timeout + seconds)
+
+
+def _stopped_waiting(root_id: str) -> int:
+    print(f"lace: stopped waiting; session {root_id} is left as it is "
+          f"(lace wait {root_id} waits again)", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _unanswered(root_id: str, args: argparse.Namespace) -> int:

@@ -15,12 +15,12 @@ from lace.store import Store, open_database, resolve_db_url
 from lace.store.db import upgrade
 from lace.store.engines import engine_for
 from lace.store.engines.postgresql import passwords
-from lace.store.engines.reconnect import Backoff, is_retried
+from lace.store.engines.reconnect import Backoff, is_retried, is_silent
 from lace.store.failures import damage_error, storage_error
 
 __all__ = ["damage_error", "database_file", "database_passwords", "database_url",
            "load_driver", "missing_board", "open_store", "shown_database", "storage_error",
-           "upgrade_database", "when_reachable"]
+           "upgrade_database", "when_answering", "when_reachable"]
 T = TypeVar("T")
 
 
@@ -89,3 +89,19 @@ def when_reachable(open_: Callable[[], T], db: str | None = None) -> T:
                 raise
             backoff = backoff or Backoff(shown_database(resolve_db_url(db)))
             time.sleep(backoff.next_delay(error))
+
+
+def when_answering(open_: Callable[[], T], db: str | None, silent: Callable[[str], None]) -> T:
+    """`open_()`, tried again while the database's server does not answer at all (a paused
+    server, a host gone silent: each attempt ends at `connect_timeout`), `silent` told once
+    with the server's name; a server that refuses, or any other error, is raised at once."""
+    told = False
+    while True:
+        try:
+            return open_()
+        except Exception as error:
+            if not is_silent(error):
+                raise
+            if not told:
+                silent(shown_database(resolve_db_url(db)))
+                told = True

@@ -152,3 +152,55 @@ def test_lace_wait_keeps_its_timeout_while_the_server_is_paused(
     assert waiter.returncode == 124, said
     assert "database server does not answer" in said and "Traceback" not in said
 
+
+
+def lace_command(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
+    return lace_popen([sys.executable, "-m", "lace", *argv], env=lace_env(tmp_path / "home"),
+                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+STOPS_WITHIN_S = 2.0
+
+
+@pytest.mark.slow
+def test_lace_wait_started_while_the_server_is_paused_keeps_its_timeout(
+        tmp_path: Path, migrated_postgres_url: str,
+        postgres_server: postgres.PostgresServer) -> None:
+    """Its timeout, shorter than `connect_timeout` (10 s), holds from the start: before, the
+    open waited the whole connect_timeout out, then ended with exit 2."""
+    session = detached_session(migrated_postgres_url, lace_env(tmp_path / "home"))
+    with paused(postgres_server):
+        started = time.monotonic()
+        waiter = lace_command(tmp_path, "wait", session, "--db", migrated_postgres_url,
+                              "--timeout", str(WAIT_TIMEOUT_S))
+        ended = ended_after(waiter, started, WAIT_TIMEOUT_S + PAST_TIMEOUT_S)
+    _, said = waiter.communicate(timeout=30)
+    assert waiter.returncode == 124, said
+    assert ended < WAIT_TIMEOUT_S + PAST_TIMEOUT_S, "lace wait outlived its timeout"
+    assert "database server does not answer" in said and "Traceback" not in said
+
+
+@pytest.mark.slow
+def test_lace_follow_started_while_the_server_is_paused_says_so_and_goes_on(
+        tmp_path: Path, migrated_postgres_url: str,
+        postgres_server: postgres.PostgresServer) -> None:
+    """It says once that the server does not answer and keeps trying (before: exit 2 after
+    `connect_timeout`); Ctrl+C ends it at once with 130; once the server goes on, it follows."""
+    session = detached_session(migrated_postgres_url, lace_env(tmp_path / "home"))
+    argv = ("follow", session, "--db", migrated_postgres_url)
+    with paused(postgres_server):
+        stopped, going_on = lace_command(tmp_path, *argv), lace_command(tmp_path, *argv)
+        for follower in (stopped, going_on):
+            assert follower.stderr is not None
+            assert "does not answer; still trying" in follower.stderr.readline()
+        stopped.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        assert ended_after(stopped, started, STOPS_WITHIN_S) < STOPS_WITHIN_S
+        _, said = stopped.communicate(timeout=30)
+        assert stopped.returncode == 130, said
+        assert "stopped following" in said and "Traceback" not in said
+    assert going_on.stderr is not None  # the server answers: it reads the session
+    assert "no lace process runs this board" in going_on.stderr.readline()
+    assert going_on.poll() is None
+    going_on.send_signal(signal.SIGTERM)
+    assert ended_after(going_on, time.monotonic(), STOPS_WITHIN_S) < STOPS_WITHIN_S

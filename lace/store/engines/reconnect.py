@@ -73,6 +73,16 @@ def is_retried(error: BaseException) -> bool:
     return False
 
 
+def is_silent(error: BaseException) -> bool:
+    """Whether `error` is a connection to a PostgreSQL server that never answered within
+    `connect_timeout` (the server paused, or its host gone silent), not one it refused."""
+    try:
+        import psycopg
+    except ImportError:  # no PostgreSQL driver: the error is SQLite's
+        return False
+    return any(isinstance(cause, psycopg.errors.ConnectionTimeout) for cause in _causes(error))
+
+
 def commit_outcome(connection: sa.Connection, transaction_id: str) -> bool | None:
     """Whether the transaction `transaction_id` (`pg_current_xact_id()`, read before its COMMIT
     was cut off) committed, asked on a new `connection`: True, False (it was undone, or the
