@@ -259,6 +259,24 @@ def test_a_task_the_person_adds_reaches_the_root_at_the_next_continue(
         ("completed",)]
 
 
+@pytest.mark.parametrize("halt", [["stop"], ["session", "end"]])
+def test_a_task_added_without_assign_leaves_a_root_the_person_halted_halted(
+        capsys: CaptureFixture, db_path: Path, halt: list[str]) -> None:
+    """`lace task add` with no `--assign` after the person stopped the root or ended the
+    session: the task is nobody's and the root stays stopped (a default assignment to the root
+    resumed it, and the next lace process spent its model calls)."""
+    db = str(db_path)
+    code, out, _ = lace(capsys, "run", "Write the announcement.", "--json", "--db", db)
+    session = json.loads(out)["session"]
+    code, _, err = lace(capsys, *halt, session, "--db", db)
+    assert code == 0, err
+    code, out, err = lace(capsys, "task", "add", "Check the prices", "--db", db, "--json")
+    assert code == 0, err
+    assert json.loads(out)["tasks"][0]["assigned_to"] is None
+    assert query(db_path, "SELECT status FROM agent_metadata WHERE thread_id = ?",
+                 session) == [("stopped",)]
+
+
 def test_the_line_of_a_batch_that_came_back_names_each_of_its_tasks(
         capsys: CaptureFixture, db_path: Path) -> None:
     """The demo's three tasks settle together: the root's `←` line names all three, not the

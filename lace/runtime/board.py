@@ -11,6 +11,7 @@ from typing import Any
 
 from lace.config import Settings, load_settings
 from lace.core import ids
+from lace.core.agents import HALTED_STATUSES
 from lace.core.assignee import HUMAN
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.ids import root_of
@@ -140,10 +141,14 @@ class Board:
 
     def persons_agent(self, session_id: str | None = None) -> str | None:
         """The root of the named session (else the latest) once the person has written to it:
-        the agent that speaks for the session and hears of the person's tasks; else None."""
+        the agent that speaks for the session and hears of the person's tasks; else None, and
+        None for a root stopped or failed (a task given to it would resume a root the person
+        stopped, or sit on one that runs no turn)."""
         with self.store.reading() as tx:
             root = pick_session(tx, session_id).id
-            return root if tx.inbox.person_wrote_to(root) else None
+            agent = tx.agents.find(root)
+            halted = agent is None or agent.status in HALTED_STATUSES
+            return root if not halted and tx.inbox.person_wrote_to(root) else None
 
     def tasks(self, session_id: str | None = None, *, include_closed: bool = False,
               limit: int | None = None) -> TaskPage:
