@@ -277,6 +277,29 @@ def test_a_task_added_without_assign_leaves_a_root_the_person_halted_halted(
                  session) == [("stopped",)]
 
 
+def test_the_persons_own_task_reaches_the_root_without_waking_it(
+        capsys: CaptureFixture, db_path: Path) -> None:
+    """A task the person gives themselves (`--assign human`) and then completes: the root
+    hears of both with its next turn, and neither starts one (each woke the root to spend a
+    model call telling the person what they had just done, and each command said the root
+    waited for a lace process)."""
+    db = str(db_path)
+    code, out, _ = lace(capsys, "run", "Write the announcement.", "--json", "--db", db)
+    session = json.loads(out)["session"]
+    code, out, err = lace(capsys, "task", "add", "Sign off", "--assign", "human", "--db", db,
+                          "--json")
+    assert code == 0 and "no lace process" not in err, err
+    task_id = json.loads(out)["tasks"][0]["id"]
+    code, _, err = lace(capsys, "task", "complete", task_id, "Signed.", "--db", db)
+    assert code == 0 and "no lace process" not in err, err
+    assert query(db_path, "SELECT kind, wakes FROM inbox WHERE thread_id = ? AND task_id = ? "
+                 "ORDER BY id", session, task_id) == [("status", 0), ("completion", 0)]
+    code, out, err = lace(capsys, "run", "--continue", session, "What is left?", "--db", db)
+    assert code == 0, err
+    assert query(db_path, "SELECT count(*) FROM inbox WHERE thread_id = ? AND task_id = ? "
+                 "AND consumed_at IS NULL", session, task_id) == [(0,)]
+
+
 def test_the_line_of_a_batch_that_came_back_names_each_of_its_tasks(
         capsys: CaptureFixture, db_path: Path) -> None:
     """The demo's three tasks settle together: the root's `←` line names all three, not the

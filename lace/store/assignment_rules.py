@@ -218,11 +218,12 @@ class AssignmentRules:
         """Tell a task's creator that the task settled (completed, blocked or archived): at
         once, or for a task of a batch (`TaskBoard.create_tasks`) inside the batch's one
         notice, which wakes the creator when the last of its tasks settles; until then the
-        notice is held."""
+        notice is held. A task the person created and settled themselves wakes no one: the
+        root hears of it with its next turn."""
         batch = self.tasks.batch_of(task.id)
         if batch is None:
             self.inbox.notify(self.who_hears(task), sender=sender, kind=kind, text=text,
-                              task_id=task.id)
+                              task_id=task.id, wakes=not sender == task.created_by == HUMAN)
             return
         members = None if self.tasks.batch_has_free_task(batch) else self.edges.attach(
             self.tasks.in_batch(batch))  # a free task still runs: no need to read them all

@@ -131,12 +131,13 @@ class TaskBoard:
 
     def _tell_root(self, session_id: str, tasks: Sequence[Task]) -> None:
         """The root hears of the tasks the person created (`AssignmentRules.who_hears`), but
-        for those given to it, whose assignment notice says it all."""
+        for those given to it, whose assignment notice says it all; of one the person gave
+        themselves, with its next turn: it has nothing to do for it now."""
         for task in tasks:
             if task.assigned_to != session_id:
                 self.inbox.notify(self.assignments.who_hears(task), sender=HUMAN,
                                   kind="status", text=notifications.person_added(task),
-                                  task_id=task.id)
+                                  task_id=task.id, wakes=task.assigned_to != HUMAN)
 
     @staticmethod
     def _assigned_text(assignee: Assignment | None, *, held: bool) -> str | None:
