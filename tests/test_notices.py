@@ -122,6 +122,18 @@ def test_the_roots_notices_of_a_persons_task_read_as_pinned() -> None:
         "completed by lace_20261122_ab12cd.1:\n")
 
 
+def test_the_roots_notice_of_a_persons_task_cuts_a_long_prompt() -> None:
+    """A person's (or an MCP client's) task with a long prompt for a helper: the root, which
+    only hears of it, gets the first RESULT_CAP characters and where to read the rest, not a
+    copy of the whole (carried in every later call of the root, and 20 such tasks a call)."""
+    long = replace(TASK, created_by="human", prompt="spec line\n" * 50_000)
+    text = notifications.person_added(long)
+    assert len(text) < notifications.RESULT_CAP + 500
+    assert f"more characters; task_view {TASK.id} shows it whole)" in text
+    assert notifications.read_person_added(text) == notifications.Added(
+        TASK.id, TASK.title, TASK.assigned_to)
+
+
 @given(title=st.text(min_size=1, max_size=200), result=st.text(max_size=300),
        assigned=st.booleans())
 def test_the_person_added_reader_gives_back_what_its_template_wrote(

@@ -89,7 +89,9 @@ UNASSIGNED = "nobody (only the person can assign it)"
 
 def person_added(task: Task) -> str:
     """Tells a session's root that the person put a task on its board: the root speaks for the
-    session, so it hears of the task now and of its result when it is completed."""
+    session, so it hears of the task now and of its result when it is completed. Its prompt is
+    cut at `RESULT_CAP` characters: the root only hears of the task, and carries the notice in
+    every later call."""
     assignee = task.assigned_to or UNASSIGNED
     return (
         f"{PREFIX} The person added task '{task.id}' to the board:\n"
@@ -97,7 +99,7 @@ def person_added(task: Task) -> str:
         f"Assigned to: {assignee}\n"
         "\n"
         "--- TASK DETAILS ---\n"
-        f"{task.prompt}\n"
+        f"{shown(task.prompt, RESULT_CAP, f'task_view {task.id} shows it whole')}\n"
         "--- END TASK DETAILS ---\n"
         "\n"
         "Its result reaches you when it is completed. Answer the person about it."
