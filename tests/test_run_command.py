@@ -277,6 +277,27 @@ def test_a_task_added_without_assign_leaves_a_root_the_person_halted_halted(
                  session) == [("stopped",)]
 
 
+def test_a_task_added_without_assign_to_an_imported_session_is_nobodys(
+        capsys: CaptureFixture, db_path: Path, tmp_path: Path) -> None:
+    """An imported session is the latest (a file's dates say so): `lace task add` with no
+    `--assign` gives its task to nobody, not to the imported root, which the person here never
+    wrote to (the file's messages are its author's) and which runs nothing until resumed."""
+    code, out, _ = lace(capsys, "run", "Write the announcement.", "--json", "--db",
+                        str(tmp_path / "theirs.db"))
+    session = json.loads(out)["session"]
+    exported = tmp_path / "theirs.json"
+    code, _, err = lace(capsys, "export", session, "-o", str(exported), "--db",
+                        str(tmp_path / "theirs.db"))
+    assert code == 0, err
+    code, out, err = lace(capsys, "import", str(exported), "--json", "--db", str(db_path))
+    assert code == 0, err
+    code, out, err = lace(capsys, "task", "add", "Check the prices", "--db", str(db_path),
+                          "--json")
+    assert code == 0, err
+    added = json.loads(out)
+    assert added["session"] == session and added["tasks"][0]["assigned_to"] is None
+
+
 def test_the_persons_own_task_reaches_the_root_without_waking_it(
         capsys: CaptureFixture, db_path: Path) -> None:
     """A task the person gives themselves (`--assign human`) and then completes: the root

@@ -144,8 +144,8 @@ def note_unserved(board: Board, session_id: str) -> None:
 def task_add_command(args: argparse.Namespace) -> int:
     """`lace task add TITLE`: in the session of the task it waits for, else the latest; creates
     a session first when there is none. Without `--assign` the task is the root's when the
-    person has written to it (it takes the task up) and it is not stopped or failed, else
-    nobody's."""
+    person has written to it (it takes the task up) and it is not stopped, failed or imported
+    and not resumed yet, else nobody's."""
     session_id = args.session
     item = {"title": args.title, "prompt": args.prompt or args.title, "priority": args.priority,
             "description": args.description, "assigned_to": args.assigned_to,

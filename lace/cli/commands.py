@@ -318,7 +318,8 @@ def _add_task_commands(add: Add, common: argparse.ArgumentParser) -> None:
     task_add.add_argument("--assign", dest="assigned_to", metavar="WHO",
                           help="new:provider/model, a thread id of the session, or human "
                                "(default: the session's root once you have written to it, "
-                               "unless it is stopped or failed; else nobody)")
+                               "unless it is stopped, failed or imported and not "
+                               "resumed; else nobody)")
     task_add.add_argument("--blocked-by", dest="blocked_by", action="append", metavar="ID",
                           help="a task it waits for (repeatable): it starts when they are "
                                "completed")

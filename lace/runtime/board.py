@@ -143,11 +143,12 @@ class Board:
         """The root of the named session (else the latest) once the person has written to it:
         the agent that speaks for the session and hears of the person's tasks; else None, and
         None for a root stopped or failed (a task given to it would resume a root the person
-        stopped, or sit on one that runs no turn)."""
+        stopped, or sit on one that runs no turn) or imported and not resumed yet (inert: the
+        messages it holds are its file's author's, not this person's)."""
         with self.store.reading() as tx:
             root = pick_session(tx, session_id).id
             agent = tx.agents.find(root)
-            halted = agent is None or agent.status in HALTED_STATUSES
+            halted = agent is None or agent.inert or agent.status in HALTED_STATUSES
             return root if not halted and tx.inbox.person_wrote_to(root) else None
 
     def tasks(self, session_id: str | None = None, *, include_closed: bool = False,
