@@ -138,3 +138,50 @@ class CommitCutter:
 
     def close(self) -> None:
         self.listener.close()
+
+
+class OutageAt:
+    """A TCP proxy to the server that goes away, as a server does at the start of an outage,
+    the moment a client sends `statement` (a statement's text): every connection through it cut
+    (that statement never reaches the server) and every new one refused, for good."""
+
+    def __init__(self, port: int, statement: bytes) -> None:
+        self.target = ("127.0.0.1", port)
+        self.statement = statement
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.down = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._guard = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self._guard:
+                self._sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(source, sink, client),
+                                 daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if source is client and self.statement in data:
+                    self.close()
+                    return
+                sink.sendall(data)
+
+    def close(self) -> None:
+        """Go away: refuse new connections and cut every one made."""
+        self.down.set()
+        self.listener.close()
+        with self._guard:
+            for side in self._sockets:
+                with contextlib.suppress(OSError):
+                    side.shutdown(socket.SHUT_RDWR)
+                side.close()

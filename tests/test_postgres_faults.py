@@ -31,6 +31,7 @@ from tests import postgres
 from tests.faults import (
     HELPERS,
     CommitCutter,
+    OutageAt,
     fan_out,
     restart,
     terminate_backends,
@@ -559,3 +560,34 @@ def test_a_detached_run_whose_sessions_commit_answer_is_lost_starts_one_session(
     assert cutter.cut == 1  # the session's COMMIT went through, its answer lost
     assert detached.returncode == 0, err
     assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(out.strip(),)]
+
+
+@pytest.mark.parametrize("command", [["worker"], ["mcp", "serve"]])
+def test_a_process_whose_registration_meets_an_outage_stops_on_sigterm(
+        tmp_path: Path, migrated_postgres_url: str, command: list[str]) -> None:
+    """The server goes away just as `lace worker` or `lace mcp serve` registers (its board
+    opened): it retries, and a SIGTERM (systemd stopping it, a person's kill) ends it within
+    seconds, exit 0 and no traceback. It retried with its event loop blocked, so the signal's
+    stop never ran: it outlived SIGTERM (and Ctrl+C) for as long as the outage lasted."""
+    outage = OutageAt(int(sa.make_url(migrated_postgres_url).port or 0),
+                      b"INSERT INTO processes")
+    through_proxy = sa.make_url(migrated_postgres_url).set(port=outage.port).render_as_string(
+        hide_password=False)
+    log = tmp_path / "lace.log"
+    with log.open("wb") as stderr:
+        process = lace_popen([sys.executable, "-m", "lace", *command, "--db", through_proxy],
+                             env=lace_env(tmp_path / "home"), stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        assert outage.down.wait(60), log.read_text()
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, log.read_text()
+        assert "Traceback" not in log.read_text(), log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -63,11 +64,13 @@ def _drained(woken: socket.socket) -> None:
             pass
 
 
-def once_on(signums: Iterable[int], action: Callable[[], object]) -> Callable[[], None]:
+def once_on(signums: Iterable[int], action: Callable[[], object], *,
+            came: threading.Event | None = None) -> Callable[[], None]:
     """Call `action` (in the running loop: a task's `cancel`, an event's `set`) the first time
     one of `signums` comes; the same signal again changes nothing, also once the loop has
     closed (a second cancel would cut the shutdown short). Returns the function that calls it
-    so, for other reasons to stop.
+    so, for other reasons to stop. `came` is set the moment a signal comes, for a blocking
+    call on the loop's thread (which holds `action` back) to stop on.
 
     The handler is Python's own, and calls the loop: asyncio's (`add_signal_handler`) puts
     the signal's default action back when it is removed, at the latest as the loop closes, so
@@ -81,6 +84,8 @@ def once_on(signums: Iterable[int], action: Callable[[], object]) -> Callable[[]
             action()
 
     def signalled(_signum: int, _frame: object) -> None:
+        if came is not None:
+            came.set()
         with contextlib.suppress(RuntimeError):  # the loop closed: the process is ending
             loop.call_soon_threadsafe(once)
 

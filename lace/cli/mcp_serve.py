@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -122,11 +123,17 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
     stopping = asyncio.Event()
-    once_on((signal.SIGINT, signal.SIGTERM), stopping.set)
+    signalled = threading.Event()  # at once: the loop waits while the registration retries
+    once_on((signal.SIGINT, signal.SIGTERM), stopping.set, came=signalled)
     client = model_client()
-    runtime = new_runtime(args, board, settings, client, Sharing(
-        feed=board.change_feed(), share_work=True,
-        sessions=frozenset({session_id} if session_id else ())))
+    try:
+        runtime = new_runtime(args, board, settings, client, Sharing(
+            feed=board.change_feed(), share_work=True,
+            sessions=frozenset({session_id} if session_id else ())), stopping=signalled.is_set)
+    except Exception:
+        if signalled.is_set():  # stopped waiting for the server, as the signal asked
+            return 0
+        raise
     server = BoardServer(runtime, session_id)
 
     async def run_agents() -> None:

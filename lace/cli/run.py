@@ -7,6 +7,7 @@ import asyncio
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -122,15 +123,18 @@ def model_client() -> RoutingClient:
 
 def new_runtime(args: argparse.Namespace, board: Board, settings: Settings,
                 client: ModelClient, sharing: Sharing | None = None, *,
-                root_reported: bool = False) -> Runtime:
+                root_reported: bool = False, stopping: Callable[[], bool] = lambda: False,
+                ) -> Runtime:
     """The runtime of `lace run`, `lace worker` and `lace mcp serve`, narrating on stderr;
     `sharing` says how it shares the database with other processes, `root_reported` that the
-    command reports a root's failure itself."""
+    command reports a root's failure itself, `stopping` when to stop waiting out a server's
+    outage as the process registers."""
     from lace.llm.checks import check_model
     from lace.runtime import ALONE, open_runtime
 
     runtime = open_runtime(board.store, settings, client, check_model=check_model,
-                           workspace=workspace_of(args), sharing=sharing or ALONE)
+                           workspace=workspace_of(args), sharing=sharing or ALONE,
+                           stopping=stopping)
     from lace.runtime.databases import shown_database
 
     db = getattr(args, "db", None)  # named again in the commands that answer (no password)

@@ -101,7 +101,8 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     main = asyncio.current_task()
     if main is None:
         raise RuntimeError("lace worker runs as asyncio's main task")
-    stop = once_on(STOPPING, main.cancel)
+    signalled = threading.Event()  # at once: the loop waits while the registration retries
+    stop = once_on(STOPPING, main.cancel, came=signalled)
     if args.for_run:
         def read_stdin() -> None:
             if not os.read(STDIN, 4096):  # the run that started it has ended
@@ -112,9 +113,14 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
     try:
         client = model_client()  # its SDK imported before this process takes agents
         await asyncio.to_thread(client.warm_up, litellm_too=False)
-        runtime = new_runtime(args, board, settings, client, Sharing(
-            feed=board.change_feed(), share_work=True, sessions=frozenset(roots),
-            serve_all=not roots, max_agents=args.max_agents))
+        try:
+            runtime = new_runtime(args, board, settings, client, Sharing(
+                feed=board.change_feed(), share_work=True, sessions=frozenset(roots),
+                serve_all=not roots, max_agents=args.max_agents), stopping=signalled.is_set)
+        except Exception:
+            if signalled.is_set():  # stopped waiting for the server, as the signal asked
+                return 0
+            raise
         try:
             print(f"lace worker {runtime.process_id[:8]} (pid {os.getpid()}) runs the agents "
                   f"of {', '.join(roots) or 'every session'}", file=sys.stderr)

@@ -27,6 +27,7 @@ from lace.runtime.tracing import tracing_from
 from lace.runtime.turns import TurnRunner
 from lace.store import Store
 from lace.store.engines import ChangeFeed, Polling
+from lace.store.retry import never
 from lace.tools.base import ModelCheck, no_model_check
 from lace.tools.mcp.configured import configured_servers
 from lace.tools.mcp.servers import McpServers
@@ -62,18 +63,20 @@ def open_runtime(store: Store, settings: Settings, client: ModelClient, *,
                  check_model: ModelCheck = no_model_check, workspace: Path | None = None,
                  sharing: Sharing = ALONE,
                  python_tools: Sequence[PythonFunction | PythonTool] = (),
-                 editor: EditorFiles | None = None) -> Runtime:
+                 editor: EditorFiles | None = None,
+                 stopping: Callable[[], bool] = never) -> Runtime:
     """A runtime over `store`: the process registered (its lease), the workspace's tools, the
     configured MCP servers and the person's `python_tools` (both checked first: a bad one is
     refused before anything is written), the approval policy, the turns and the scheduler.
     Agents work in `workspace` (None: no file tools or bash); their file tools use `editor`'s
-    buffers when given (`lace acp`)."""
+    buffers when given (`lace acp`). The registration waits out a server's outage until
+    `stopping` says so (then GaveUpError)."""
     check_model = acp_checked(check_model, settings.acp_agents)
     functions = python_tools_of(python_tools)  # may refuse
     servers, warnings = configured_servers(settings, workspace)  # may refuse
     process_id = uuid.uuid4().hex
     store.write(lambda tx: tx.processes.register(  # on a server: waits out a restart
-        process_id, settings.limits.lease_timeout_s))
+        process_id, settings.limits.lease_timeout_s), stopping=stopping)
     bus = EventBus()
     db = AsyncStore(store)
     tools = ToolRunner(db=db, bus=bus, check_model=check_model, limits=settings.limits,
