@@ -562,13 +562,16 @@ def test_a_detached_run_whose_sessions_commit_answer_is_lost_starts_one_session(
     assert rows(migrated_postgres_url, "SELECT id FROM threads") == [(out.strip(),)]
 
 
-@pytest.mark.parametrize("command", [["worker"], ["mcp", "serve"]])
+@pytest.mark.parametrize(("command", "exit_code"), [
+    (["worker"], 0), (["mcp", "serve"], 0), (["run", "Plan it.", "--model", "demo/coordinator"],
+                                             128 + signal.SIGTERM)])
 def test_a_process_whose_registration_meets_an_outage_stops_on_sigterm(
-        tmp_path: Path, migrated_postgres_url: str, command: list[str]) -> None:
-    """The server goes away just as `lace worker` or `lace mcp serve` registers (its board
-    opened): it retries, and a SIGTERM (systemd stopping it, a person's kill) ends it within
-    seconds, exit 0 and no traceback. It retried with its event loop blocked, so the signal's
-    stop never ran: it outlived SIGTERM (and Ctrl+C) for as long as the outage lasted."""
+        tmp_path: Path, migrated_postgres_url: str, command: list[str], exit_code: int) -> None:
+    """The server goes away just as `lace worker`, `lace mcp serve` or `lace run` registers
+    (its board opened): it retries, and a SIGTERM (systemd stopping it, a person's kill) ends
+    it within seconds, as a SIGTERM does otherwise, and no traceback. It retried with its
+    event loop blocked, so the signal's stop never ran: it outlived SIGTERM (the worker and
+    the server Ctrl+C too) for as long as the outage lasted."""
     outage = OutageAt(int(sa.make_url(migrated_postgres_url).port or 0),
                       b"INSERT INTO processes")
     through_proxy = sa.make_url(migrated_postgres_url).set(port=outage.port).render_as_string(
@@ -585,7 +588,7 @@ def test_a_process_whose_registration_meets_an_outage_stops_on_sigterm(
             code = process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             code = None
-        assert code == 0, log.read_text()
+        assert code == exit_code, log.read_text()
         assert "Traceback" not in log.read_text(), log.read_text()
     finally:
         if process.poll() is None:

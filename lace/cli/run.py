@@ -7,6 +7,7 @@ import asyncio
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -154,10 +155,17 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DaemonThreads())
     main = asyncio.current_task()
+    signalled = threading.Event()  # at once: the loop waits while the registration retries
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
-        once_on([signal.SIGTERM], main.cancel)
+        once_on([signal.SIGTERM], main.cancel, came=signalled)
     sharing = Sharing(feed=board.change_feed(), share_work=True) if workers.processes else None
-    runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True)
+    try:
+        runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True,
+                              stopping=signalled.is_set)
+    except Exception:
+        if signalled.is_set():  # stopped waiting for the server, as SIGTERM asked
+            raise asyncio.CancelledError from None
+        raise
     asking = _ask_on_the_terminal(runtime)
     try:
         if args.continue_thread:
