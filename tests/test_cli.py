@@ -59,11 +59,24 @@ def test_bad_board_commands_write_nothing(capsys: CaptureFixture, db_path: Path)
     assert snapshot(db_path) == before
 
 
-def test_a_bad_first_task_creates_no_session(capsys: CaptureFixture, db_path: Path) -> None:
-    code, _, err = lace(capsys, "task", "add", "x", "--assign", "new:foo/bar", "--db",
-                        str(db_path))
-    assert code == 2 and "Unknown provider 'foo'" in err
+@pytest.mark.parametrize(("assignee", "said"), [
+    ("new:foo/bar", "Unknown provider 'foo'"), ("nobody", "Malformed assignee 'nobody'"),
+    ("new:foo/", "Malformed assignee 'new:foo/'"), ("new:nosuch", "Unknown profile 'nosuch'"),
+    ("acp:nosuch", "No ACP agent 'nosuch' in [acp_agents]")])
+def test_a_bad_first_task_creates_no_session(capsys: CaptureFixture, db_path: Path,
+                                             assignee: str, said: str) -> None:
+    code, out, err = lace(capsys, "task", "add", "x", "--assign", assignee, "--db", str(db_path))
+    assert (code, out) == (2, "") and said in err and err.count("\n") == 1, err
     assert not db_path.exists()  # refused before the board is made
+
+
+def test_a_first_task_for_a_configured_acp_agent_is_taken(
+        capsys: CaptureFixture, db_path: Path, isolated_home: Path) -> None:
+    isolated_home.mkdir()
+    (isolated_home / "config.toml").write_text('[acp_agents.gemini]\ncommand = "gemini"\n')
+    code, out, err = lace(capsys, "task", "add", "x", "--assign", "acp:gemini", "--db",
+                          str(db_path))
+    assert code == 0 and out.startswith("Created task task_"), err
 
 
 @pytest.mark.parametrize("argv", [["frobnicate"], ["tasks", "--limit", "zero"],

@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from lace.cli.output import print_json, report, say
 from lace.config import Settings, load_settings
-from lace.core.assignee import NewAgentSpec, parse_assignee
+from lace.core.assignee import ACP_PROVIDER, NewAgentSpec, parse_assignee
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
 from lace.core.text import printable
-from lace.runtime.board import NO_SESSION, Board
+from lace.runtime.board import NO_SESSION, Board, check_assignment
 from lace.runtime.databases import (
     database_url,
     missing_board,
@@ -152,7 +153,7 @@ def task_add_command(args: argparse.Namespace) -> int:
             "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     settings = load_settings()  # bad settings are refused before the database is made
-    _check_assigned_model(args.assigned_to)
+    _check_assignee(args.assigned_to, settings)
     with board_of(args, settings, create=True) as board:
         if session_id is None and args.blocked_by:
             session_id = board.task(args.blocked_by[0]).thread_id
@@ -182,22 +183,19 @@ def task_help_command(_args: argparse.Namespace) -> int:
     raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
 
 
-def _check_assigned_model(assigned_to: str | None) -> None:
-    """`--assign new:provider/model`: refused before the database is made when the model cannot
-    be called here (the tool call's own words), with one note line when it looks mistyped; any
-    other bad assignee is left to the tool call, which says what is wrong."""
-    from lace.cli.run import usable_model
+def _check_assignee(assigned_to: str | None, settings: Settings) -> None:
+    """`--assign`: refused before the database is made when the task call would refuse it (a
+    malformed value, an unknown profile, a model that cannot be called here, an ACP agent not
+    in [acp_agents]), in the call's own words, with one note line when a model looks
+    mistyped."""
+    from lace.cli.run import note_unlisted_model
 
-    try:
-        spec = parse_assignee(assigned_to) if assigned_to else None
-    except LaceError:
+    if assigned_to is None:
         return
-    if not isinstance(spec, NewAgentSpec) or spec.provider is None or spec.model is None:
-        return
-    try:
-        usable_model(f"{spec.provider}/{spec.model}")
-    except LaceError as problem:
-        raise LaceError(f"{problem} in {assigned_to!r}.") from None
+    spec = parse_assignee(assigned_to)
+    if isinstance(spec, NewAgentSpec) and spec.model_name and spec.provider != ACP_PROVIDER:
+        note_unlisted_model(spec.model_name)
+    check_assignment(assigned_to, settings, Path.cwd())
 
 
 def session_help_command(_args: argparse.Namespace) -> int:

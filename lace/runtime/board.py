@@ -35,6 +35,7 @@ from lace.store.engines import ChangeFeed
 from lace.store.export_format import SessionDocument
 from lace.store.transfer import Imported, export_session, import_session
 from lace.tools.base import ToolContext, ToolResult
+from lace.tools.spawning import parse_assignment
 
 NO_SESSION = "No session yet: start one with lace run \"...\" or lace task add \"...\"."
 
@@ -78,6 +79,13 @@ def person_context(settings: Settings, workspace: Path, session_id: str) -> Tool
                        profiles=settings.profiles, limits=settings.limits,
                        budgets=settings.budgets, workspace=workspace,
                        workspace_settings=settings.workspace)
+
+
+def check_assignment(assigned_to: str, settings: Settings, workspace: Path) -> None:
+    """Refuse (LaceError, the tool call's own words) an `assigned_to` the person's task call
+    would refuse for its form, its profile, its model or its ACP agent, before anything is
+    written; an existing thread is left to the call."""
+    parse_assignment(assigned_to, person_context(settings, workspace, ""))
 
 
 def pick_session(tx: Tx, session_id: str | None) -> Thread:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lace.core.agents import BUSY_STATUSES, session_status
-from lace.core.assignee import HUMAN, parse_model
+from lace.core.assignee import ACP_PREFIX, HUMAN, NEW_PREFIX, parse_model
 from lace.core.clock import iso_ago
 from lace.core.ids import root_of
 from lace.core.notifications import INTERRUPTED_TURN, LACE_SENDER
@@ -108,7 +108,7 @@ def start_session_for(store: Store, arguments: str | dict[str, Any] | None,
     parsed = ToolRegistry().parse("task_create", arguments)
     items = getattr(parsed, "tasks", [])
     for item in items:
-        if item.assigned_to and not item.assigned_to.startswith(("new:", HUMAN)):
+        if item.assigned_to and not item.assigned_to.startswith((NEW_PREFIX, ACP_PREFIX, HUMAN)):
             raise ToolError(f"No session yet, so {item.assigned_to!r} names no agent.")
         parse_assignment(item.assigned_to, context)
     provider, name = parse_model(model)
