@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from lace.core.assignee import ThreadAssignee
-from lace.core.notifications import read_completions
+from lace.core.notifications import (
+    PROGRESS_HEADER,
+    PROGRESS_LINE_CAP,
+    PROGRESS_SHOWN,
+    progress_block,
+    read_completions,
+)
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime
 from lace.store import Store
@@ -225,3 +231,29 @@ def test_a_wait_that_times_out_keeps_the_progress_of_tasks_still_running(
         tx.inbox.consume_notices(root.id, [running.id, done.id])  # what a waiting tool's end does
     assert query(db_path, "SELECT task_id, kind FROM inbox WHERE thread_id = ? AND "
                           "consumed_at IS NULL", root.id) == [(running.id, "note")]
+
+
+async def test_the_progress_block_is_bounded_however_many_notices_wait(
+        runtime: Runtime, models: ScriptedModels) -> None:
+    models.on("root", lambda messages: reply("ok"))
+    session = await runtime.start_session("Hello.", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)
+    for batch in range(5):  # 100 tasks the person keeps, each heard of with the next turn
+        result = await runtime.act_as_human(session.id, "task_create", {"tasks": [
+            {"title": f"Errand {batch}-{n}", "prompt": "x" * 3000, "assigned_to": "human"}
+            for n in range(20)]})
+        assert not result.is_error, result.text
+    await runtime.send(session.id, "Anything new?")
+    await asyncio.wait_for(runtime.run_until_quiet(session.id), 30)
+    block, = [str(message["content"]) for message in models.calls_of("root")[-1]
+              if str(message.get("content")).startswith(PROGRESS_HEADER)]
+    assert block.count("The person added task") == PROGRESS_SHOWN
+    assert "Errand 4-19" in block and "Errand 0-0" not in block  # the newest, whole
+    assert f"and {100 - PROGRESS_SHOWN} older notices: task_list shows their tasks" in block
+    assert len(block) < PROGRESS_SHOWN * 2500
+
+
+def test_a_long_progress_note_is_cut_in_the_block() -> None:
+    block = progress_block(["- helper noted on 'task_x' (\"T\"): " + "y" * 20_000])
+    assert len(block) < PROGRESS_LINE_CAP + 200
+    assert "more characters; task_view shows the task's notes)" in block

@@ -151,6 +151,12 @@ def note_added(task: Task, author: str, note: str) -> str:
 
 
 PROGRESS_HEADER = f"{PREFIX} Progress on tasks you created, since your last turn:"
+PROGRESS_SHOWN: Final = 10
+"""The newest progress notices a turn's block carries; older ones are only counted (the block
+stays in the conversation for every later call, however many tasks the person added)."""
+PROGRESS_LINE_CAP: Final = RESULT_CAP + 500
+"""A progress notice is cut at this many characters (a `person_added` notice, its prompt cut at
+`RESULT_CAP`, fits whole; an assignee's note may be ten times longer)."""
 
 
 def progress_note(task: Task, author: str, note: str) -> str:
@@ -163,9 +169,14 @@ def progress_status(task: Task, changed_by: str) -> str:
     return f"- {changed_by} set '{task.id}' (\"{task.title}\") to {task.status}"
 
 
-def progress_block(lines: list[str]) -> str:
-    """The progress rows a turn takes, as one message."""
-    return "\n".join([PROGRESS_HEADER, *lines])
+def progress_block(lines: Sequence[str]) -> str:
+    """The progress rows a turn takes, as one message: the newest `PROGRESS_SHOWN`, each cut at
+    `PROGRESS_LINE_CAP` characters, and how many older ones there were."""
+    newest = [shown(line, PROGRESS_LINE_CAP, "task_view shows the task's notes")
+              for line in lines[-PROGRESS_SHOWN:]]
+    older = len(lines) - len(newest)
+    more = [f"- and {older} older notices: task_list shows their tasks"] if older else []
+    return "\n".join([PROGRESS_HEADER, *newest, *more])
 
 
 def unassigned(task: Task, changed_by: str) -> str:
