@@ -28,6 +28,7 @@ from lace.store.db import Database
 from lace.store.engines import engine_for, postgresql, reconnect
 from lace.store.retry import GaveUpError, run_transaction
 from tests import postgres
+from tests.acp_peers import Editor, lace_acp
 from tests.faults import (
     HELPERS,
     CommitCutter,
@@ -594,3 +595,32 @@ def test_a_process_whose_registration_meets_an_outage_stops_on_sigterm(
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+async def test_lace_acp_whose_registration_meets_an_outage_stops_on_sigterm(
+        tmp_path: Path, migrated_postgres_url: str) -> None:
+    """`lace acp` opens a session's runtime when the editor asks for it (session/new): the
+    server goes away as it registers, and a SIGTERM ends it within seconds, exit 0 and no
+    traceback. It retried inside the request's handler, on the event loop, so the signal's
+    stop never ran: it outlived SIGTERM for as long as the outage lasted."""
+    outage = OutageAt(int(sa.make_url(migrated_postgres_url).port or 0),
+                      b"INSERT INTO processes")
+    through_proxy = sa.make_url(migrated_postgres_url).set(port=outage.port).render_as_string(
+        hide_password=False)
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    async with lace_acp(Editor(), home, "--model", "demo/coordinator", "--db",
+                        through_proxy) as (conn, process):
+        asked = asyncio.ensure_future(conn.new_session(cwd=str(work), mcp_servers=[]))
+        try:
+            assert await asyncio.to_thread(outage.down.wait, 60)
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.to_thread(process.wait, 10)
+            except subprocess.TimeoutExpired:
+                code = None
+        finally:
+            asked.cancel()
+    log = (tmp_path / "home-stderr.log").read_text()
+    assert code == 0, log
+    assert "Traceback" not in log, log

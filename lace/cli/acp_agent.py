@@ -156,6 +156,10 @@ class LaceAgent:
     """The command line (`--yes`, `--read-only`) applied to every session's settings."""
     editor_gone: Callable[[str], object]
     """Called (with why) when the editor leaves too much unread: lace ends its side."""
+    stopping: Callable[[], bool] = field(default=lambda: False)
+    """Whether a signal asked the process to stop: a runtime's registration stops waiting out
+    a server's outage then (it waits in a request's handler, on the event loop, which holds
+    the signal's stop back)."""
     conn: Client | None = None
     capabilities: ClientCapabilities | None = None
     sessions: dict[str, EditorSession] = field(default_factory=dict)
@@ -270,9 +274,13 @@ class LaceAgent:
             editor = buffers if buffers.reads or buffers.writes else None
             return open_runtime(self.board.store, settings, self.client,
                                 check_model=check_model, workspace=folder.resolve(),
-                                editor=editor)
+                                editor=editor, stopping=self.stopping)
         except LaceError as error:
             raise RequestError.invalid_params({"cwd": str(error)}) from None
+        except Exception:
+            if self.stopping():  # stopped waiting for the server, as the signal asked
+                raise asyncio.CancelledError from None
+            raise
 
     def _serve(self, runtime: Runtime, root_id: str) -> EditorSession:
         assert self.conn is not None

@@ -14,6 +14,7 @@ import selectors
 import signal
 import stat
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -89,7 +90,8 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
     loop.set_default_executor(DaemonThreads())  # a stuck tool thread cannot hold the exit
     main = asyncio.current_task()
     assert main is not None
-    stop = once_on((signal.SIGINT, signal.SIGTERM), main.cancel)
+    signalled = threading.Event()  # at once: the loop waits while a registration retries
+    stop = once_on((signal.SIGINT, signal.SIGTERM), main.cancel, came=signalled)
     gone: list[str] = []
 
     def editor_gone(why: str) -> None:
@@ -100,7 +102,7 @@ async def _serve(args: argparse.Namespace, board: Any, model: str, protocol_out:
             stop()
 
     agent = LaceAgent(board=board, client=model_client(), model=model, flags=args,
-                      editor_gone=editor_gone)
+                      editor_gone=editor_gone, stopping=signalled.is_set)
     transport = await editor_stdio(protocol_out, stall_s, editor_gone)
     print(f"lace acp (pid {os.getpid()}): serving ACP on stdio, database {board.url}",
           file=sys.stderr)
