@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 
 from lace.llm.types import ScriptedReply
 from tests.postgres import PostgresServer
@@ -87,20 +88,22 @@ def restart(server: PostgresServer, down_s: float) -> None:
     server.start_again()
 
 
-class CommitCutter:
-    """A TCP proxy to the server that, when `armed`, passes one COMMIT on and then closes both
-    sides instead of passing the server's answer back: the transaction committed, but lace
-    cannot know. With `after`, only the COMMIT of a connection that sent `after` (a statement's
-    text) is cut: one chosen transaction of a whole process."""
+class Proxy:
+    """A TCP proxy on 127.0.0.1 to the server at `port`; each connection through it handed to
+    `_connected` with its server side."""
 
-    def __init__(self, port: int, after: bytes = b"") -> None:
+    def __init__(self, port: int) -> None:
         self.target = ("127.0.0.1", port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.after = after
-        self.cut = 0
+
+    def start(self) -> None:
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, database_url: str) -> str:
+        """`database_url` through this proxy."""
+        return sa.make_url(database_url).set(port=self.port).render_as_string(
+            hide_password=False)
 
     def _accept(self) -> None:
         while True:
@@ -108,11 +111,30 @@ class CommitCutter:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.target)
-            committing = threading.Event()
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(source, sink, committing, client),
-                                 daemon=True).start()
+            self._connected(client, socket.create_connection(self.target))
+
+    def _connected(self, client: socket.socket, server: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class CommitCutter(Proxy):
+    """A TCP proxy to the server that, when `armed`, passes one COMMIT on and then closes both
+    sides instead of passing the server's answer back: the transaction committed, but lace
+    cannot know. With `after`, only the COMMIT of a connection that sent `after` (a statement's
+    text) is cut: one chosen transaction of a whole process."""
+
+    def __init__(self, port: int, after: bytes = b"") -> None:
+        super().__init__(port)
+        self.armed = threading.Event()
+        self.after = after
+        self.cut = 0
+        self.start()
+
+    def _connected(self, client: socket.socket, server: socket.socket) -> None:
+        committing = threading.Event()
+        for source, sink in ((client, server), (server, client)):
+            threading.Thread(target=self._pipe, args=(source, sink, committing, client),
+                             daemon=True).start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket, committing: threading.Event,
               client: socket.socket) -> None:
@@ -140,33 +162,25 @@ class CommitCutter:
         self.listener.close()
 
 
-class OutageAt:
+class OutageAt(Proxy):
     """A TCP proxy to the server that goes away, as a server does at the start of an outage,
     the moment a client sends `statement` (a statement's text): every connection through it cut
     (that statement never reaches the server) and every new one refused, for good."""
 
     def __init__(self, port: int, statement: bytes) -> None:
-        self.target = ("127.0.0.1", port)
+        super().__init__(port)
         self.statement = statement
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.down = threading.Event()
         self._sockets: list[socket.socket] = []
         self._guard = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            with self._guard:
-                self._sockets += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(source, sink, client),
-                                 daemon=True).start()
+    def _connected(self, client: socket.socket, server: socket.socket) -> None:
+        with self._guard:
+            self._sockets += [client, server]
+        for source, sink in ((client, server), (server, client)):
+            threading.Thread(target=self._pipe, args=(source, sink, client),
+                             daemon=True).start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket, client: socket.socket) -> None:
         with contextlib.suppress(OSError):

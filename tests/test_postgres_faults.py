@@ -473,8 +473,7 @@ def test_the_note_that_no_process_runs_the_board_waits_out_a_dropped_connection(
                  "--db", postgres_url]) == 0
     capsys.readouterr()
     cutter = CommitCutter(int(sa.make_url(postgres_url).port or 0))
-    through_cutter = sa.make_url(postgres_url).set(port=cutter.port).render_as_string(
-        hide_password=False)
+    through_cutter = cutter.url(postgres_url)
     try:
         with board_of(Namespace(db=through_cutter)) as board:
             root = board.latest_session()
@@ -500,8 +499,7 @@ def test_the_apps_parting_line_waits_out_a_dropped_connection(postgres_url: str)
         postgres_url, "SELECT thread_id FROM agent_metadata")]
     postgres.query(postgres_url, "UPDATE agent_metadata SET status = 'interrupted'")
     cutter = CommitCutter(int(sa.make_url(postgres_url).port or 0))
-    store = Store(database_at(sa.make_url(postgres_url).set(port=cutter.port).render_as_string(
-        hide_password=False)))
+    store = Store(database_at(cutter.url(postgres_url)))
     try:
         app = SimpleNamespace(session_id=root, runtime=SimpleNamespace(store=store))
         cutter.armed.set()  # the read's COMMIT passes, its answer never comes back
@@ -519,8 +517,7 @@ def test_a_worker_whose_registrations_commit_answer_is_lost_registers_once_and_w
     whose answer is lost must leave one row, and a worker that runs the session."""
     cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0),
                           after=b"INSERT INTO processes")
-    through_cutter = sa.make_url(migrated_postgres_url).set(port=cutter.port).render_as_string(
-        hide_password=False)
+    through_cutter = cutter.url(migrated_postgres_url)
     cutter.armed.set()
     try:
         with FakeOpenAI(fan_out) as server, worker(
@@ -548,8 +545,7 @@ def test_a_detached_run_whose_sessions_commit_answer_is_lost_starts_one_session(
     to start a second session."""
     cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0),
                           after=b"INSERT INTO threads")
-    through_cutter = sa.make_url(migrated_postgres_url).set(port=cutter.port).render_as_string(
-        hide_password=False)
+    through_cutter = cutter.url(migrated_postgres_url)
     cutter.armed.set()
     try:
         with FakeOpenAI(fan_out) as server:
@@ -575,8 +571,7 @@ def test_a_process_whose_registration_meets_an_outage_stops_on_sigterm(
     the server Ctrl+C too) for as long as the outage lasted."""
     outage = OutageAt(int(sa.make_url(migrated_postgres_url).port or 0),
                       b"INSERT INTO processes")
-    through_proxy = sa.make_url(migrated_postgres_url).set(port=outage.port).render_as_string(
-        hide_password=False)
+    through_proxy = outage.url(migrated_postgres_url)
     log = tmp_path / "lace.log"
     with log.open("wb") as stderr:
         process = lace_popen([sys.executable, "-m", "lace", *command, "--db", through_proxy],
@@ -605,8 +600,7 @@ async def test_lace_acp_whose_registration_meets_an_outage_stops_on_sigterm(
     stop never ran: it outlived SIGTERM for as long as the outage lasted."""
     outage = OutageAt(int(sa.make_url(migrated_postgres_url).port or 0),
                       b"INSERT INTO processes")
-    through_proxy = sa.make_url(migrated_postgres_url).set(port=outage.port).render_as_string(
-        hide_password=False)
+    through_proxy = outage.url(migrated_postgres_url)
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
     async with lace_acp(Editor(), home, "--model", "demo/coordinator", "--db",
