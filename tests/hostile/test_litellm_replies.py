@@ -135,7 +135,7 @@ def test_an_endless_stream_stops_at_the_chunk_limit_and_holds_no_loop(
         tmp_path: Path, model: str) -> None:
     """Through litellm (`anthropic/`), and on the openai path, where such a stream went on for
     good, the loop held."""
-    with EndlessProvider(offered=64 * MB) as endless:
+    with EndlessProvider() as endless:
         env = lace_env(tmp_path / "home", ANTHROPIC_API_BASE=endless.base_url,
                        ANTHROPIC_API_KEY="sk-ant-not-a-key", OPENAI_BASE_URL=endless.base_url,
                        OPENAI_API_KEY="sk-not-a-key")
@@ -150,7 +150,9 @@ def test_an_endless_stream_stops_at_the_chunk_limit_and_holds_no_loop(
     assert ended["transient"] is False
     assert MAX_STREAMED_CHUNKS - 10 <= ended["deltas"] <= MAX_STREAMED_CHUNKS
     assert endless.requests == 1
-    assert endless.sent < 2 * MAX_ANSWER_BYTES  # lace hung up, not at the end of the offer
+    # lace hung up long before the end of the offer (256 MB); what the server wrote past the
+    # chunk limit sat in socket buffers and read-ahead (34 and 38 MB on a loaded CI machine)
+    assert endless.sent < 4 * MAX_ANSWER_BYTES
     assert ended["after_mb"] - ended["before_mb"] < 1024  # litellm keeps every chunk
     assert ended["ticks"] > 10 * ended["seconds"]  # the loop went on (100 a second at best)
 
