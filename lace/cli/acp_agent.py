@@ -19,7 +19,7 @@ from lace.core.errors import LaceError
 from lace.core.ids import root_of
 from lace.core.version import __version__
 from lace.runtime.events import ApprovalRequested, RuntimeEvent, Warned
-from lace.runtime.public import ToolError
+from lace.runtime.public import GaveUpError, ToolError
 
 if TYPE_CHECKING:
     from acp.interfaces import Client
@@ -277,10 +277,8 @@ class LaceAgent:
                                 editor=editor, stopping=self.stopping)
         except LaceError as error:
             raise RequestError.invalid_params({"cwd": str(error)}) from None
-        except Exception:
-            if self.stopping():  # stopped waiting for the server, as the signal asked
-                raise asyncio.CancelledError from None
-            raise
+        except GaveUpError:  # stopped waiting for the server, as the signal asked
+            raise asyncio.CancelledError from None
 
     def _serve(self, runtime: Runtime, root_id: str) -> EditorSession:
         assert self.conn is not None

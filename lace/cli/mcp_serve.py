@@ -26,7 +26,7 @@ from lace.cli.run import model_client, new_runtime
 from lace.config import Settings, default_model
 from lace.core.errors import LaceError
 from lace.runtime.board import Board
-from lace.runtime.public import DaemonThreads
+from lace.runtime.public import DaemonThreads, GaveUpError
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken as SdkAccessToken
@@ -130,10 +130,8 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
         runtime = new_runtime(args, board, settings, client, Sharing(
             feed=board.change_feed(), share_work=True,
             sessions=frozenset({session_id} if session_id else ())), stopping=signalled.is_set)
-    except Exception:
-        if signalled.is_set():  # stopped waiting for the server, as the signal asked
-            return 0
-        raise
+    except GaveUpError:  # stopped waiting for the server, as the signal asked
+        return 0
     server = BoardServer(runtime, session_id)
 
     async def run_agents() -> None:

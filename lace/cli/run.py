@@ -159,13 +159,13 @@ async def _run(args: argparse.Namespace, board: Board, model: str, settings: Any
     if main is not None:  # SIGTERM ends the run as Ctrl+C does: turns interrupted, servers stopped
         once_on([signal.SIGTERM], main.cancel, came=signalled)
     sharing = Sharing(feed=board.change_feed(), share_work=True) if workers.processes else None
+    from lace.runtime.public import GaveUpError
+
     try:
         runtime = new_runtime(args, board, settings, model_client(), sharing, root_reported=True,
                               stopping=signalled.is_set)
-    except Exception:
-        if signalled.is_set():  # stopped waiting for the server, as SIGTERM asked
-            raise asyncio.CancelledError from None
-        raise
+    except GaveUpError:  # stopped waiting for the server, as SIGTERM asked
+        raise asyncio.CancelledError from None
     asking = _ask_on_the_terminal(runtime)
     try:
         if args.continue_thread:

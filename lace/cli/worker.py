@@ -31,7 +31,7 @@ from lace.config import Settings
 from lace.core.errors import LaceError
 from lace.runtime.board import Board
 from lace.runtime.databases import load_driver, when_reachable
-from lace.runtime.public import DaemonThreads
+from lace.runtime.public import DaemonThreads, GaveUpError
 
 WATCH_S = 0.5
 """How often the run looks for a worker that ended (a waitpid each), to name it then."""
@@ -117,10 +117,8 @@ async def _serve(args: argparse.Namespace, board: Board, settings: Settings,
             runtime = new_runtime(args, board, settings, client, Sharing(
                 feed=board.change_feed(), share_work=True, sessions=frozenset(roots),
                 serve_all=not roots, max_agents=args.max_agents), stopping=signalled.is_set)
-        except Exception:
-            if signalled.is_set():  # stopped waiting for the server, as the signal asked
-                return 0
-            raise
+        except GaveUpError:  # stopped waiting for the server, as the signal asked
+            return 0
         try:
             print(f"lace worker {runtime.process_id[:8]} (pid {os.getpid()}) runs the agents "
                   f"of {', '.join(roots) or 'every session'}", file=sys.stderr)

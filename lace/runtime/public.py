@@ -7,11 +7,11 @@ from lace.runtime.tool_runner import Arguments
 from lace.store import Store, Tx
 from lace.store.engines import ChangeFeed
 from lace.store.export_format import SessionDocument, parse_document
-from lace.store.retry import run_transaction
+from lace.store.retry import GaveUpError, run_transaction
 from lace.tools.base import ToolError, ToolResult
 from lace.tools.python_tools import python_tools
 from lace.tools.workspace import DaemonThreads, EditorFiles, within
 
-__all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "EditorFiles", "SessionDocument",
-           "Store", "ToolError", "ToolResult", "Tx", "parse_document", "python_tools",
-           "run_transaction", "within"]
+__all__ = ["Arguments", "ChangeFeed", "DaemonThreads", "EditorFiles", "GaveUpError",
+           "SessionDocument", "Store", "ToolError", "ToolResult", "Tx", "parse_document",
+           "python_tools", "run_transaction", "within"]
