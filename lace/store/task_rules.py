@@ -130,14 +130,17 @@ class TaskBoard:
         return created
 
     def _tell_root(self, session_id: str, tasks: Sequence[Task]) -> None:
-        """The root hears of the tasks the person created (`AssignmentRules.who_hears`), but
-        for those given to it, whose assignment notice says it all; of one the person gave
-        themselves, with its next turn: it has nothing to do for it now."""
-        for task in tasks:
-            if task.assigned_to != session_id:
-                self.inbox.notify(self.assignments.who_hears(task), sender=HUMAN,
-                                  kind="status", text=notifications.person_added(task),
-                                  task_id=task.id, wakes=task.assigned_to != HUMAN)
+        """The root hears of the tasks the person created once the person has written to it
+        (`AssignmentRules.who_hears`: asked once for them all), but for those given to it,
+        whose assignment notice says it all; of one the person gave themselves, with its next
+        turn: it has nothing to do for it now."""
+        told = [task for task in tasks if task.assigned_to != session_id]
+        if not told or not self.inbox.person_wrote_to(session_id):
+            return  # else the notices would go to the person, who gets none
+        for task in told:
+            self.inbox.notify(session_id, sender=HUMAN, kind="status",
+                              text=notifications.person_added(task), task_id=task.id,
+                              wakes=task.assigned_to != HUMAN)
 
     @staticmethod
     def _assigned_text(assignee: Assignment | None, *, held: bool) -> str | None:
