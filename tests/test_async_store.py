@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from lace.core.errors import InvalidTransitionError
 from lace.core.records import NewAgent
 from lace.runtime.database import MAX_BATCH, AsyncStore
-from lace.store import Store, Tx, schema
+from lace.store import Later, Store, Tx, schema
 from lace.store.engines.postgresql import CHANNEL
 from lace.store.leases import LeaseLostError, fenced
 from tests.conftest import is_postgres, lost_and_held_leases, new_session, query, turns_of
@@ -93,7 +93,7 @@ async def test_a_held_lock_sends_the_write_to_the_thread_and_the_loop_goes_on(
     other = OtherWriter(db_path, session.id)
     ran_on: list[threading.Thread] = []
 
-    def append(tx: Tx) -> int:
+    def append(tx: Tx) -> Later[int]:
         ran_on.append(threading.current_thread())
         return tx.events.append(session.id, "user_message", {"n": 1})
 
@@ -109,7 +109,7 @@ async def test_a_held_lock_sends_the_write_to_the_thread_and_the_loop_goes_on(
     on_the_loop = [thread is threading.main_thread() for thread in ran_on]
     assert on_the_loop == ([False] if is_postgres(db_path) else [])
     other.commit()
-    event_id = await asyncio.wait_for(write, 10)
+    event_id = (await asyncio.wait_for(write, 10)).value
     db.close()
     assert ran_on[-1] is not threading.main_thread()
     assert query(db_path, "SELECT id FROM events WHERE type = 'user_message'") == [(event_id,)]
@@ -121,8 +121,8 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
     session = new_session(store)
     commits = committed(store, db_path)
 
-    def append(n: int) -> Callable[[Tx], int]:
-        def work(tx: Tx) -> int:
+    def append(n: int) -> Callable[[Tx], Later[int]]:
+        def work(tx: Tx) -> Later[int]:
             event_id = tx.events.append(session.id, "user_message", {"n": n})
             if n == 2:
                 raise InvalidTransitionError("the second write fails after its insert")
@@ -135,7 +135,8 @@ async def test_writes_asked_together_commit_once_and_a_failing_one_is_undone_alo
                           "WHERE type = 'user_message' ORDER BY id")
     db.close()
     assert isinstance(second, InvalidTransitionError)
-    assert [(event_id, int(n)) for event_id, n in kept] == [(first, 1), (third, 3)]
+    assert isinstance(first, Later) and isinstance(third, Later)
+    assert [(event_id, int(n)) for event_id, n in kept] == [(first.value, 1), (third.value, 3)]
     assert commits() == 1  # one transaction for the three
 
 
@@ -148,7 +149,7 @@ async def test_a_write_the_database_refuses_fails_its_own_caller_alone(
     session = new_session(store)
     twin = NewAgent(thread_id=session.id, name="twin", provider="demo", model="worker")
 
-    def append(n: int) -> Callable[[Tx], int]:
+    def append(n: int) -> Callable[[Tx], Later[int]]:
         return lambda tx: tx.events.append(session.id, "user_message", {"n": n})
 
     def twin_last(tx: Tx) -> None:
@@ -166,7 +167,8 @@ async def test_a_write_the_database_refuses_fails_its_own_caller_alone(
                           "WHERE type = 'user_message' ORDER BY id")
     db.close()
     assert [type(outcome) for outcome in outcomes[1:3]] == [sa.exc.IntegrityError] * 2
-    assert [(event_id, int(n)) for event_id, n in kept] == [(outcomes[0], 1), (outcomes[3], 4)]
+    ids = [outcome.value if isinstance(outcome, Later) else outcome for outcome in outcomes]
+    assert [(event_id, int(n)) for event_id, n in kept] == [(ids[0], 1), (ids[3], 4)]
 
 
 async def test_a_write_is_seen_by_every_statement_after_it_in_its_transaction(
@@ -215,8 +217,8 @@ async def test_reads_asked_together_each_get_their_own_answer_or_error(
 async def test_a_write_is_committed_when_its_caller_resumes(store: Store, db_path: Path) -> None:
     db = AsyncStore(store)
     session = new_session(store)
-    event_id = await db.write(
-        lambda tx: tx.events.append(session.id, "user_message", {"n": 1}))
+    event_id = (await db.write(
+        lambda tx: tx.events.append(session.id, "user_message", {"n": 1}))).value
     seen = query(db_path, "SELECT id FROM events WHERE id = ?", event_id)  # another connection
     db.close()
     assert seen == [(event_id,)]
@@ -253,7 +255,7 @@ async def test_a_long_queue_commits_in_batches_and_loses_nothing(store: Store,
     db.close()
     assert commits() == 3  # two full batches and the rest
     assert query(db_path, "SELECT id FROM events WHERE type = 'user_message' ORDER BY id") == [
-        (event_id,) for event_id in ids]
+        (event_id.value,) for event_id in ids]
 
 
 async def test_a_connection_the_server_ended_is_replaced(store: Store, db_path: Path) -> None:
@@ -291,12 +293,12 @@ async def test_rows_appended_together_keep_their_order_ids_and_masks(
         ("tool_call", {"call_id": "c1", "arguments": "key sk-test-secret-abcdef123456"}),
         ("tool_call", {"call_id": "c2", "arguments": "nul \x00 here"})]
 
-    def append(tx: Tx) -> tuple[int, list[int], int]:
+    def append(tx: Tx) -> tuple[Later[int], Later[list[int]], Later[int]]:
         before = tx.events.append(session.id, "user_message", {"n": 0})
         together = tx.events.append_all(session.id, rows)
         return before, together, tx.events.append(session.id, "user_message", {"n": 4})
 
-    before, together, after = await db.write(append)
+    before, together, after = (later.value for later in await db.write(append))
     db.close()
     stored = query(db_path, "SELECT id, type, data FROM events WHERE thread_id = ? "
                    "AND type != 'system_prompt' ORDER BY id", session.id)
@@ -333,8 +335,61 @@ async def test_a_write_under_a_lost_lease_writes_nothing_and_spares_its_batch(
         return_exceptions=True)
     db.close()
     assert [type(outcome) for outcome in outcomes[:2]] == [LeaseLostError, LeaseLostError]
-    assert isinstance(outcomes[2], int)
+    assert isinstance(outcomes[2], Later) and isinstance(outcomes[2].value, int)
     assert query(db_path, "SELECT type FROM events WHERE thread_id = ? AND type = "
                  "'user_message'", session.id) == [("user_message",)]
     assert query(db_path, "SELECT COUNT(*) FROM inbox WHERE text = 'stale'") == [(0,)]
     assert "stale" not in str(query(db_path, "SELECT data FROM events"))
+
+
+async def test_an_events_id_comes_with_the_commit_not_a_round_trip_of_its_own(
+        store: Store, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a server an appended event's id (`Later`) arrives with the statement that ends the
+    transaction: a write of one event costs the round trips of a write whose answer nobody
+    reads. Read inside its transaction, the id is there at once (its INSERT goes out then);
+    the id of an undone transaction is never made up."""
+    if not is_postgres(db_path):
+        pytest.skip("SQLite runs each statement in process: no round trip to save")
+    db = AsyncStore(store)
+    session = new_session(store)
+    for _warm in range(2):  # each statement prepared in the session, once
+        await db.write(lambda tx: tx.events.append(session.id, "user_message", {"n": 0}))
+        await db.write(lambda tx: tx.agents.count_turn(session.id))
+    trips: list[str] = []
+    execute, commit = psycopg.Cursor.execute, psycopg.Connection.commit
+
+    def counted_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(str(query)[:60])
+        return execute(cursor, query, *args, **kwargs)
+
+    def counted_commit(connection: Any) -> None:
+        trips.append("COMMIT")
+        commit(connection)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+    monkeypatch.setattr(psycopg.Connection, "commit", counted_commit)
+    await db.write(lambda tx: tx.agents.count_turn(session.id))
+    nothing_read = len(trips)
+    trips.clear()
+    appended = await db.write(
+        lambda tx: tx.events.append(session.id, "user_message", {"n": 1}))
+    one_event = len(trips)
+    read_inside = await db.write(lambda tx: tx.events.append(
+        session.id, "user_message", {"n": 2}).value)
+
+    def undone(tx: Tx) -> Later[int]:
+        later.append(tx.events.append(session.id, "user_message", {"n": 3}))
+        raise InvalidTransitionError("undo it")
+
+    later: list[Later[int]] = []
+    failed = await asyncio.gather(db.write(undone), return_exceptions=True)
+    monkeypatch.undo()
+    db.close()
+    assert one_event == nothing_read, trips
+    stored = query(db_path, "SELECT id, json_extract(data, '$.n') FROM events WHERE type = "
+                   "'user_message' AND id > ? ORDER BY id", appended.value - 1)
+    assert [(event_id, int(n)) for event_id, n in stored] == [(appended.value, 1),
+                                                              (read_inside, 2)]
+    assert isinstance(failed[0], InvalidTransitionError)
+    with pytest.raises(RuntimeError, match="undone"):
+        _ = later[0].value

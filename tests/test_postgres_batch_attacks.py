@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from lace.runtime.database import AsyncStore
-from lace.store import Store, Tx, open_database
+from lace.store import Later, Store, Tx, open_database
 from lace.store.db import Database
 from lace.store.engines import driver, engine_for
 from lace.store.prepared import Prepared
@@ -242,11 +242,11 @@ async def test_hostile_json_goes_through_execute_of_prepared_statements_unchange
     data = [{"content": text, "nested": [{"a": [text, None, True, 1.5, -0.0, 10**18]}]}
             for text in HOSTILE if len(text) < 1000]
 
-    def appends(tx: Tx) -> list[int]:
+    def appends(tx: Tx) -> Later[list[int]]:
         tx.agents.count_turn(session.id)  # queued: the INSERT goes as EXECUTE, after it
         return tx.events.append_all(session.id, [("user_message", item) for item in data])
 
-    ids = await db.write(appends)
+    ids = (await db.write(appends)).value
     stored = await db.read(lambda tx: [event.data for event in tx.events.latest(
         session.id, len(data))[0]])
     db.close()

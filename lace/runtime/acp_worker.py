@@ -149,8 +149,8 @@ class AcpTurn:
         """Start the agent, prompt it, record what it does; the answer, or ModelError."""
         runner, thread_id = self.runner, self.thread_id
         runner.bus.publish(TurnStarted(thread_id))
-        for event in self.start.appended:
-            runner.bus.publish(EventAppended(thread_id, event.id, event.type, event.data))
+        for event in self.start.appended.events():
+            runner.bus.publish(event)
         base = runner.tools.workspace
         if self.config is None or base is None:
             raise ModelError(f"ACP agent {self.name!r} cannot run here: " + (
@@ -182,7 +182,7 @@ class AcpTurn:
     def _finish(self, tx: Tx, final: str) -> None:
         message = {"role": "assistant", "content": final}
         event_id = tx.events.append(self.thread_id, "agent_message", {"message": message})
-        self.runner.bus.publish(EventAppended(self.thread_id, event_id, "agent_message",
+        self.runner.bus.publish(EventAppended(self.thread_id, event_id.value, "agent_message",
                                               {"message": message}))
         task = open_task_of(tx, tx.agents.get(self.thread_id))
         if task is not None:
@@ -191,9 +191,9 @@ class AcpTurn:
         end_turn(tx, self.thread_id, final)
 
     def _prompt(self) -> str:
-        return "\n\n".join(str((event.data.get("message") or {}).get("content") or "")
-                           for event in self.start.appended
-                           if event.type in ("notification", "user_message"))
+        return "\n\n".join(str((data.get("message") or {}).get("content") or "")
+                           for type, data in self.start.appended.rows
+                           if type in ("notification", "user_message"))
 
     async def _prompted(self, config: AcpAgent, folder: Path) -> str:
         """Run the agent through one prompt; its stop reason (ModelError when it fails)."""
@@ -302,7 +302,7 @@ class AcpTurn:
 
     async def _append(self, type: str, data: dict[str, Any]) -> None:
         event_id = await self._write(lambda tx: tx.events.append(self.thread_id, type, data))
-        self.runner.bus.publish(EventAppended(self.thread_id, event_id, type, data))
+        self.runner.bus.publish(EventAppended(self.thread_id, event_id.value, type, data))
 
     async def permission(self, tool_call: Any, options: list[Any]) -> Any:
         """Allowed when its thread has the lace tool the call's kind needs and lace's policy

@@ -13,8 +13,9 @@ from lace.core.notifications import INTERRUPTED_CALL, LACE_SENDER, progress_bloc
 from lace.core.records import Agent, Event, InboxItem, Lease, Place
 from lace.core.tasks import ACTIVE_STATUSES
 from lace.core.tool_sets import EVERY_TOOL
+from lace.runtime.events import EventAppended
 from lace.runtime.prompt import system_prompt
-from lace.store import Tx
+from lace.store import Later, Tx
 from lace.tools.base import ToolResult
 
 INTERRUPTED = ToolResult(INTERRUPTED_CALL, is_error=True, kind="Interrupted")
@@ -31,14 +32,35 @@ class PendingWait:
 
 
 @dataclass(frozen=True)
+class Appended:
+    """Rows (type, data) a transaction appended to a thread's conversation, to publish once it
+    commits: on PostgreSQL their ids arrive with its last round trip (`Later`)."""
+
+    thread_id: str
+    event_ids: Later[list[int]]
+    rows: list[tuple[str, dict[str, Any]]]
+
+    @classmethod
+    def of(cls, tx: Tx, thread_id: str, rows: list[tuple[str, dict[str, Any]]]) -> Appended:
+        """Append `rows` to the thread in `tx`."""
+        return cls(thread_id, tx.events.append_all(thread_id, rows), rows)
+
+    def events(self) -> list[EventAppended]:
+        """What to publish, once the transaction committed."""
+        return [EventAppended(self.thread_id, event_id, type, data) for event_id, (type, data)
+                in zip(self.event_ids.value, self.rows, strict=True)]
+
+
+@dataclass(frozen=True)
 class TurnStart:
-    """What a turn begins with: the agent, its whole conversation, the rows just added, and
-    any waits to finish before the model is called again."""
+    """What a turn begins with: the agent, its whole conversation, the rows just added (their
+    ids once the transaction committed), and any waits to finish before the model is called
+    again."""
 
     agent: Agent
     lease: Lease
     messages: list[dict[str, Any]]
-    appended: list[Event]
+    appended: Appended
     waits: list[PendingWait]
 
 
@@ -184,8 +206,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         if note and number == len(deliveries):
             data["message"]["content"] += f"\n\n{note}"
         rows.append(("user_message" if from_person else "notification", data))
-    appended = [Event(id=event_id, thread_id=thread_id, type=type, data=data, created_at="")
-                for event_id, (type, data) in zip(tx.events.append_all(thread_id, rows), rows,
-                                                  strict=True)]
+    appended = [Event(id=0, thread_id=thread_id, type=type, data=data, created_at="")
+                for type, data in rows]
     return TurnStart(agent=agent, lease=lease, messages=conversation([*events, *appended]),
-                     appended=appended, waits=resumed)
+                     appended=Appended.of(tx, thread_id, rows), waits=resumed)

@@ -10,7 +10,7 @@ from lace.config import ModelCheck
 from lace.core.assignee import parse_model
 from lace.core.records import Agent
 from lace.llm.types import ModelError
-from lace.store import Tx
+from lace.store import Later, Tx
 
 log = logging.getLogger("lace.runtime")
 
@@ -40,7 +40,7 @@ def next_fallback(current: str, chain: Sequence[str], check_model: ModelCheck,
 
 
 def switch_model(tx: Tx, agent: Agent, provider: str, model: str, error: ModelError,
-                 ) -> tuple[int, dict[str, str]]:
+                 ) -> tuple[Later[int], dict[str, str]]:
     """Put the agent on `provider/model` from now on (its row's model, which a resumed turn
     reads) and say so in its conversation; returns the event's id and data."""
     new_model = f"{provider}/{model}"

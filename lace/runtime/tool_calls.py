@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from lace.core.text import valid_text
 from lace.core.worktrees import Worktree
-from lace.runtime.conversation import PendingWait
+from lace.runtime.conversation import Appended, PendingWait
 from lace.runtime.crash import crash_point
-from lace.runtime.events import EventAppended
 from lace.runtime.isolation import workspace_in
 from lace.store import Tx
 from lace.tools.base import Tool, ToolContext, ToolResult, WaitingTool
@@ -33,7 +32,7 @@ class Executed:
     transaction wrote with its effect (`recorded_with_effect`) or what the path records."""
 
     result: ToolResult
-    recorded: EventAppended | None = None
+    recorded: Appended | None = None
     recorded_with_effect: bool = False
     files_changed: Sequence[str] = ()
 
@@ -78,7 +77,7 @@ class BoardCall(ToolCall):
                       call_id: str | None) -> Executed:
         tool = await self.tool.prepared(context)
 
-        def run(tx: Tx) -> tuple[ToolResult, EventAppended | None]:
+        def run(tx: Tx) -> tuple[ToolResult, Appended | None]:
             answer = tool.run(tx, context)
             text, values = (answer, None) if isinstance(answer, str) else \
                 (answer.text, answer.values)

@@ -24,9 +24,9 @@ from lace.core.tool_sets import grants, is_mcp_tool
 from lace.llm.checks import quick_model_check
 from lace.runtime.approvals import Approvals, denied_by_policy
 from lace.runtime.board_changes import BoardChanges
-from lace.runtime.conversation import PendingWait, own_tools, tool_result_data
+from lace.runtime.conversation import Appended, PendingWait, own_tools, tool_result_data
 from lace.runtime.database import AsyncStore
-from lace.runtime.events import EventAppended, EventBus
+from lace.runtime.events import EventBus
 from lace.runtime.hook_points import HookPoints
 from lace.runtime.isolation import with_committed_work, worktree_of
 from lace.runtime.tool_calls import (
@@ -62,7 +62,7 @@ POLL_S = 0.5
 """How often a waiting call looks at the board (other processes' commits are not signalled)."""
 PROGRESS_S = 5.0
 Arguments = str | dict[str, Any] | None
-Recorded = EventAppended | None
+Recorded = Appended | None
 T = TypeVar("T")
 UNCONFIGURED = ToolSettings()
 """The policy of a runtime with no approvals (each tool's default)."""
@@ -352,14 +352,14 @@ class ToolRunner:
             return None
         data = tool_result_data(call_id, name, result, waited_for=waited_for,
                                 files_changed=files_changed, server=server)
-        event_id = tx.events.append(context.thread_id, "tool_result", data)
+        appended = Appended.of(tx, context.thread_id, [("tool_result", data)])
         if running:
             tx.agents.set_status(context.thread_id, "running")
-        return EventAppended(context.thread_id, event_id, "tool_result", data)
+        return appended
 
     def _publish(self, recorded: Recorded) -> None:
-        if recorded is not None:
-            self.bus.publish(recorded)
+        for event in [] if recorded is None else recorded.events():
+            self.bus.publish(event)
 
 
 def call_tool(store: Store, context: ToolContext, name: str, arguments: Arguments,

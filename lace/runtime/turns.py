@@ -22,7 +22,7 @@ from lace.core.records import Agent, Lease, Place
 from lace.core.usage import TURN_CUT_OFF, estimate_tokens, held_tokens, schema_characters
 from lace.llm.types import ModelClient, ModelError, ModelReply, session_tree
 from lace.runtime.acp_worker import AcpTurn
-from lace.runtime.conversation import TurnStart, begin_turn, without_arguments
+from lace.runtime.conversation import Appended, TurnStart, begin_turn, without_arguments
 from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.escrow import Escrow, HaltedError, Spent, Taken
@@ -147,8 +147,8 @@ class TurnRunner:
         thread_id = agent.thread_id
         crash_point("after_inbox_consume")
         self.bus.publish(TurnStarted(thread_id))
-        for event in start.appended:
-            self._published(thread_id, event.id, event.type, event.data)
+        for event in start.appended.events():
+            self.bus.publish(event)
         context = self.tools.context(agent, lease)
         for wait in start.waits:
             result = await self.tools.resume(context, wait)
@@ -163,8 +163,10 @@ class TurnRunner:
             agent, reply, usage = await self._call_on_some_model(agent, lease, messages, tools)
             message = reply.message()
             messages.append(message)
-            await self._write_billed(lease, usage, functools.partial(
+            appended = await self._write_billed(lease, usage, functools.partial(
                 self._record_reply, thread_id=thread_id, message=message, usage=usage))
+            for event in appended.events():
+                self.bus.publish(event)
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 if await self._sent_back(agent, lease, messages, reply.content):
@@ -206,7 +208,7 @@ class TurnRunner:
         data = {"message": message, "sender": "hook", "kind": "stop_hook"}
         event_id = await self.db.write(fenced(lease, lambda tx: tx.events.append(
             agent.thread_id, "notification", data)))
-        self._published(agent.thread_id, event_id, "notification", data)
+        self._published(agent.thread_id, event_id.value, "notification", data)
         messages.append(message)
         return True
 
@@ -227,17 +229,17 @@ class TurnRunner:
         return bool(results) and all(result.ends_work and not result.is_error
                                      for result in results)
 
-    def _record_reply(self, tx: Tx, *, thread_id: str, message: dict[str, Any],
-                      usage: Callable[[Tx], None]) -> None:
+    @staticmethod
+    def _record_reply(tx: Tx, *, thread_id: str, message: dict[str, Any],
+                      usage: Callable[[Tx], None]) -> Appended:
+        """The reply's rows (its message, then each tool call); to publish once committed."""
         usage(tx)
         rows: list[tuple[str, dict[str, Any]]] = [
             ("agent_message", {"message": without_arguments(message)})]
         rows.extend(("tool_call", {"call_id": call["id"], "tool_name": call["function"]["name"],
                                    "arguments": call["function"]["arguments"]})
                     for call in message.get("tool_calls") or [])
-        for event_id, (type, data) in zip(tx.events.append_all(thread_id, rows), rows,
-                                          strict=True):
-            self._published(thread_id, event_id, type, data)
+        return Appended.of(tx, thread_id, rows)
 
     def _published(self, thread_id: str, event_id: int, type: str, data: dict[str, Any]) -> None:
         self.bus.publish(EventAppended(thread_id, event_id, type, data))
@@ -268,7 +270,7 @@ class TurnRunner:
                 provider, model = fallback
                 event_id, data = await self.db.write(fenced(lease, functools.partial(
                     switch_model, agent=agent, provider=provider, model=model, error=error)))
-                self._published(agent.thread_id, event_id, "error", data)
+                self._published(agent.thread_id, event_id.value, "error", data)
                 agent = dataclasses.replace(agent, provider=provider, model=model)
 
     async def _call_model(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
@@ -353,13 +355,13 @@ class TurnRunner:
             latency_ms=(time.monotonic() - started) * 1000, **call)
 
     async def _write_billed(self, lease: Lease, usage: Callable[[Tx], None],
-                            work: Callable[[Tx], None]) -> None:
+                            work: Callable[[Tx], T]) -> T:
         """`work` (which records a call's `usage`) under `lease`; once the lease is lost, the
         usage alone: the provider billed the call whoever holds the agent now, so its tokens
         and cost still count (the session's bill and its caps), though nothing else of the
         call is written."""
         try:
-            await self.db.write(fenced(lease, work))
+            return await self.db.write(fenced(lease, work))
         except LeaseLostError:
             try:
                 await self.db.write(usage)

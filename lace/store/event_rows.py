@@ -13,7 +13,7 @@ from lace.core.secrets import mask_data
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
-from lace.store.prepared import dialect_of
+from lace.store.prepared import Later, dialect_of
 from lace.store.rows import Rows, record
 
 
@@ -24,30 +24,32 @@ class EventRows(Rows):
         super().__init__(connection, raw)
         self._touched: set[str] = set()
 
-    def append(self, thread_id: str, type: str, data: dict[str, Any]) -> int:
-        """Append one conversation row (credential values masked); returns its id."""
+    def append(self, thread_id: str, type: str, data: dict[str, Any]) -> Later[int]:
+        """Append one conversation row (credential values masked); its id, which on
+        PostgreSQL arrives with the transaction's next round trip (`Later`)."""
         now = now_iso()
-        event_id = sql.INSERT_EVENT.inserted_id(self.raw, {
+        event_id = sql.INSERT_EVENT.later_id(self.raw, {
             "thread_id": thread_id, "type": type, "data": mask_data(data, credential_values()),
             "created_at": now})
         self._touch(thread_id, now)
         return event_id
 
     def append_all(self, thread_id: str, rows: Sequence[tuple[str, dict[str, Any]]]
-                   ) -> list[int]:
-        """Append conversation rows (type, data) in order; their ids. On PostgreSQL in one
-        statement (one round trip), not one each."""
-        if len(rows) < 2 or dialect_of(self.raw) == "sqlite":  # in process: nothing to save
-            return [self.append(thread_id, type, data) for type, data in rows]
+                   ) -> Later[list[int]]:
+        """Append conversation rows (type, data) in order; their ids (`Later`). On
+        PostgreSQL in one statement, not one each."""
+        if dialect_of(self.raw) == "sqlite" or not rows:  # in process: nothing to save
+            return Later.known([self.append(thread_id, type, data).value for type, data in rows])
         now, secrets = now_iso(), credential_values()
         params: dict[str, Any] = {}
         for index, (type, data) in enumerate(rows):
             params.update({f"thread_id_{index}": thread_id, f"type_{index}": type,
                            f"data_{index}": mask_data(data, secrets),
                            f"created_at_{index}": now})
-        inserted = sql.insert_events(len(rows)).rows(self.raw, params)
+        event_ids = sql.insert_events(len(rows)).later(  # ids drawn in the rows' order
+            self.raw, params, lambda inserted: sorted(int(row["id"]) for row in inserted))
         self._touch(thread_id, now)
-        return sorted(int(row["id"]) for row in inserted)  # drawn in the rows' order
+        return event_ids
 
     def _touch(self, thread_id: str, now: str) -> None:
         if thread_id not in self._touched:  # once per transaction is enough

@@ -28,11 +28,14 @@ GIVE_BACK = Prepared(_grants.delete().where(_grants.c.owner == sa.bindparam("gra
                                             _grants.c.process_id == sa.bindparam("holder")))
 
 
-def _added(dialect: str, owner: str, holder: str, tokens: int) -> sa.Executable:
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_grants)
-    return insert.values(owner=owner, process_id=holder, tokens=tokens).on_conflict_do_update(
+def _added(insert: sqlite.Insert | postgresql.Insert) -> sa.ClauseElement:
+    return insert.values(owner=sa.bindparam("grant_owner"), process_id=sa.bindparam("holder"),
+                         tokens=sa.bindparam("tokens")).on_conflict_do_update(
         index_elements=[_grants.c.owner, _grants.c.process_id],
         set_={"tokens": _grants.c.tokens + insert.excluded.tokens})
+
+
+ADD = Prepared(_added(sqlite.insert(_grants)), postgresql=_added(postgresql.insert(_grants)))
 
 
 class GrantRows(Rows):
@@ -47,7 +50,7 @@ class GrantRows(Rows):
 
     def add(self, owner: str, holder: str, tokens: int) -> None:
         """Set `tokens` more aside for process `holder` under `owner`'s cap."""
-        self._execute(_added(self.connection.dialect.name, owner, holder, tokens))
+        ADD.send(self.raw, {"grant_owner": owner, "holder": holder, "tokens": tokens})
 
     def spend(self, holder: str, spent: Mapping[str, int | None]) -> None:
         """Take what calls used from `holder`'s grants (never below 0); None gives the whole

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 from weakref import WeakKeyDictionary, WeakSet
 
 import sqlalchemy as sa
@@ -38,6 +38,7 @@ _PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
 DIALECTS: dict[str, sa.Dialect] = {"sqlite": sqlite.dialect(paramstyle="named"),
                                    "postgresql": _PSYCOPG}
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 def _processor(dialect: sa.Dialect, type_: sa.types.TypeEngine[Any], *,
@@ -53,7 +54,38 @@ def dialect_of(connection: Any) -> str:
     return "sqlite" if isinstance(connection, sqlite3.Connection) else "postgresql"
 
 
-class Queued(list[tuple[str, Mapping[str, Any]]]):
+class Later(Generic[T]):
+    """The answer of a statement queued with the writes (`Prepared.later`, `Insert.later_id`):
+    it arrives with them, in the round trip of the next statement that needs an answer or of
+    the COMMIT, so reading it after the transaction costs no round trip of its own. Read in the
+    transaction, it sends what is queued first (a round trip, as any read)."""
+
+    def __init__(self, connection: Any, convert: Callable[[Any], T]) -> None:
+        self._connection, self._convert = connection, convert
+        self._value: T | None = None
+        self._sent = False
+
+    @classmethod
+    def known(cls, value: T) -> Later[T]:
+        """An answer there already."""
+        later: Later[T] = cls(None, lambda _cursor: value)
+        later.fill(None)
+        return later
+
+    def fill(self, cursor: Any) -> None:
+        """Take the answer from `cursor`, on the statement's result."""
+        self._value, self._sent = self._convert(cursor), True
+
+    @property
+    def value(self) -> T:
+        if not self._sent:
+            flush_queued(self._connection)
+        if not self._sent:
+            raise RuntimeError("the statement was never sent: its transaction was undone")
+        return cast(T, self._value)
+
+
+class Queued(list[tuple[str, Mapping[str, Any], Later[Any] | None]]):
     """The writes a psycopg connection holds back (`deferred_writes`), in order; `carried`
     when they outlive the blocks that queued them (`carried_writes`)."""
 
@@ -182,11 +214,11 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
     carried = queued.carried and bool(writes)  # a queued write went out: whose error?
     queued.clear()  # sent, or, on an error, undone with the transaction
     if sql is not None and params is not None:
-        writes.append((sql, params))
+        writes.append((sql, params, None))
     cursor = ClientCursor(connection)
     try:  # binding a queued write's values may fail too, as may any of them on the server
-        _prepare_all(cursor, [text for text, _values in writes])
-        texts = [_executed(cursor, text, values) for text, values in writes]
+        _prepare_all(cursor, [text for text, _values, _later in writes])
+        texts = [_executed(cursor, text, values) for text, values, _later in writes]
         if sql is not None and params is None:
             texts.append(sql)
         cursor.execute(";\n".join(texts))
@@ -194,6 +226,11 @@ def _in_one_query(connection: Any, queued: Queued, sql: str | None = None,
         if carried:
             _unattributed.add(connection)
         raise
+    for index, (_text, _values, later) in enumerate(writes):  # one result each, in order
+        if index:
+            cursor.nextset()
+        if later is not None:
+            later.fill(cursor)
     if sql is None:
         return None
     while cursor.nextset():  # the last statement's result
@@ -462,7 +499,26 @@ class Prepared:
         if queued is None:
             compiled.run(connection, params)
         else:
-            queued.append((compiled.sql, compiled.bound(params)))
+            queued.append((compiled.sql, compiled.bound(params), None))
+
+    def later(self, connection: Any, params: Mapping[str, Any],
+              convert: Callable[[list[Row]], T]) -> Later[T]:
+        """`convert(rows)`, the statement sent as `send` sends a write: its `Later`, there
+        once the queue goes out (at once where nothing is queued)."""
+        compiled = self._for(dialect_of(connection))
+        return self._later(connection, params, lambda cursor: convert(
+            [compiled.row(values) for values in cursor]))
+
+    def _later(self, connection: Any, params: Mapping[str, Any],
+               convert: Callable[[Any], T]) -> Later[T]:
+        compiled = self._for(dialect_of(connection))
+        later = Later(connection, convert)
+        queued = _queued.get(connection) if compiled.postgres else None
+        if queued is None:
+            later.fill(compiled.run(connection, params))
+        else:
+            queued.append((compiled.sql, compiled.bound(params), later))
+        return later
 
     def first(self, connection: Any, params: Mapping[str, Any]) -> Row | None:
         """The first result row, or None."""
@@ -488,10 +544,18 @@ class Insert(Prepared):
 
     def inserted_id(self, connection: Any, params: Mapping[str, Any]) -> int:
         """Insert the row; its id."""
-        cursor = self.run(connection, params)
-        if dialect_of(connection) == "sqlite":
-            return int(cursor.lastrowid or 0)
-        return int(cursor.fetchone()[0])
+        return _inserted_id(self.run(connection, params))
+
+    def later_id(self, connection: Any, params: Mapping[str, Any]) -> Later[int]:
+        """Insert the row with the queued writes (`Later`); its id, once they went out."""
+        return self._later(connection, params, _inserted_id)
+
+
+def _inserted_id(cursor: Any) -> int:
+    """The id of the row a cursor inserted: SQLite's `lastrowid`, else what RETURNING gave."""
+    if isinstance(cursor, sqlite3.Cursor):
+        return int(cursor.lastrowid or 0)
+    return int(cursor.fetchone()[0])
 
 
 @lru_cache(maxsize=64)
