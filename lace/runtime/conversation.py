@@ -158,9 +158,11 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     checks. Then seed its system prompt, close dangling calls, and move its pending inbox rows
     into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
     leaves the inbox for the next turn."""
-    agent = tx.agents.to_claim(thread_id)
-    if agent is None or agent.status in NOT_RUNNABLE or agent.inert \
-            or not agent.runs_at(place) or not tx.inbox.has_waking(thread_id):
+    claimed = tx.agents.to_claim(thread_id)
+    if claimed is None:
+        return None  # running elsewhere
+    agent, waking = claimed
+    if agent.status in NOT_RUNNABLE or agent.inert or not agent.runs_at(place) or not waking:
         return None  # running elsewhere, or another process ran its rows since it was woken
     lease = tx.leases.claim(agent, holder)
     tx.agents.count_turn(thread_id)

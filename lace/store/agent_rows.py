@@ -19,7 +19,7 @@ from lace.core.usage import Usage
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
-from lace.store.prepared import insert_into, update_by_key
+from lace.store.prepared import Prepared, insert_into, update_by_key
 from lace.store.rows import Rows, record
 
 TOTALS = frozenset({"tokens_in", "tokens_out", "cost_usd", "turns"})
@@ -101,11 +101,23 @@ class AgentRows(Rows):
         insert_into("agent_metadata", tuple(values)).send(self.raw, values)
         return self.cache.keep(agent)
 
-    def to_claim(self, thread_id: str) -> Agent | None:
-        """The agent row, locked for this transaction; None on PostgreSQL when another
-        transaction holds it (it is being claimed there: SKIP LOCKED)."""
-        row = sql.AGENT_TO_CLAIM.first(self.raw, {"agent": thread_id})
-        return None if row is None else self.cache.keep(record(Agent, row))
+    def to_claim(self, thread_id: str) -> tuple[Agent, bool] | None:
+        """The agent row, locked for this transaction, and whether its thread has a pending
+        inbox row that starts a turn (in the same statement); None when it has no row, or on
+        PostgreSQL when another transaction holds it (it is being claimed there: SKIP
+        LOCKED)."""
+        return self._with_waking(sql.AGENT_TO_CLAIM, thread_id)
+
+    def find_waking(self, thread_id: str) -> tuple[Agent, bool] | None:
+        """`find`, and whether the thread has a pending inbox row that starts a turn: one
+        read."""
+        return self._with_waking(sql.AGENT_WAKING, thread_id)
+
+    def _with_waking(self, statement: Prepared, thread_id: str) -> tuple[Agent, bool] | None:
+        row = statement.first(self.raw, {"agent": thread_id})
+        if row is None:
+            return None
+        return self.cache.keep(record(Agent, row)), bool(row["waking"])
 
     def find(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""

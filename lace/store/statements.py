@@ -15,8 +15,13 @@ from lace.store.prepared import Insert, Prepared, binary, insert_into, json_list
 _agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
 _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
 AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
+_WAKING = sa.exists().where(_inbox.c.thread_id == sa.bindparam("agent"),
+                            _inbox.c.consumed_at.is_(None), _inbox.c.wakes).label("waking")
+"""Whether the agent's thread has a pending inbox row that starts a turn."""
+AGENT_WAKING = Prepared(sa.select(_agents, _WAKING)
+                        .where(_agents.c.thread_id == sa.bindparam("agent")))
 AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim commits, or skipped
-    sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent"))
+    sa.select(_agents, _WAKING).where(_agents.c.thread_id == sa.bindparam("agent"))
     .with_for_update(skip_locked=True))
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 STOPPED_AMONG = Prepared(sa.select(_agents.c.thread_id).where(
@@ -106,9 +111,6 @@ PENDING_INBOX = Prepared(sa.select(_inbox).where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
     _inbox.c.held_for.is_(None))
     .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
-HAS_WAKING_INBOX = Prepared(sa.select(_inbox.c.id).where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
-    _inbox.c.wakes).limit(1))
 CONSUME_INBOX = Prepared(_inbox.update().where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
     _inbox.c.held_for.is_(None)).values(
