@@ -165,6 +165,20 @@ OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
 WAITING_ON = Prepared(sa.select(_edges.c.task_id).where(
     _edges.c.blocked_by == sa.bindparam("blocker"), _edges.c.satisfied_at.is_(None)))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
+_NOTES_OF_TASK = (sa.select(sa.func.count()).where(_notes.c.task_id == sa.bindparam("task"))
+                  .scalar_subquery())
+TASK_COUNTING_NOTES = Prepared(sa.select(_tasks, _NOTES_OF_TASK.label("note_rows"))
+                               .where(_tasks.c.id == sa.bindparam("task")))
+"""A task row and how many notes it has (`TaskBoard.add_note`): one read."""
+TASK_TO_COMPLETE = Prepared(sa.select(
+    _tasks, _NOTES_OF_TASK.label("note_rows"),
+    sa.exists().where(_edges.c.task_id == sa.bindparam("task"),
+                      _edges.c.satisfied_at.is_(None)).label("waits"),
+    sa.exists().where(_edges.c.blocked_by == sa.bindparam("task"),
+                      _edges.c.satisfied_at.is_(None)).label("awaited"))
+    .where(_tasks.c.id == sa.bindparam("task")))
+"""A task row, how many notes it has, whether it waits for an open blocker and whether a task
+waits for it (`TaskBoard.complete_task`): one read where there were three."""
 TASKS_BY_IDS = Prepared(sa.select(_tasks).where(json_list(_tasks.c.id, "tasks")))
 COUNT_ACTIVE_AMONG = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
     json_list(_tasks.c.id, "tasks"), sa.or_(*(_tasks.c.status == status
