@@ -106,18 +106,31 @@ class AgentRows(Rows):
         inbox row that starts a turn (in the same statement); None when it has no row, or on
         PostgreSQL when another transaction holds it (it is being claimed there: SKIP
         LOCKED)."""
-        return self._with_waking(sql.AGENT_TO_CLAIM, thread_id)
+        found = self._find_with(sql.AGENT_TO_CLAIM, thread_id)
+        return None if found is None else (found[0], bool(found[1]["waking"]))
 
     def find_waking(self, thread_id: str) -> tuple[Agent, bool] | None:
         """`find`, and whether the thread has a pending inbox row that starts a turn: one
         read."""
-        return self._with_waking(sql.AGENT_WAKING, thread_id)
+        found = self._find_with(sql.AGENT_WAKING, thread_id)
+        return None if found is None else (found[0], bool(found[1]["waking"]))
 
-    def _with_waking(self, statement: Prepared, thread_id: str) -> tuple[Agent, bool] | None:
+    def get_with_open_work(self, thread_id: str) -> tuple[Agent, int | None]:
+        """`get`, and for a `new:` helper whose current task is completed, how many other
+        tasks assigned to it are pending or in progress and wait for none (else None): one
+        read."""
+        found = self._find_with(sql.AGENT_WITH_OPEN_WORK, thread_id)
+        if found is None:
+            raise NotFoundError(f"Thread {thread_id!r} has no agent.")
+        open_work = found[1]["open_work"]
+        return found[0], None if open_work is None else int(open_work)
+
+    def _find_with(self, statement: Prepared,
+                   thread_id: str) -> tuple[Agent, Mapping[str, Any]] | None:
+        """The agent row read by `statement` (kept), and that row with the other columns it
+        reads."""
         row = statement.first(self.raw, {"agent": thread_id})
-        if row is None:
-            return None
-        return self.cache.keep(record(Agent, row)), bool(row["waking"])
+        return None if row is None else (self.cache.keep(record(Agent, row)), row)
 
     def find(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""

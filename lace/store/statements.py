@@ -48,10 +48,21 @@ RUNNABLE = Prepared(
            _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
 _edges = schema.task_dependencies
-COUNT_ACTIVE_ASSIGNED = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
+_ACTIVE_ASSIGNED = sa.select(sa.func.count()).select_from(_tasks).where(
     _tasks.c.assigned_to == sa.bindparam("agent"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
-    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None))))
+    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None)))
+_CURRENT_TASK_STATUS = (sa.select(_tasks.c.status)
+                        .where(_tasks.c.id == _agents.c.current_task).scalar_subquery())
+AGENT_WITH_OPEN_WORK = Prepared(sa.select(_agents, sa.case((
+    sa.and_(_agents.c.type == "persistent", _agents.c.created_for_task.is_not(None),
+            _agents.c.current_task != ""),
+    sa.case((_CURRENT_TASK_STATUS == "completed", _ACTIVE_ASSIGNED.scalar_subquery())))
+).label("open_work")).where(_agents.c.thread_id == sa.bindparam("agent")))
+"""An agent row and, for a `new:` helper whose current task is completed, how many tasks
+assigned to it are pending or in progress and wait for none (else NULL): one read, the tasks
+read only when the count is wanted (nested CASEs: a branch is evaluated only when its
+condition holds)."""
 FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
     _tasks.c.batch == sa.bindparam("batch"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),

@@ -222,8 +222,3 @@ class TaskRows(Rows):
                    sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
             .group_by(tasks.created_by))
         return {str(row.created_by): int(row.open) for row in rows}
-
-    def count_active_of(self, thread_id: str) -> int:
-        """How many pending or in-progress tasks are assigned to an agent, not counting those
-        that wait for other tasks."""
-        return int(sql.COUNT_ACTIVE_ASSIGNED.scalar(self.raw, {"agent": thread_id}))
