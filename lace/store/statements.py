@@ -176,6 +176,7 @@ OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
 WAITING_ON = Prepared(sa.select(_edges.c.task_id).where(
     _edges.c.blocked_by == sa.bindparam("blocker"), _edges.c.satisfied_at.is_(None)))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
+_others = _tasks.alias("others")
 _NOTES_OF_TASK = (sa.select(sa.func.count()).where(_notes.c.task_id == sa.bindparam("task"))
                   .scalar_subquery())
 TASK_COUNTING_NOTES = Prepared(sa.select(_tasks, _NOTES_OF_TASK.label("note_rows"))
@@ -186,10 +187,16 @@ TASK_TO_COMPLETE = Prepared(sa.select(
     sa.exists().where(_edges.c.task_id == sa.bindparam("task"),
                       _edges.c.satisfied_at.is_(None)).label("waits"),
     sa.exists().where(_edges.c.blocked_by == sa.bindparam("task"),
-                      _edges.c.satisfied_at.is_(None)).label("awaited"))
+                      _edges.c.satisfied_at.is_(None)).label("awaited"),
+    sa.case((_tasks.c.batch.is_not(None), sa.exists().where(
+        _others.c.batch == _tasks.c.batch, _others.c.id != _tasks.c.id,
+        sa.or_(*(_others.c.status == status for status in ACTIVE_STATUSES)),
+        ~sa.exists().where(_edges.c.task_id == _others.c.id, _edges.c.satisfied_at.is_(None)))
+    )).label("batch_runs"))
     .where(_tasks.c.id == sa.bindparam("task")))
-"""A task row, how many notes it has, whether it waits for an open blocker and whether a task
-waits for it (`TaskBoard.complete_task`): one read where there were three."""
+"""A task row, how many notes it has, whether it waits for an open blocker, whether a task
+waits for it, and for a task of a batch whether another task of it is free (FREE_BATCH_TASK
+once this one is completed) (`TaskBoard.complete_task`): one read where there were four."""
 TASKS_BY_IDS = Prepared(sa.select(_tasks).where(json_list(_tasks.c.id, "tasks")))
 COUNT_ACTIVE_AMONG = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
     json_list(_tasks.c.id, "tasks"), sa.or_(*(_tasks.c.status == status

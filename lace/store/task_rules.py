@@ -345,7 +345,8 @@ class TaskBoard:
         self.tasks.set_fields(task_id, status="completed")
         done = replace(self.tasks.get(task_id), note_count=row["note_rows"] + 1)
         self.assignments.tell_creator(done, sender=actor, kind="completion",
-                                      text=notifications.completion(done, actor, message))
+                                      text=notifications.completion(done, actor, message),
+                                      batch_runs=row["batch_runs"])
         if row["awaited"]:  # else no task waits for it: nothing to settle
             self.assignments.settle_dependents(done, actor)
         return done
