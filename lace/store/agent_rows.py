@@ -125,6 +125,18 @@ class AgentRows(Rows):
         open_work = found[1]["open_work"]
         return found[0], None if open_work is None else int(open_work)
 
+    def get_with_current_task(self, thread_id: str,
+                              ) -> tuple[Agent, dict[str, Any] | None]:
+        """`get`, and for an agent created for a task, the row of its current task if it has
+        one (for `TaskRows.keep`): one read."""
+        found = self._find_with(sql.AGENT_WITH_CURRENT_TASK, thread_id)
+        if found is None:
+            raise NotFoundError(f"Thread {thread_id!r} has no agent.")
+        agent, row = found
+        task = {column.name: row[sql.CURRENT_TASK_COLUMN.format(column.name)]
+                for column in schema.tasks.c}
+        return agent, None if task["id"] is None else task
+
     def _find_with(self, statement: Prepared,
                    thread_id: str) -> tuple[Agent, Mapping[str, Any]] | None:
         """The agent row read by `statement` (kept), and that row with the other columns it

@@ -63,6 +63,16 @@ AGENT_WITH_OPEN_WORK = Prepared(sa.select(_agents, sa.case((
 assigned to it are pending or in progress and wait for none (else NULL): one read, the tasks
 read only when the count is wanted (nested CASEs: a branch is evaluated only when its
 condition holds)."""
+CURRENT_TASK_COLUMN = "task_{}"
+"""How AGENT_WITH_CURRENT_TASK names the columns of the task."""
+AGENT_WITH_CURRENT_TASK = Prepared(
+    sa.select(_agents, *(column.label(CURRENT_TASK_COLUMN.format(column.name))
+                         for column in _tasks.c))
+    .select_from(_agents.outerjoin(_tasks, sa.and_(
+        _agents.c.created_for_task.is_not(None), _tasks.c.id == _agents.c.current_task)))
+    .where(_agents.c.thread_id == sa.bindparam("agent")))
+"""An agent row and, for an agent created for a task, the row of its current task (columns
+named CURRENT_TASK_COLUMN; NULL when there is none): one read."""
 FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
     _tasks.c.batch == sa.bindparam("batch"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),

@@ -143,6 +143,11 @@ class TaskRows(Rows):
         self._read[task_id] = {column.name: row[column.name] for column in schema.tasks.c}
         return record(Task, {**self._read[task_id], "note_count": 0, "notes": ()}), row
 
+    def keep(self, row: Mapping[str, Any]) -> None:
+        """A task row read in this transaction with another (`AgentRows.get_with_current_task`):
+        `get` reads it no more."""
+        self._read[row["id"]] = row
+
     def set_fields(self, task_id: str, **values: Any) -> str:
         """Change columns of a task row (text credential-masked); returns its new
         `updated_at`."""
