@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -71,6 +72,24 @@ class AgentCache:
         self._usage.clear()
 
 
+@dataclass(frozen=True)
+class Claim:
+    """An agent row locked to start a turn (`AgentRows.to_claim`), and what was read with it:
+    whether its thread has a pending inbox row that starts a turn, and before its first turn
+    (no events yet) the row of the task it was created for (for `TaskRows.keep`)."""
+
+    agent: Agent
+    waking: bool
+    first_task: dict[str, Any] | None
+
+
+def _task_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The task row a statement read with an agent row (its columns named TASK_COLUMN), if
+    any."""
+    task = {column.name: row[sql.TASK_COLUMN.format(column.name)] for column in schema.tasks.c}
+    return None if task["id"] is None else task
+
+
 class AgentRows(Rows):
     """One agent per thread that runs turns: its model, status, lease, totals and place."""
 
@@ -101,13 +120,15 @@ class AgentRows(Rows):
         insert_into("agent_metadata", tuple(values)).send(self.raw, values)
         return self.cache.keep(agent)
 
-    def to_claim(self, thread_id: str) -> tuple[Agent, bool] | None:
-        """The agent row, locked for this transaction, and whether its thread has a pending
-        inbox row that starts a turn (in the same statement); None when it has no row, or on
-        PostgreSQL when another transaction holds it (it is being claimed there: SKIP
-        LOCKED)."""
+    def to_claim(self, thread_id: str) -> Claim | None:
+        """The agent row, locked for this transaction, with what is read with it (`Claim`);
+        None when it has no row, or on PostgreSQL when another transaction holds it (it is
+        being claimed there: SKIP LOCKED)."""
         found = self._find_with(sql.AGENT_TO_CLAIM, thread_id)
-        return None if found is None else (found[0], bool(found[1]["waking"]))
+        if found is None:
+            return None
+        agent, row = found
+        return Claim(agent, bool(row["waking"]), _task_of(row))
 
     def find_waking(self, thread_id: str) -> tuple[Agent, bool] | None:
         """`find`, and whether the thread has a pending inbox row that starts a turn: one
@@ -133,9 +154,7 @@ class AgentRows(Rows):
         if found is None:
             raise NotFoundError(f"Thread {thread_id!r} has no agent.")
         agent, row = found
-        task = {column.name: row[sql.CURRENT_TASK_COLUMN.format(column.name)]
-                for column in schema.tasks.c}
-        return agent, None if task["id"] is None else task
+        return agent, _task_of(row)
 
     def _find_with(self, statement: Prepared,
                    thread_id: str) -> tuple[Agent, Mapping[str, Any]] | None:

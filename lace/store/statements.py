@@ -20,9 +20,18 @@ _WAKING = sa.exists().where(_inbox.c.thread_id == sa.bindparam("agent"),
 """Whether the agent's thread has a pending inbox row that starts a turn."""
 AGENT_WAKING = Prepared(sa.select(_agents, _WAKING)
                         .where(_agents.c.thread_id == sa.bindparam("agent")))
+TASK_COLUMN = "task_{}"
+"""How a statement that reads an agent row names the columns of a task it reads with it."""
+_TASK_COLUMNS = [column.label(TASK_COLUMN.format(column.name)) for column in _tasks.c]
 AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim commits, or skipped
-    sa.select(_agents, _WAKING).where(_agents.c.thread_id == sa.bindparam("agent"))
-    .with_for_update(skip_locked=True))
+    sa.select(_agents, _WAKING, *_TASK_COLUMNS)
+    .select_from(_agents.outerjoin(_tasks, sa.and_(
+        _tasks.c.id == _agents.c.created_for_task,
+        ~sa.exists().where(_events.c.thread_id == sa.bindparam("agent")))))
+    .where(_agents.c.thread_id == sa.bindparam("agent"))
+    .with_for_update(of=_agents, skip_locked=True))
+"""An agent row to claim, whether its thread has an inbox row that starts a turn, and before
+its first turn (no events yet) the task it was created for (TASK_COLUMN): one read."""
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 STOPPED_AMONG = Prepared(sa.select(_agents.c.thread_id).where(
     json_list(_agents.c.thread_id, "agents"), _agents.c.status == "stopped"))
@@ -63,16 +72,13 @@ AGENT_WITH_OPEN_WORK = Prepared(sa.select(_agents, sa.case((
 assigned to it are pending or in progress and wait for none (else NULL): one read, the tasks
 read only when the count is wanted (nested CASEs: a branch is evaluated only when its
 condition holds)."""
-CURRENT_TASK_COLUMN = "task_{}"
-"""How AGENT_WITH_CURRENT_TASK names the columns of the task."""
 AGENT_WITH_CURRENT_TASK = Prepared(
-    sa.select(_agents, *(column.label(CURRENT_TASK_COLUMN.format(column.name))
-                         for column in _tasks.c))
+    sa.select(_agents, *_TASK_COLUMNS)
     .select_from(_agents.outerjoin(_tasks, sa.and_(
         _agents.c.created_for_task.is_not(None), _tasks.c.id == _agents.c.current_task)))
     .where(_agents.c.thread_id == sa.bindparam("agent")))
 """An agent row and, for an agent created for a task, the row of its current task (columns
-named CURRENT_TASK_COLUMN; NULL when there is none): one read."""
+named TASK_COLUMN; NULL when there is none): one read."""
 FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
     _tasks.c.batch == sa.bindparam("batch"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
