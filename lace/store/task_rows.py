@@ -144,8 +144,8 @@ class TaskRows(Rows):
         return record(Task, {**self._read[task_id], "note_count": 0, "notes": ()}), row
 
     def keep(self, row: Mapping[str, Any]) -> None:
-        """A task row read in this transaction with another (`AgentRows.get_with_current_task`):
-        `get` reads it no more."""
+        """A task row read in this transaction with another (`AgentRows.to_claim`,
+        `AgentRows.get_with_current_task`): `get` reads it no more."""
         self._read[row["id"]] = row
 
     def set_fields(self, task_id: str, **values: Any) -> str:
