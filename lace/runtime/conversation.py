@@ -180,10 +180,15 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     checks. Then seed its system prompt, close dangling calls, and move its pending inbox rows
     into `events`, in one transaction. A turn cut off mid-wait resumes the wait first, and
     leaves the inbox for the next turn."""
-    agent = tx.agents.to_claim(thread_id)
-    if agent is None or agent.status in NOT_RUNNABLE or agent.inert \
-            or not agent.runs_at(place) or not tx.inbox.has_waking(thread_id):
+    claim = tx.agents.to_claim(thread_id)
+    if claim is None:
+        return None  # running elsewhere
+    agent = claim.agent
+    if agent.status in NOT_RUNNABLE or agent.inert or not agent.runs_at(place) \
+            or not claim.waking:
         return None  # running elsewhere, or another process ran its rows since it was woken
+    if claim.first_task is not None:
+        tx.tasks.keep(claim.first_task)  # read with the claim: the system prompt's task
     lease = tx.leases.claim(agent, holder)
     tx.agents.count_turn(thread_id)
     events = tx.events.of_thread(thread_id)

@@ -22,7 +22,9 @@ def end_turn(tx: Tx, thread_id: str, final_text: str | None) -> None:
     """Mark the agent idle. A spawned (ephemeral) agent's final answer completes its open task;
     a `new:` (persistent) agent that left its task open is reminded once, then the task is
     blocked with its last answer as the reason and the creator is told."""
-    agent = tx.agents.get(thread_id)
+    agent, current_task = tx.agents.get_with_current_task(thread_id)
+    if current_task is not None:
+        tx.tasks.keep(current_task)  # open_task_of reads it no more
     tx.agents.set_status(thread_id, "idle")
     task = open_task_of(tx, agent) if agent.created_for_task is not None else None
     if task is not None and agent.type == "ephemeral":

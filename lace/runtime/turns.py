@@ -189,7 +189,7 @@ class TurnRunner:
                 if await self._sent_back(agent, lease, messages, reply.content):
                     continue
                 break
-        final = await self._final_answer(thread_id, reply.content)
+        final = await self._final_answer(agent, reply.content)
         await self.db.write(fenced(lease, lambda tx: end_turn(tx, thread_id, final)))
         crash_point("after_turn_end")
         self.tools.changed(())  # the tasks it changed were told when the write committed
@@ -212,10 +212,14 @@ class TurnRunner:
         messages.append(message)
         return True
 
-    async def _final_answer(self, thread_id: str, text: str | None) -> str | None:
-        """The answer that completes a spawned helper's task, with its committed worktree."""
+    async def _final_answer(self, agent: Agent, text: str | None) -> str | None:
+        """The answer that completes a spawned helper's task, with its committed worktree
+        (an agent's type never changes: only a spawned helper's row is read again)."""
+        if agent.type != "ephemeral":
+            return text
+        thread_id = agent.thread_id
         agent = await self.db.read(lambda tx: tx.agents.get(thread_id))
-        if agent.type != "ephemeral" or agent.current_task is None:
+        if agent.current_task is None:
             return text
         task_id = agent.current_task
         return await with_committed_work(self.db, thread_id, task_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,7 +20,7 @@ from lace.core.usage import Usage
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
-from lace.store.prepared import insert_into, update_by_key
+from lace.store.prepared import Prepared, insert_into, update_by_key
 from lace.store.rows import Rows, record
 
 TOTALS = frozenset({"tokens_in", "tokens_out", "cost_usd", "turns"})
@@ -71,6 +72,24 @@ class AgentCache:
         self._usage.clear()
 
 
+@dataclass(frozen=True)
+class Claim:
+    """An agent row locked to start a turn (`AgentRows.to_claim`), and what was read with it:
+    whether its thread has a pending inbox row that starts a turn, and before its first turn
+    (no events yet) the row of the task it was created for (for `TaskRows.keep`)."""
+
+    agent: Agent
+    waking: bool
+    first_task: dict[str, Any] | None
+
+
+def _task_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The task row a statement read with an agent row (its columns named TASK_COLUMN), if
+    any."""
+    task = {column.name: row[sql.TASK_COLUMN.format(column.name)] for column in schema.tasks.c}
+    return None if task["id"] is None else task
+
+
 class AgentRows(Rows):
     """One agent per thread that runs turns: its model, status, lease, totals and place."""
 
@@ -101,11 +120,48 @@ class AgentRows(Rows):
         insert_into("agent_metadata", tuple(values)).send(self.raw, values)
         return self.cache.keep(agent)
 
-    def to_claim(self, thread_id: str) -> Agent | None:
-        """The agent row, locked for this transaction; None on PostgreSQL when another
-        transaction holds it (it is being claimed there: SKIP LOCKED)."""
-        row = sql.AGENT_TO_CLAIM.first(self.raw, {"agent": thread_id})
-        return None if row is None else self.cache.keep(record(Agent, row))
+    def to_claim(self, thread_id: str) -> Claim | None:
+        """The agent row, locked for this transaction, with what is read with it (`Claim`);
+        None when it has no row, or on PostgreSQL when another transaction holds it (it is
+        being claimed there: SKIP LOCKED)."""
+        found = self._find_with(sql.AGENT_TO_CLAIM, thread_id)
+        if found is None:
+            return None
+        agent, row = found
+        return Claim(agent, bool(row["waking"]), _task_of(row))
+
+    def find_waking(self, thread_id: str) -> tuple[Agent, bool] | None:
+        """`find`, and whether the thread has a pending inbox row that starts a turn: one
+        read."""
+        found = self._find_with(sql.AGENT_WAKING, thread_id)
+        return None if found is None else (found[0], bool(found[1]["waking"]))
+
+    def get_with_open_work(self, thread_id: str) -> tuple[Agent, int | None]:
+        """`get`, and for a `new:` helper whose current task is completed, how many other
+        tasks assigned to it are pending or in progress and wait for none (else None): one
+        read."""
+        found = self._find_with(sql.AGENT_WITH_OPEN_WORK, thread_id)
+        if found is None:
+            raise NotFoundError(f"Thread {thread_id!r} has no agent.")
+        open_work = found[1]["open_work"]
+        return found[0], None if open_work is None else int(open_work)
+
+    def get_with_current_task(self, thread_id: str,
+                              ) -> tuple[Agent, dict[str, Any] | None]:
+        """`get`, and for an agent created for a task, the row of its current task if it has
+        one (for `TaskRows.keep`): one read."""
+        found = self._find_with(sql.AGENT_WITH_CURRENT_TASK, thread_id)
+        if found is None:
+            raise NotFoundError(f"Thread {thread_id!r} has no agent.")
+        agent, row = found
+        return agent, _task_of(row)
+
+    def _find_with(self, statement: Prepared,
+                   thread_id: str) -> tuple[Agent, Mapping[str, Any]] | None:
+        """The agent row read by `statement` (kept), and that row with the other columns it
+        reads."""
+        row = statement.first(self.raw, {"agent": thread_id})
+        return None if row is None else (self.cache.keep(record(Agent, row)), row)
 
     def find(self, thread_id: str) -> Agent | None:
         """The agent row of a thread, if it has one."""

@@ -214,18 +214,22 @@ class AssignmentRules:
             return task.thread_id
         return task.created_by
 
-    def tell_creator(self, task: Task, *, sender: str, kind: str, text: str) -> None:
+    def tell_creator(self, task: Task, *, sender: str, kind: str, text: str,
+                     batch_runs: bool | None = None) -> None:
         """Tell a task's creator that the task settled (completed, blocked or archived): at
         once, or for a task of a batch (`TaskBoard.create_tasks`) inside the batch's one
         notice, which wakes the creator when the last of its tasks settles; until then the
         notice is held. A task the person created and settled themselves wakes no one: the
-        root hears of it with its next turn."""
+        root hears of it with its next turn. `batch_runs`: whether a task of its batch is
+        free (`batch_has_free_task`), when the caller read it with the task."""
         batch = self.tasks.batch_of(task.id)
         if batch is None:
             self.inbox.notify(self.who_hears(task), sender=sender, kind=kind, text=text,
                               task_id=task.id, wakes=not sender == task.created_by == HUMAN)
             return
-        members = None if self.tasks.batch_has_free_task(batch) else self.edges.attach(
+        if batch_runs is None:
+            batch_runs = self.tasks.batch_has_free_task(batch)
+        members = None if batch_runs else self.edges.attach(
             self.tasks.in_batch(batch))  # a free task still runs: no need to read them all
         if members is None or batch_running(members):
             self.inbox.notify(task.created_by, sender=sender, kind=kind, text=text,

@@ -119,10 +119,6 @@ class InboxRows(Rows):
                    sa.and_(sa.not_(inbox.wakes), inbox.task_id.in_(settled))),
             inbox.consumed_at.is_(None)).values(consumed_at=now_iso()))
 
-    def has_waking(self, thread_id: str) -> bool:
-        """Whether a thread has a pending inbox row that starts a turn."""
-        return sql.HAS_WAKING_INBOX.first(self.raw, {"thread": thread_id}) is not None
-
     def runnable(self, root_id: str, place: Place | None = None) -> list[str]:
         """Threads of a session with pending inbox rows that wake them (progress waits for a
         turn started by something else) whose agent may start a turn: not stopped, not
@@ -132,10 +128,11 @@ class InboxRows(Rows):
 
     def runnable_of(self, thread_id: str) -> list[str]:
         """`[thread_id]` if it has pending inbox rows that wake it and may run, else `[]`."""
-        agent = self.agents.find(thread_id)
-        if agent is None or agent.status in NOT_RUNNABLE or agent.inert:
+        found = self.agents.find_waking(thread_id)
+        if found is None:
             return []
-        return [thread_id] if self.has_waking(thread_id) else []
+        agent, waking = found
+        return [] if agent.status in NOT_RUNNABLE or agent.inert or not waking else [thread_id]
 
     def runnable_anywhere(self, place: Place | None = None) -> list[str]:
         """`runnable` of every session of the database."""

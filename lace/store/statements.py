@@ -15,9 +15,23 @@ from lace.store.prepared import Insert, Prepared, binary, insert_into, json_list
 _agents, _threads, _events = schema.agent_metadata, schema.threads, schema.events
 _inbox, _tasks, _notes = schema.inbox, schema.tasks, schema.task_notes
 AGENT_BY_ID = Prepared(sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent")))
+_WAKING = sa.exists().where(_inbox.c.thread_id == sa.bindparam("agent"),
+                            _inbox.c.consumed_at.is_(None), _inbox.c.wakes).label("waking")
+"""Whether the agent's thread has a pending inbox row that starts a turn."""
+AGENT_WAKING = Prepared(sa.select(_agents, _WAKING)
+                        .where(_agents.c.thread_id == sa.bindparam("agent")))
+TASK_COLUMN = "task_{}"
+"""How a statement that reads an agent row names the columns of a task it reads with it."""
+_TASK_COLUMNS = [column.label(TASK_COLUMN.format(column.name)) for column in _tasks.c]
 AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim commits, or skipped
-    sa.select(_agents).where(_agents.c.thread_id == sa.bindparam("agent"))
-    .with_for_update(skip_locked=True))
+    sa.select(_agents, _WAKING, *_TASK_COLUMNS)
+    .select_from(_agents.outerjoin(_tasks, sa.and_(
+        _tasks.c.id == _agents.c.created_for_task,
+        ~sa.exists().where(_events.c.thread_id == sa.bindparam("agent")))))
+    .where(_agents.c.thread_id == sa.bindparam("agent"))
+    .with_for_update(of=_agents, skip_locked=True))
+"""An agent row to claim, whether its thread has an inbox row that starts a turn, and before
+its first turn (no events yet) the task it was created for (TASK_COLUMN): one read."""
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 STOPPED_AMONG = Prepared(sa.select(_agents.c.thread_id).where(
     json_list(_agents.c.thread_id, "agents"), _agents.c.status == "stopped"))
@@ -43,10 +57,28 @@ RUNNABLE = Prepared(
            _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
 _edges = schema.task_dependencies
-COUNT_ACTIVE_ASSIGNED = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
+_ACTIVE_ASSIGNED = sa.select(sa.func.count()).select_from(_tasks).where(
     _tasks.c.assigned_to == sa.bindparam("agent"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
-    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None))))
+    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None)))
+_CURRENT_TASK_STATUS = (sa.select(_tasks.c.status)
+                        .where(_tasks.c.id == _agents.c.current_task).scalar_subquery())
+AGENT_WITH_OPEN_WORK = Prepared(sa.select(_agents, sa.case((
+    sa.and_(_agents.c.type == "persistent", _agents.c.created_for_task.is_not(None),
+            _agents.c.current_task != ""),
+    sa.case((_CURRENT_TASK_STATUS == "completed", _ACTIVE_ASSIGNED.scalar_subquery())))
+).label("open_work")).where(_agents.c.thread_id == sa.bindparam("agent")))
+"""An agent row and, for a `new:` helper whose current task is completed, how many tasks
+assigned to it are pending or in progress and wait for none (else NULL): one read, the tasks
+read only when the count is wanted (nested CASEs: a branch is evaluated only when its
+condition holds)."""
+AGENT_WITH_CURRENT_TASK = Prepared(
+    sa.select(_agents, *_TASK_COLUMNS)
+    .select_from(_agents.outerjoin(_tasks, sa.and_(
+        _agents.c.created_for_task.is_not(None), _tasks.c.id == _agents.c.current_task)))
+    .where(_agents.c.thread_id == sa.bindparam("agent")))
+"""An agent row and, for an agent created for a task, the row of its current task (columns
+named TASK_COLUMN; NULL when there is none): one read."""
 FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
     _tasks.c.batch == sa.bindparam("batch"),
     sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
@@ -106,9 +138,6 @@ PENDING_INBOX = Prepared(sa.select(_inbox).where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
     _inbox.c.held_for.is_(None))
     .order_by(sa.case((_inbox.c.priority == "high", 0), else_=1), _inbox.c.id))
-HAS_WAKING_INBOX = Prepared(sa.select(_inbox.c.id).where(
-    _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
-    _inbox.c.wakes).limit(1))
 CONSUME_INBOX = Prepared(_inbox.update().where(
     _inbox.c.thread_id == sa.bindparam("thread"), _inbox.c.consumed_at.is_(None),
     _inbox.c.held_for.is_(None)).values(
@@ -163,6 +192,27 @@ OPEN_BLOCKER_IDS = Prepared(sa.select(_edges.c.blocked_by).where(
 WAITING_ON = Prepared(sa.select(_edges.c.task_id).where(
     _edges.c.blocked_by == sa.bindparam("blocker"), _edges.c.satisfied_at.is_(None)))
 TASK_BY_ID = Prepared(sa.select(_tasks).where(_tasks.c.id == sa.bindparam("task")))
+_others = _tasks.alias("others")
+_NOTES_OF_TASK = (sa.select(sa.func.count()).where(_notes.c.task_id == sa.bindparam("task"))
+                  .scalar_subquery())
+TASK_COUNTING_NOTES = Prepared(sa.select(_tasks, _NOTES_OF_TASK.label("note_rows"))
+                               .where(_tasks.c.id == sa.bindparam("task")))
+"""A task row and how many notes it has (`TaskBoard.add_note`): one read."""
+TASK_TO_COMPLETE = Prepared(sa.select(
+    _tasks, _NOTES_OF_TASK.label("note_rows"),
+    sa.exists().where(_edges.c.task_id == sa.bindparam("task"),
+                      _edges.c.satisfied_at.is_(None)).label("waits"),
+    sa.exists().where(_edges.c.blocked_by == sa.bindparam("task"),
+                      _edges.c.satisfied_at.is_(None)).label("awaited"),
+    sa.case((_tasks.c.batch.is_not(None), sa.exists().where(
+        _others.c.batch == _tasks.c.batch, _others.c.id != _tasks.c.id,
+        sa.or_(*(_others.c.status == status for status in ACTIVE_STATUSES)),
+        ~sa.exists().where(_edges.c.task_id == _others.c.id, _edges.c.satisfied_at.is_(None)))
+    )).label("batch_runs"))
+    .where(_tasks.c.id == sa.bindparam("task")))
+"""A task row, how many notes it has, whether it waits for an open blocker, whether a task
+waits for it, and for a task of a batch whether another task of it is free (FREE_BATCH_TASK
+once this one is completed) (`TaskBoard.complete_task`): one read where there were four."""
 TASKS_BY_IDS = Prepared(sa.select(_tasks).where(json_list(_tasks.c.id, "tasks")))
 COUNT_ACTIVE_AMONG = Prepared(sa.select(sa.func.count()).select_from(_tasks).where(
     json_list(_tasks.c.id, "tasks"), sa.or_(*(_tasks.c.status == status

@@ -19,7 +19,7 @@ from lace.core.tasks import ACTIVE_STATUSES, OPEN_STATUSES
 from lace.paths import credential_values
 from lace.store import schema
 from lace.store import statements as sql
-from lace.store.prepared import update_by_key
+from lace.store.prepared import Prepared, update_by_key
 from lace.store.rows import Rows, record
 
 _TASK_ID_ATTEMPTS = 20
@@ -48,6 +48,16 @@ class NoteRows(Rows):
         """A task's notes, oldest first."""
         rows = sql.TASK_NOTES.rows(self.raw, {"task": task_id})
         return [record(Note, row) for row in rows]
+
+
+def _found(task_id: str, row: Mapping[str, Any] | None,
+           session_id: str | None) -> Mapping[str, Any]:
+    """The task's row; NotFoundError if there is none, or it is of another session than
+    `session_id`."""
+    if row is None or (session_id is not None and row["thread_id"] != session_id):
+        raise NotFoundError(
+            f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
+    return row
 
 
 def _stored_as_is(value: Any) -> bool:
@@ -120,11 +130,23 @@ class TaskRows(Rows):
             row = sql.TASK_BY_ID.first(self.raw, {"task": task_id})
             if row is not None:
                 self._read[task_id] = row
-        if row is None or (session_id is not None and row["thread_id"] != session_id):
-            raise NotFoundError(
-                f"Unknown task {task_id!r} in this session; list the tasks to see their ids.")
+        row = _found(task_id, row, session_id)
         notes = tuple(self.notes.of_task(task_id)) if with_notes else ()
         return record(Task, {**row, "note_count": len(notes), "notes": notes})
+
+    def get_with(self, statement: Prepared, task_id: str, *,
+                 session_id: str) -> tuple[Task, Mapping[str, Any]]:
+        """`get` through `statement`, which reads the task row with more columns, of what the
+        caller needs with it (one read): the task (without its notes), and the row with
+        them."""
+        row = _found(task_id, statement.first(self.raw, {"task": task_id}), session_id)
+        self._read[task_id] = {column.name: row[column.name] for column in schema.tasks.c}
+        return record(Task, {**self._read[task_id], "note_count": 0, "notes": ()}), row
+
+    def keep(self, row: Mapping[str, Any]) -> None:
+        """A task row read in this transaction with another (`AgentRows.to_claim`,
+        `AgentRows.get_with_current_task`): `get` reads it no more."""
+        self._read[row["id"]] = row
 
     def set_fields(self, task_id: str, **values: Any) -> str:
         """Change columns of a task row (text credential-masked); returns its new
@@ -205,8 +227,3 @@ class TaskRows(Rows):
                    sa.or_(tasks.assigned_to.is_(None), tasks.assigned_to != tasks.created_by))
             .group_by(tasks.created_by))
         return {str(row.created_by): int(row.open) for row in rows}
-
-    def count_active_of(self, thread_id: str) -> int:
-        """How many pending or in-progress tasks are assigned to an agent, not counting those
-        that wait for other tasks."""
-        return int(sql.COUNT_ACTIVE_ASSIGNED.scalar(self.raw, {"agent": thread_id}))

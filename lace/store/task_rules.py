@@ -29,6 +29,7 @@ from lace.core.ids import is_thread_id
 from lace.core.records import AgentPlan, Task
 from lace.core.tasks import FINISHED_STATUSES, check_transition
 from lace.store import schema
+from lace.store import statements as sql
 from lace.store.assignment_rules import AssignmentRules, is_progress
 from lace.store.dependencies import EdgeRows
 from lace.store.inbox_rows import InboxRows
@@ -316,7 +317,7 @@ class TaskBoard:
     def add_note(self, task_id: str, *, session_id: str, actor: str, content: str) -> Task:
         """Add a note; the creator and the assignee hear of it unless they wrote it (the
         assignee's own notes are progress, read with the creator's next turn)."""
-        task = self.tasks.get(task_id, session_id=session_id)
+        task, row = self.tasks.get_with(sql.TASK_COUNTING_NOTES, task_id, session_id=session_id)
         self._check_may_change(task, actor)
         self.notes.insert(task_id, actor, content)
         if is_progress(actor, task):  # the creator reads it with its next turn
@@ -326,24 +327,28 @@ class TaskBoard:
             text = notifications.note_added(task, actor, content)
             for recipient in dict.fromkeys((task.created_by, task.assigned_to)):
                 self.inbox.notify(recipient, sender=actor, kind="note", text=text, task_id=task_id)
-        return replace(task, note_count=self.notes.count(task_id))
+        return replace(task, note_count=row["note_rows"] + 1)
 
     def complete_task(self, task_id: str, *, session_id: str, actor: str, message: str) -> Task:
         """Record `message` as a note and mark the task completed; the creator gets the result
-        and the tasks that waited for it alone start."""
-        task = self.tasks.get(task_id, session_id=session_id)
+        and the tasks that waited for it alone start. Returns the task with its note count
+        (its notes are not read)."""
+        task, row = self.tasks.get_with(sql.TASK_TO_COMPLETE, task_id, session_id=session_id)
         self._check_may_change(task, actor)
         if task.status == "completed":
             raise InvalidTransitionError(f"Task {task_id} is already completed.")
         check_transition(task_id, task.status, "completed")
+        blockers = self.edges.open_blockers(task_id) if row["waits"] else []
         check_not_waiting(task_id, "completed", [
-            f"{task_label(b.id, b.title)} [{b.status}]" for b in self.edges.open_blockers(task_id)])
+            f"{task_label(b.id, b.title)} [{b.status}]" for b in blockers])
         self.notes.insert(task_id, actor, message)
         self.tasks.set_fields(task_id, status="completed")
-        done = self.tasks.get(task_id, with_notes=True)
+        done = replace(self.tasks.get(task_id), note_count=row["note_rows"] + 1)
         self.assignments.tell_creator(done, sender=actor, kind="completion",
-                                      text=notifications.completion(done, actor, message))
-        self.assignments.settle_dependents(done, actor)
+                                      text=notifications.completion(done, actor, message),
+                                      batch_runs=row["batch_runs"])
+        if row["awaited"]:  # else no task waits for it: nothing to settle
+            self.assignments.settle_dependents(done, actor)
         return done
 
     def list_tasks(self, session_id: str, *, actor: str, filter: TaskFilter = "thread",

@@ -233,12 +233,12 @@ class TaskComplete(Tool):
 def finished_its_work(tx: Tx, thread_id: str) -> bool:
     """Whether a `new:` helper has nothing left to do: its current task is completed and no
     other task assigned to it is open."""
-    agent = tx.agents.get(thread_id)
+    agent, open_work = tx.agents.get_with_open_work(thread_id)
     if agent.type != "persistent" or agent.created_for_task is None or not agent.current_task:
         return False
     if tx.tasks.get(agent.current_task).status != "completed":
         return False
-    return not tx.tasks.count_active_of(thread_id)
+    return not open_work
 
 
 TASK_TOOLS: tuple[type[Tool], ...] = (
