@@ -42,7 +42,7 @@ def test_a_writer_does_not_wait_for_another_writer_of_other_rows(
     holding, release = threading.Event(), threading.Event()
 
     def hold(tx: Tx) -> int:
-        event_id = tx.events.append(first.id, "user_message", {"text": "held"})
+        event_id = tx.events.append(first.id, "user_message", {"text": "held"}).value  # sent
         holding.set()
         assert release.wait(30), "the other writer never committed"
         return event_id
@@ -52,7 +52,7 @@ def test_a_writer_does_not_wait_for_another_writer_of_other_rows(
         assert holding.wait(10)
         # with one write lock this would wait for `hold`, which waits for it: never
         other = pg_store.write(
-            lambda tx: tx.events.append(second.id, "user_message", {"text": "free"}))
+            lambda tx: tx.events.append(second.id, "user_message", {"text": "free"})).value
         release.set()
         first_id = held.result(timeout=30)
     committed = rows(migrated_postgres_url,

@@ -60,8 +60,9 @@ class Later(Generic[T]):
     the COMMIT, so reading it after the transaction costs no round trip of its own. Read in the
     transaction, it sends what is queued first (a round trip, as any read)."""
 
-    def __init__(self, connection: Any, convert: Callable[[Any], T]) -> None:
-        self._connection, self._convert = connection, convert
+    def __init__(self, connection: Any, convert: Callable[[Any], T],
+                 queue: Queued | None = None) -> None:
+        self._connection, self._convert, self._queue = connection, convert, queue
         self._value: T | None = None
         self._sent = False
 
@@ -78,7 +79,7 @@ class Later(Generic[T]):
 
     @property
     def value(self) -> T:
-        if not self._sent:
+        if not self._sent and _queued.get(self._connection) is self._queue:  # in its block
             flush_queued(self._connection)
         if not self._sent:
             raise RuntimeError("the statement was never sent: its transaction was undone")
@@ -512,8 +513,8 @@ class Prepared:
     def _later(self, connection: Any, params: Mapping[str, Any],
                convert: Callable[[Any], T]) -> Later[T]:
         compiled = self._for(dialect_of(connection))
-        later = Later(connection, convert)
         queued = _queued.get(connection) if compiled.postgres else None
+        later = Later(connection, convert, queued)
         if queued is None:
             later.fill(compiled.run(connection, params))
         else:
