@@ -3,7 +3,7 @@ the raw sqlite3 or psycopg connection of the open transaction (psycopg prepares 
 server).
 
 SQLAlchemy's execution path costs about 15-20 us per statement, four to five times what SQLite
-takes for these one-row statements, and the runtime runs about 80 of them per agent. The SQL
+takes for these one-row statements, and the runtime runs dozens of them per agent. The SQL
 text and the type conversions (JSON columns) still come from SQLAlchemy and `schema`; only the
 per-execution machinery is skipped.
 
@@ -11,9 +11,11 @@ On PostgreSQL every statement is a round trip to the server, which one thread ru
 whole process (`lace.runtime.database`): a write whose answer nobody reads (`send`) waits, in a
 block of `deferred_writes` (or past it, `carried_writes`), and goes out with the next statement
 that needs an answer, in one simple query of `EXECUTE`s of statements prepared once per session
-(`_prepare_all`): one round trip for them all. Measured on the 300-task fan-out: that thread
-was busy 95 % of the time, about 60 statements per helper, each a round trip; about two in five
-are such writes."""
+(`_prepare_all`): one round trip for them all; so does a write whose answer is read only after
+the commit (`Prepared.later`: an event's id). That thread is what bounds a fan-out on one
+process (busy 95 % of the 300-task fan-out), so what counts is the statements that need an
+answer: about 32 per helper once, 16 with the merged reads and the later ids
+(tests/test_round_trips.py bounds them)."""
 
 from __future__ import annotations
 
