@@ -191,7 +191,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         tx.tasks.keep(claim.first_task)  # read with the claim: the system prompt's task
     lease = tx.leases.claim(agent, holder)
     tx.agents.count_turn(thread_id)
-    events = tx.events.of_thread(thread_id)
+    events = [] if claim.untold else tx.events.of_thread(thread_id)
     rows: list[tuple[str, dict[str, Any]]] = []  # appended together at the end
     if not events:
         task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
