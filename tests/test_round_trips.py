@@ -19,13 +19,13 @@ from tests.scripted import ScriptedModels
 pytestmark = pytest.mark.parametrize("db_path", ["postgresql"], indirect=True)
 
 FEW, MANY = 2, 10
-PER_HELPER = 10.3
+PER_HELPER = 9.3
 """The most statements a helper adds, from its spawn to its task's completion (its two model
-calls, a note then task_complete, their checks and records, the scheduler's looks): 9.6 here,
+calls, a note then task_complete, their checks and records, the scheduler's looks): 8.6 here,
 where it was 28 when two statements asked about one row, transactions read again what they had
 already read, and each appended event's id was a round trip of its own (16 with those ids
-alone left), and 10.8 while a first turn read its thread's events (it has none); the rest
-leaves room for a heartbeat or a transaction run again after a
+alone left), 10.8 while a first turn read its thread's events (it has none), 9.6 while
+task_complete looked for a worktree the helper was never given; the rest leaves room for a heartbeat or a transaction run again after a
 conflict, not for one more read per helper."""
 
 

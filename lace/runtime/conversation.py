@@ -62,6 +62,8 @@ class TurnStart:
     messages: list[dict[str, Any]]
     appended: Appended
     waits: list[PendingWait]
+    worktree: bool
+    """Whether the agent has its own worktree (to commit before it completes its task)."""
 
 
 def dangling_calls(events: list[Event]) -> list[tuple[str, str]]:
@@ -214,4 +216,5 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     appended = [Event(id=0, thread_id=thread_id, type=type, data=data, created_at="")
                 for type, data in rows]
     return TurnStart(agent=agent, lease=lease, messages=conversation([*events, *appended]),
-                     appended=Appended.of(tx, thread_id, rows), waits=resumed)
+                     appended=Appended.of(tx, thread_id, rows), waits=resumed,
+                     worktree=claim.worktree)

@@ -149,7 +149,7 @@ class TurnRunner:
         self.bus.publish(TurnStarted(thread_id))
         for event in start.appended.events():
             self.bus.publish(event)
-        context = self.tools.context(agent, lease)
+        context = self.tools.context(agent, lease, start.worktree)
         for wait in start.waits:
             result = await self.tools.resume(context, wait)
             messages.append(tool_message(wait.call_id, result))
