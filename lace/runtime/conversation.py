@@ -175,7 +175,7 @@ def delivered(items: list[InboxItem], settled: Mapping[int, dict[str, str]] | No
 
 
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
-               budget_note: Callable[[Tx], str | None] = lambda tx: None,
+               budget_note: Callable[[Tx, Agent], str | None] = lambda tx, agent: None,
                holder: str = "", place: Place | None = None) -> TurnStart | None:
     """Claim the agent for process `holder` (None if another process is running it, or has
     taken its rows since it was woken): a new lease epoch, which every later write of the turn
@@ -208,7 +208,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
             rows.append(("tool_result", tool_result_data(call_id, name, INTERRUPTED)))
     items = [] if resumed else tx.inbox.take(thread_id)
     deliveries = delivered(items, settled_together(tx, items))
-    note = budget_note(tx) if deliveries else None
+    note = budget_note(tx, agent) if deliveries else None  # the row as claimed
     for number, (data, from_person) in enumerate(deliveries, start=1):
         if note and number == len(deliveries):
             data["message"]["content"] += f"\n\n{note}"

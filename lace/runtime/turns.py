@@ -132,7 +132,7 @@ class TurnRunner:
         profiles, started = self.tools.profiles, time.monotonic()
         self.tools.waited[thread_id] = 0.0
         start = await self.db.write(lambda tx: begin_turn(
-            tx, thread_id, profiles, lambda tx: budget_line(tx, thread_id, self.budgets),
+            tx, thread_id, profiles, lambda tx, agent: budget_line(tx, agent, self.budgets),
             self.holder, self.place))
         if start is None:
             raise AlreadyRunningError(thread_id)
