@@ -260,3 +260,31 @@ def test_a_lookup_by_a_list_of_ids_reads_the_index_however_large_the_board(
             plan = "\n".join(row[0] for row in connection.execute(f"EXPLAIN {text}", params))
             assert "Seq Scan on agent_metadata" not in plan, plan
             assert "pk_agent_metadata" in plan, plan
+
+
+def test_the_schedulers_look_reads_the_waking_inbox_rows_not_every_thread(
+        store: Store, migrated_postgres_url: str) -> None:
+    """`RUNNABLE` on PostgreSQL: with no index of the waking rows the plan went through every
+    thread of the session (1,001 at 1,000 helpers), an agent row and an inbox probe each, to
+    find the few with a pending row (3 ms a look); `ix_inbox_waking` (lace_0020) starts from
+    those."""
+    session = new_session(store)
+    with store.transaction() as tx:
+        for _ in range(1000):
+            child = tx.threads.create_child(session.id)
+            tx.agents.create(NewAgent(thread_id=child.id, name="a", provider="demo",
+                                      model="worker", parent_thread_id=session.id))
+    waking = [f"{session.id}.7", f"{session.id}.700"]
+    query(migrated_postgres_url, "INSERT INTO inbox (thread_id, sender, kind, text, created_at, "
+          "consumed_at, wakes) SELECT thread_id, 'human', 'message', 'done', '2026', "
+          "CASE WHEN thread_id IN (?, ?) AND turn = 2 THEN NULL ELSE '2026' END, true "
+          "FROM agent_metadata, generate_series(1, 2) AS turn", *waking)
+    query(migrated_postgres_url, "ANALYZE")
+    text = sql.RUNNABLE._for("postgresql").sql
+    params = dict(sql.RUNNABLE._for("postgresql").bound({"root": session.id}))
+    with psycopg.connect(migrated_postgres_url) as connection:
+        plan = "\n".join(row[0] for row in connection.execute(f"EXPLAIN {text}", params))
+        runnable = connection.execute(text, params).fetchall()
+    assert sorted(row[0] for row in runnable) == waking
+    assert "ix_inbox_waking" in plan, plan
+    assert "ix_threads_root_id" not in plan, plan

@@ -19,13 +19,16 @@ from tests.scripted import ScriptedModels
 pytestmark = pytest.mark.parametrize("db_path", ["postgresql"], indirect=True)
 
 FEW, MANY = 2, 10
-PER_HELPER = 11.5
+PER_HELPER = 8.5
 """The most statements a helper adds, from its spawn to its task's completion (its two model
-calls, a note then task_complete, their checks and records, the scheduler's looks): 10.8 here,
+calls, a note then task_complete, their checks and records, the scheduler's looks): 7.8 here,
 where it was 28 when two statements asked about one row, transactions read again what they had
 already read, and each appended event's id was a round trip of its own (16 with those ids
-alone left); the half leaves room for a heartbeat or a transaction run again after a
-conflict, not for one more read per helper."""
+alone left), 10.8 while a first turn read its thread's events (it has none), 9.6 while
+task_complete looked for a worktree the helper was never given, 8.6 while the budget checks
+read the root's row for nothing (its age, only where the session caps seconds); the rest
+leaves room for a heartbeat or a transaction run again after a conflict, not for one more
+read per helper."""
 
 
 class Executes:

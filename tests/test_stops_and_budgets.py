@@ -14,13 +14,14 @@ import pytest
 
 from lace.config import Budgets, Limits, Settings, ToolSettings
 from lace.core.assignee import ThreadAssignee
+from lace.core.clock import iso_ago
 from lace.core.records import NewAgent, Thread
 from lace.llm.checks import check_model
 from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.store import Store
-from lace.store.budgets import remaining
+from lace.store.budgets import check_before_call, remaining
 from tests.conftest import Caller, query, run_cli, spawn_child, until_quiet_then_closed
 from tests.processes import lace_env
 from tests.scripted import (
@@ -182,6 +183,22 @@ def test_the_default_cap_follows_each_agents_own_provider(
                                   parent_thread_id=session.id))
         assert remaining(tx, session.id, Budgets()) == {}  # the root is the local demo
         assert remaining(tx, child.id, Budgets()) == {"tokens": 2_000_000}
+
+
+def test_a_helper_is_held_to_the_sessions_seconds_by_the_roots_age(
+        store: Store, session: Thread, db_path: str) -> None:
+    """The checks of a helper read the root's row only for its age (the session's other caps
+    are the settings'): with seconds capped they must still read it."""
+    child = spawn_child(store, session.id)
+    query(db_path, "UPDATE agent_metadata SET created_at = ? WHERE thread_id = ?",
+          iso_ago(120), session.id)
+    capped = Budgets(session_seconds=60)
+    with store.transaction() as tx:
+        assert remaining(tx, child, capped)["seconds"] < -59
+        halt, _ = check_before_call(tx, child, capped)
+        assert halt is not None and halt.owner == session.id
+        assert halt.reason.startswith("budget reached: session used 12")
+        assert check_before_call(tx, child, Budgets(session_seconds=600)) == (None, [])
 
 
 async def test_an_approval_left_by_a_dead_process_is_not_left_pending(

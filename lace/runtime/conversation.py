@@ -62,6 +62,8 @@ class TurnStart:
     messages: list[dict[str, Any]]
     appended: Appended
     waits: list[PendingWait]
+    worktree: bool
+    """Whether the agent has its own worktree (to commit before it completes its task)."""
 
 
 def dangling_calls(events: list[Event]) -> list[tuple[str, str]]:
@@ -173,7 +175,7 @@ def delivered(items: list[InboxItem], settled: Mapping[int, dict[str, str]] | No
 
 
 def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
-               budget_note: Callable[[Tx], str | None] = lambda tx: None,
+               budget_note: Callable[[Tx, Agent], str | None] = lambda tx, agent: None,
                holder: str = "", place: Place | None = None) -> TurnStart | None:
     """Claim the agent for process `holder` (None if another process is running it, or has
     taken its rows since it was woken): a new lease epoch, which every later write of the turn
@@ -191,7 +193,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
         tx.tasks.keep(claim.first_task)  # read with the claim: the system prompt's task
     lease = tx.leases.claim(agent, holder)
     tx.agents.count_turn(thread_id)
-    events = tx.events.of_thread(thread_id)
+    events = [] if claim.untold else tx.events.of_thread(thread_id)
     rows: list[tuple[str, dict[str, Any]]] = []  # appended together at the end
     if not events:
         task = tx.tasks.get(agent.created_for_task) if agent.created_for_task else None
@@ -206,7 +208,7 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
             rows.append(("tool_result", tool_result_data(call_id, name, INTERRUPTED)))
     items = [] if resumed else tx.inbox.take(thread_id)
     deliveries = delivered(items, settled_together(tx, items))
-    note = budget_note(tx) if deliveries else None
+    note = budget_note(tx, agent) if deliveries else None  # the row as claimed
     for number, (data, from_person) in enumerate(deliveries, start=1):
         if note and number == len(deliveries):
             data["message"]["content"] += f"\n\n{note}"
@@ -214,4 +216,5 @@ def begin_turn(tx: Tx, thread_id: str, profiles: Mapping[str, Profile],
     appended = [Event(id=0, thread_id=thread_id, type=type, data=data, created_at="")
                 for type, data in rows]
     return TurnStart(agent=agent, lease=lease, messages=conversation([*events, *appended]),
-                     appended=Appended.of(tx, thread_id, rows), waits=resumed)
+                     appended=Appended.of(tx, thread_id, rows), waits=resumed,
+                     worktree=claim.worktree)

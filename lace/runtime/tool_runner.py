@@ -110,12 +110,14 @@ class ToolRunner:
             own += [name for name in self.python_tools if not grants(own, name)]
         return own
 
-    def context(self, agent: Agent, lease: Lease | None = None) -> ToolContext:
+    def context(self, agent: Agent, lease: Lease | None = None,
+                worktree: bool = True) -> ToolContext:
         """The tool context of an agent in a turn under `lease`: its identity, its own tools,
-        limits and profiles."""
+        limits and profiles; with no `worktree` of its own (`TurnStart.worktree`), it has
+        no work to commit (and no read to find that out)."""
         return self._context(agent.thread_id, root_of(agent.thread_id),
                              tuple(self.own_tools(agent)), lease,
-                             functools.partial(with_committed_work, self.db))
+                             functools.partial(with_committed_work, self.db) if worktree else None)
 
     def human_context(self, session_id: str) -> ToolContext:
         """The tool context of the person (`human`), who may hand out any tool."""

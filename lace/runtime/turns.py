@@ -132,7 +132,7 @@ class TurnRunner:
         profiles, started = self.tools.profiles, time.monotonic()
         self.tools.waited[thread_id] = 0.0
         start = await self.db.write(lambda tx: begin_turn(
-            tx, thread_id, profiles, lambda tx: budget_line(tx, thread_id, self.budgets),
+            tx, thread_id, profiles, lambda tx, agent: budget_line(tx, agent, self.budgets),
             self.holder, self.place))
         if start is None:
             raise AlreadyRunningError(thread_id)
@@ -149,7 +149,7 @@ class TurnRunner:
         self.bus.publish(TurnStarted(thread_id))
         for event in start.appended.events():
             self.bus.publish(event)
-        context = self.tools.context(agent, lease)
+        context = self.tools.context(agent, lease, start.worktree)
         for wait in start.waits:
             result = await self.tools.resume(context, wait)
             messages.append(tool_message(wait.call_id, result))

@@ -75,11 +75,15 @@ class AgentCache:
 @dataclass(frozen=True)
 class Claim:
     """An agent row locked to start a turn (`AgentRows.to_claim`), and what was read with it:
-    whether its thread has a pending inbox row that starts a turn, and before its first turn
-    (no events yet) the row of the task it was created for (for `TaskRows.keep`)."""
+    whether its thread has a pending inbox row that starts a turn, whether it has its own
+    worktree, whether it has no events yet (`untold`: its first turn, which reads none), and
+    then the row of the task it was
+    created for (for `TaskRows.keep`)."""
 
     agent: Agent
     waking: bool
+    worktree: bool
+    untold: bool
     first_task: dict[str, Any] | None
 
 
@@ -128,7 +132,8 @@ class AgentRows(Rows):
         if found is None:
             return None
         agent, row = found
-        return Claim(agent, bool(row["waking"]), _task_of(row))
+        return Claim(agent, bool(row["waking"]), bool(row["worktree"]), bool(row["untold"]),
+                     _task_of(row))
 
     def find_waking(self, thread_id: str) -> tuple[Agent, bool] | None:
         """`find`, and whether the thread has a pending inbox row that starts a turn: one

@@ -32,20 +32,29 @@ def _chain(thread_id: str) -> list[str]:
     return [".".join(parts[: n + 1]) for n in range(len(parts))]
 
 
-def _chain_agents(tx: Tx, thread_id: str) -> dict[str, Agent]:
-    """The agent rows of a thread and its ancestors, in one query."""
-    return {agent.thread_id: agent for agent in tx.agents.by_ids(_chain(thread_id))}
+def _chain_agents(tx: Tx, thread_id: str, budgets: Budgets,
+                  agent: Agent | None = None) -> dict[str, Agent]:
+    """The agent rows of a thread and its ancestors that the checks read, in one query: a
+    helper's chain leaves out the root's row unless the session caps seconds (the row's age;
+    the session's caps are `budgets`', and a row's budget and age never change); not the
+    thread's own when given (`agent`, as this transaction read it)."""
+    chain = _chain(thread_id)
+    if len(chain) > 1 and budgets.session_seconds is None:
+        chain = chain[1:]
+    known = {} if agent is None else {thread_id: agent}
+    read = tx.agents.by_ids([owner for owner in chain if owner not in known])  # [] reads none
+    return {**known, **{row.thread_id: row for row in read}}
 
 
 def caps_of(tx: Tx, thread_id: str, budgets: Budgets, agent: Agent | None = None,
             real_caller: bool = False) -> Budget | None:
     """The caps on the subtree rooted at `thread_id`: the session's for a root, where a call
     to a real provider (by whichever agent of the session makes it) gets the default token
-    cap when none is configured."""
-    agent = agent or tx.agents.get(thread_id)
+    cap when none is configured (a root's row is not read)."""
     if "." not in thread_id:
         budget = budgets.for_session(real_caller)
         return None if budget == Budget() else budget
+    agent = agent or tx.agents.get(thread_id)
     return Budget.model_validate(agent.budget) if agent.budget else None
 
 
@@ -53,32 +62,38 @@ def _caps_in_chain(tx: Tx, thread_id: str, budgets: Budgets,
                    chain: dict[str, Agent]) -> list[tuple[str, Budget]]:
     """(owner, caps) for the agent and each ancestor whose subtree is capped: no usage read."""
     real_caller = chain[thread_id].provider not in LOCAL_PROVIDERS
-    found = ((owner, caps_of(tx, owner, budgets, chain[owner], real_caller))
+    found = ((owner, caps_of(tx, owner, budgets, chain.get(owner), real_caller))
              for owner in _chain(thread_id))
     return [(owner, caps) for owner, caps in found if caps is not None]
 
 
-def _used(tx: Tx, owner: Agent) -> dict[str, float]:
+def _used(tx: Tx, owner: str, chain: dict[str, Agent]) -> dict[str, float]:
     """What the subtree of `owner` used. One sum over the subtree's agent rows: read once per
-    check, and only for capped subtrees."""
-    usage = tx.usage.subtree(owner.thread_id)
-    return {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "turns": usage.turns,
-            "seconds": seconds_since(owner.created_at)}
+    check, and only for capped subtrees. Its seconds only when its row was read (`_chain_agents`
+    reads it where seconds are capped)."""
+    usage = tx.usage.subtree(owner)
+    used = {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "turns": usage.turns}
+    if owner in chain:
+        used["seconds"] = seconds_since(chain[owner].created_at)
+    return used
 
 
 def _capped_subtrees(tx: Tx, thread_id: str, budgets: Budgets,
                      chain: dict[str, Agent] | None = None,
                      ) -> Iterator[tuple[str, Budget, dict[str, float]]]:
     """(owner, caps, used) for the agent and each ancestor whose subtree is capped."""
-    chain = chain if chain is not None else _chain_agents(tx, thread_id)
+    chain = chain if chain is not None else _chain_agents(tx, thread_id, budgets)
     for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain):
-        yield owner, caps, _used(tx, chain[owner])
+        yield owner, caps, _used(tx, owner, chain)
 
 
-def remaining(tx: Tx, thread_id: str, budgets: Budgets) -> dict[str, float]:
-    """What is left in each capped dimension, the tightest over the agent and its ancestors."""
+def remaining(tx: Tx, thread_id: str, budgets: Budgets,
+              agent: Agent | None = None) -> dict[str, float]:
+    """What is left in each capped dimension, the tightest over the agent and its ancestors
+    (`agent`: its row as this transaction read it, not read again)."""
     left: dict[str, float] = {}
-    for _, caps, used in _capped_subtrees(tx, thread_id, budgets):
+    chain = _chain_agents(tx, thread_id, budgets, agent)
+    for _, caps, used in _capped_subtrees(tx, thread_id, budgets, chain):
         for dimension, _ in DIMENSIONS:
             cap = getattr(caps, dimension)
             if cap is not None:
@@ -95,7 +110,7 @@ def check_before_call(tx: Tx, thread_id: str, budgets: Budgets, lease: Lease | N
     more (`grant_before_call`, which checks the tokens used) only when that is too little.
     LeaseLostError once the agent's `lease` is another's: a process paused past it makes
     no call with what it held (the write that asks for more is fenced too)."""
-    chain = _chain_agents(tx, thread_id)
+    chain = _chain_agents(tx, thread_id, budgets)
     if lease is not None:
         tx.leases.check(lease)
     owners = [owner for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain)
@@ -109,7 +124,7 @@ def halt_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
     used: what the other processes hold, and of what process `holder` holds, its calls
     `in_flight` under each owner. Whether a call may go (a call waiting for room looks
     with it)."""
-    return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id),
+    return _halt(tx, thread_id, budgets, _chain_agents(tx, thread_id, budgets),
                  aside=functools.partial(_aside, functools.partial(tx.grants.held, holder=holder),
                                          in_flight))
 
@@ -147,7 +162,7 @@ def grant_before_call(tx: Tx, thread_id: str, budgets: Budgets, holder: str,
     process could pass the cap by a call); with no room left it waits while calls are in
     flight, and stops once the tokens are used."""
     going = short if going is None else going
-    chain = _chain_agents(tx, thread_id)
+    chain = _chain_agents(tx, thread_id, budgets)
     held = functools.cache(functools.partial(tx.grants.held, holder=holder))  # read once each
     halt = _halt(tx, thread_id, budgets, chain, aside=functools.partial(_aside, held, in_flight))
     if halt is not None:
@@ -183,7 +198,7 @@ def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent], *,
     for owner, caps in _caps_in_chain(tx, thread_id, budgets, chain):
         checked = [(dimension, unit) for dimension, unit in DIMENSIONS
                    if getattr(caps, dimension) is not None and (tokens or dimension != "tokens")]
-        used = _used(tx, chain[owner]) if checked else {}
+        used = _used(tx, owner, chain) if checked else {}
         for dimension, unit in checked:
             cap = getattr(caps, dimension)
             where = "session" if "." not in owner else f"subtree of {owner}"
@@ -200,9 +215,10 @@ def _halt(tx: Tx, thread_id: str, budgets: Budgets, chain: dict[str, Agent], *,
     return None
 
 
-def budget_line(tx: Tx, thread_id: str, budgets: Budgets) -> str | None:
-    """`[LACE BUDGET] Remaining: ...`, or None when nothing is capped."""
-    left = remaining(tx, thread_id, budgets)
+def budget_line(tx: Tx, agent: Agent, budgets: Budgets) -> str | None:
+    """`[LACE BUDGET] Remaining: ...` for `agent` (its row as this transaction read it), or
+    None when nothing is capped."""
+    left = remaining(tx, agent.thread_id, budgets, agent)
     if not left:
         return None
     parts = [f"{max(0, left[d]):,.0f} {unit}" if d != "cost_usd" else f"${max(0, left[d]):.4f}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lace.core.errors import DatabaseRefusedError
 
-HEAD_REVISION = "lace_0019"
+HEAD_REVISION = "lace_0020"
 REVISION_PREFIX = "lace_"
 
 

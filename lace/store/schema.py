@@ -91,7 +91,7 @@ TASK_RANK: sa.ColumnClause[int] = sa.literal_column(
 """A task's place on the board by priority, as text: `ix_tasks_open_page` indexes this very
 expression, which bound parameters would keep the query planner from matching."""
 _OPEN = sa.text("status IN ('pending', 'in_progress', 'blocked')")
-EXPRESSION_INDEXES = frozenset({"ix_tasks_open_page", "ix_agent_usage"})
+EXPRESSION_INDEXES = frozenset({"ix_tasks_open_page", "ix_agent_usage", "ix_inbox_waking"})
 sa.Index("ix_tasks_open_page", tasks.c.thread_id, TASK_RANK, tasks.c.created_at.desc(),
          tasks.c.id.desc(), sqlite_where=_OPEN, postgresql_where=_OPEN)
 
@@ -176,6 +176,9 @@ inbox = sa.Table(
     sa.CheckConstraint(_one_of("priority", INBOX_PRIORITIES), name="priority"),
     sa.Index(None, "thread_id", "consumed_at"),
 )
+_WAKING = sa.and_(inbox.c.consumed_at.is_(None), inbox.c.wakes)
+sa.Index("ix_inbox_waking", inbox.c.thread_id,  # the scheduler's look: see lace_0020
+         sqlite_where=_WAKING, postgresql_where=_WAKING)
 
 llm_calls = sa.Table(
     "llm_calls",

@@ -23,15 +23,20 @@ AGENT_WAKING = Prepared(sa.select(_agents, _WAKING)
 TASK_COLUMN = "task_{}"
 """How a statement that reads an agent row names the columns of a task it reads with it."""
 _TASK_COLUMNS = [column.label(TASK_COLUMN.format(column.name)) for column in _tasks.c]
+_WORKTREE = sa.exists().where(schema.worktrees.c.thread_id == sa.bindparam("agent"))
+"""Whether the agent's thread has its own worktree (given when it is spawned, never taken)."""
+_UNTOLD = ~sa.exists().where(_events.c.thread_id == sa.bindparam("agent"))
+"""Whether the agent's thread has no events yet: before its first turn."""
 AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim commits, or skipped
-    sa.select(_agents, _WAKING, *_TASK_COLUMNS)
+    sa.select(_agents, _WAKING, _UNTOLD.label("untold"),
+              _WORKTREE.label("worktree"), *_TASK_COLUMNS)
     .select_from(_agents.outerjoin(_tasks, sa.and_(
-        _tasks.c.id == _agents.c.created_for_task,
-        ~sa.exists().where(_events.c.thread_id == sa.bindparam("agent")))))
+        _tasks.c.id == _agents.c.created_for_task, _UNTOLD)))
     .where(_agents.c.thread_id == sa.bindparam("agent"))
     .with_for_update(of=_agents, skip_locked=True))
-"""An agent row to claim, whether its thread has an inbox row that starts a turn, and before
-its first turn (no events yet) the task it was created for (TASK_COLUMN): one read."""
+"""An agent row to claim, whether its thread has an inbox row that starts a turn, whether it
+has its own worktree, whether it has no events yet (`untold`), and then the task it was
+created for (TASK_COLUMN): one read."""
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 STOPPED_AMONG = Prepared(sa.select(_agents.c.thread_id).where(
     json_list(_agents.c.thread_id, "agents"), _agents.c.status == "stopped"))
