@@ -62,7 +62,8 @@ def test_bad_board_commands_write_nothing(capsys: CaptureFixture, db_path: Path)
 @pytest.mark.parametrize(("assignee", "said"), [
     ("new:foo/bar", "Unknown provider 'foo'"), ("nobody", "Malformed assignee 'nobody'"),
     ("new:foo/", "Malformed assignee 'new:foo/'"), ("new:nosuch", "Unknown profile 'nosuch'"),
-    ("acp:nosuch", "No ACP agent 'nosuch' in [acp_agents]")])
+    ("acp:nosuch", "No ACP agent 'nosuch' in [acp_agents]"),
+    ("lace_20990101_zzzzzz.1", "No session yet, so 'lace_20990101_zzzzzz.1' names no agent")])
 def test_a_bad_first_task_creates_no_session(capsys: CaptureFixture, db_path: Path,
                                              assignee: str, said: str) -> None:
     code, out, err = lace(capsys, "task", "add", "x", "--assign", assignee, "--db", str(db_path))

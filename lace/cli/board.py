@@ -10,7 +10,7 @@ from typing import Any
 
 from lace.cli.output import print_json, report, say
 from lace.config import Settings, load_settings
-from lace.core.assignee import ACP_PROVIDER, NewAgentSpec, parse_assignee
+from lace.core.assignee import ACP_PROVIDER, NewAgentSpec, ThreadAssignee, parse_assignee
 from lace.core.errors import LaceError, NotFoundError
 from lace.core.lines import agent_line, event_text, in_tree_order, task_line
 from lace.core.text import printable
@@ -153,7 +153,7 @@ def task_add_command(args: argparse.Namespace) -> int:
             "blocked_by": args.blocked_by}
     arguments = {"tasks": [{key: value for key, value in item.items() if value is not None}]}
     settings = load_settings()  # bad settings are refused before the database is made
-    _check_assignee(args.assigned_to, settings)
+    _check_assignee(args.assigned_to, getattr(args, "db", None), settings)
     with board_of(args, settings, create=True) as board:
         if session_id is None and args.blocked_by:
             session_id = board.task(args.blocked_by[0]).thread_id
@@ -183,16 +183,19 @@ def task_help_command(_args: argparse.Namespace) -> int:
     raise LaceError("choose an action: lace task add | note | complete (see lace task --help)")
 
 
-def _check_assignee(assigned_to: str | None, settings: Settings) -> None:
+def _check_assignee(assigned_to: str | None, db: str | None, settings: Settings) -> None:
     """`--assign`: refused before the database is made when the task call would refuse it (a
     malformed value, an unknown profile, a model that cannot be called here, an ACP agent not
-    in [acp_agents]), in the call's own words, with one note line when a model looks
-    mistyped."""
+    in [acp_agents], a thread of a board not made yet), in the call's own words, with one
+    note line when a model looks mistyped."""
     from lace.cli.run import note_unlisted_model
 
     if assigned_to is None:
         return
     spec = parse_assignee(assigned_to)
+    if isinstance(spec, ThreadAssignee) and missing_board(db) is not None:
+        raise NotFoundError(f"No session yet, so {assigned_to!r} names no agent; nothing was "
+                            "created (lace run starts a board, --db names another)")
     if isinstance(spec, NewAgentSpec) and spec.model_name and spec.provider != ACP_PROVIDER:
         note_unlisted_model(spec.model_name)
     check_assignment(assigned_to, settings, Path.cwd())
