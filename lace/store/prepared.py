@@ -227,7 +227,7 @@ def answer_after_lost_commit(lost: Any, connection: Any, transaction_id: str) ->
         for later in laters:
             if later.inserted is not None and later.inserted[0] == table:
                 taken, ids = ids[:later.inserted[1]], ids[later.inserted[1]:]
-                if not later.sent:
+                if not later.sent and len(taken) == later.inserted[1]:  # else left unknown
                     later.fill_ids(taken)
     _unanswered.pop(lost, None)
 
