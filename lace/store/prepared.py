@@ -224,11 +224,14 @@ def answer_after_lost_commit(lost: Any, connection: Any, transaction_id: str) ->
         ids = [int(row[0]) for row in connection.execute(
             f'SELECT id FROM "{table}" WHERE xmin = CAST(%(xid)s AS xid) ORDER BY id',
             {"xid": xid})]
-        for later in laters:
-            if later.inserted is not None and later.inserted[0] == table:
-                taken, ids = ids[:later.inserted[1]], ids[later.inserted[1]:]
-                if not later.sent and len(taken) == later.inserted[1]:  # else left unknown
-                    later.fill_ids(taken)
+        counts = [(later, later.inserted[1]) for later in laters
+                  if later.inserted is not None and later.inserted[0] == table]
+        if len(ids) != sum(count for _later, count in counts):
+            continue  # a row changed since (a new xmin): left unknown, never a wrong id
+        for later, count in counts:
+            taken, ids = ids[:count], ids[count:]
+            if not later.sent:
+                later.fill_ids(taken)
     _unanswered.pop(lost, None)
 
 
