@@ -22,6 +22,7 @@ from lace.llm.client import default_client
 from lace.llm.types import ScriptedReply
 from lace.runtime import Runtime, open_runtime
 from lace.runtime.board import Board
+from lace.runtime.events import EventAppended
 from lace.runtime.worktrees import prune_worktrees
 from lace.store import Store
 from tests.conftest import query
@@ -85,6 +86,28 @@ async def test_a_task_for_an_acp_agent_completes_with_its_answer(
         log = Path(os.environ["LACE_HOME"]) / "acp-logs" / "scripted.log"
         assert "scripted ACP agent: answer" in log.read_text()  # its stderr, kept privately
         assert log.stat().st_mode & 0o777 == 0o600
+    finally:
+        await runtime.stop()
+        runtime.close()
+
+
+@pytest.mark.both_engines
+async def test_each_event_an_acp_agent_records_is_published_once_committed(
+        store: Store, models: ScriptedModels, db_path: Path, tmp_path: Path) -> None:
+    """A subscriber (the app, `lace follow`) that reads an event's row when it hears of it
+    finds it committed, with the type it was published with: an event published inside its
+    transaction may be undone (a rerun after a conflict publishes it again, under another id)."""
+    delegating(models)
+    runtime = make(store, tmp_path, worker_settings("answer"))
+    heard: list[tuple[str, list[tuple[Any, ...]]]] = []
+    runtime.bus.subscribe(lambda event: heard.append((event.type, query(
+        db_path, "SELECT type FROM events WHERE id = ?", event.event_id)))
+        if isinstance(event, EventAppended) else None)
+    try:
+        root = await runtime.start_session("Look around, please.", "scripted/root")
+        await asyncio.wait_for(runtime.run_until_quiet(root.id), 60)
+        assert ("agent_message", [("agent_message",)]) in heard
+        assert [(kind, rows) for kind, rows in heard if rows != [(kind,)]] == []
     finally:
         await runtime.stop()
         runtime.close()

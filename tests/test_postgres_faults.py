@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from lace.llm.openai_fake import FakeOpenAI
 from lace.runtime.database import AsyncStore
-from lace.store import Store, Tx, open_database
+from lace.store import Later, Store, Tx, open_database
 from lace.store.db import Database
 from lace.store.engines import engine_for, postgresql, reconnect
 from lace.store.retry import GaveUpError, run_transaction
@@ -304,6 +304,40 @@ async def test_a_commit_whose_answer_is_lost_is_not_written_twice(
         assert rows(migrated_postgres_url, "SELECT id, title FROM threads") == [(made, "once")]
         cutter.armed.set()  # and a read after it, cut the same way, reads once
         assert await store.read(lambda tx: tx.threads.get(made).title) == "once"
+    finally:
+        store.close()
+        database.close()
+        cutter.close()
+
+
+async def test_an_events_id_sent_with_a_commit_whose_answer_is_lost_is_read_back(
+        migrated_postgres_url: str) -> None:
+    """An appended event's id rides with the COMMIT (`Later`); when only the COMMIT's answer
+    is lost and the transaction is found committed, the id is read back from the table, not
+    taken for the id of an undone row (the runtime publishes it as the table holds it)."""
+    cutter = CommitCutter(int(sa.make_url(migrated_postgres_url).port or 0))
+    through_cutter = sa.make_url(migrated_postgres_url).set(port=cutter.port)
+    database = database_at(through_cutter.render_as_string(hide_password=False))
+    store = AsyncStore(Store(database))
+    try:
+        session = await store.write(lambda tx: tx.threads.create_session(
+            provider="openai", model="root", title="once").id)
+
+        def appends(tx: Tx) -> tuple[Later[int], Later[list[int]], Later[int]]:
+            first = tx.events.append(session, "error", {"n": 0})
+            tx.events.of_thread(session)  # a read: the first id comes with it
+            return first, tx.events.append_all(session, [
+                ("user_message", {"n": 1}), ("notification", {"n": 2})]), \
+                tx.events.append(session, "notification", {"n": 3})
+
+        cutter.armed.set()
+        first, two, last = await store.write(appends)
+        assert cutter.cut == 1  # the COMMIT's answer never reached lace
+        after = await store.write(lambda tx: tx.events.append(session, "error", {"n": 4}))
+        assert rows(migrated_postgres_url, "SELECT id, type FROM events ORDER BY id") == [
+            (first.value, "error"),
+            *zip(two.value, ["user_message", "notification"], strict=True),
+            (last.value, "notification"), (after.value, "error")]
     finally:
         store.close()
         database.close()

@@ -390,3 +390,39 @@ async def test_tests_cannot_reach_a_real_provider(runtime: Runtime, db_path: Pat
     await asyncio.wait_for(runtime.run_until_quiet(root.id), 10)
     assert query(db_path, "SELECT error FROM llm_calls") == [
         ("remote model calls are disabled here (openai/gpt-4o)",)]
+
+
+async def test_every_event_is_published_once_committed_with_the_id_the_table_holds(
+        runtime: Runtime, models: ScriptedModels, db_path: Path) -> None:
+    """What the app and `lace follow` hear of a fan-out is the events table: each row once,
+    in order per thread, with its id and type, and committed when it is heard of (its id
+    arrives with the transaction's last round trip on PostgreSQL)."""
+    from benchmarks.fanout import root_step, worker_step
+    from lace.runtime.events import EventAppended
+
+    def scripted(step: tuple[Any, Any]) -> ScriptedReply:
+        text, calls = step
+        return ScriptedReply(text=text, tool_calls=list(calls))
+
+    models.on("root", lambda messages: scripted(root_step(messages, 6, "new:scripted/worker")))
+    models.on("worker", lambda messages: scripted(worker_step(messages)))
+    heard: list[tuple[str, int, str]] = []
+    uncommitted: list[tuple[str, int, str]] = []
+
+    def on_event(event: RuntimeEvent) -> None:
+        if isinstance(event, EventAppended):
+            heard.append((event.thread_id, event.event_id, event.type))
+            if query(db_path, "SELECT thread_id, id, type FROM events WHERE id = ?",
+                     event.event_id) != [heard[-1]]:
+                uncommitted.append(heard[-1])
+
+    runtime.bus.subscribe(on_event)
+    session = await runtime.start_session("Fan out 6 tasks.", "scripted/root")
+    await asyncio.wait_for(runtime.run_until_quiet(session.id), 60)
+    assert query(db_path, "SELECT COUNT(*) FROM tasks WHERE status = 'completed'") == [(6,)]
+    assert uncommitted == []
+    table = query(db_path, "SELECT thread_id, id, type FROM events ORDER BY id")
+    assert sorted(heard, key=lambda row: row[1]) == table
+    for thread in {thread for thread, _id, _type in table}:
+        ids = [event_id for owner, event_id, _type in heard if owner == thread]
+        assert ids == sorted(ids), thread

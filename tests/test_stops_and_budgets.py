@@ -72,6 +72,21 @@ def test_an_agent_stopped_by_its_creator_is_resumed_by_a_new_task(
         ("idle",)]
 
 
+def test_an_agent_stopped_before_its_first_turn_starts_it_with_its_system_prompt(
+        store: Store, session: Any, call: Caller) -> None:
+    """A stop writes the agent's thread an `error` row; the first turn after a new task
+    resumed it still begins with the system prompt (a thread with no turn yet)."""
+    from lace.runtime.conversation import begin_turn
+
+    child = spawn_child(store, session.id)
+    assert not call("agent_stop", {"thread_id": child, "reason": "pause"}).is_error
+    assert not call("task_create", {"tasks": [{"title": "Next", "prompt": "p",
+                                               "assigned_to": child}]}).is_error
+    start = store.write(lambda tx: begin_turn(tx, child, {}))
+    assert start is not None
+    assert [message["role"] for message in start.messages] == ["system", "user"]
+
+
 @pytest.mark.slow
 async def test_a_stop_from_another_process_ends_a_running_bash_at_once(
         store: Store, models: ScriptedModels, tmp_path: Path, db_path: Path) -> None:

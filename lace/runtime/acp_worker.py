@@ -25,7 +25,7 @@ from lace.core.tool_sets import grants
 from lace.llm.types import ModelError
 from lace.paths import credential_values
 from lace.runtime.acp_stdio import AgentStdio
-from lace.runtime.conversation import TurnStart, tool_result_data
+from lace.runtime.conversation import Appended, TurnStart, tool_result_data
 from lace.runtime.events import EventAppended, TurnEnded, TurnStarted
 from lace.runtime.isolation import with_committed_work, workspace_of
 from lace.runtime.turn_end import end_turn, open_task_of
@@ -174,21 +174,24 @@ class AcpTurn:
         task_id = self.start.agent.current_task
         if task_id is not None:  # its worktree's work committed on its branch, and named
             final = await with_committed_work(runner.db, thread_id, task_id, final)
-        await self._write(lambda tx: self._finish(tx, final))
+        appended = await self._write(lambda tx: self._finish(tx, final))
+        for event in appended.events():  # once committed: an undone attempt publishes none
+            runner.bus.publish(event)
         runner.tools.changed()
         runner.bus.publish(TurnEnded(thread_id, final))
         return final
 
-    def _finish(self, tx: Tx, final: str) -> None:
-        message = {"role": "assistant", "content": final}
-        event_id = tx.events.append(self.thread_id, "agent_message", {"message": message})
-        self.runner.bus.publish(EventAppended(self.thread_id, event_id.value, "agent_message",
-                                              {"message": message}))
+    def _finish(self, tx: Tx, final: str) -> Appended:
+        """Record the answer, complete its task and end the turn; the answer's row, to
+        publish once the transaction committed."""
+        appended = Appended.of(tx, self.thread_id, [
+            ("agent_message", {"message": {"role": "assistant", "content": final}})])
         task = open_task_of(tx, tx.agents.get(self.thread_id))
         if task is not None:
             tx.board.complete_task(task.id, session_id=task.thread_id, actor=self.thread_id,
                                    message=final)
         end_turn(tx, self.thread_id, final)
+        return appended
 
     def _prompt(self) -> str:
         return "\n\n".join(str((data.get("message") or {}).get("content") or "")

@@ -76,9 +76,9 @@ class AgentCache:
 class Claim:
     """An agent row locked to start a turn (`AgentRows.to_claim`), and what was read with it:
     whether its thread has a pending inbox row that starts a turn, whether it has its own
-    worktree, whether it has no events yet (`untold`: its first turn, which reads none), and
-    then the row of the task it was
-    created for (for `TaskRows.keep`)."""
+    worktree, whether it has had no turn yet (`untold`: no events but a stop's `error` rows; its
+    first turn, which reads none), and then the row of the task it was created for (for
+    `TaskRows.keep`)."""
 
     agent: Agent
     waking: bool

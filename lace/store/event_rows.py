@@ -47,7 +47,8 @@ class EventRows(Rows):
                            f"data_{index}": mask_data(data, secrets),
                            f"created_at_{index}": now})
         event_ids = sql.insert_events(len(rows)).later(  # ids drawn in the rows' order
-            self.raw, params, lambda inserted: sorted(int(row["id"]) for row in inserted))
+            self.raw, params, lambda inserted: sorted(int(row["id"]) for row in inserted),
+            inserts=len(rows))
         self._touch(thread_id, now)
         return event_ids
 

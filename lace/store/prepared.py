@@ -59,13 +59,18 @@ class Later(Generic[T]):
     """The answer of a statement queued with the writes (`Prepared.later`, `Insert.later_id`):
     it arrives with them, in the round trip of the next statement that needs an answer or of
     the COMMIT, so reading it after the transaction costs no round trip of its own. Read in the
-    transaction, it sends what is queued first (a round trip, as any read)."""
+    transaction, it sends what is queued first (a round trip, as any read). An INSERT's ids
+    are read back from its rows when only the answer to the COMMIT they went with was lost
+    (`answer_after_lost_commit`): `inserted` names its table and how many rows it wrote, and
+    `from_ids` makes the answer of their ids."""
 
     def __init__(self, connection: Any, convert: Callable[[Any], T],
-                 queue: Queued | None = None) -> None:
+                 queue: Queued | None = None, *, inserted: tuple[str, int] | None = None,
+                 from_ids: Callable[[list[int]], T] | None = None) -> None:
         self._connection, self._convert, self._queue = connection, convert, queue
         self._value: T | None = None
         self._sent = False
+        self.inserted, self._from_ids = inserted, from_ids
 
     @classmethod
     def known(cls, value: T) -> Later[T]:
@@ -77,6 +82,15 @@ class Later(Generic[T]):
     def fill(self, cursor: Any) -> None:
         """Take the answer from `cursor`, on the statement's result."""
         self._value, self._sent = self._convert(cursor), True
+
+    def fill_ids(self, ids: list[int]) -> None:
+        """Take the answer from the ids of the rows the statement inserted."""
+        if self._from_ids is not None:
+            self._value, self._sent = self._from_ids(ids), True
+
+    @property
+    def sent(self) -> bool:
+        return self._sent
 
     @property
     def value(self) -> T:
@@ -94,9 +108,14 @@ class Queued(list[tuple[str, Mapping[str, Any], Later[Any] | None]]):
     def __init__(self, *, carried: bool = False) -> None:
         super().__init__()
         self.carried = carried
+        self.laters: list[Later[Any]] = []
+        """Every `Later` queued here, in order, sent or not (`answer_after_lost_commit`)."""
 
 
 _queued: WeakKeyDictionary[Any, Queued] = WeakKeyDictionary()
+_unanswered: WeakKeyDictionary[Any, list[Later[Any]]] = WeakKeyDictionary()
+"""The `Later`s of the transaction on each connection whose COMMIT (which they went with)
+raised: its answer may be lost though it committed (`answer_after_lost_commit`)."""
 _unattributed: WeakSet[Any] = WeakSet()
 """Connections where a statement sent with carried writes failed: whose error it is, is
 unknown (`queued_write_failed`)."""
@@ -176,6 +195,7 @@ def transaction_aborted(connection: Any) -> bool:
 def commit(connection: Any) -> None:
     """COMMIT the open transaction of the raw `connection`, in one round trip with the writes
     still queued (`carried_writes`); AbortedTransactionError if a failed statement ended it."""
+    _unanswered.pop(connection, None)
     if transaction_aborted(connection):
         _queued.pop(connection, None)
         raise AbortedTransactionError
@@ -183,7 +203,36 @@ def commit(connection: Any) -> None:
     if not queued:
         connection.commit()
         return
-    _in_one_query(connection, queued, "COMMIT")
+    try:
+        _in_one_query(connection, queued, "COMMIT")
+    except BaseException:
+        if any(not later.sent for later in queued.laters):
+            _unanswered[connection] = queued.laters
+        raise
+
+
+def answer_after_lost_commit(lost: Any, connection: Any, transaction_id: str) -> None:
+    """Once the transaction `transaction_id` (`pg_current_xact_id()`) of the psycopg
+    connection `lost`, whose COMMIT's answer was lost, is found committed: the answers of the
+    INSERTs that went with that COMMIT (`Later`), read back on `connection` from the rows the
+    transaction wrote (their `xmin`), each table's in the order their ids were drawn, which is
+    the order its INSERTs ran (the `Later`s answered before the COMMIT take their ids too)."""
+    laters = _unanswered.get(lost, [])
+    xid = str(int(transaction_id) % 2 ** 32)  # xmin is the id's lower 32 bits
+    for table in dict.fromkeys(later.inserted[0] for later in laters
+                               if later.inserted is not None and not later.sent):
+        ids = [int(row[0]) for row in connection.execute(
+            f'SELECT id FROM "{table}" WHERE xmin = CAST(%(xid)s AS xid) ORDER BY id',
+            {"xid": xid})]
+        counts = [(later, later.inserted[1]) for later in laters
+                  if later.inserted is not None and later.inserted[0] == table]
+        if len(ids) != sum(count for _later, count in counts):
+            continue  # a row changed since (a new xmin): left unknown, never a wrong id
+        for later, count in counts:
+            taken, ids = ids[:count], ids[count:]
+            if not later.sent:
+                later.fill_ids(taken)
+    _unanswered.pop(lost, None)
 
 
 def flush_queued(connection: Any) -> None:
@@ -424,8 +473,10 @@ class Compiled:
                        for name, bind in compiled.binds.items() if not bind.required}
         selected = list(statement.selected_columns) \
             if isinstance(statement, sa.Select | sa.TextualSelect) else []
+        self.inserts_into: str | None = None
         if isinstance(statement, sa.Insert):  # its RETURNING columns, if any
             selected = list(statement.exported_columns)
+            self.inserts_into = statement.table.name
         self.columns = tuple(str(column.key) for column in selected)
         self._results = tuple((index, processor) for index, column in enumerate(selected)
                               if (processor := _processor(dialect, column.type, result=True)))
@@ -504,22 +555,28 @@ class Prepared:
             queued.append((compiled.sql, compiled.bound(params), None))
 
     def later(self, connection: Any, params: Mapping[str, Any],
-              convert: Callable[[list[Row]], T]) -> Later[T]:
+              convert: Callable[[list[Row]], T], inserts: int = 0) -> Later[T]:
         """`convert(rows)`, the statement sent as `send` sends a write: its `Later`, there
-        once the queue goes out (at once where nothing is queued)."""
+        once the queue goes out (at once where nothing is queued). An INSERT of `inserts`
+        rows that returns their ids only: read back if the COMMIT's answer is lost."""
         compiled = self._for(dialect_of(connection))
         return self._later(connection, params, lambda cursor: convert(
-            [compiled.row(values) for values in cursor]))
+            [compiled.row(values) for values in cursor]), inserts,
+            lambda ids: convert([{"id": row_id} for row_id in ids]))
 
     def _later(self, connection: Any, params: Mapping[str, Any],
-               convert: Callable[[Any], T]) -> Later[T]:
+               convert: Callable[[Any], T], inserts: int,
+               from_ids: Callable[[list[int]], T]) -> Later[T]:
         compiled = self._for(dialect_of(connection))
         queued = _queued.get(connection) if compiled.postgres else None
-        later = Later(connection, convert, queued)
+        table = compiled.inserts_into if compiled.columns == ("id",) else None
+        later = Later(connection, convert, queued, from_ids=from_ids,
+                      inserted=None if table is None or not inserts else (table, inserts))
         if queued is None:
             later.fill(compiled.run(connection, params))
         else:
             queued.append((compiled.sql, compiled.bound(params), later))
+            queued.laters.append(later)
         return later
 
     def first(self, connection: Any, params: Mapping[str, Any]) -> Row | None:
@@ -550,7 +607,7 @@ class Insert(Prepared):
 
     def later_id(self, connection: Any, params: Mapping[str, Any]) -> Later[int]:
         """Insert the row with the queued writes (`Later`); its id, once they went out."""
-        return self._later(connection, params, _inserted_id)
+        return self._later(connection, params, _inserted_id, 1, lambda ids: ids[0])
 
 
 def _inserted_id(cursor: Any) -> int:

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from lace.store.conflicts import ALONE_AFTER, MOST_ATTEMPTS, pause_before
 from lace.store.db import READONLY_OPTION, Database, LockBusyError, driver
 from lace.store.engines.reconnect import Backoff, commit_outcome, is_retried
+from lace.store.prepared import answer_after_lost_commit
 
 T = TypeVar("T")
 OUTCOME_POLL_S = 0.1
@@ -42,14 +43,17 @@ def _discard(connection: sa.Connection | None) -> None:
 
 
 def _committed(database: Database, transaction_id: str, backoff: Backoff,
-               stopping: Callable[[], bool]) -> bool:
+               stopping: Callable[[], bool], lost: Any) -> bool:
     """Whether the transaction whose COMMIT was cut off committed, asked again until the
-    server answers and no longer runs it."""
+    server answers and no longer runs it; if so, the answers that were to come with its
+    COMMIT on the driver's connection `lost` are read back (`answer_after_lost_commit`)."""
     while True:
         connection = None
         try:
             connection = database.engine.connect()
             outcome = commit_outcome(connection, transaction_id)
+            if outcome:
+                answer_after_lost_commit(lost, driver(connection), transaction_id)
             connection.rollback()
             connection.close()
             if outcome is not None:
@@ -167,7 +171,8 @@ def run_transaction(database: Database, work: Callable[[sa.Connection], T], *, w
                 connections.undo()
                 raise
             connections.drop()
-            if committing is not None and _committed(database, committing, backoff, stopping):
+            if committing is not None and _committed(database, committing, backoff, stopping,
+                                                     raw):
                 return result  # the COMMIT went through; only its answer was lost
             _wait(backoff, error, stopping)
             continue

@@ -25,8 +25,10 @@ TASK_COLUMN = "task_{}"
 _TASK_COLUMNS = [column.label(TASK_COLUMN.format(column.name)) for column in _tasks.c]
 _WORKTREE = sa.exists().where(schema.worktrees.c.thread_id == sa.bindparam("agent"))
 """Whether the agent's thread has its own worktree (given when it is spawned, never taken)."""
-_UNTOLD = ~sa.exists().where(_events.c.thread_id == sa.bindparam("agent"))
-"""Whether the agent's thread has no events yet: before its first turn."""
+_UNTOLD = ~sa.exists().where(_events.c.thread_id == sa.bindparam("agent"),
+                             _events.c.type != "error")
+"""Whether the agent's thread has no events yet but a stop's `error` rows: before its first
+turn (an agent stopped before it, then resumed, still starts with its system prompt)."""
 AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim commits, or skipped
     sa.select(_agents, _WAKING, _UNTOLD.label("untold"),
               _WORKTREE.label("worktree"), *_TASK_COLUMNS)
@@ -35,7 +37,7 @@ AGENT_TO_CLAIM = Prepared(  # PostgreSQL: the row is locked until the claim comm
     .where(_agents.c.thread_id == sa.bindparam("agent"))
     .with_for_update(of=_agents, skip_locked=True))
 """An agent row to claim, whether its thread has an inbox row that starts a turn, whether it
-has its own worktree, whether it has no events yet (`untold`), and then the task it was
+has its own worktree, whether it has had no turn yet (`untold`), and then the task it was
 created for (TASK_COLUMN): one read."""
 AGENTS_BY_IDS = Prepared(sa.select(_agents).where(json_list(_agents.c.thread_id, "agents")))
 STOPPED_AMONG = Prepared(sa.select(_agents.c.thread_id).where(
