@@ -20,7 +20,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from lace.core.records import NewAgent
+from lace.core.records import NewAgent, Thread
 from lace.runtime.database import AsyncStore
 from lace.store import Store, Tx, open_database
 from lace.store import statements as sql
@@ -239,17 +239,23 @@ def test_a_batch_of_prepares_cut_off_midway_leaves_no_statement_lace_does_not_kn
         database.close()
 
 
+def wide_session(store: Store, helpers: int) -> Thread:
+    """A session whose root has `helpers` agents under it (a fan-out's board)."""
+    session = new_session(store)
+    with store.transaction() as tx:
+        for _ in range(helpers):
+            child = tx.threads.create_child(session.id)
+            tx.agents.create(NewAgent(thread_id=child.id, name="a", provider="demo",
+                                      model="worker", parent_thread_id=session.id))
+    return session
+
+
 def test_a_lookup_by_a_list_of_ids_reads_the_index_however_large_the_board(
         store: Store, migrated_postgres_url: str) -> None:
     """`json_list` on PostgreSQL: the planner guessed a hundred values for `IN (SELECT ...
     json_array_elements_text(...))` and scanned every agent row at each lookup of a few (half a
     millisecond each at 1,000 helpers, three lookups per helper)."""
-    session = new_session(store)
-    with store.transaction() as tx:
-        for _ in range(1500):
-            child = tx.threads.create_child(session.id)
-            tx.agents.create(NewAgent(thread_id=child.id, name="a", provider="demo",
-                                      model="worker", parent_thread_id=session.id))
+    session = wide_session(store, 1500)
     looked_up = [spawn_child(store, session.id), session.id]
     query(migrated_postgres_url, "ANALYZE")
     with psycopg.connect(migrated_postgres_url) as connection:
@@ -268,12 +274,7 @@ def test_the_schedulers_look_reads_the_waking_inbox_rows_not_every_thread(
     thread of the session (1,001 at 1,000 helpers), an agent row and an inbox probe each, to
     find the few with a pending row (3 ms a look); `ix_inbox_waking` (lace_0020) starts from
     those."""
-    session = new_session(store)
-    with store.transaction() as tx:
-        for _ in range(1000):
-            child = tx.threads.create_child(session.id)
-            tx.agents.create(NewAgent(thread_id=child.id, name="a", provider="demo",
-                                      model="worker", parent_thread_id=session.id))
+    session = wide_session(store, 1000)
     waking = [f"{session.id}.7", f"{session.id}.700"]
     query(migrated_postgres_url, "INSERT INTO inbox (thread_id, sender, kind, text, created_at, "
           "consumed_at, wakes) SELECT thread_id, 'human', 'message', 'done', '2026', "
