@@ -14,7 +14,7 @@ that needs an answer, in one simple query of `EXECUTE`s of statements prepared o
 (`_prepare_all`): one round trip for them all; so does a write whose answer is read only after
 the commit (`Prepared.later`: an event's id). That thread is what bounds a fan-out on one
 process (busy 95 % of the 300-task fan-out), so what counts is the statements that need an
-answer: 32 per helper once, about 13 now (tests/test_round_trips.py bounds them)."""
+answer: 32 per helper once, about 12 now (tests/test_round_trips.py bounds them)."""
 
 from __future__ import annotations
 
