@@ -26,7 +26,7 @@ from lace.llm.types import ModelError
 from lace.paths import credential_values
 from lace.runtime.acp_stdio import AgentStdio
 from lace.runtime.conversation import Appended, TurnStart, tool_result_data
-from lace.runtime.events import EventAppended, TurnEnded, TurnStarted
+from lace.runtime.events import TurnEnded, TurnStarted
 from lace.runtime.isolation import with_committed_work, workspace_of
 from lace.runtime.turn_end import end_turn, open_task_of
 from lace.store import Tx
@@ -304,8 +304,9 @@ class AcpTurn:
             await self._append("tool_result", tool_result_data(call_id, name, result))
 
     async def _append(self, type: str, data: dict[str, Any]) -> None:
-        event_id = await self._write(lambda tx: tx.events.append(self.thread_id, type, data))
-        self.runner.bus.publish(EventAppended(self.thread_id, event_id.value, type, data))
+        appended = await self._write(lambda tx: Appended.of(tx, self.thread_id, [(type, data)]))
+        for event in appended.events():
+            self.runner.bus.publish(event)
 
     async def permission(self, tool_call: Any, options: list[Any]) -> Any:
         """Allowed when its thread has the lace tool the call's kind needs and lace's policy

@@ -10,7 +10,8 @@ from lace.config import ModelCheck
 from lace.core.assignee import parse_model
 from lace.core.records import Agent
 from lace.llm.types import ModelError
-from lace.store import Later, Tx
+from lace.runtime.conversation import Appended
+from lace.store import Tx
 
 log = logging.getLogger("lace.runtime")
 
@@ -40,11 +41,11 @@ def next_fallback(current: str, chain: Sequence[str], check_model: ModelCheck,
 
 
 def switch_model(tx: Tx, agent: Agent, provider: str, model: str, error: ModelError,
-                 ) -> tuple[Later[int], dict[str, str]]:
+                 ) -> Appended:
     """Put the agent on `provider/model` from now on (its row's model, which a resumed turn
-    reads) and say so in its conversation; returns the event's id and data."""
+    reads) and say so in its conversation; returns that row, to publish once committed."""
     new_model = f"{provider}/{model}"
     tx.agents.update(agent.thread_id, provider=provider, model=model)
     data = {"error": f"{agent.model_name} failed ({error}); continuing on {new_model}",
             "fallback_from": agent.model_name, "fallback_to": new_model}
-    return tx.events.append(agent.thread_id, "error", data), data
+    return Appended.of(tx, agent.thread_id, [("error", data)])

@@ -27,7 +27,6 @@ from lace.runtime.crash import crash_point
 from lace.runtime.database import AsyncStore
 from lace.runtime.escrow import Escrow, HaltedError, Spent, Taken
 from lace.runtime.events import (
-    EventAppended,
     EventBus,
     ModelAnswered,
     ModelCalled,
@@ -147,8 +146,7 @@ class TurnRunner:
         thread_id = agent.thread_id
         crash_point("after_inbox_consume")
         self.bus.publish(TurnStarted(thread_id))
-        for event in start.appended.events():
-            self.bus.publish(event)
+        self._publish(start.appended)
         context = self.tools.context(agent, lease, start.worktree)
         for wait in start.waits:
             result = await self.tools.resume(context, wait)
@@ -163,10 +161,8 @@ class TurnRunner:
             agent, reply, usage = await self._call_on_some_model(agent, lease, messages, tools)
             message = reply.message()
             messages.append(message)
-            appended = await self._write_billed(lease, usage, functools.partial(
-                self._record_reply, thread_id=thread_id, message=message, usage=usage))
-            for event in appended.events():
-                self.bus.publish(event)
+            self._publish(await self._write_billed(lease, usage, functools.partial(
+                self._record_reply, thread_id=thread_id, message=message, usage=usage)))
             crash_point("after_model_reply")
             if not reply.tool_calls:
                 if await self._sent_back(agent, lease, messages, reply.content):
@@ -206,9 +202,8 @@ class TurnRunner:
             return False
         message = {"role": "user", "content": text}
         data = {"message": message, "sender": "hook", "kind": "stop_hook"}
-        event_id = await self.db.write(fenced(lease, lambda tx: tx.events.append(
-            agent.thread_id, "notification", data)))
-        self._published(agent.thread_id, event_id.value, "notification", data)
+        self._publish(await self.db.write(fenced(lease, lambda tx: Appended.of(
+            tx, agent.thread_id, [("notification", data)]))))
         messages.append(message)
         return True
 
@@ -245,8 +240,10 @@ class TurnRunner:
                     for call in message.get("tool_calls") or [])
         return Appended.of(tx, thread_id, rows)
 
-    def _published(self, thread_id: str, event_id: int, type: str, data: dict[str, Any]) -> None:
-        self.bus.publish(EventAppended(thread_id, event_id, type, data))
+    def _publish(self, appended: Appended) -> None:
+        """The rows a transaction appended, once it committed."""
+        for event in appended.events():
+            self.bus.publish(event)
 
     def _check_turn_time(self, thread_id: str, started: float) -> None:
         active = time.monotonic() - started - self.tools.waited.get(thread_id, 0.0)
@@ -272,9 +269,8 @@ class TurnRunner:
                 if fallback is None:
                     raise
                 provider, model = fallback
-                event_id, data = await self.db.write(fenced(lease, functools.partial(
-                    switch_model, agent=agent, provider=provider, model=model, error=error)))
-                self._published(agent.thread_id, event_id.value, "error", data)
+                self._publish(await self.db.write(fenced(lease, functools.partial(
+                    switch_model, agent=agent, provider=provider, model=model, error=error))))
                 agent = dataclasses.replace(agent, provider=provider, model=model)
 
     async def _call_model(self, agent: Agent, lease: Lease, messages: list[dict[str, Any]],
