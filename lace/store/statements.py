@@ -64,10 +64,17 @@ RUNNABLE = Prepared(
            _threads.c.root_id == sa.bindparam("root"),
            *(_agents.c.status != status for status in NOT_RUNNABLE)))
 _edges = schema.task_dependencies
+
+
+def _free(tasks: sa.FromClause) -> sa.ColumnElement[bool]:
+    """A task of `tasks` that is pending or in progress and waits for no open blocker."""
+    return sa.and_(sa.or_(*(tasks.c.status == status for status in ACTIVE_STATUSES)),
+                   ~sa.exists().where(_edges.c.task_id == tasks.c.id,
+                                      _edges.c.satisfied_at.is_(None)))
+
+
 _ACTIVE_ASSIGNED = sa.select(sa.func.count()).select_from(_tasks).where(
-    _tasks.c.assigned_to == sa.bindparam("agent"),
-    sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
-    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None)))
+    _tasks.c.assigned_to == sa.bindparam("agent"), _free(_tasks))
 _CURRENT_TASK_STATUS = (sa.select(_tasks.c.status)
                         .where(_tasks.c.id == _agents.c.current_task).scalar_subquery())
 AGENT_WITH_OPEN_WORK = Prepared(sa.select(_agents, sa.case((
@@ -87,10 +94,7 @@ AGENT_WITH_CURRENT_TASK = Prepared(
 """An agent row and, for an agent created for a task, the row of its current task (columns
 named TASK_COLUMN; NULL when there is none): one read."""
 FREE_BATCH_TASK = Prepared(sa.select(_tasks.c.id).where(
-    _tasks.c.batch == sa.bindparam("batch"),
-    sa.or_(*(_tasks.c.status == status for status in ACTIVE_STATUSES)),
-    ~sa.exists().where(_edges.c.task_id == _tasks.c.id, _edges.c.satisfied_at.is_(None)))
-    .limit(1))
+    _tasks.c.batch == sa.bindparam("batch"), _free(_tasks)).limit(1))
 LEASE_LOST = "lace: lease lost"
 """The text LEASE_STILL_HELD fails to read as a number (invalid_text_representation, 22P02)."""
 _LEASE_HELD = sa.exists().where(_agents.c.thread_id == sa.bindparam("agent"),
@@ -212,9 +216,7 @@ TASK_TO_COMPLETE = Prepared(sa.select(
     sa.exists().where(_edges.c.blocked_by == sa.bindparam("task"),
                       _edges.c.satisfied_at.is_(None)).label("awaited"),
     sa.case((_tasks.c.batch.is_not(None), sa.exists().where(
-        _others.c.batch == _tasks.c.batch, _others.c.id != _tasks.c.id,
-        sa.or_(*(_others.c.status == status for status in ACTIVE_STATUSES)),
-        ~sa.exists().where(_edges.c.task_id == _others.c.id, _edges.c.satisfied_at.is_(None)))
+        _others.c.batch == _tasks.c.batch, _others.c.id != _tasks.c.id, _free(_others)),
     )).label("batch_runs"))
     .where(_tasks.c.id == sa.bindparam("task")))
 """A task row, how many notes it has, whether it waits for an open blocker, whether a task
